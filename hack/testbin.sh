@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Builds the binaries the tests run — etcd, the Kubernetes control plane and
+# kubelet, kubectl, kwok and the Agent Sandbox controller — from the versions
+# pinned in hack/tools/go.mod, together with the Agent Sandbox CRDs and kwok's
+# stages, into .cache/testbin/<versions>-<hash>/, and points
+# .cache/testbin/current at it. A directory that already exists is complete
+# (it is renamed into place only after a successful build), so a second run
+# builds nothing.
+#
+#   hack/testbin.sh          build if needed, print the directory
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tools=$root/hack/tools
+cache=$root/.cache/testbin
+cd "$tools"
+
+version() { go list -m -f '{{.Version}}' "$1"; }
+moddir() { go list -m -f '{{.Dir}}' "$1"; }
+
+kube=$(version k8s.io/kubernetes)
+etcd=$(version go.etcd.io/etcd/server/v3)
+kwok=$(version sigs.k8s.io/kwok)
+sandbox=$(version sigs.k8s.io/agent-sandbox)
+# The hash covers everything that decides the output, so a changed build
+# never reuses a stale directory that happens to carry the same versions.
+hash=$(cat go.mod go.sum "$root/hack/testbin.sh" | sha256sum | cut -c1-10)
+dir=$cache/k8s-$kube-etcd-$etcd-kwok-$kwok-agent-sandbox-$sandbox-$hash
+
+if [[ ! -d $dir ]]; then
+	echo "building test binaries into $dir (about 12 minutes on a cold Go cache)" >&2
+	mkdir -p "$cache"
+	tmp=$(mktemp -d "$cache/.build.XXXXXX")
+	trap 'rm -rf "$tmp"' EXIT
+	minor=${kube#v1.}
+	minor=${minor%%.*}
+	ldflags=(
+		-s -w
+		-X "k8s.io/component-base/version.gitVersion=$kube"
+		-X "k8s.io/component-base/version.gitMajor=1"
+		-X "k8s.io/component-base/version.gitMinor=$minor"
+		-X "k8s.io/component-base/version.gitTreeState=clean"
+		-X "sigs.k8s.io/kwok/pkg/consts.Version=${kwok#v}"
+		-X "sigs.k8s.io/agent-sandbox/internal/version.gitVersion=$sandbox"
+	)
+	mkdir -p "$tmp/bin"
+	CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags[*]}" -o "$tmp/bin/" \
+		k8s.io/kubernetes/cmd/kube-apiserver \
+		k8s.io/kubernetes/cmd/kube-controller-manager \
+		k8s.io/kubernetes/cmd/kube-scheduler \
+		k8s.io/kubernetes/cmd/kubectl \
+		k8s.io/kubernetes/cmd/kubelet \
+		sigs.k8s.io/kwok/cmd/kwok \
+		sigs.k8s.io/agent-sandbox/cmd/agent-sandbox-controller
+	# etcd's main package is its module root, which go build names "v3".
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/bin/etcd" go.etcd.io/etcd/server/v3
+
+	mkdir -p "$tmp/crds" "$tmp/kwok-stages"
+	cp "$(moddir sigs.k8s.io/agent-sandbox)"/k8s/crds/*.yaml "$tmp/crds/"
+	stages=$(moddir sigs.k8s.io/kwok)/kustomize/stage
+	cp "$stages"/node/fast/node-initialize.yaml \
+		"$stages"/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+		"$stages"/pod/fast/*.yaml \
+		"$tmp/kwok-stages/"
+	chmod -R u+w "$tmp"
+	mv "$tmp" "$dir"
+	trap - EXIT
+fi
+
+ln -sfn "$(basename "$dir")" "$cache/current"
+echo "$dir"

@@ -1,0 +1,90 @@
+package testcluster
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// installAgentSandboxCRDs creates the CRDs of the pinned Agent Sandbox
+// version and waits until they are established. Their conversion is set to
+// None: the stock CRDs point at the controller's conversion webhook, which
+// the test cluster does not run (it would bind every interface), and the
+// project uses v1beta1 only.
+func (c *Cluster) installAgentSandboxCRDs(ctx context.Context) error {
+	files, err := c.bins.crdFiles()
+	if err != nil || len(files) == 0 {
+		return fmt.Errorf("agent Sandbox CRDs missing from %s: rerun `make testbin`", c.bins.dir)
+	}
+	ext, err := apiextensionsclient.NewForConfig(c.config)
+	if err != nil {
+		return err
+	}
+	crds := ext.ApiextensionsV1().CustomResourceDefinitions()
+	var names []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.UnmarshalStrict(b, crd); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		crd.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.NoneConverter}
+		if _, err := crds.Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating CRD %s: %w", crd.Name, err)
+		}
+		names = append(names, crd.Name)
+	}
+	for _, name := range names {
+		err := poll(ctx, "CRD "+name+" to be established", func(ctx context.Context) error {
+			crd, err := crds.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			for _, cond := range crd.Status.Conditions {
+				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+					return nil
+				}
+			}
+			return fmt.Errorf("CRD %s is not established", name)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startAgentSandboxController runs the controller with its extensions
+// (templates, warm pools, claims). Its webhook stays off because its server
+// would listen on every interface.
+func (c *Cluster) startAgentSandboxController() (waitFunc, error) {
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	probe := "127.0.0.1:" + strconv.Itoa(ports[1])
+	p, err := c.run("agent-sandbox-controller", []string{
+		"--extensions",
+		"--enable-webhook=false",
+		"--leader-elect=false",
+		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(ports[0]),
+		"--health-probe-bind-address=" + probe,
+	}, "KUBECONFIG="+c.Kubeconfig())
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		return p.waitFor(ctx, "readyz", httpOK(http.DefaultClient, "http://"+probe+"/readyz"))
+	}, nil
+}

@@ -1,0 +1,63 @@
+package testcluster
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// BinDirEnv names the directory of test binaries built by hack/testbin.sh.
+// Without it the cluster looks in .cache/testbin/current of the checkout.
+const BinDirEnv = "SANDBOX_FLEET_TESTBIN"
+
+// binaries locates what hack/testbin.sh built.
+type binaries struct{ dir string }
+
+func findBinaries() (binaries, error) {
+	dir := os.Getenv(BinDirEnv)
+	if dir == "" {
+		root, err := repoRoot()
+		if err != nil {
+			return binaries{}, err
+		}
+		dir = filepath.Join(root, ".cache", "testbin", "current")
+	}
+	b := binaries{dir: dir}
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "agent-sandbox-controller"} {
+		if _, err := os.Stat(b.bin(name)); err != nil {
+			return binaries{}, fmt.Errorf("test binary %s not found in %s: run `make testbin` (it builds the pinned versions of hack/tools/go.mod), or set %s to a directory that has them", name, dir, BinDirEnv)
+		}
+	}
+	return b, nil
+}
+
+func (b binaries) bin(name string) string { return filepath.Join(b.dir, "bin", name) }
+
+// crdFiles are the Agent Sandbox CRDs of the pinned module version.
+func (b binaries) crdFiles() ([]string, error) {
+	return filepath.Glob(filepath.Join(b.dir, "crds", "*.yaml"))
+}
+
+// kwokStageFiles are kwok's stock stages for fast node and pod lifecycles.
+func (b binaries) kwokStageFiles() ([]string, error) {
+	return filepath.Glob(filepath.Join(b.dir, "kwok-stages", "*.yaml"))
+}
+
+// repoRoot finds the checkout by walking up from the working directory,
+// which for `go test` is the package's directory.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "hack", "testbin.sh")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("cannot find the sandbox-fleet checkout above the working directory; set %s to the test binaries directory", BinDirEnv)
+		}
+		dir = parent
+	}
+}

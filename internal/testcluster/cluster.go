@@ -1,0 +1,393 @@
+// Package testcluster starts a real Kubernetes control plane on 127.0.0.1 —
+// etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the Agent
+// Sandbox controller with its extensions, and kwok simulating nodes — from the
+// binaries hack/testbin.sh builds. Every integration and end-to-end test runs
+// against it, started once per test package with Main; hack/localcluster
+// starts the same cluster for a person.
+package testcluster
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
+)
+
+// startTimeout bounds the whole bring-up; on this project's 2-core machines
+// it takes about 10 s.
+const startTimeout = 2 * time.Minute
+
+// Cluster is a running test cluster.
+type Cluster struct {
+	opts   options
+	dir    string
+	bins   binaries
+	pki    *pki
+	procs  []*process
+	config *rest.Config
+	kube   kubernetes.Interface
+}
+
+// Start brings up a cluster and returns once every node is Ready and the
+// Agent Sandbox API is served. On error nothing it started is left running.
+func Start(ctx context.Context, opts ...Option) (_ *Cluster, err error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	bins, err := findBinaries()
+	if err != nil {
+		return nil, err
+	}
+	dir := o.dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "sandbox-fleet-cluster-"); err != nil {
+			return nil, err
+		}
+	}
+	c := &Cluster{opts: o, dir: dir, bins: bins}
+	if err := os.MkdirAll(c.LogDir(), 0o755); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = c.stopProcesses()
+			err = fmt.Errorf("starting the test cluster: %w (component logs in %s)", err, c.LogDir())
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	if err := c.start(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) start(ctx context.Context) error {
+	p, err := newPKI(filepath.Join(c.dir, "pki"))
+	if err != nil {
+		return err
+	}
+	c.pki = p
+	ports, err := freePorts(4)
+	if err != nil {
+		return err
+	}
+	etcdPort, etcdPeerPort, apiPort := ports[0], ports[1], ports[2]
+	if err := c.startEtcd(ctx, etcdPort, etcdPeerPort); err != nil {
+		return err
+	}
+	if err := c.startAPIServer(ctx, apiPort, etcdPort); err != nil {
+		return err
+	}
+	// The rest only talk to the apiserver: start them together, then wait.
+	waits, err := c.startControllers()
+	if err != nil {
+		return err
+	}
+	if c.opts.agentSandbox {
+		if err := c.installAgentSandboxCRDs(ctx); err != nil {
+			return err
+		}
+		w, err := c.startAgentSandboxController()
+		if err != nil {
+			return err
+		}
+		waits = append(waits, w)
+	}
+	for _, wait := range waits {
+		if err := wait(ctx); err != nil {
+			return err
+		}
+	}
+	if err := c.createNodes(ctx); err != nil {
+		return err
+	}
+	// Pods cannot be created in a namespace before its default service
+	// account exists, so a test could otherwise race the controller-manager.
+	return c.waitForServiceAccount(ctx, metav1.NamespaceDefault)
+}
+
+// waitFunc waits for a started component to be ready.
+type waitFunc func(context.Context) error
+
+func (c *Cluster) run(name string, args []string, env ...string) (*process, error) {
+	p, err := startProcess(name, c.bins.bin(name), args, env, c.LogDir(), c.opts.detached)
+	if err != nil {
+		return nil, err
+	}
+	c.procs = append(c.procs, p)
+	return p, nil
+}
+
+func (c *Cluster) startEtcd(ctx context.Context, port, peerPort int) error {
+	client := fmt.Sprintf("http://127.0.0.1:%d", port)
+	peer := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
+	p, err := c.run("etcd", []string{
+		"--name=default",
+		"--data-dir=" + filepath.Join(c.dir, "etcd"),
+		"--listen-client-urls=" + client,
+		"--advertise-client-urls=" + client,
+		"--listen-peer-urls=" + peer,
+		"--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=default=" + peer,
+		// Test data need not survive a crash; fsync dominates etcd's latency.
+		"--unsafe-no-fsync=true",
+		"--log-level=warn",
+	})
+	if err != nil {
+		return err
+	}
+	return p.waitFor(ctx, "health", httpOK(http.DefaultClient, client+"/health"))
+}
+
+func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error {
+	serving, err := c.pki.serving("apiserver", []string{"127.0.0.1", "localhost", "10.96.0.1",
+		"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"})
+	if err != nil {
+		return err
+	}
+	kubeletClient, err := c.pki.client("apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters")
+	if err != nil {
+		return err
+	}
+	sa, err := c.pki.serviceAccountKey()
+	if err != nil {
+		return err
+	}
+	p, err := c.run("kube-apiserver", []string{
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", etcdPort),
+		"--client-ca-file=" + c.pki.CAFile(),
+		"--tls-cert-file=" + serving.Cert,
+		"--tls-private-key-file=" + serving.Key,
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + sa.Cert,
+		"--service-account-signing-key-file=" + sa.Key,
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--authorization-mode=Node,RBAC",
+		"--allow-privileged=true",
+		"--kubelet-client-certificate=" + kubeletClient.Cert,
+		"--kubelet-client-key=" + kubeletClient.Key,
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
+		// The kubernetes Service's endpoint would be 127.0.0.1, which
+		// Endpoints reject; nothing in the cluster needs to reach it.
+		"--endpoint-reconciler-type=none",
+		"--profiling=false",
+	})
+	if err != nil {
+		return err
+	}
+	admin, err := c.pki.client("admin", "admin", "system:masters")
+	if err != nil {
+		return err
+	}
+	c.config = &rest.Config{
+		Host: fmt.Sprintf("https://127.0.0.1:%d", port),
+		TLSClientConfig: rest.TLSClientConfig{
+			CAFile: c.pki.CAFile(), CertFile: admin.Cert, KeyFile: admin.Key,
+		},
+	}
+	if err := writeKubeconfig(c.Kubeconfig(), c.config); err != nil {
+		return err
+	}
+	if c.kube, err = kubernetes.NewForConfig(c.config); err != nil {
+		return err
+	}
+	return p.waitFor(ctx, "readyz", func(ctx context.Context) error {
+		return c.kube.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error()
+	})
+}
+
+// startControllers starts kube-controller-manager, kube-scheduler and kwok.
+func (c *Cluster) startControllers() ([]waitFunc, error) {
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	cmPort, schedPort, kwokPort := ports[0], ports[1], ports[2]
+	var waits []waitFunc
+
+	cmKubeconfig, err := c.componentKubeconfig("kube-controller-manager", "system:kube-controller-manager")
+	if err != nil {
+		return nil, err
+	}
+	p, err := c.run("kube-controller-manager", append(kubeconfigFlags(cmKubeconfig),
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(cmPort),
+		"--cert-dir="+filepath.Join(c.dir, "kube-controller-manager"),
+		"--leader-elect=false",
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file="+filepath.Join(c.pki.dir, "sa.key"),
+		"--root-ca-file="+c.pki.CAFile(),
+		"--cluster-signing-cert-file="+c.pki.CAFile(),
+		"--cluster-signing-key-file="+c.pki.CAKeyFile(),
+		"--profiling=false",
+	))
+	if err != nil {
+		return nil, err
+	}
+	waits = append(waits, healthz(p, cmPort))
+
+	schedKubeconfig, err := c.componentKubeconfig("kube-scheduler", "system:kube-scheduler")
+	if err != nil {
+		return nil, err
+	}
+	p, err = c.run("kube-scheduler", append(kubeconfigFlags(schedKubeconfig),
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(schedPort),
+		"--cert-dir="+filepath.Join(c.dir, "kube-scheduler"),
+		"--leader-elect=false",
+		"--profiling=false",
+	))
+	if err != nil {
+		return nil, err
+	}
+	waits = append(waits, healthz(p, schedPort))
+
+	w, err := c.startKwok(kwokPort)
+	if err != nil {
+		return nil, err
+	}
+	return append(waits, w), nil
+}
+
+// componentKubeconfig issues a client certificate for user and writes a
+// kubeconfig that uses it.
+func (c *Cluster) componentKubeconfig(name, user string) (string, error) {
+	kp, err := c.pki.client(name, user)
+	if err != nil {
+		return "", err
+	}
+	cfg := rest.CopyConfig(c.config)
+	cfg.CertFile, cfg.KeyFile = kp.Cert, kp.Key
+	path := filepath.Join(c.dir, name+".kubeconfig")
+	return path, writeKubeconfig(path, cfg)
+}
+
+func kubeconfigFlags(path string) []string {
+	return []string{"--kubeconfig=" + path, "--authentication-kubeconfig=" + path, "--authorization-kubeconfig=" + path}
+}
+
+// healthz waits for a component's secure /healthz, which serves a
+// self-signed certificate and needs no client credentials.
+func healthz(p *process, port int) waitFunc {
+	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: insecureTLS()}}
+	return func(ctx context.Context) error {
+		return p.waitFor(ctx, "healthz", httpOK(insecure, fmt.Sprintf("https://127.0.0.1:%d/healthz", port)))
+	}
+}
+
+// insecureTLS is for health checks of components that serve a certificate
+// they generated themselves; they carry no data.
+func insecureTLS() *tls.Config { return &tls.Config{InsecureSkipVerify: true} } //nolint:gosec
+
+func httpOK(client *http.Client, url string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		return nil
+	}
+}
+
+// Kubeconfig is the path of an admin kubeconfig for the cluster.
+func (c *Cluster) Kubeconfig() string { return filepath.Join(c.dir, "kubeconfig") }
+
+// LogDir holds one log file per component.
+func (c *Cluster) LogDir() string { return filepath.Join(c.dir, "logs") }
+
+// Dir is the cluster's run directory.
+func (c *Cluster) Dir() string { return c.dir }
+
+// RESTConfig is an admin (system:masters) client configuration.
+func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.config) }
+
+// Clients returns the project's clients for the cluster, working in namespace.
+func (c *Cluster) Clients(namespace string) (*kube.Clients, error) {
+	return kube.ForConfig(c.config, namespace)
+}
+
+// Stop stops every component, newest first, and removes the run directory
+// unless keepLogs is set, in which case only the logs stay.
+func (c *Cluster) Stop(keepLogs bool) error {
+	err := c.stopProcesses()
+	if keepLogs {
+		entries, _ := os.ReadDir(c.dir)
+		for _, e := range entries {
+			if e.Name() != "logs" {
+				err = errors.Join(err, os.RemoveAll(filepath.Join(c.dir, e.Name())))
+			}
+		}
+		return err
+	}
+	return errors.Join(err, os.RemoveAll(c.dir))
+}
+
+func (c *Cluster) stopProcesses() error {
+	var errs []error
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		errs = append(errs, c.procs[i].stop(10*time.Second))
+	}
+	c.procs = nil
+	return errors.Join(errs...)
+}
+
+func writeKubeconfig(path string, cfg *rest.Config) error {
+	const name = "sandbox-fleet-local"
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters[name] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthority: cfg.CAFile}
+	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificate: cfg.CertFile, ClientKey: cfg.KeyFile}
+	kc.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name, Namespace: metav1.NamespaceDefault}
+	kc.CurrentContext = name
+	return clientcmd.WriteToFile(*kc, path)
+}
+
+func (c *Cluster) waitForServiceAccount(ctx context.Context, namespace string) error {
+	return poll(ctx, "the default service account of namespace "+namespace, func(ctx context.Context) error {
+		_, err := c.kube.CoreV1().ServiceAccounts(namespace).Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
+}
+
+// poll retries check every 50 ms until it succeeds or ctx ends. Bring-up
+// uses it for conditions no watch can express (health endpoints, a resource
+// appearing in discovery); tests of the product never poll.
+func poll(ctx context.Context, what string, check func(context.Context) error) error {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := check(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w (last error: %v)", what, ctx.Err(), err)
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,78 @@
+package testcluster
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Option configures a Cluster.
+type Option func(*options)
+
+type options struct {
+	nodes        []Node
+	agentSandbox bool
+	dir          string
+	detached     bool
+}
+
+func defaultOptions() options {
+	return options{
+		nodes:        FakeNodes("kwok-node", 2, DefaultCapacity(), nil),
+		agentSandbox: true,
+	}
+}
+
+// Node is a kwok-simulated node: a Node object whose status kwok keeps Ready
+// and whose pods kwok marks Running with an IP, without running anything.
+type Node struct {
+	Name     string
+	Capacity corev1.ResourceList
+	Labels   map[string]string
+	Taints   []corev1.Taint
+}
+
+// DefaultCapacity is a roomy node: 32 CPUs, 128 GiB, 500 GiB of disk, 110 pods.
+func DefaultCapacity() corev1.ResourceList {
+	return corev1.ResourceList{
+		corev1.ResourceCPU:              resource.MustParse("32"),
+		corev1.ResourceMemory:           resource.MustParse("128Gi"),
+		corev1.ResourceEphemeralStorage: resource.MustParse("500Gi"),
+		corev1.ResourcePods:             resource.MustParse("110"),
+	}
+}
+
+// FakeNodes returns n nodes named prefix-0 ... prefix-(n-1), each with the
+// given capacity and labels.
+func FakeNodes(prefix string, n int, capacity corev1.ResourceList, labels map[string]string) []Node {
+	nodes := make([]Node, n)
+	for i := range nodes {
+		nodes[i] = Node{Name: fmt.Sprintf("%s-%d", prefix, i), Capacity: capacity, Labels: labels}
+	}
+	return nodes
+}
+
+// WithNodes replaces the default two kwok nodes.
+func WithNodes(nodes ...Node) Option {
+	return func(o *options) { o.nodes = nodes }
+}
+
+// WithoutAgentSandbox leaves out the Agent Sandbox CRDs and controller, for
+// tests of what happens on a cluster that lacks them.
+func WithoutAgentSandbox() Option {
+	return func(o *options) { o.agentSandbox = false }
+}
+
+// WithDir keeps the cluster's files (PKI, kubeconfig, etcd data, logs) in dir
+// instead of a new temporary directory.
+func WithDir(dir string) Option {
+	return func(o *options) { o.dir = dir }
+}
+
+// Detached lets the components outlive the process that started them, for a
+// cluster a person uses; StopDetached stops it later. Tests never use it: their
+// components die with the test binary.
+func Detached() Option {
+	return func(o *options) { o.detached = true }
+}

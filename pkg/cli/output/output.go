@@ -1,0 +1,54 @@
+// Package output prints a verb's result in the format the user chose with -o.
+package output
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/usage"
+)
+
+// Formats for -o. Human is a verb's own table or text.
+const (
+	Human = ""
+	JSON  = "json"
+	YAML  = "yaml"
+)
+
+// Validate returns a usage error when format is not one of allowed.
+func Validate(format string, allowed ...string) error {
+	if slices.Contains(allowed, format) {
+		return nil
+	}
+	names := make([]string, 0, len(allowed))
+	for _, a := range allowed {
+		if a != Human {
+			names = append(names, a)
+		}
+	}
+	return usage.Errorf("unknown output format %q: use one of %s", format, strings.Join(names, ", "))
+}
+
+// Machine prints v as JSON or YAML.
+func Machine(w io.Writer, format string, v any) error {
+	switch format {
+	case JSON:
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	case YAML:
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	default:
+		return fmt.Errorf("output format %q is not a machine format", format)
+	}
+}

@@ -1,0 +1,80 @@
+// Package cli builds the `kubectl sandbox-fleet` command tree. Each verb
+// lives in its own package; this one only assembles them and maps errors to
+// exit codes.
+package cli
+
+import (
+	"flag"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/klog/v2"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/preflight"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/usage"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/version"
+)
+
+// Exit codes.
+const (
+	ExitOK      = 0
+	ExitFailure = 1 // the command ran and something failed
+	ExitUsage   = 2 // bad flags, arguments or input
+)
+
+// NewCommand returns the root command.
+func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	configFlags := genericclioptions.NewConfigFlags(true)
+	cmd := &cobra.Command{
+		Use:   "sandbox-fleet",
+		Short: "Run fleets of Agent Sandboxes for RL rollouts and evaluation sweeps",
+		Long: `sandbox-fleet turns a batch of tasks, one container image each, into warm
+Agent Sandboxes, claims one per task, runs work in it and cleans up.`,
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl sandbox-fleet"},
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	cmd.SetIn(streams.In)
+	cmd.SetOut(streams.Out)
+	cmd.SetErr(streams.ErrOut)
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usage.Errorf("%w\nSee '%s --help'.", err, c.CommandPath())
+	})
+	configFlags.AddFlags(cmd.PersistentFlags())
+	addKlogFlags(cmd)
+
+	cmd.AddCommand(
+		version.NewCommand(configFlags, streams),
+		preflight.NewCommand(configFlags, streams),
+	)
+	return cmd
+}
+
+// addKlogFlags exposes klog's -v, the one logging knob users need.
+func addKlogFlags(cmd *cobra.Command) {
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	cmd.PersistentFlags().AddGoFlag(fs.Lookup("v"))
+}
+
+// Execute runs the command line args and returns the exit code.
+func Execute(streams genericiooptions.IOStreams, args []string) int {
+	cmd := NewCommand(streams)
+	cmd.SetArgs(args)
+	c, err := cmd.ExecuteC()
+	if err == nil {
+		return ExitOK
+	}
+	// Cobra reports an unknown verb from a command that has no Run of its
+	// own, before any verb runs.
+	if !c.Runnable() {
+		err = usage.Errorf("%w\nSee '%s --help'.", err, c.CommandPath())
+	}
+	fmt.Fprintf(streams.ErrOut, "error: %v\n", err)
+	if usage.Is(err) {
+		return ExitUsage
+	}
+	return ExitFailure
+}

@@ -1,0 +1,39 @@
+// Package usage marks errors that come from how a command was called, so the
+// plugin can exit 2 for them and 1 for failures at run time.
+package usage
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+)
+
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// Wrap marks err as a usage error. Wrap(nil) is nil.
+func Wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	return usageError{err}
+}
+
+// Errorf is fmt.Errorf for usage errors.
+func Errorf(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// Is reports whether err, or an error it wraps, is a usage error.
+func Is(err error) bool { return errors.As(err, new(usageError)) }
+
+// Args wraps a cobra argument validator so that its errors are usage errors.
+func Args(validate cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := validate(cmd, args); err != nil {
+			return Errorf("%w\nSee '%s --help'.", err, cmd.CommandPath())
+		}
+		return nil
+	}
+}

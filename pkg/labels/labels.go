@@ -1,0 +1,33 @@
+// Package labels is the one label set every sandbox-fleet component puts on,
+// and selects, the objects of a run. Cleanup, watches and reports are all
+// scoped by RunID, so two runs in one namespace never touch each other.
+package labels
+
+import (
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+const (
+	// RunID names the run that created an object; every object a run
+	// creates carries it, Pods included (through the template's pod metadata).
+	RunID = "sandbox-fleet.io/run-id"
+	// ManagedBy is the standard label naming the managing tool.
+	ManagedBy = "app.kubernetes.io/managed-by"
+	// ManagedByValue is ManagedBy's value on everything sandbox-fleet creates.
+	ManagedByValue = "sandbox-fleet"
+	// OriginalImage is the annotation that records an image's reference
+	// before a rewrite rule redirected it to a mirror.
+	OriginalImage = "sandbox-fleet.io/original-image"
+	// TaskID is the annotation that records on a claim the task it serves.
+	TaskID = "sandbox-fleet.io/task-id"
+)
+
+// ForRun returns the labels of an object created by run runID.
+func ForRun(runID string) map[string]string {
+	return map[string]string{RunID: runID, ManagedBy: ManagedByValue}
+}
+
+// RunSelector selects the objects of run runID.
+func RunSelector(runID string) labels.Selector {
+	return labels.SelectorFromSet(ForRun(runID))
+}
