@@ -43,11 +43,21 @@ func PoolName(runID, image string) string {
 	if i := strings.Index(stem, "@"); i >= 0 {
 		stem = stem[:i]
 	}
+	stem = strings.TrimSuffix(stem, ":latest")
 	stem = strings.Trim(nonName.ReplaceAllString(strings.ToLower(stem), "-"), "-")
 	// Agent Sandbox derives Sandbox and Pod names from the pool's and adds
-	// suffixes; 30 + 1 + 10 characters leaves them room under 63.
+	// suffixes; 30 + 1 + 10 characters leaves them room under 63. The end of
+	// a long name is kept because that is where task images differ
+	// (sweb.eval.x86_64.<instance id>).
 	if len(stem) > 30 {
-		stem = strings.TrimRight(stem[:30], "-")
+		cut := len(stem) - 30
+		if stem[cut-1] != '-' {
+			// Start at a word rather than in the middle of one.
+			if i := strings.IndexByte(stem[cut:], '-'); i >= 0 && i < len(stem)-cut-1 {
+				cut += i
+			}
+		}
+		stem = strings.TrimLeft(stem[cut:], "-")
 	}
 	if stem == "" {
 		stem = "image"

@@ -1,0 +1,88 @@
+package cli_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/version"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/preflight"
+)
+
+var cluster *testcluster.Cluster
+
+func TestMain(m *testing.M) { testcluster.Main(m, &cluster) }
+
+// execute runs the plugin with args against the test cluster.
+func execute(args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}
+	code = cli.Execute(streams, append([]string{"--kubeconfig", cluster.Kubeconfig()}, args...))
+	return code, out.String(), errOut.String()
+}
+
+func TestVersion(t *testing.T) {
+	code, out, stderr := execute("version")
+	if code != cli.ExitOK || !strings.Contains(out, "Client Version: ") || !strings.Contains(out, "Server Version: v1.36.") {
+		t.Fatalf("version: exit %d\n%s%s", code, out, stderr)
+	}
+
+	code, out, stderr = execute("version", "--client", "-o", "json")
+	var v version.Versions
+	if code != cli.ExitOK || json.Unmarshal([]byte(out), &v) != nil || v.Client.GitVersion == "" || v.Server != "" {
+		t.Fatalf("version --client -o json: exit %d, %+v\n%s%s", code, v, out, stderr)
+	}
+}
+
+func TestPreflight(t *testing.T) {
+	ns := cluster.NewNamespace(t)
+	code, out, stderr := execute("preflight", "-n", ns)
+	if code != cli.ExitOK {
+		t.Fatalf("preflight -n %s: exit %d\n%s%s", ns, code, out, stderr)
+	}
+	for _, want := range []string{"CHECK", "crd/sandboxclaims.extensions.agents.x-k8s.io", "ok"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("preflight table lacks %q:\n%s", want, out)
+		}
+	}
+
+	code, out, _ = execute("preflight", "-n", ns, "-o", "json")
+	var r preflight.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != cli.ExitOK || r.Namespace != ns || len(r.Checks) == 0 {
+		t.Fatalf("preflight -o json: exit %d, err %v, report %+v", code, err, r)
+	}
+}
+
+// A failed check exits 1 with one line saying what is wrong and what to do.
+func TestPreflightFailure(t *testing.T) {
+	code, out, stderr := execute("preflight", "-n", "no-such-namespace")
+	if code != cli.ExitFailure {
+		t.Fatalf("exit %d, want %d\n%s%s", code, cli.ExitFailure, out, stderr)
+	}
+	want := `error: preflight failed (1 of `
+	if !strings.HasPrefix(stderr, want) || !strings.Contains(stderr, `namespace "no-such-namespace" does not exist; to fix: create it with `+"`kubectl create namespace no-such-namespace`") {
+		t.Errorf("stderr %q does not name the missing namespace and its fix", stderr)
+	}
+	if !strings.Contains(out, "failed") {
+		t.Errorf("the table does not show the failed check:\n%s", out)
+	}
+}
+
+func TestUsageErrorsExit2(t *testing.T) {
+	for _, args := range [][]string{
+		{"no-such-verb"},
+		{"preflight", "--no-such-flag"},
+		{"preflight", "extra-argument"},
+		{"preflight", "-o", "xml"},
+	} {
+		code, _, stderr := execute(args...)
+		if code != cli.ExitUsage || !strings.HasPrefix(stderr, "error: ") {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d with an error line", args, code, stderr, cli.ExitUsage)
+		}
+	}
+}

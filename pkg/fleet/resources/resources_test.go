@@ -1,0 +1,64 @@
+package resources
+
+import (
+	"regexp"
+	"testing"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
+)
+
+var dns1123 = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+func TestPoolName(t *testing.T) {
+	tests := []struct {
+		runID, image string
+		wantStem     string
+	}{
+		{"r1", "busybox:1.36", "busybox-1-36-"},
+		{"r1", "docker.io/library/busybox:1.36", "busybox-1-36-"},
+		{"r1", "ghcr.io/epoch-research/swe-bench.eval.x86_64.astropy__astropy-12907:latest", "x86-64-astropy-astropy-12907-"},
+		{"r1", "registry.local:5000/team/img@sha256:0123456789abcdef", "img-"},
+		{"r1", "UPPER/___:___", "image-"},
+	}
+	for _, tt := range tests {
+		got := PoolName(tt.runID, tt.image)
+		if len(got) > 41 || !dns1123.MatchString(got) {
+			t.Errorf("PoolName(%q) = %q: not a DNS label of at most 41 characters", tt.image, got)
+		}
+		if got[:len(got)-10] != tt.wantStem {
+			t.Errorf("PoolName(%q) = %q, want stem %q", tt.image, got, tt.wantStem)
+		}
+		if again := PoolName(tt.runID, tt.image); again != got {
+			t.Errorf("PoolName(%q) is not stable: %q then %q", tt.image, got, again)
+		}
+		if other := PoolName("r2", tt.image); other == got {
+			t.Errorf("runs r1 and r2 share pool %q for %q", got, tt.image)
+		}
+	}
+	if PoolName("r1", "busybox:1.36") == PoolName("r1", "busybox:1.37") {
+		t.Error("two images of one run share a pool name")
+	}
+}
+
+func TestObjectsCarryTheRunLabels(t *testing.T) {
+	tmpl := Template("ns", "run-7", "busybox:1.36", PodSpec{})
+	pool := WarmPool(tmpl, 3)
+	claim := Claim(pool, "task-1")
+	for what, got := range map[string]map[string]string{
+		"template": tmpl.Labels, "pod template": tmpl.Spec.PodTemplate.ObjectMeta.Labels,
+		"pool": pool.Labels, "claim": claim.Labels,
+	} {
+		if got[labels.RunID] != "run-7" || got[labels.ManagedBy] != labels.ManagedByValue {
+			t.Errorf("%s labels %v lack the run's", what, got)
+		}
+	}
+	if pool.Spec.TemplateRef.Name != tmpl.Name || *pool.Spec.Replicas != 3 || claim.Spec.WarmPoolRef.Name != pool.Name {
+		t.Errorf("objects do not reference each other: pool %+v claim %+v", pool.Spec, claim.Spec)
+	}
+	if got := tmpl.Spec.PodTemplate.Spec.Containers[0].Command; len(got) != 2 || got[0] != "sleep" {
+		t.Errorf("default command %v, want the keepalive", got)
+	}
+	if claim.Annotations[labels.TaskID] != "task-1" {
+		t.Errorf("claim annotations %v lack the task id", claim.Annotations)
+	}
+}
