@@ -22,6 +22,12 @@ func findBinaries() (binaries, error) {
 		}
 		dir = filepath.Join(root, ".cache", "testbin", "current")
 	}
+	// Resolve the `current` link, so components keep the paths they were
+	// started from (StopDetached compares them) even if it moves on.
+	dir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return binaries{}, fmt.Errorf("test binaries not found in %s: run `make testbin` (it builds the pinned versions of hack/tools/go.mod), or set %s to a directory that has them", dir, BinDirEnv)
+	}
 	b := binaries{dir: dir}
 	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "agent-sandbox-controller"} {
 		if _, err := os.Stat(b.bin(name)); err != nil {

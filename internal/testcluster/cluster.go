@@ -73,6 +73,11 @@ func Start(ctx context.Context, opts ...Option) (_ *Cluster, err error) {
 	if err := c.start(ctx); err != nil {
 		return nil, err
 	}
+	if o.detached {
+		if err := c.saveState(); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
 }
 

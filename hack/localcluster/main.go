@@ -1,0 +1,73 @@
+// Command localcluster starts, for a person, the same local cluster the tests
+// use — etcd, kube-apiserver, controller-manager, scheduler, the Agent
+// Sandbox controller and kwok nodes on 127.0.0.1 — and leaves it running
+// until `localcluster down`.
+//
+//	go run ./hack/localcluster up     # start it and print how to use it
+//	go run ./hack/localcluster env    # print the KUBECONFIG export
+//	go run ./hack/localcluster down   # stop it and remove its files
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+)
+
+func main() {
+	dir := flag.String("dir", filepath.Join(os.TempDir(), "sandbox-fleet-localcluster"), "run directory: kubeconfig, PKI, etcd data and component logs")
+	nodes := flag.Int("nodes", 3, "number of kwok nodes")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: localcluster [flags] up|down|env\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() != 1 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	if err := run(flag.Arg(0), *dir, *nodes); err != nil {
+		fmt.Fprintf(os.Stderr, "localcluster: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(verb, dir string, nodes int) error {
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	switch verb {
+	case "up":
+		if testcluster.Running(dir) {
+			return fmt.Errorf("a cluster is already running in %s; stop it with `localcluster down`", dir)
+		}
+		// Leftovers of a cluster that was not stopped cleanly.
+		if err := os.RemoveAll(dir); err != nil {
+			return err
+		}
+		c, err := testcluster.Start(context.Background(), testcluster.Detached(), testcluster.WithDir(dir),
+			testcluster.WithNodes(testcluster.FakeNodes("kwok-node", nodes, testcluster.DefaultCapacity(), nil)...))
+		if err != nil {
+			return err
+		}
+		fmt.Printf("Local cluster is up: %d kwok nodes, Agent Sandbox controller, logs in %s\n\n", nodes, c.LogDir())
+		fmt.Printf("Point kubectl at it:\n  export KUBECONFIG=%s\n\nStop it:\n  go run ./hack/localcluster down\n", kubeconfig)
+		return nil
+	case "env":
+		if !testcluster.Running(dir) {
+			return fmt.Errorf("no cluster is running in %s; start one with `localcluster up`", dir)
+		}
+		fmt.Printf("export KUBECONFIG=%s\n", kubeconfig)
+		return nil
+	case "down":
+		if err := testcluster.StopDetached(dir); err != nil {
+			return err
+		}
+		fmt.Printf("Local cluster in %s stopped and removed.\n", dir)
+		return nil
+	default:
+		return fmt.Errorf("unknown verb %q: use up, down or env", verb)
+	}
+}
