@@ -1,0 +1,55 @@
+# sandbox-fleet. `make help` lists the targets.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+
+MODULE  := github.com/sandbox-fleet/sandbox-fleet
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X $(MODULE)/pkg/version.gitVersion=$(VERSION) -X $(MODULE)/pkg/version.gitCommit=$(COMMIT)
+BIN     := $(CURDIR)/bin
+TESTBIN := $(CURDIR)/.cache/testbin/current/bin
+LOCALCLUSTER := go run ./hack/localcluster
+
+.PHONY: help
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+.PHONY: build
+build: ## build the kubectl plugin into bin/
+	go build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/kubectl-sandbox_fleet ./cmd/kubectl-sandbox_fleet
+
+.PHONY: testbin
+testbin: ## build the pinned test binaries (etcd, Kubernetes, kwok, Agent Sandbox) if not cached
+	hack/testbin.sh >/dev/null
+
+.PHONY: test
+test: testbin lint ## run every test: unit, integration on a local control plane
+	go test -count=1 -timeout 30m ./...
+	hack/check-leftovers.sh
+
+.PHONY: lint
+lint: ## gofmt and go vet
+	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n $$bad ]]; then echo "gofmt would change: $$bad"; exit 1; fi
+	go vet ./...
+
+.PHONY: demo
+demo: build testbin ## start a local cluster, check it with the plugin through kubectl, stop it
+	$(LOCALCLUSTER) up
+	trap '$(LOCALCLUSTER) down' EXIT; \
+	export PATH=$(BIN):$(TESTBIN):$$PATH KUBECONFIG=$$($(LOCALCLUSTER) env | sed 's/^export KUBECONFIG=//'); \
+	set -x; \
+	kubectl plugin list; \
+	kubectl sandbox-fleet version; \
+	kubectl sandbox-fleet preflight; \
+	kubectl get nodes
+
+.PHONY: cluster-up cluster-down
+cluster-up: testbin ## start the local cluster and leave it running
+	$(LOCALCLUSTER) up
+cluster-down: ## stop the local cluster
+	$(LOCALCLUSTER) down
+
+.PHONY: clean
+clean: ## remove built binaries (the test binary cache stays; rm -rf .cache to drop it)
+	rm -rf $(BIN)
