@@ -23,8 +23,12 @@ build: ## build the kubectl plugin into bin/
 testbin: ## build the pinned test binaries (etcd, Kubernetes, kwok, Agent Sandbox) if not cached
 	hack/testbin.sh >/dev/null
 
+.PHONY: node-deps
+node-deps: ## install from Debian what the real test node needs (runc, CNI plugins, busybox-static, mmdebstrap)
+	hack/node-deps.sh
+
 .PHONY: test
-test: testbin lint ## run every test: unit, integration on a local control plane
+test: testbin node-deps lint ## run every test: unit, integration on a local control plane, e2e on a real node
 	go test -count=1 -timeout 30m ./...
 	hack/check-leftovers.sh
 

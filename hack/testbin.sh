@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the binaries the tests run — etcd, the Kubernetes control plane and
-# kubelet, kubectl, kwok and the Agent Sandbox controller — from the versions
-# pinned in hack/tools/go.mod, together with the Agent Sandbox CRDs and kwok's
+# kubelet, kubectl, kwok and the Agent Sandbox controller from the versions
+# pinned in hack/tools/go.mod; containerd and the loopback registry from
+# hack/tools/node/go.mod — together with the Agent Sandbox CRDs and kwok's
 # stages, into .cache/testbin/<versions>-<hash>/, and points
 # .cache/testbin/current at it. A directory that already exists is complete
 # (it is renamed into place only after a successful build), so a second run
@@ -24,8 +25,9 @@ kwok=$(version sigs.k8s.io/kwok)
 sandbox=$(version sigs.k8s.io/agent-sandbox)
 # The hash covers everything that decides the output, so a changed build
 # never reuses a stale directory that happens to carry the same versions.
-hash=$(cat go.mod go.sum "$root/hack/testbin.sh" | sha256sum | cut -c1-10)
-dir=$cache/k8s-$kube-etcd-$etcd-kwok-$kwok-agent-sandbox-$sandbox-$hash
+containerd=$(cd node && version github.com/containerd/containerd/v2)
+hash=$(cat go.mod go.sum node/go.mod node/go.sum node/registry/*.go "$root/hack/testbin.sh" | sha256sum | cut -c1-10)
+dir=$cache/k8s-$kube-etcd-$etcd-kwok-$kwok-agent-sandbox-$sandbox-containerd-$containerd-$hash
 
 if [[ ! -d $dir ]]; then
 	echo "building test binaries into $dir (about 12 minutes on a cold Go cache)" >&2
@@ -54,6 +56,15 @@ if [[ ! -d $dir ]]; then
 		sigs.k8s.io/agent-sandbox/cmd/agent-sandbox-controller
 	# etcd's main package is its module root, which go build names "v3".
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/bin/etcd" go.etcd.io/etcd/server/v3
+
+	# The real node's containerd (without the storage drivers that need cgo
+	# libraries) and the loopback registry, from their own module.
+	(cd node && CGO_ENABLED=0 go build -trimpath -tags 'no_btrfs no_devmapper no_zfs' \
+		-ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$containerd" -o "$tmp/bin/" \
+		github.com/containerd/containerd/v2/cmd/containerd \
+		github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
+		github.com/containerd/containerd/v2/cmd/ctr \
+		./registry)
 
 	mkdir -p "$tmp/crds" "$tmp/kwok-stages"
 	cp "$(moddir sigs.k8s.io/agent-sandbox)"/k8s/crds/*.yaml "$tmp/crds/"

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 )
 
@@ -39,6 +41,12 @@ type Cluster struct {
 	procs  []*process
 	config *rest.Config
 	kube   kubernetes.Interface
+	node   *realNode
+	images []testimages.Image
+	// cleanups undo what Start did, run newest first: stopping each
+	// process, and for a real node, its pods, mounts, cgroups, network and
+	// sysctls.
+	cleanups []func() error
 }
 
 // Start brings up a cluster and returns once every node is Ready and the
@@ -64,10 +72,17 @@ func Start(ctx context.Context, opts ...Option) (_ *Cluster, err error) {
 	}
 	defer func() {
 		if err != nil {
-			_ = c.stopProcesses()
+			_ = c.cleanup()
 			err = fmt.Errorf("starting the test cluster: %w (component logs in %s)", err, c.LogDir())
 		}
 	}()
+	if o.realNode {
+		// Outside the bring-up's time limit: the first build of the
+		// problem images' Debian base downloads and unpacks ~100 MB.
+		if c.images, err = buildTestImages(ctx); err != nil {
+			return nil, err
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	if err := c.start(ctx); err != nil {
@@ -121,6 +136,11 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := c.createNodes(ctx); err != nil {
 		return err
 	}
+	if c.opts.realNode {
+		if err := c.startRealNode(ctx); err != nil {
+			return err
+		}
+	}
 	// Pods cannot be created in a namespace before its default service
 	// account exists, so a test could otherwise race the controller-manager.
 	return c.waitForServiceAccount(ctx, metav1.NamespaceDefault)
@@ -135,6 +155,7 @@ func (c *Cluster) run(name string, args []string, env ...string) (*process, erro
 		return nil, err
 	}
 	c.procs = append(c.procs, p)
+	c.cleanups = append(c.cleanups, func() error { return p.stop(10 * time.Second) })
 	return p, nil
 }
 
@@ -188,7 +209,9 @@ func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error 
 		"--allow-privileged=true",
 		"--kubelet-client-certificate=" + kubeletClient.Cert,
 		"--kubelet-client-key=" + kubeletClient.Key,
-		"--kubelet-preferred-address-types=InternalIP,Hostname",
+		// A real kubelet listens on 127.0.0.1, which cannot be a node IP;
+		// its Hostname address (the machine's name) resolves there.
+		"--kubelet-preferred-address-types=Hostname,InternalIP",
 		// The kubernetes Service's endpoint would be 127.0.0.1, which
 		// Endpoints reject; nothing in the cluster needs to reach it.
 		"--endpoint-reconciler-type=none",
@@ -273,8 +296,8 @@ func (c *Cluster) startControllers() ([]waitFunc, error) {
 
 // componentKubeconfig issues a client certificate for user and writes a
 // kubeconfig that uses it.
-func (c *Cluster) componentKubeconfig(name, user string) (string, error) {
-	kp, err := c.pki.client(name, user)
+func (c *Cluster) componentKubeconfig(name, user string, groups ...string) (string, error) {
+	kp, err := c.pki.client(name, user, groups...)
 	if err != nil {
 		return "", err
 	}
@@ -336,10 +359,16 @@ func (c *Cluster) Clients(namespace string) (*kube.Clients, error) {
 	return kube.ForConfig(c.config, namespace)
 }
 
-// Stop stops every component, newest first, and removes the run directory
-// unless keepLogs is set, in which case only the logs stay.
+// Stop undoes Start, newest first — components, and on a real node its pods,
+// mounts, cgroups, bridge and sysctls — and removes the run directory unless
+// keepLogs is set, in which case only the logs stay.
 func (c *Cluster) Stop(keepLogs bool) error {
-	err := c.stopProcesses()
+	err := c.cleanup()
+	if c.node != nil {
+		if left := c.node.leftovers(c.bins.dir); len(left) > 0 {
+			err = errors.Join(err, fmt.Errorf("the real node left behind: %s", strings.Join(left, "; ")))
+		}
+	}
 	if keepLogs {
 		entries, _ := os.ReadDir(c.dir)
 		for _, e := range entries {
@@ -352,12 +381,12 @@ func (c *Cluster) Stop(keepLogs bool) error {
 	return errors.Join(err, os.RemoveAll(c.dir))
 }
 
-func (c *Cluster) stopProcesses() error {
+func (c *Cluster) cleanup() error {
 	var errs []error
-	for i := len(c.procs) - 1; i >= 0; i-- {
-		errs = append(errs, c.procs[i].stop(10*time.Second))
+	for i := len(c.cleanups) - 1; i >= 0; i-- {
+		errs = append(errs, c.cleanups[i]())
 	}
-	c.procs = nil
+	c.cleanups = nil
 	return errors.Join(errs...)
 }
 

@@ -46,7 +46,7 @@ func (c *Cluster) startKwok(port int) (waitFunc, error) {
 		"--node-port=" + strconv.Itoa(port),
 		"--server-address=127.0.0.1:" + strconv.Itoa(port),
 		// Pod IPs are never dialled; a /16 leaves room for scale tests.
-		"--cidr=10.244.0.0/16",
+		"--cidr=10.200.0.0/16",
 	})
 	if err != nil {
 		return nil, err
@@ -72,8 +72,11 @@ func (c *Cluster) createNodes(ctx context.Context) error {
 				Labels:      labels,
 				Annotations: map[string]string{kwokNodeAnnotation: "fake"},
 			},
-			Spec:   corev1.NodeSpec{Taints: n.Taints},
-			Status: corev1.NodeStatus{Capacity: n.Capacity, Allocatable: n.Capacity},
+			Spec: corev1.NodeSpec{Taints: n.Taints},
+			Status: corev1.NodeStatus{Capacity: n.Capacity, Allocatable: n.Capacity,
+				// The apiserver dials nodes by Hostname first (for the
+				// real node); kwok's server is on loopback.
+				Addresses: []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: "localhost"}, {Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}},
 		}
 		if _, err := c.kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("creating node %s: %w", n.Name, err)

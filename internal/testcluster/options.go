@@ -15,6 +15,7 @@ type options struct {
 	agentSandbox bool
 	dir          string
 	detached     bool
+	realNode     bool
 }
 
 func defaultOptions() options {
@@ -75,4 +76,13 @@ func WithDir(dir string) Option {
 // components die with the test binary.
 func Detached() Option {
 	return func(o *options) { o.detached = true }
+}
+
+// WithRealNode adds one real node: containerd, runc and a kubelet on this
+// machine, with a bridge pod network of the cluster's own, pulling the test
+// images (internal/testimages) from a registry on loopback. It needs root
+// and the Debian packages of hack/node-deps.sh. Pods run on it for real:
+// image pulls, exec, logs and disk usage are what they would be anywhere.
+func WithRealNode() Option {
+	return func(o *options) { o.realNode = true }
 }

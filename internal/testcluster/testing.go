@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // Main starts one cluster for a test package, stores it in *cluster, runs
@@ -59,24 +60,37 @@ func Main(m *testing.M, cluster **Cluster, opts ...Option) {
 // failing test names the component logs.
 func (c *Cluster) NewNamespace(t testing.TB) string {
 	t.Helper()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("test cluster component logs: %s", c.LogDir())
+		}
+	})
+	return NewNamespace(t, c.kube)
+}
+
+// NewNamespace creates a namespace for the test in any cluster, ready for
+// pods, and deletes it when the test ends.
+func NewNamespace(t testing.TB, kube kubernetes.Interface) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ns, err := c.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+	ns, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "test-"},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("creating a test namespace: %v", err)
 	}
 	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("test cluster component logs: %s", c.LogDir())
-		}
-		err := c.kube.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
+		err := kube.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
 		if err != nil {
 			t.Errorf("deleting namespace %s: %v", ns.Name, err)
 		}
 	})
-	if err := c.waitForServiceAccount(ctx, ns.Name); err != nil {
+	err = poll(ctx, "the default service account of namespace "+ns.Name, func(ctx context.Context) error {
+		_, err := kube.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	return ns.Name

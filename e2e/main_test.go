@@ -1,0 +1,69 @@
+// Package e2e is the end-to-end suite. It runs against any cluster: with
+// SANDBOX_FLEET_E2E_KUBECONFIG set it uses that cluster (e2e/kind sets one up
+// on kind), otherwise it starts the local test cluster with a real node —
+// containerd, runc and a kubelet on this machine, pulling the test images
+// from a registry on loopback.
+package e2e
+
+import (
+	"os"
+	"testing"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+)
+
+// KubeconfigEnv names the kubeconfig of an existing cluster to test.
+const KubeconfigEnv = "SANDBOX_FLEET_E2E_KUBECONFIG"
+
+var (
+	// local is the cluster this suite started, nil when testing an existing one.
+	local    *testcluster.Cluster
+	existing *rest.Config
+)
+
+func TestMain(m *testing.M) {
+	if path := os.Getenv(KubeconfigEnv); path != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			panic(err)
+		}
+		existing = cfg
+		os.Exit(m.Run())
+	}
+	testcluster.Main(m, &local, testcluster.WithRealNode(), testcluster.WithNodes())
+}
+
+func restConfig() *rest.Config {
+	if local != nil {
+		return local.RESTConfig()
+	}
+	return rest.CopyConfig(existing)
+}
+
+func kubeClient(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	kc, err := kubernetes.NewForConfig(restConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kc
+}
+
+// newNamespace creates a namespace for the test, deleted when it ends.
+func newNamespace(t *testing.T) string {
+	if local != nil {
+		return local.NewNamespace(t)
+	}
+	return testcluster.NewNamespace(t, kubeClient(t))
+}
+
+// requireLocal skips a test that needs to reach the node itself.
+func requireLocal(t *testing.T) {
+	if local == nil {
+		t.Skipf("needs the node's CRI socket, which only the local cluster exposes to this process")
+	}
+}
