@@ -41,16 +41,16 @@ var hostPaths = []string{"/var/lib/kubelet", "/run/containerd", "/var/lib/cni", 
 
 // realNode is the kubelet + containerd node and what it changed on the host.
 type realNode struct {
-	name     string // the machine's hostname, which resolves to 127.0.0.1
-	dir      string
-	bridge   string
-	subnet   string
-	cgroup   string // the kubelet's cgroupRoot, e.g. /sandbox-fleet-ab12cd
-	sysctls  map[string]string
+	name    string // the machine's hostname, which resolves to 127.0.0.1
+	dir     string
+	bridge  string
+	subnet  string
+	cgroup  string // the kubelet's cgroupRoot, e.g. /sandbox-fleet-ab12cd
+	sysctls map[string]string
 	// newHostPaths are the hostPaths this node created.
 	newHostPaths []string
 	registry     string // host:port of the loopback registry
-	runtime  internalapi.RuntimeService
+	runtime      internalapi.RuntimeService
 }
 
 // CRISocket is the path of the real node's containerd socket.
