@@ -4,6 +4,7 @@
 // until `localcluster down`.
 //
 //	go run ./hack/localcluster up     # start it and print how to use it
+//	go run ./hack/localcluster -real-node up   # with a real node (root)
 //	go run ./hack/localcluster env    # print the KUBECONFIG export
 //	go run ./hack/localcluster down   # stop it and remove its files
 package main
@@ -20,7 +21,8 @@ import (
 
 func main() {
 	dir := flag.String("dir", filepath.Join(os.TempDir(), "sandbox-fleet-localcluster"), "run directory: kubeconfig, PKI, etcd data and component logs")
-	nodes := flag.Int("nodes", 3, "number of kwok nodes")
+	nodes := flag.Int("nodes", 3, "number of kwok nodes (0 by default with --real-node, so pods land on the real one)")
+	realNode := flag.Bool("real-node", false, "add a real node: containerd and a kubelet on this machine (needs root and `make node-deps`)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: localcluster [flags] up|down|env\n")
 		flag.PrintDefaults()
@@ -30,13 +32,18 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(flag.Arg(0), *dir, *nodes); err != nil {
+	nodesSet := false
+	flag.Visit(func(f *flag.Flag) { nodesSet = nodesSet || f.Name == "nodes" })
+	if *realNode && !nodesSet {
+		*nodes = 0
+	}
+	if err := run(flag.Arg(0), *dir, *nodes, *realNode); err != nil {
 		fmt.Fprintf(os.Stderr, "localcluster: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(verb, dir string, nodes int) error {
+func run(verb, dir string, nodes int, realNode bool) error {
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	switch verb {
 	case "up":
@@ -47,12 +54,20 @@ func run(verb, dir string, nodes int) error {
 		if err := os.RemoveAll(dir); err != nil {
 			return err
 		}
-		c, err := testcluster.Start(context.Background(), testcluster.Detached(), testcluster.WithDir(dir),
-			testcluster.WithNodes(testcluster.FakeNodes("kwok-node", nodes, testcluster.DefaultCapacity(), nil)...))
+		opts := []testcluster.Option{testcluster.Detached(), testcluster.WithDir(dir),
+			testcluster.WithNodes(testcluster.FakeNodes("kwok-node", nodes, testcluster.DefaultCapacity(), nil)...)}
+		if realNode {
+			opts = append(opts, testcluster.WithRealNode())
+		}
+		c, err := testcluster.Start(context.Background(), opts...)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("Local cluster is up: %d kwok nodes, Agent Sandbox controller, logs in %s\n\n", nodes, c.LogDir())
+		fmt.Printf("Local cluster is up: %d kwok nodes", nodes)
+		if realNode {
+			fmt.Printf(", real node %s pulling from registry %s", c.RealNodeName(), c.RegistryAddr())
+		}
+		fmt.Printf(", Agent Sandbox controller; logs in %s\n\n", c.LogDir())
 		fmt.Printf("Point kubectl at it:\n  export KUBECONFIG=%s\n\nStop it:\n  go run ./hack/localcluster down\n", kubeconfig)
 		return nil
 	case "env":

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -18,15 +19,22 @@ type detachedProcess struct {
 	Exe  string `json:"exe"`
 }
 
-const stateFile = "processes.json"
+const stateFile = "state.json"
 
-// saveState records the components' PIDs in the run directory.
+// detachedState is what StopDetached needs to undo a detached Start.
+type detachedState struct {
+	Processes []detachedProcess `json:"processes"`
+	Node      *realNode         `json:"node,omitempty"`
+}
+
+// saveState records the components' PIDs, and the real node's changes to
+// the host, in the run directory.
 func (c *Cluster) saveState() error {
-	procs := make([]detachedProcess, 0, len(c.procs))
+	st := detachedState{Node: c.node}
 	for _, p := range c.procs {
-		procs = append(procs, detachedProcess{Name: p.name, PID: p.cmd.Process.Pid, Exe: p.cmd.Path})
+		st.Processes = append(st.Processes, detachedProcess{Name: p.name, PID: p.cmd.Process.Pid, Exe: p.cmd.Path})
 	}
-	b, err := json.MarshalIndent(procs, "", "  ")
+	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -35,11 +43,11 @@ func (c *Cluster) saveState() error {
 
 // Running reports whether dir holds a detached cluster with a live component.
 func Running(dir string) bool {
-	procs, err := readState(dir)
+	st, err := readState(dir)
 	if err != nil {
 		return false
 	}
-	for _, p := range procs {
+	for _, p := range st.Processes {
 		if p.alive() {
 			return true
 		}
@@ -48,16 +56,32 @@ func Running(dir string) bool {
 }
 
 // StopDetached stops the cluster a Detached Start left running in dir, newest
-// component first, and removes dir. A PID whose executable is no longer the
-// one recorded belongs to someone else now and is left alone.
+// component first, undoes a real node's changes to the host as Stop does,
+// and removes dir. A PID whose executable is no longer the one recorded
+// belongs to someone else now and is left alone.
 func StopDetached(dir string) error {
-	procs, err := readState(dir)
+	st, err := readState(dir)
 	if err != nil {
 		return err
 	}
 	var errs []error
-	for i := len(procs) - 1; i >= 0; i-- {
-		errs = append(errs, procs[i].stop(10*time.Second))
+	for i := len(st.Processes) - 1; i >= 0; i-- {
+		p := st.Processes[i]
+		// As in Stop: the kubelet (newer) is gone, and containerd must
+		// still be up to tear its pods down.
+		if st.Node != nil && p.Name == "containerd" && p.alive() {
+			errs = append(errs, st.Node.removeAllPods())
+		}
+		errs = append(errs, p.stop(10*time.Second))
+	}
+	if st.Node != nil {
+		errs = append(errs, st.Node.cleanHost())
+		if len(st.Processes) > 0 {
+			binDir := filepath.Dir(filepath.Dir(st.Processes[0].Exe))
+			if left := st.Node.leftovers(binDir); len(left) > 0 {
+				errs = append(errs, fmt.Errorf("the real node left behind: %s", strings.Join(left, "; ")))
+			}
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -65,16 +89,16 @@ func StopDetached(dir string) error {
 	return os.RemoveAll(dir)
 }
 
-func readState(dir string) ([]detachedProcess, error) {
+func readState(dir string) (detachedState, error) {
+	var st detachedState
 	b, err := os.ReadFile(filepath.Join(dir, stateFile))
 	if err != nil {
-		return nil, fmt.Errorf("no cluster state in %s: %w", dir, err)
+		return st, fmt.Errorf("no cluster state in %s: %w", dir, err)
 	}
-	var procs []detachedProcess
-	if err := json.Unmarshal(b, &procs); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", filepath.Join(dir, stateFile), err)
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("reading %s: %w", filepath.Join(dir, stateFile), err)
 	}
-	return procs, nil
+	return st, nil
 }
 
 func (p detachedProcess) alive() bool {

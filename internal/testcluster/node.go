@@ -40,32 +40,33 @@ var nodeSysctls = []string{"vm/overcommit_memory", "kernel/panic", "kernel/panic
 var hostPaths = []string{"/var/lib/kubelet", "/run/containerd", "/var/lib/cni", "/var/log/containers"}
 
 // realNode is the kubelet + containerd node and what it changed on the host.
+// It is saved with a detached cluster's state, so that StopDetached can undo
+// those changes from another process.
 type realNode struct {
-	name    string // the machine's hostname, which resolves to 127.0.0.1
-	dir     string
-	bridge  string
-	subnet  string
-	cgroup  string // the kubelet's cgroupRoot, e.g. /sandbox-fleet-ab12cd
-	sysctls map[string]string
-	// newHostPaths are the hostPaths this node created.
-	newHostPaths []string
-	registry     string // host:port of the loopback registry
-	runtime      internalapi.RuntimeService
+	Name    string            `json:"name"` // the machine's hostname, which resolves to 127.0.0.1
+	Dir     string            `json:"dir"`
+	Bridge  string            `json:"bridge"`
+	Subnet  string            `json:"subnet"`
+	Cgroup  string            `json:"cgroup"` // the kubelet's cgroupRoot, e.g. /sandbox-fleet-ab12cd
+	Sysctls map[string]string `json:"sysctls"`
+	// NewHostPaths are the hostPaths this node created.
+	NewHostPaths []string `json:"newHostPaths"`
+	Registry     string   `json:"registry"` // host:port of the loopback registry
 }
 
 // CRISocket is the path of the real node's containerd socket.
-func (n *realNode) CRISocket() string { return filepath.Join(n.dir, "containerd", "containerd.sock") }
+func (n *realNode) CRISocket() string { return filepath.Join(n.Dir, "containerd", "containerd.sock") }
 
 // RegistryAddr is host:port of the loopback registry every image reference
 // of the real node resolves to.
-func (c *Cluster) RegistryAddr() string { return c.node.registry }
+func (c *Cluster) RegistryAddr() string { return c.node.Registry }
 
 // RealNodeName is the real node's name; empty without WithRealNode.
 func (c *Cluster) RealNodeName() string {
 	if c.node == nil {
 		return ""
 	}
-	return c.node.name
+	return c.node.Name
 }
 
 // CRISocket is the real node's container runtime socket.
@@ -98,40 +99,37 @@ func (c *Cluster) startRealNode(ctx context.Context) error {
 	}
 	id := strconv.FormatUint(rand.Uint64(), 36)[:6]
 	n := &realNode{
-		name:   hostname,
-		dir:    filepath.Join(c.dir, "node"),
-		bridge: "sf-" + id,
+		Name:   hostname,
+		Dir:    filepath.Join(c.dir, "node"),
+		Bridge: "sf-" + id,
 		// Pods of this run only; the third octet varies so that two runs
 		// on one machine do not share addresses.
-		subnet:  fmt.Sprintf("10.88.%d.0/24", 1+rand.IntN(250)),
-		cgroup:  "/sandbox-fleet-" + id,
-		sysctls: map[string]string{},
+		Subnet:  fmt.Sprintf("10.88.%d.0/24", 1+rand.IntN(250)),
+		Cgroup:  "/sandbox-fleet-" + id,
+		Sysctls: map[string]string{},
 	}
 	c.node = n
-	if err := os.MkdirAll(n.dir, 0o755); err != nil {
+	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
 		return err
 	}
 	if err := c.startRegistry(ctx); err != nil {
 		return err
 	}
-	if err := testimages.Push(ctx, n.registry, c.images...); err != nil {
+	if err := testimages.Push(ctx, n.Registry, c.images...); err != nil {
 		return err
 	}
 	if err := n.recordSysctls(); err != nil {
 		return err
 	}
-	c.cleanups = append(c.cleanups, n.restoreSysctls)
 	for _, p := range hostPaths {
 		if _, err := os.Lstat(p); os.IsNotExist(err) {
-			n.newHostPaths = append(n.newHostPaths, p)
+			n.NewHostPaths = append(n.NewHostPaths, p)
 		}
 	}
-	c.cleanups = append(c.cleanups, n.removeHostPaths)
+	c.cleanups = append(c.cleanups, n.cleanHost)
 	if err := n.createCgroups(); err != nil {
 		return err
 	}
-	c.cleanups = append(c.cleanups, n.removeCgroups)
-	c.cleanups = append(c.cleanups, n.removeNetwork, n.unmountAll)
 	if err := c.startContainerd(ctx); err != nil {
 		return err
 	}
@@ -143,12 +141,12 @@ func (c *Cluster) startRegistry(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.node.registry = "127.0.0.1:" + strconv.Itoa(port)
-	p, err := c.run("registry", []string{"--addr=" + c.node.registry, "--blobs=" + filepath.Join(c.node.dir, "registry")})
+	c.node.Registry = "127.0.0.1:" + strconv.Itoa(port)
+	p, err := c.run("registry", []string{"--addr=" + c.node.Registry, "--blobs=" + filepath.Join(c.node.Dir, "registry")})
 	if err != nil {
 		return err
 	}
-	return p.waitFor(ctx, "healthz", httpOK(http.DefaultClient, "http://"+c.node.registry+"/healthz"))
+	return p.waitFor(ctx, "healthz", httpOK(http.DefaultClient, "http://"+c.node.Registry+"/healthz"))
 }
 
 // buildTestImages builds the test images, caching their layers in
@@ -175,9 +173,20 @@ func buildTestImages(ctx context.Context) ([]testimages.Image, error) {
 	return append([]testimages.Image{pause, busybox}, problems...), nil
 }
 
+// cleanHost undoes the node's changes to the host once its processes are
+// gone: mounts first (they pin the network namespaces and cgroups), then the
+// bridge, cgroups, the host paths it created, and the sysctls.
+func (n *realNode) cleanHost() error {
+	var errs []error
+	for _, undo := range []func() error{n.unmountAll, n.removeNetwork, n.removeCgroups, n.removeHostPaths, n.restoreSysctls} {
+		errs = append(errs, undo())
+	}
+	return errors.Join(errs...)
+}
+
 func (n *realNode) removeHostPaths() error {
 	var errs []error
-	for _, p := range n.newHostPaths {
+	for _, p := range n.NewHostPaths {
 		errs = append(errs, os.RemoveAll(p))
 	}
 	return errors.Join(errs...)
@@ -190,25 +199,25 @@ func (n *realNode) removeHostPaths() error {
 // containerd by design).
 func (n *realNode) leftovers(binDir string) []string {
 	var left []string
-	if mounts, err := mountsUnder(n.dir); err != nil || len(mounts) > 0 {
+	if mounts, err := mountsUnder(n.Dir); err != nil || len(mounts) > 0 {
 		left = append(left, fmt.Sprintf("mounts %v (%v)", mounts, err))
 	}
 	if dirs, err := cgroupHierarchies(); err == nil {
 		for _, d := range dirs {
-			if _, err := os.Stat(filepath.Join(d, n.cgroup)); err == nil {
-				left = append(left, "cgroup "+filepath.Join(d, n.cgroup))
+			if _, err := os.Stat(filepath.Join(d, n.Cgroup)); err == nil {
+				left = append(left, "cgroup "+filepath.Join(d, n.Cgroup))
 			}
 		}
 	}
-	if _, err := os.Stat(filepath.Join("/sys/class/net", n.bridge)); err == nil {
-		left = append(left, "network link "+n.bridge)
+	if _, err := os.Stat(filepath.Join("/sys/class/net", n.Bridge)); err == nil {
+		left = append(left, "network link "+n.Bridge)
 	}
-	for k, v := range n.sysctls {
+	for k, v := range n.Sysctls {
 		if b, err := os.ReadFile(filepath.Join("/proc/sys", k)); err != nil || strings.TrimSpace(string(b)) != v {
 			left = append(left, fmt.Sprintf("sysctl %s = %q, was %q", k, strings.TrimSpace(string(b)), v))
 		}
 	}
-	for _, p := range n.newHostPaths {
+	for _, p := range n.NewHostPaths {
 		if _, err := os.Lstat(p); err == nil {
 			left = append(left, "path "+p)
 		}
@@ -222,7 +231,7 @@ func (n *realNode) leftovers(binDir string) []string {
 			continue
 		}
 		cmdline, err := os.ReadFile(filepath.Join(filepath.Dir(exe), "cmdline"))
-		if err == nil && strings.Contains(string(cmdline), n.dir) {
+		if err == nil && strings.Contains(string(cmdline), n.Dir) {
 			left = append(left, "process "+filepath.Base(filepath.Dir(exe))+" "+target)
 		}
 	}
@@ -235,14 +244,14 @@ func (n *realNode) recordSysctls() error {
 		if err != nil {
 			return err
 		}
-		n.sysctls[k] = strings.TrimSpace(string(b))
+		n.Sysctls[k] = strings.TrimSpace(string(b))
 	}
 	return nil
 }
 
 func (n *realNode) restoreSysctls() error {
 	var errs []error
-	for k, v := range n.sysctls {
+	for k, v := range n.Sysctls {
 		errs = append(errs, os.WriteFile(filepath.Join("/proc/sys", k), []byte(v), 0o644))
 	}
 	return errors.Join(errs...)
@@ -276,7 +285,7 @@ func (n *realNode) createCgroups() error {
 		return err
 	}
 	for _, d := range dirs {
-		p := filepath.Join(d, n.cgroup)
+		p := filepath.Join(d, n.Cgroup)
 		if err := os.Mkdir(p, 0o755); err != nil && !os.IsExist(err) {
 			return fmt.Errorf("creating cgroup %s: %w", p, err)
 		}
@@ -304,7 +313,7 @@ func (n *realNode) removeCgroups() error {
 	}
 	var errs []error
 	for _, d := range dirs {
-		root := filepath.Join(d, n.cgroup)
+		root := filepath.Join(d, n.Cgroup)
 		var all []string
 		_ = filepath.WalkDir(root, func(p string, e os.DirEntry, err error) error {
 			if err == nil && e.IsDir() {
@@ -335,7 +344,7 @@ func rmdirRetry(p string) error {
 }
 
 func (n *realNode) writeCNIConfig() (string, error) {
-	dir := filepath.Join(n.dir, "cni", "net.d")
+	dir := filepath.Join(n.Dir, "cni", "net.d")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
@@ -351,19 +360,19 @@ func (n *realNode) writeCNIConfig() (string, error) {
     "ipam": {"type": "host-local", "ranges": [[{"subnet": %[2]q}]], "dataDir": %[3]q}
   }]
 }
-`, n.bridge, n.subnet, filepath.Join(n.dir, "cni", "ipam"))
+`, n.Bridge, n.Subnet, filepath.Join(n.Dir, "cni", "ipam"))
 	return dir, os.WriteFile(filepath.Join(dir, "10-sandbox-fleet.conflist"), []byte(conf), 0o644)
 }
 
 // removeNetwork deletes the pod bridge and what libcni cached about it.
 func (n *realNode) removeNetwork() error {
 	var errs []error
-	if _, err := os.Stat(filepath.Join("/sys/class/net", n.bridge)); err == nil {
-		if out, err := exec.Command("ip", "link", "delete", n.bridge).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("deleting bridge %s: %v: %s", n.bridge, err, out))
+	if _, err := os.Stat(filepath.Join("/sys/class/net", n.Bridge)); err == nil {
+		if out, err := exec.Command("ip", "link", "delete", n.Bridge).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("deleting bridge %s: %v: %s", n.Bridge, err, out))
 		}
 	}
-	cached, _ := filepath.Glob(filepath.Join("/var/lib/cni/results", n.bridge+"-*"))
+	cached, _ := filepath.Glob(filepath.Join("/var/lib/cni/results", n.Bridge+"-*"))
 	for _, f := range cached {
 		errs = append(errs, os.Remove(f))
 	}
@@ -373,7 +382,7 @@ func (n *realNode) removeNetwork() error {
 // unmountAll unmounts everything mounted under the node's directory
 // (volumes, container roots, network namespaces), deepest first.
 func (n *realNode) unmountAll() error {
-	mounts, err := mountsUnder(n.dir)
+	mounts, err := mountsUnder(n.Dir)
 	if err != nil {
 		return err
 	}
@@ -386,7 +395,7 @@ func (n *realNode) unmountAll() error {
 	// The kubelet links container logs from a fixed directory.
 	links, _ := filepath.Glob("/var/log/containers/*.log")
 	for _, l := range links {
-		if t, err := os.Readlink(l); err == nil && strings.HasPrefix(t, n.dir+"/") {
+		if t, err := os.Readlink(l); err == nil && strings.HasPrefix(t, n.Dir+"/") {
 			errs = append(errs, os.Remove(l))
 		}
 	}
@@ -399,17 +408,17 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	certsDir := filepath.Join(n.dir, "containerd", "certs.d", "_default")
+	certsDir := filepath.Join(n.Dir, "containerd", "certs.d", "_default")
 	if err := os.MkdirAll(certsDir, 0o755); err != nil {
 		return err
 	}
 	// Every registry resolves to the loopback one: pods keep upstream names
 	// and nothing is ever fetched from outside.
-	hosts := fmt.Sprintf("server = \"http://%[1]s\"\n\n[host.\"http://%[1]s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", n.registry)
+	hosts := fmt.Sprintf("server = \"http://%[1]s\"\n\n[host.\"http://%[1]s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", n.Registry)
 	if err := os.WriteFile(filepath.Join(certsDir, "hosts.toml"), []byte(hosts), 0o644); err != nil {
 		return err
 	}
-	cd := filepath.Join(n.dir, "containerd")
+	cd := filepath.Join(n.Dir, "containerd")
 	config := fmt.Sprintf(`version = 3
 root = %[1]q
 state = %[2]q
@@ -471,15 +480,12 @@ state = %[2]q
 		return err
 	}
 	if err := p.waitFor(ctx, "the CRI socket", func(ctx context.Context) error {
-		rt, err := criclient.NewRemoteRuntimeService(ctx, "unix://"+n.CRISocket(), 5*time.Second, noop.NewTracerProvider(), false)
+		rt, err := n.criRuntime(ctx)
 		if err != nil {
 			return err
 		}
-		if _, err := rt.Version(ctx, "v1"); err != nil {
-			return err
-		}
-		n.runtime = rt
-		return nil
+		_, err = rt.Version(ctx, "v1")
+		return err
 	}); err != nil {
 		return err
 	}
@@ -494,29 +500,37 @@ state = %[2]q
 func (n *realNode) removeAllPods() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pods, err := n.runtime.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{})
+	rt, err := n.criRuntime(ctx)
+	if err != nil {
+		return err
+	}
+	pods, err := rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{})
 	if err != nil {
 		return fmt.Errorf("listing pods on the real node: %w", err)
 	}
 	var errs []error
 	for _, p := range pods {
-		if err := n.runtime.StopPodSandbox(ctx, p.Id); err != nil {
+		if err := rt.StopPodSandbox(ctx, p.Id); err != nil {
 			errs = append(errs, err)
 		}
-		if err := n.runtime.RemovePodSandbox(ctx, p.Id); err != nil {
+		if err := rt.RemovePodSandbox(ctx, p.Id); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
+func (n *realNode) criRuntime(ctx context.Context) (internalapi.RuntimeService, error) {
+	return criclient.NewRemoteRuntimeService(ctx, "unix://"+n.CRISocket(), 5*time.Second, noop.NewTracerProvider(), false)
+}
+
 func (c *Cluster) startKubelet(ctx context.Context) error {
 	n := c.node
-	serving, err := c.pki.serving("kubelet", []string{n.name, "127.0.0.1", "localhost"})
+	serving, err := c.pki.serving("kubelet", []string{n.Name, "127.0.0.1", "localhost"})
 	if err != nil {
 		return err
 	}
-	kubeconfig, err := c.componentKubeconfig("kubelet", "system:node:"+n.name, "system:nodes")
+	kubeconfig, err := c.componentKubeconfig("kubelet", "system:node:"+n.Name, "system:nodes")
 	if err != nil {
 		return err
 	}
@@ -524,7 +538,7 @@ func (c *Cluster) startKubelet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kd := filepath.Join(n.dir, "kubelet")
+	kd := filepath.Join(n.Dir, "kubelet")
 	if err := os.MkdirAll(kd, 0o755); err != nil {
 		return err
 	}
@@ -556,7 +570,7 @@ resolvConf: ""
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%%", imagefs.available: "1%%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-`, ports[0], ports[1], c.pki.CAFile(), serving.Cert, serving.Key, n.CRISocket(), n.cgroup, filepath.Join(n.dir, "pod-logs"))
+`, ports[0], ports[1], c.pki.CAFile(), serving.Cert, serving.Key, n.CRISocket(), n.Cgroup, filepath.Join(n.Dir, "pod-logs"))
 	configPath := filepath.Join(kd, "config.yaml")
 	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
 		return err
@@ -565,7 +579,7 @@ imageGCLowThresholdPercent: 99
 		"--config=" + configPath,
 		"--kubeconfig=" + kubeconfig,
 		"--root-dir=" + filepath.Join(kd, "root"),
-		"--hostname-override=" + n.name,
+		"--hostname-override=" + n.Name,
 		"--node-labels=sandbox-fleet.io/real-node=true",
 		"--v=1",
 	})
@@ -575,8 +589,8 @@ imageGCLowThresholdPercent: 99
 	if err := p.waitFor(ctx, "healthz", httpOK(http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[1]))); err != nil {
 		return err
 	}
-	return p.waitFor(ctx, "node "+n.name+" to be Ready", func(ctx context.Context) error {
-		return nodeReady(ctx, c, n.name)
+	return p.waitFor(ctx, "node "+n.Name+" to be Ready", func(ctx context.Context) error {
+		return nodeReady(ctx, c, n.Name)
 	})
 }
 
