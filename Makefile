@@ -13,7 +13,7 @@ LOCALCLUSTER := go run ./hack/localcluster
 
 .PHONY: help
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
 
 .PHONY: build
 build: ## build the kubectl plugin into bin/
@@ -31,6 +31,14 @@ node-deps: ## install from Debian what the real test node needs (runc, CNI plugi
 test: testbin node-deps lint ## run every test: unit, integration on a local control plane, e2e on a real node
 	go test -count=1 -timeout 30m ./...
 	hack/check-leftovers.sh
+
+.PHONY: e2e
+e2e: testbin node-deps ## run the end-to-end suite alone, on the local cluster's real node
+	go test -count=1 -timeout 20m -v ./e2e/
+
+.PHONY: e2e-kind
+e2e-kind: testbin ## run the end-to-end suite on a kind cluster (needs Docker and kind)
+	e2e/kind/run.sh
 
 .PHONY: lint
 lint: ## gofmt and go vet

@@ -158,19 +158,7 @@ func buildTestImages(ctx context.Context) ([]testimages.Image, error) {
 	}
 	b := &testimages.Builder{Dir: filepath.Join(root, ".cache", "images"),
 		Log: func(format string, args ...any) { fmt.Fprintf(os.Stderr, "testcluster: "+format+"\n", args...) }}
-	pause, err := b.Pause(ctx)
-	if err != nil {
-		return nil, err
-	}
-	busybox, err := b.Busybox(ctx)
-	if err != nil {
-		return nil, err
-	}
-	problems, err := b.Problems(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return append([]testimages.Image{pause, busybox}, problems...), nil
+	return b.All(ctx)
 }
 
 // cleanHost undoes the node's changes to the host once its processes are

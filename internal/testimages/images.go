@@ -57,6 +57,23 @@ type Image struct {
 	Image v1.Image
 }
 
+// All builds every test image: pause, busybox and the problem images.
+func (b *Builder) All(ctx context.Context) ([]Image, error) {
+	pause, err := b.Pause(ctx)
+	if err != nil {
+		return nil, err
+	}
+	busybox, err := b.Busybox(ctx)
+	if err != nil {
+		return nil, err
+	}
+	problems, err := b.Problems(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return append([]Image{pause, busybox}, problems...), nil
+}
+
 // Pause builds the pod sandbox image.
 func (b *Builder) Pause(ctx context.Context) (Image, error) {
 	gccVersion, err := exec.CommandContext(ctx, "gcc", "--version").Output()
@@ -199,4 +216,43 @@ func Push(ctx context.Context, addr string, images ...Image) error {
 		}
 	}
 	return nil
+}
+
+// Binary builds an image holding one static binary as its entrypoint, run
+// as a non-root user: how the pinned Agent Sandbox controller is packaged
+// for clusters that pull images, such as kind.
+func (b *Builder) Binary(ref, path string) (Image, error) {
+	bin, err := os.ReadFile(path)
+	if err != nil {
+		return Image{}, err
+	}
+	base := filepath.Base(path)
+	layer, err := b.layer("bin-"+base, [][]byte{bin}, tarLayer(func(w layerWriter) error {
+		return w.file(base, 0o755, bin)
+	}))
+	if err != nil {
+		return Image{}, err
+	}
+	return image(ref, v1.Config{Entrypoint: []string{"/" + base}, User: "65532:65532"}, layer)
+}
+
+// Save writes each image as a docker-archive tarball into dir, named after
+// its reference, for `kind load image-archive` and the like.
+func Save(dir string, images ...Image) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var paths []string
+	for _, img := range images {
+		tag, err := name.NewTag(img.Ref)
+		if err != nil {
+			return nil, err
+		}
+		path := filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(img.Ref)+".tar")
+		if err := tarball.WriteToFile(path, tag, img.Image); err != nil {
+			return nil, fmt.Errorf("saving %s: %w", img.Ref, err)
+		}
+		paths = append(paths, path)
+	}
+	return paths, nil
 }
