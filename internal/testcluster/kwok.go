@@ -84,16 +84,7 @@ func (c *Cluster) createNodes(ctx context.Context) error {
 	}
 	for _, n := range c.opts.nodes {
 		err := poll(ctx, "node "+n.Name+" to be Ready", func(ctx context.Context) error {
-			node, err := c.kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			for _, cond := range node.Status.Conditions {
-				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-					return nil
-				}
-			}
-			return fmt.Errorf("node %s is not Ready", n.Name)
+			return c.nodeReady(ctx, n.Name)
 		})
 		if err != nil {
 			return err

@@ -578,11 +578,12 @@ imageGCLowThresholdPercent: 99
 		return err
 	}
 	return p.waitFor(ctx, "node "+n.Name+" to be Ready", func(ctx context.Context) error {
-		return nodeReady(ctx, c, n.Name)
+		return c.nodeReady(ctx, n.Name)
 	})
 }
 
-func nodeReady(ctx context.Context, c *Cluster, name string) error {
+// nodeReady returns nil once node name reports Ready.
+func (c *Cluster) nodeReady(ctx context.Context, name string) error {
 	node, err := c.kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return err
