@@ -62,6 +62,14 @@ func TestWarmPoolClaimAndExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := claimedPod(ctx, t, clients, runID, claim.Status.SandboxStatus.PodIPs[0])
+	// Adopted from the warm pool, not started for the claim.
+	if pod.CreationTimestamp.After(claim.CreationTimestamp.Time) {
+		t.Errorf("pod %s was created at %s, after claim %s (%s): the claim did not adopt a warm sandbox",
+			pod.Name, pod.CreationTimestamp, claim.Name, claim.CreationTimestamp)
+	}
+	if pod.Spec.NodeName == "" || pod.Spec.Containers[0].Image != testimages.Busybox {
+		t.Errorf("pod %s: node %q image %q", pod.Name, pod.Spec.NodeName, pod.Spec.Containers[0].Image)
+	}
 
 	for _, p := range []struct {
 		name     string
