@@ -200,6 +200,15 @@ func (n *realNode) leftovers(binDir string) []string {
 	if _, err := os.Stat(filepath.Join("/sys/class/net", n.Bridge)); err == nil {
 		left = append(left, "network link "+n.Bridge)
 	}
+	// The node is set up to add no rules (no masquerade, no kubelet util
+	// chains); a rule naming its bridge or subnet would be a regression.
+	if rules, err := exec.Command("iptables-save").Output(); err == nil {
+		for _, line := range strings.Split(string(rules), "\n") {
+			if strings.Contains(line, n.Bridge) || strings.Contains(line, strings.TrimSuffix(n.Subnet, ".0/24")+".") {
+				left = append(left, "iptables rule "+line)
+			}
+		}
+	}
 	for k, v := range n.Sysctls {
 		if b, err := os.ReadFile(filepath.Join("/proc/sys", k)); err != nil || strings.TrimSpace(string(b)) != v {
 			left = append(left, fmt.Sprintf("sysctl %s = %q, was %q", k, strings.TrimSpace(string(b)), v))
