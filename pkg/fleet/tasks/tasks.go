@@ -1,0 +1,234 @@
+// Package tasks loads the tasks of a run: JSONL rows (generic, SWE-bench or
+// R2E-Gym) or plain image lists. Every row is checked before anything is
+// created, and every problem is reported with its file and line.
+package tasks
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
+)
+
+// Task is one unit of work: a sandbox of Image in which work runs.
+type Task struct {
+	ID    string `json:"id"`
+	Image string `json:"image"`
+	// OriginalImage is the image before a rewrite rule redirected it.
+	OriginalImage string         `json:"originalImage,omitempty"`
+	Metadata      map[string]any `json:"metadata,omitempty"`
+	// Source is where the task was read, as file:line.
+	Source string `json:"-"`
+}
+
+// Options says how to read rows and what to apply to them.
+type Options struct {
+	// IDField and ImageField name the row fields to use instead of the
+	// recognised ones.
+	IDField, ImageField string
+	Rewrite             []images.Rule
+}
+
+// maxErrors bounds how many problems one load reports.
+const maxErrors = 20
+
+// Error is one problem with a task file.
+type Error struct {
+	File string
+	Line int
+	Msg  string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg) }
+
+// Load reads tasks from files; "-" reads stdin. Task ids must be unique
+// across all files. It returns every problem found (up to 20), joined.
+func Load(paths []string, stdin io.Reader, opts Options) ([]Task, error) {
+	l := loader{opts: opts, seen: map[string]string{}}
+	for _, p := range paths {
+		if p == "-" {
+			l.read("<stdin>", stdin)
+			continue
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, fmt.Errorf("reading tasks: %w", err)
+		}
+		l.read(p, f)
+		f.Close()
+	}
+	if len(l.errs) > 0 {
+		if len(l.errs) == maxErrors {
+			l.errs = append(l.errs, errors.New("(more problems not shown)"))
+		}
+		return nil, errors.Join(l.errs...)
+	}
+	if len(l.tasks) == 0 {
+		return nil, fmt.Errorf("no tasks in %s", strings.Join(paths, ", "))
+	}
+	return l.tasks, nil
+}
+
+type loader struct {
+	opts  Options
+	tasks []Task
+	errs  []error
+	seen  map[string]string // task id -> where it was first read
+}
+
+func (l *loader) fail(file string, line int, format string, args ...any) {
+	if len(l.errs) < maxErrors {
+		l.errs = append(l.errs, &Error{File: file, Line: line, Msg: fmt.Sprintf(format, args...)})
+	}
+}
+
+// read takes a file as JSONL if its first content line is a JSON object,
+// and as a list of images, one a line, otherwise. Blank lines and lines
+// starting with # are skipped.
+func (l *loader) read(file string, r io.Reader) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 16<<20) // SWE-bench rows carry whole patches
+	jsonl, decided := false, false
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		if !decided {
+			jsonl, decided = strings.HasPrefix(text, "{"), true
+		}
+		if jsonl {
+			l.row(file, line, []byte(text))
+		} else {
+			l.add(file, line, Task{ID: fmt.Sprint(len(l.tasks)), Image: text})
+		}
+	}
+	if err := sc.Err(); err != nil {
+		l.errs = append(l.errs, fmt.Errorf("%s: %w", file, err))
+	}
+}
+
+func (l *loader) row(file string, line int, text []byte) {
+	dec := json.NewDecoder(bytes.NewReader(text))
+	dec.UseNumber()
+	var row map[string]any
+	if err := dec.Decode(&row); err != nil {
+		l.fail(file, line, "invalid JSON: %v", err)
+		return
+	}
+	id, idKeys, err := l.id(row)
+	if err != nil {
+		l.fail(file, line, "%v", err)
+		return
+	}
+	image, imageKey, err := l.image(row)
+	if err != nil {
+		l.fail(file, line, "task %q: %v", id, err)
+		return
+	}
+	meta := maps.Clone(row)
+	for _, k := range append(idKeys, imageKey) {
+		delete(meta, k)
+	}
+	if len(meta) == 0 {
+		meta = nil
+	}
+	l.add(file, line, Task{ID: id, Image: image, Metadata: meta})
+}
+
+// id finds the row's task id: the --id-field, else "id", else SWE-bench's
+// "instance_id", else R2E-Gym's repository and commit.
+func (l *loader) id(row map[string]any) (string, []string, error) {
+	if f := l.opts.IDField; f != "" {
+		v, ok := scalar(row[f])
+		if !ok {
+			return "", nil, fmt.Errorf("no task id: the row has no string or number field %q (--id-field)", f)
+		}
+		return v, []string{f}, nil
+	}
+	for _, f := range []string{"id", "instance_id"} {
+		if v, ok := scalar(row[f]); ok {
+			return v, []string{f}, nil
+		}
+	}
+	repo, okRepo := scalar(row["repo_name"])
+	commit, okCommit := scalar(row["commit_hash"])
+	if okRepo && okCommit {
+		return strings.ReplaceAll(repo, "/", "__") + "-" + commit[:min(12, len(commit))], nil, nil
+	}
+	return "", nil, errors.New(`no task id: the row has no "id", "instance_id" or R2E-Gym "repo_name" and "commit_hash"; name the id field with --id-field`)
+}
+
+// image finds the row's image: the --image-field, else "image", else
+// "docker_image" (SWE-bench and R2E-Gym), else the image SWE-bench names
+// after "instance_id".
+func (l *loader) image(row map[string]any) (string, string, error) {
+	if f := l.opts.ImageField; f != "" {
+		v, ok := row[f].(string)
+		if !ok || v == "" {
+			return "", "", fmt.Errorf("no image: the row has no string field %q (--image-field)", f)
+		}
+		return v, f, nil
+	}
+	for _, f := range []string{"image", "docker_image"} {
+		if v, ok := row[f].(string); ok && v != "" {
+			return v, f, nil
+		}
+	}
+	if id, ok := row["instance_id"].(string); ok && id != "" {
+		return SWEBenchImage(id), "", nil
+	}
+	return "", "", errors.New(`no image: the row has no "image", "docker_image" or SWE-bench "instance_id"; name the image field with --image-field`)
+}
+
+// SWEBenchImage is the image SWE-bench publishes for an instance:
+// swebench/sweb.eval.x86_64.<instance id, lower case> on Docker Hub, where
+// "__" is spelled "_1776_" because Docker Hub does not allow it.
+func SWEBenchImage(instanceID string) string {
+	return "docker.io/swebench/sweb.eval.x86_64." + strings.ToLower(strings.ReplaceAll(instanceID, "__", "_1776_")) + ":latest"
+}
+
+func (l *loader) add(file string, line int, t Task) {
+	where := fmt.Sprintf("%s:%d", file, line)
+	// Task ids label claims and results, so they must be valid label values.
+	if errs := validation.IsValidLabelValue(t.ID); t.ID == "" || len(errs) > 0 {
+		l.fail(file, line, "task id %q cannot be a Kubernetes label value (%s); choose another field with --id-field", t.ID, strings.Join(errs, "; "))
+		return
+	}
+	if first, ok := l.seen[t.ID]; ok {
+		l.fail(file, line, "duplicate task id %q (first at %s)", t.ID, first)
+		return
+	}
+	rewritten, ok, err := images.Rewrite(l.opts.Rewrite, t.Image)
+	if err != nil {
+		l.fail(file, line, "task %q: %v", t.ID, err)
+		return
+	}
+	if ok {
+		t.OriginalImage, t.Image = t.Image, rewritten
+	}
+	l.seen[t.ID] = where
+	t.Source = where
+	l.tasks = append(l.tasks, t)
+}
+
+// scalar returns a string or JSON number field as a string.
+func scalar(v any) (string, bool) {
+	switch v := v.(type) {
+	case string:
+		return v, v != ""
+	case json.Number:
+		return v.String(), true
+	default:
+		return "", false
+	}
+}

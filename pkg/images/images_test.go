@@ -1,0 +1,70 @@
+package images
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestNormalize(t *testing.T) {
+	for _, tt := range []struct{ in, want, err string }{
+		{in: "busybox", want: "docker.io/library/busybox:latest"},
+		{in: "busybox:1.36", want: "docker.io/library/busybox:1.36"},
+		{in: "swebench/sweb.eval.x86_64.django_1776_django-11099:latest", want: "docker.io/swebench/sweb.eval.x86_64.django_1776_django-11099:latest"},
+		{in: "index.docker.io/library/ubuntu:22.04", want: "docker.io/library/ubuntu:22.04"},
+		{in: "localhost/img", want: "localhost/img:latest"},
+		{in: "localhost:5000/team/img:v1", want: "localhost:5000/team/img:v1"},
+		{in: "ghcr.io/org/img@sha256:" + sha, want: "ghcr.io/org/img@sha256:" + sha},
+		{in: "ghcr.io/org/img:v1@sha256:" + sha, want: "ghcr.io/org/img:v1@sha256:" + sha},
+		{in: "Busybox:UPPER:case", err: `invalid image reference "Busybox:UPPER:case"`},
+		{in: "", err: "invalid image reference"},
+	} {
+		got, err := Normalize(tt.in)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("Normalize(%q) = %q, %v; want error %q", tt.in, got, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("Normalize(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+const sha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+func TestRewrite(t *testing.T) {
+	rules := []Rule{
+		{From: "docker.io/swebench", To: "mirror.local/swe"},
+		{From: "docker.io", To: "mirror.local/hub"},
+		{From: "ghcr.io/org", To: "mirror.local/gh"},
+	}
+	for _, tt := range []struct {
+		in, want  string
+		rewritten bool
+	}{
+		{"busybox:1.36", "mirror.local/hub/library/busybox:1.36", true},
+		{"swebench/sweb.eval.x86_64.a_1776_b-1:latest", "mirror.local/swe/sweb.eval.x86_64.a_1776_b-1:latest", true},
+		{"ghcr.io/org/img@sha256:" + sha, "mirror.local/gh/img@sha256:" + sha, true},
+		// A prefix only matches at a path boundary.
+		{"ghcr.io/organisation/img:v1", "ghcr.io/organisation/img:v1", false},
+		{"quay.io/x/y:z", "quay.io/x/y:z", false},
+	} {
+		got, ok, err := Rewrite(rules, tt.in)
+		if err != nil || got != tt.want || ok != tt.rewritten {
+			t.Errorf("Rewrite(%q) = %q, %v, %v; want %q, %v", tt.in, got, ok, err, tt.want, tt.rewritten)
+		}
+	}
+}
+
+func TestParseRule(t *testing.T) {
+	r, err := ParseRule("docker.io=mirror.local:5000/hub/")
+	if err != nil || r != (Rule{From: "docker.io", To: "mirror.local:5000/hub"}) {
+		t.Errorf("ParseRule = %+v, %v", r, err)
+	}
+	for _, bad := range []string{"docker.io", "=x", "x=", "docker.io=UPPER/Case"} {
+		if _, err := ParseRule(bad); err == nil {
+			t.Errorf("ParseRule(%q) accepted", bad)
+		}
+	}
+}
