@@ -102,7 +102,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		return err
 	}
 	c.pki = p
-	ports, err := freePorts(4)
+	ports, err := freePorts(3)
 	if err != nil {
 		return err
 	}
