@@ -1,0 +1,160 @@
+// Package report is a run's always-on performance record, the RunReport of
+// agent-sandbox-rl: per-phase counts, totals, maxima and p50/p99, claims,
+// task outcomes and warm-replica totals, printed as a table at the end of a
+// run and written as JSON. Recording is safe from many goroutines.
+package report
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sync"
+	"text/tabwriter"
+	"time"
+)
+
+// Phases in lifecycle order; a report lists them so, then any others by name.
+var phaseOrder = []string{"preflight", "plan", "prepull", "create_warmpool", "wait_pool_ready",
+	"prefetch", "claim", "process", "reset", "quarantine", "rotate", "release", "teardown"}
+
+// Recorder collects a run's figures as it goes.
+type Recorder struct {
+	mu        sync.Mutex
+	strategy  string
+	phases    map[string][]time.Duration
+	claims    int
+	tasksOK   int
+	tasksErr  int
+	warmTotal int
+	warmNow   int
+	warmPeak  int
+}
+
+// New returns a Recorder for a run with strategy.
+func New(strategy string) *Recorder {
+	return &Recorder{strategy: strategy, phases: map[string][]time.Duration{}}
+}
+
+// Phase records one occurrence of a phase that took d.
+func (r *Recorder) Phase(name string, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.phases[name] = append(r.phases[name], d)
+}
+
+// Claim counts a claim.
+func (r *Recorder) Claim() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.claims++
+}
+
+// Task counts a finished task.
+func (r *Recorder) Task(ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ok {
+		r.tasksOK++
+	} else {
+		r.tasksErr++
+	}
+}
+
+// Warm records n replicas made warm (n > 0) or released (n < 0): the total
+// ever warmed and the peak warm at once.
+func (r *Recorder) Warm(n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n > 0 {
+		r.warmTotal += n
+	}
+	r.warmNow += n
+	r.warmPeak = max(r.warmPeak, r.warmNow)
+}
+
+// Report is the finished record.
+type Report struct {
+	Strategy          string  `json:"strategy"`
+	WallSeconds       float64 `json:"wallSeconds"`
+	Phases            []Phase `json:"phases"`
+	Claims            int     `json:"claims"`
+	TasksOK           int     `json:"tasksOk"`
+	TasksErr          int     `json:"tasksErr"`
+	WarmReplicasTotal int     `json:"warmReplicasTotal"`
+	WarmReplicasPeak  int     `json:"warmReplicasPeak"`
+}
+
+// Phase summarises one phase's occurrences, in seconds.
+type Phase struct {
+	Name  string  `json:"name"`
+	Count int     `json:"count"`
+	Total float64 `json:"totalSeconds"`
+	Max   float64 `json:"maxSeconds"`
+	P50   float64 `json:"p50Seconds"`
+	P99   float64 `json:"p99Seconds"`
+}
+
+// Report summarises what was recorded over a run that took wall.
+func (r *Recorder) Report(wall time.Duration) Report {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep := Report{Strategy: r.strategy, WallSeconds: wall.Seconds(), Claims: r.claims,
+		TasksOK: r.tasksOK, TasksErr: r.tasksErr, WarmReplicasTotal: r.warmTotal, WarmReplicasPeak: r.warmPeak}
+	names := make([]string, 0, len(r.phases))
+	for _, n := range phaseOrder {
+		if _, ok := r.phases[n]; ok {
+			names = append(names, n)
+		}
+	}
+	var others []string
+	for n := range r.phases {
+		if !slices.Contains(phaseOrder, n) {
+			others = append(others, n)
+		}
+	}
+	slices.Sort(others)
+	for _, n := range append(names, others...) {
+		rep.Phases = append(rep.Phases, summarise(n, r.phases[n]))
+	}
+	return rep
+}
+
+func summarise(name string, ds []time.Duration) Phase {
+	sorted := slices.Clone(ds)
+	slices.Sort(sorted)
+	p := Phase{Name: name, Count: len(sorted)}
+	for _, d := range sorted {
+		p.Total += d.Seconds()
+	}
+	if len(sorted) > 0 {
+		p.Max = sorted[len(sorted)-1].Seconds()
+		p.P50 = percentile(sorted, 0.50).Seconds()
+		p.P99 = percentile(sorted, 0.99).Seconds()
+	}
+	return p
+}
+
+// percentile is the nearest-rank percentile of sorted: the smallest value
+// with at least q of the values at or below it.
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	rank := int(math.Ceil(q * float64(len(sorted))))
+	return sorted[min(max(rank, 1), len(sorted))-1]
+}
+
+// WriteTable prints the report for people.
+func (rep Report) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "Run report (strategy %s)\n", rep.Strategy)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "PHASE\tCOUNT\tTOTAL\tP50\tP99\tMAX\t")
+	for _, p := range rep.Phases {
+		fmt.Fprintf(tw, "%s\t%d\t%.2fs\t%.2fs\t%.2fs\t%.2fs\t\n", p.Name, p.Count, p.Total, p.P50, p.P99, p.Max)
+	}
+	fmt.Fprintf(tw, "wall\t\t%.2fs\t\t\t\t\n", rep.WallSeconds)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "claims %d, tasks %d ok / %d failed, warm replicas %d in all, %d at peak\n",
+		rep.Claims, rep.TasksOK, rep.TasksErr, rep.WarmReplicasTotal, rep.WarmReplicasPeak)
+	return err
+}

@@ -1,0 +1,94 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestPercentile(t *testing.T) {
+	ms := func(vs ...int) []time.Duration {
+		out := make([]time.Duration, len(vs))
+		for i, v := range vs {
+			out[i] = time.Duration(v) * time.Millisecond
+		}
+		return out
+	}
+	hundred := make([]int, 100)
+	for i := range hundred {
+		hundred[i] = i + 1
+	}
+	for _, tt := range []struct {
+		name   string
+		sorted []time.Duration
+		q      float64
+		want   time.Duration
+	}{
+		{"one value", ms(7), 0.99, 7 * time.Millisecond},
+		{"median of odd", ms(1, 2, 3), 0.5, 2 * time.Millisecond},
+		{"median of even is the lower", ms(1, 2, 3, 4), 0.5, 2 * time.Millisecond},
+		{"p99 of 100", ms(hundred...), 0.99, 99 * time.Millisecond},
+		{"p50 of 100", ms(hundred...), 0.50, 50 * time.Millisecond},
+		{"p99 of 10 is the max", ms(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 0.99, 10 * time.Millisecond},
+	} {
+		if got := percentile(tt.sorted, tt.q); got != tt.want {
+			t.Errorf("%s: percentile(%v) = %v, want %v", tt.name, tt.q, got, tt.want)
+		}
+	}
+}
+
+func TestReport(t *testing.T) {
+	r := New("pipelined")
+	var wg sync.WaitGroup
+	for i := 1; i <= 100; i++ {
+		wg.Go(func() {
+			r.Phase("claim", time.Duration(i)*10*time.Millisecond)
+			r.Claim()
+			r.Task(i%10 != 0)
+		})
+	}
+	wg.Wait()
+	r.Phase("zeta", time.Second)
+	r.Phase("teardown", 2*time.Second)
+	r.Phase("preflight", time.Second/2)
+	r.Warm(8)
+	r.Warm(-3)
+	r.Warm(4)
+	rep := r.Report(42 * time.Second)
+
+	var names []string
+	for _, p := range rep.Phases {
+		names = append(names, p.Name)
+	}
+	if got := strings.Join(names, ","); got != "preflight,claim,teardown,zeta" {
+		t.Errorf("phase order %s", got)
+	}
+	claim := rep.Phases[1]
+	if claim.Count != 100 || claim.P50 != 0.5 || claim.P99 != 0.99 || claim.Max != 1.0 || claim.Total < 50.49 || claim.Total > 50.51 {
+		t.Errorf("claim phase %+v", claim)
+	}
+	if rep.Claims != 100 || rep.TasksOK != 90 || rep.TasksErr != 10 || rep.WarmReplicasTotal != 12 || rep.WarmReplicasPeak != 9 {
+		t.Errorf("report %+v", rep)
+	}
+
+	var table bytes.Buffer
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Run report (strategy pipelined)", "claim    100", "0.99s", "42.00s", "tasks 90 ok / 10 failed, warm replicas 12 in all, 9 at peak"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil || back.Phases[1] != claim || back.WarmReplicasPeak != 9 {
+		t.Errorf("JSON round trip: %v %+v", err, back)
+	}
+}
