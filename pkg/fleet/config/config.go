@@ -1,0 +1,363 @@
+// Package config is the fleet configuration file (`-f fleet.yaml`): every
+// knob of agent-sandbox-rl's FleetConfig, TemplateSpec and ClusterConfig,
+// with the same defaults. Loading is strict — an unknown field, a value of
+// the wrong type or a value out of range is an error that names the file
+// and line — so a typo never silently falls back to a default.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
+)
+
+// APIVersion and Kind head every fleet configuration file.
+const (
+	APIVersion = "sandbox-fleet.io/v1alpha1"
+	Kind       = "FleetConfig"
+)
+
+// Placements are the ways pools are spread over clusters.
+var Placements = []string{"round-robin", "least-loaded", "capacity-weighted", "image-affinity"}
+
+// Fleet is the whole configuration.
+type Fleet struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// Clusters are the targets, one per cluster and node pool. Empty means
+	// the current kubeconfig context.
+	Clusters []Cluster `json:"clusters,omitempty"`
+	// Placement spreads pools over clusters: round-robin, least-loaded,
+	// capacity-weighted or image-affinity (which falls back to least-loaded
+	// without cache data). Default image-affinity.
+	Placement string `json:"placement,omitempty"`
+	// MaxConcurrent is the concurrency budget: it sizes pools and bounds
+	// tasks in flight. Default 1.
+	MaxConcurrent int `json:"maxConcurrent,omitempty"`
+	// MaxWarmPoolSize caps every pool. Default 8.
+	MaxWarmPoolSize int `json:"maxWarmPoolSize,omitempty"`
+	// WarmPerTask warms one replica per task (RL instant claims). Default false.
+	WarmPerTask bool `json:"warmPerTask,omitempty"`
+	// WindowSize is how many images sliding and pipelined keep warm; 0
+	// sizes it from MaxConcurrent and Disk.
+	WindowSize int `json:"windowSize,omitempty"`
+	// ReadyTimeout bounds the wait for a pool or claim. Default 15m.
+	ReadyTimeout metav1.Duration `json:"readyTimeout,omitempty"`
+	// WarmCreateBudget fills pools in waves of at most this many sandbox
+	// creates; 0 fills all at once. Default 1000.
+	WarmCreateBudget *int `json:"warmCreateBudget,omitempty"`
+	// OvercommitFactor trips the runaway breaker when live sandboxes exceed
+	// expected × factor; 0 disables it. Default 1.5.
+	OvercommitFactor *float64 `json:"overcommitFactor,omitempty"`
+	// MaxLiveSandboxes is an absolute ceiling for the breaker; 0 is none.
+	MaxLiveSandboxes int `json:"maxLiveSandboxes,omitempty"`
+	// Template is how every sandbox Pod is built.
+	Template Template `json:"template,omitempty"`
+	// Disk lets windows be capped so resident images fit the nodes' disk.
+	Disk Disk `json:"disk,omitempty"`
+	// Rewrite redirects task images to mirrors, first match wins.
+	Rewrite []images.Rule `json:"rewrite,omitempty"`
+	// Labels are added to every object the run creates.
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Cluster is one target: a cluster, or a node pool of one.
+type Cluster struct {
+	Name string `json:"name"`
+	// Kubeconfig and Context select the cluster; empty means the default
+	// kubeconfig and its current context.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	Context    string `json:"context,omitempty"`
+	// InCluster uses the Pod's service account instead of a kubeconfig.
+	InCluster bool   `json:"inCluster,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	// NodeSelector, RuntimeClassName and ImagePullSecret override the
+	// template's for this cluster.
+	NodeSelector     map[string]string `json:"nodeSelector,omitempty"`
+	RuntimeClassName string            `json:"runtimeClassName,omitempty"`
+	ImagePullSecret  string            `json:"imagePullSecret,omitempty"`
+	// Weight is this cluster's share under capacity-weighted placement. Default 1.
+	Weight float64 `json:"weight,omitempty"`
+	// MaxReplicas caps the warm replicas placed here; 0 is no cap.
+	MaxReplicas int `json:"maxReplicas,omitempty"`
+}
+
+// Template describes the sandbox Pod.
+type Template struct {
+	// Resources of the sandbox container. Default requests 250m CPU, 512Mi.
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+	// Command keeps the container alive for exec. Default [sleep, infinity].
+	Command          []string          `json:"command,omitempty"`
+	RuntimeClassName string            `json:"runtimeClassName,omitempty"`
+	NodeSelector     map[string]string `json:"nodeSelector,omitempty"`
+	ImagePullSecret  string            `json:"imagePullSecret,omitempty"`
+	// ImagePullPolicy is Always, IfNotPresent or Never. Default IfNotPresent,
+	// so nodes reuse their image cache across runs.
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+	// Colocate prefers one node for all replicas of a pool, so only one
+	// node pulls the image.
+	Colocate    bool                `json:"colocate,omitempty"`
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// Labels and Annotations go on every sandbox Pod.
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	// ExtraPodSpec is merged into the generated Pod spec, for anything not
+	// covered above.
+	ExtraPodSpec *corev1.PodSpec `json:"extraPodSpec,omitempty"`
+}
+
+// Disk sizes windows by node disk.
+type Disk struct {
+	AvgImageGB      float64 `json:"avgImageGB,omitempty"`
+	NodeEphemeralGB float64 `json:"nodeEphemeralGB,omitempty"`
+	// Headroom is the fraction of node disk kept free. Default 0.25.
+	Headroom *float64 `json:"headroom,omitempty"`
+	// Nodes spreads distinct images over a pool of this many nodes; 0 is
+	// the conservative single-node bound.
+	Nodes int `json:"nodes,omitempty"`
+}
+
+// Default returns the configuration with every default filled in.
+func Default() Fleet {
+	f := Fleet{APIVersion: APIVersion, Kind: Kind}
+	f.applyDefaults()
+	return f
+}
+
+func (f *Fleet) applyDefaults() {
+	if f.Placement == "" {
+		f.Placement = "image-affinity"
+	}
+	if f.MaxConcurrent == 0 {
+		f.MaxConcurrent = 1
+	}
+	if f.MaxWarmPoolSize == 0 {
+		f.MaxWarmPoolSize = 8
+	}
+	if f.ReadyTimeout.Duration == 0 {
+		f.ReadyTimeout.Duration = 15 * time.Minute
+	}
+	if f.WarmCreateBudget == nil {
+		f.WarmCreateBudget = new(1000)
+	}
+	if f.OvercommitFactor == nil {
+		f.OvercommitFactor = new(1.5)
+	}
+	if f.Disk.Headroom == nil {
+		f.Disk.Headroom = new(0.25)
+	}
+	t := &f.Template
+	if t.Resources.Requests == nil {
+		t.Resources.Requests = corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("250m"),
+			corev1.ResourceMemory: resource.MustParse("512Mi"),
+		}
+	}
+	if len(t.Command) == 0 {
+		t.Command = []string{"sleep", "infinity"}
+	}
+	if t.ImagePullPolicy == "" {
+		t.ImagePullPolicy = corev1.PullIfNotPresent
+	}
+	for i := range f.Clusters {
+		if f.Clusters[i].Weight == 0 {
+			f.Clusters[i].Weight = 1
+		}
+	}
+}
+
+// Load reads and checks a configuration file, filling in defaults.
+func Load(path string) (Fleet, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Fleet{}, fmt.Errorf("reading the fleet config: %w", err)
+	}
+	return Parse(path, b)
+}
+
+// Parse checks a configuration read from file and fills in defaults. Every
+// problem is reported as file:line.
+func Parse(file string, data []byte) (Fleet, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return Fleet{}, fmt.Errorf("%s: %w", file, err)
+	}
+	doc := &root
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) > 0 {
+		doc = doc.Content[0]
+	}
+	at := func(path string) string { return fmt.Sprintf("%s:%d", file, lineOf(doc, path)) }
+
+	var errs []error
+	checkFields(doc, reflect.TypeFor[Fleet](), "", func(line int, path, msg string) {
+		errs = append(errs, fmt.Errorf("%s:%d: %s: %s", file, line, path, msg))
+	})
+	if len(errs) > 0 {
+		return Fleet{}, errors.Join(errs...)
+	}
+	var f Fleet
+	if err := sigsyaml.UnmarshalStrict(data, &f); err != nil {
+		if path := fieldOf(err); path != "" {
+			return Fleet{}, fmt.Errorf("%s: %s", at(path), strictMessage(err))
+		}
+		// Errors without a field path carry their own line, if any.
+		return Fleet{}, fmt.Errorf("%s: %s", file, strictMessage(err))
+	}
+	fail := func(path, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s: %s", at(path), path, fmt.Sprintf(format, args...)))
+	}
+	f.validate(fail)
+	if len(errs) > 0 {
+		return Fleet{}, errors.Join(errs...)
+	}
+	f.applyDefaults()
+	return f, nil
+}
+
+// validate reports every value out of range through fail, by field path.
+func (f *Fleet) validate(fail func(path, format string, args ...any)) {
+	if f.APIVersion != APIVersion || f.Kind != Kind {
+		fail("apiVersion", "want apiVersion %s and kind %s, got %q and %q", APIVersion, Kind, f.APIVersion, f.Kind)
+	}
+	if f.Placement != "" && !slices.Contains(Placements, f.Placement) {
+		fail("placement", "unknown placement %q: use one of %s", f.Placement, strings.Join(Placements, ", "))
+	}
+	for path, v := range map[string]int{"maxConcurrent": f.MaxConcurrent, "maxWarmPoolSize": f.MaxWarmPoolSize,
+		"windowSize": f.WindowSize, "maxLiveSandboxes": f.MaxLiveSandboxes, "disk.nodes": f.Disk.Nodes} {
+		if v < 0 {
+			fail(path, "must not be negative, got %d", v)
+		}
+	}
+	if f.WarmCreateBudget != nil && *f.WarmCreateBudget < 0 {
+		fail("warmCreateBudget", "must not be negative (0 fills every pool at once), got %d", *f.WarmCreateBudget)
+	}
+	if f.OvercommitFactor != nil && *f.OvercommitFactor != 0 && *f.OvercommitFactor < 1 {
+		fail("overcommitFactor", "must be at least 1 (or 0 to turn the breaker off), got %g", *f.OvercommitFactor)
+	}
+	if f.ReadyTimeout.Duration < 0 {
+		fail("readyTimeout", "must not be negative, got %s", f.ReadyTimeout.Duration)
+	}
+	if h := f.Disk.Headroom; h != nil && (*h < 0 || *h >= 1) {
+		fail("disk.headroom", "must be a fraction in [0, 1), got %g", *h)
+	}
+	if f.Disk.AvgImageGB < 0 || f.Disk.NodeEphemeralGB < 0 {
+		fail("disk", "sizes must be positive GB")
+	}
+	names := map[string]bool{}
+	for i, c := range f.Clusters {
+		path := fmt.Sprintf("clusters[%d]", i)
+		switch {
+		case c.Name == "":
+			fail(path+".name", "every cluster needs a name")
+		case names[c.Name]:
+			fail(path+".name", "duplicate cluster name %q", c.Name)
+		}
+		names[c.Name] = true
+		if c.Weight < 0 {
+			fail(path+".weight", "must be positive, got %g", c.Weight)
+		}
+		if c.InCluster && (c.Kubeconfig != "" || c.Context != "") {
+			fail(path+".inCluster", "inCluster excludes kubeconfig and context")
+		}
+		if c.Namespace != "" {
+			for _, msg := range validation.IsDNS1123Label(c.Namespace) {
+				fail(path+".namespace", "%q is not a namespace name: %s", c.Namespace, msg)
+			}
+		}
+		if c.MaxReplicas < 0 {
+			fail(path+".maxReplicas", "must not be negative, got %d", c.MaxReplicas)
+		}
+	}
+	switch f.Template.ImagePullPolicy {
+	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		fail("template.imagePullPolicy", "%q is not Always, IfNotPresent or Never", f.Template.ImagePullPolicy)
+	}
+	for i, r := range f.Rewrite {
+		if _, err := images.ParseRule(r.From + "=" + r.To); err != nil {
+			fail(fmt.Sprintf("rewrite[%d]", i), "%v", err)
+		}
+	}
+	for k, v := range f.Labels {
+		for _, msg := range append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...) {
+			fail("labels."+k, "%s", msg)
+		}
+	}
+}
+
+// typeField finds the field path in the JSON decoder's type errors, such
+// as "Go struct field Cluster.clusters.weight of type float64".
+var typeField = regexp.MustCompile(`Go struct field [A-Za-z]+\.(\S+) of type`)
+
+// fieldOf extracts the field path a decoding error is about.
+func fieldOf(err error) string {
+	if m := typeField.FindStringSubmatch(err.Error()); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// strictMessage strips the decoder's layers of prefixes.
+func strictMessage(err error) string {
+	msg := err.Error()
+	for _, prefix := range []string{"error unmarshaling JSON: ", "while decoding JSON: ", "json: ", "error converting YAML to JSON: ", "yaml: "} {
+		msg = strings.TrimPrefix(msg, prefix)
+	}
+	return msg
+}
+
+// lineOf finds the line of a field path such as "clusters[1].weight" or
+// "template.resources", falling back to the nearest ancestor found.
+func lineOf(node *yaml.Node, path string) int {
+	line := node.Line
+	for _, part := range splitPath(path) {
+		next, keyLine := child(node, part)
+		if next == nil {
+			break
+		}
+		node, line = next, keyLine
+	}
+	return max(line, 1)
+}
+
+// splitPath splits "a.b[2].c" into a, b, 2, c.
+func splitPath(path string) []string {
+	path = strings.NewReplacer("[", ".", "]", "").Replace(path)
+	if path == "" {
+		return nil
+	}
+	return strings.Split(path, ".")
+}
+
+// child returns a mapping's value for key, with the key's line, or a
+// sequence's element at an index, with its own.
+func child(node *yaml.Node, part string) (*yaml.Node, int) {
+	switch node.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(node.Content); i += 2 {
+			if node.Content[i].Value == part {
+				return node.Content[i+1], node.Content[i].Line
+			}
+		}
+	case yaml.SequenceNode:
+		if i, err := strconv.Atoi(part); err == nil && i < len(node.Content) {
+			return node.Content[i], node.Content[i].Line
+		}
+	}
+	return nil, 0
+}

@@ -1,0 +1,107 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+)
+
+// The documented example shows every default, so it must load as Default.
+func TestExampleIsTheDefault(t *testing.T) {
+	got, err := Load("../../../examples/fleet.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	// Empty collections in the file decode as empty, not nil.
+	got.Clusters, got.Rewrite, got.Labels = nil, nil, nil
+	got.Template.NodeSelector, got.Template.Tolerations, got.Template.Labels, got.Template.Annotations = nil, nil, nil, nil
+	if !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("examples/fleet.yaml\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestParse(t *testing.T) {
+	f, err := Parse("fleet.yaml", []byte(`apiVersion: sandbox-fleet.io/v1alpha1
+kind: FleetConfig
+clusters:
+- name: a
+  namespace: rl
+- name: b
+  weight: 3
+  context: other
+placement: capacity-weighted
+maxConcurrent: 32
+readyTimeout: 90s
+template:
+  resources:
+    limits: {cpu: "2"}
+  tolerations:
+  - {key: gpu, operator: Exists, effect: NoSchedule}
+  extraPodSpec:
+    priorityClassName: rollouts
+rewrite:
+- {from: docker.io, to: mirror.local/hub}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Clusters[0].Weight != 1 || f.Clusters[1].Weight != 3 || f.MaxConcurrent != 32 || f.ReadyTimeout.Seconds() != 90 ||
+		f.MaxWarmPoolSize != 8 || f.Template.Tolerations[0].Key != "gpu" || f.Template.ExtraPodSpec.PriorityClassName != "rollouts" ||
+		f.Template.Resources.Limits.Cpu().String() != "2" || f.Template.Resources.Requests.Memory().String() != "512Mi" ||
+		f.Rewrite[0].To != "mirror.local/hub" || *f.WarmCreateBudget != 1000 {
+		t.Errorf("parsed %+v", f)
+	}
+	// Explicit zeros that mean something are kept.
+	g, err := Parse("fleet.yaml", []byte("apiVersion: sandbox-fleet.io/v1alpha1\nkind: FleetConfig\nwarmCreateBudget: 0\novercommitFactor: 0\n"))
+	if err != nil || *g.WarmCreateBudget != 0 || *g.OvercommitFactor != 0 {
+		t.Errorf("explicit zeros: %v %v %v", err, *g.WarmCreateBudget, *g.OvercommitFactor)
+	}
+}
+
+// Each bad file is rejected with the line of the offending field.
+func TestParseRejects(t *testing.T) {
+	const head = "apiVersion: sandbox-fleet.io/v1alpha1\nkind: FleetConfig\n"
+	for _, tt := range []struct {
+		name, body, want string
+	}{
+		{"unknown top-level field", "maxConcurrency: 4\n", "fleet.yaml:3: maxConcurrency: unknown field"},
+		{"unknown nested field", "template:\n  resources: {}\n  comand: [sh]\n", "fleet.yaml:5: template.comand: unknown field"},
+		{"unknown field in a cluster", "clusters:\n- name: a\n- name: b\n  wieght: 2\n", "fleet.yaml:6: clusters[1].wieght: unknown field"},
+		{"unknown field in a toleration", "template:\n  tolerations:\n  - key: a\n    efect: NoSchedule\n", "fleet.yaml:6: template.tolerations[0].efect: unknown field"},
+		{"bad quantity", "template:\n  resources:\n    requests:\n      cpu: lots\n", `fleet.yaml:6: template.resources.requests.cpu: "lots" is not a quantity`},
+		{"wrong type", "maxConcurrent: many\n", "fleet.yaml:3: cannot unmarshal string into Go struct field Fleet.maxConcurrent of type int"},
+		{"wrong type in a cluster", "clusters:\n- name: a\n  weight: heavy\n", "fleet.yaml:3: cannot unmarshal string"},
+		{"bad duration", "readyTimeout: soon\n", `time: invalid duration "soon"`},
+		{"negative concurrency", "maxConcurrent: -1\n", "fleet.yaml:3: maxConcurrent: must not be negative"},
+		{"unknown placement", "placement: random\n", `fleet.yaml:3: placement: unknown placement "random": use one of round-robin`},
+		{"headroom out of range", "disk:\n  headroom: 1.5\n", "fleet.yaml:4: disk.headroom: must be a fraction in [0, 1)"},
+		{"overcommit below 1", "overcommitFactor: 0.5\n", "fleet.yaml:3: overcommitFactor: must be at least 1"},
+		{"cluster without a name", "clusters:\n- namespace: rl\n", "fleet.yaml:4: clusters[0].name: every cluster needs a name"},
+		{"duplicate cluster", "clusters:\n- name: a\n- name: a\n", `fleet.yaml:5: clusters[1].name: duplicate cluster name "a"`},
+		{"bad namespace", "clusters:\n- name: a\n  namespace: RL_ns\n", `fleet.yaml:5: clusters[0].namespace: "RL_ns" is not a namespace name`},
+		{"in-cluster with a context", "clusters:\n- name: a\n  inCluster: true\n  context: x\n", "fleet.yaml:5: clusters[0].inCluster: inCluster excludes kubeconfig and context"},
+		{"bad pull policy", "template:\n  imagePullPolicy: Sometimes\n", `fleet.yaml:4: template.imagePullPolicy: "Sometimes" is not Always, IfNotPresent or Never`},
+		{"bad rewrite", "rewrite:\n- {from: docker.io, to: ''}\n", "fleet.yaml:4: rewrite[0]: rewrite rule"},
+		{"bad label", "labels:\n  team: 'a b'\n", "fleet.yaml:4: labels.team:"},
+		{"duplicate key", "maxConcurrent: 1\nmaxConcurrent: 2\n", `fleet.yaml: unmarshal errors:
+  line 4: key "maxConcurrent" already set in map`},
+		{"not YAML", "clusters: [\n", "fleet.yaml: yaml:"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("fleet.yaml", []byte(head+tt.body))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Parse = %v; want an error containing %q", err, tt.want)
+			}
+		})
+	}
+	if _, err := Parse("fleet.yaml", []byte("kind: FleetConfig\n")); err == nil || !strings.Contains(err.Error(), "fleet.yaml:1: apiVersion: want apiVersion sandbox-fleet.io/v1alpha1") {
+		t.Errorf("missing apiVersion: %v", err)
+	}
+	if _, err := Load("no-such-file.yaml"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+}
