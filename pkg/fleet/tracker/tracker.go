@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
@@ -30,7 +32,7 @@ type Tracker struct {
 	changed chan struct{} // closed and replaced on every event
 }
 
-// Start begins watching the warm pools and claims of run runID in namespace
+// Start begins watching the warm pools, claims and Pods of run runID in namespace
 // and returns once the first listing is in. It stops when ctx ends.
 func Start(ctx context.Context, cfg *rest.Config, namespace, runID string) (*Tracker, error) {
 	c, err := cache.New(cfg, cache.Options{
@@ -47,7 +49,16 @@ func Start(ctx context.Context, cfg *rest.Config, namespace, runID string) (*Tra
 		UpdateFunc: func(any, any) { t.notify() },
 		DeleteFunc: func(any) { t.notify() },
 	}
-	for _, obj := range []client.Object{&extensionsv1beta1.SandboxWarmPool{}, &extensionsv1beta1.SandboxClaim{}} {
+	// Pods are found by the Sandbox that controls them.
+	if err := c.IndexField(ctx, &corev1.Pod{}, sandboxIndex, func(o client.Object) []string {
+		if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == "Sandbox" {
+			return []string{ref.Name}
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("indexing pods: %w", err)
+	}
+	for _, obj := range []client.Object{&extensionsv1beta1.SandboxWarmPool{}, &extensionsv1beta1.SandboxClaim{}, &corev1.Pod{}} {
 		inf, err := c.GetInformer(ctx, obj)
 		if err != nil {
 			return nil, fmt.Errorf("watching %T: %w", obj, err)
@@ -61,6 +72,43 @@ func Start(ctx context.Context, cfg *rest.Config, namespace, runID string) (*Tra
 		return nil, fmt.Errorf("listing the run's objects in namespace %s: %w", namespace, context.Cause(ctx))
 	}
 	return t, nil
+}
+
+// sandboxIndex indexes Pods by the name of their controlling Sandbox.
+const sandboxIndex = "sandbox"
+
+// Changed returns a channel closed at the next change to any object of the
+// run, for callers that combine the tracker's state with timers of their own.
+func (t *Tracker) Changed() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.changed
+}
+
+// ClaimState is what is known of a claim and of its sandbox's Pod.
+type ClaimState struct {
+	Claim *extensionsv1beta1.SandboxClaim
+	// Pod is nil until the claim is bound to a sandbox whose Pod exists.
+	Pod *corev1.Pod
+}
+
+// Claim returns the state of claim name; found is false when it does not exist.
+func (t *Tracker) Claim(ctx context.Context, name string) (st ClaimState, found bool, err error) {
+	claim := &extensionsv1beta1.SandboxClaim{}
+	if err := t.get(ctx, name, claim); err != nil {
+		return ClaimState{}, false, client.IgnoreNotFound(err)
+	}
+	st.Claim = claim
+	if sandbox := claim.Status.SandboxStatus.Name; sandbox != "" {
+		pods := &corev1.PodList{}
+		if err := t.cache.List(ctx, pods, client.InNamespace(t.namespace), client.MatchingFields{sandboxIndex: sandbox}); err != nil {
+			return ClaimState{}, false, err
+		}
+		if len(pods.Items) > 0 {
+			st.Pod = &pods.Items[0]
+		}
+	}
+	return st, true, nil
 }
 
 func (t *Tracker) notify() {
@@ -101,18 +149,24 @@ func (t *Tracker) WaitPoolReady(ctx context.Context, name string, ready int32) (
 	return pool, err
 }
 
-// WaitClaimReady waits until claim name is Ready: bound to a running sandbox
-// that has a pod IP.
+// WaitClaimReady waits until claim name is Ready (see ClaimState.Ready).
 func (t *Tracker) WaitClaimReady(ctx context.Context, name string) (*extensionsv1beta1.SandboxClaim, error) {
-	claim := &extensionsv1beta1.SandboxClaim{}
+	var st ClaimState
 	err := t.waitFor(ctx, fmt.Sprintf("claim %s/%s to be Ready", t.namespace, name), func() (bool, error) {
-		if err := t.get(ctx, name, claim); err != nil {
-			return false, client.IgnoreNotFound(err)
-		}
-		return apimeta.IsStatusConditionTrue(claim.Status.Conditions, string(sandboxv1beta1.SandboxConditionReady)) &&
-			claim.Status.SandboxStatus.Name != "" && len(claim.Status.SandboxStatus.PodIPs) > 0, nil
+		var found bool
+		var err error
+		st, found, err = t.Claim(ctx, name)
+		return found && st.Ready(), err
 	})
-	return claim, err
+	return st.Claim, err
+}
+
+// Ready reports whether the claim is bound to a Ready sandbox whose Pod,
+// with its IP, is known.
+func (s ClaimState) Ready() bool {
+	return s.Claim != nil && s.Pod != nil &&
+		apimeta.IsStatusConditionTrue(s.Claim.Status.Conditions, string(sandboxv1beta1.SandboxConditionReady)) &&
+		len(s.Claim.Status.SandboxStatus.PodIPs) > 0
 }
 
 func (t *Tracker) get(ctx context.Context, name string, obj client.Object) error {

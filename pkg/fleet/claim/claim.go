@@ -1,0 +1,113 @@
+package claim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracker"
+)
+
+// Handle is a claimed sandbox, ready for work.
+type Handle struct {
+	TaskID    string `json:"taskId"`
+	Namespace string `json:"namespace"`
+	Claim     string `json:"claim"`
+	Sandbox   string `json:"sandbox"`
+	Pod       string `json:"pod"`
+	PodIP     string `json:"podIP"`
+	Node      string `json:"node"`
+}
+
+// Error is a claim given up because its Pod cannot become Ready.
+type Error struct {
+	TaskID, Claim, Pod string
+	Trouble
+}
+
+func (e *Error) Error() string {
+	kind := "after the grace period"
+	if e.Terminal {
+		kind = "at once"
+	}
+	return fmt.Sprintf("task %s: claim %s failed %s: pod %s: %s: %s", e.TaskID, e.Claim, kind, e.Pod, e.Reason, e.Message)
+}
+
+// Claimer claims sandboxes of one run in one namespace.
+type Claimer struct {
+	Client  client.Client
+	Tracker *tracker.Tracker
+	// Grace is how long trouble that may clear up is tolerated.
+	Grace time.Duration
+}
+
+// Acquire claims a sandbox of pool for task and waits until it is Ready.
+// When the claimed Pod cannot start — at once for terminal trouble, after
+// Grace for the rest — or ctx ends, the claim is deleted and an error
+// returned; an *Error says why the Pod failed.
+func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWarmPool, taskID string) (*Handle, error) {
+	claim := resources.Claim(pool, taskID)
+	if err := c.Client.Create(ctx, claim); err != nil {
+		return nil, fmt.Errorf("task %s: creating a claim on pool %s: %w", taskID, pool.Name, err)
+	}
+	var troubleSince time.Time
+	for {
+		changed := c.Tracker.Changed()
+		st, found, err := c.Tracker.Claim(ctx, claim.Name)
+		if err != nil {
+			return nil, c.abandon(claim, err)
+		}
+		var timer <-chan time.Time
+		if found {
+			if st.Ready() {
+				return &Handle{TaskID: taskID, Namespace: claim.Namespace, Claim: claim.Name,
+					Sandbox: st.Claim.Status.SandboxStatus.Name, Pod: st.Pod.Name,
+					PodIP: st.Claim.Status.SandboxStatus.PodIPs[0], Node: st.Pod.Spec.NodeName}, nil
+			}
+			switch trouble := Classify(st.Pod); {
+			case trouble == nil:
+				troubleSince = time.Time{}
+			case trouble.Terminal || (!troubleSince.IsZero() && time.Since(troubleSince) >= c.Grace):
+				return nil, c.abandon(claim, &Error{TaskID: taskID, Claim: claim.Name, Pod: st.Pod.Name, Trouble: *trouble})
+			default:
+				if troubleSince.IsZero() {
+					troubleSince = time.Now()
+				}
+				// No event may come while a Pod backs off; wake up when
+				// the grace runs out.
+				timer = time.After(c.Grace - time.Since(troubleSince))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, c.abandon(claim, fmt.Errorf("task %s: waiting for claim %s: %w", taskID, claim.Name, context.Cause(ctx)))
+		case <-changed:
+		case <-timer:
+		}
+	}
+}
+
+// abandon deletes a claim that will not be used and returns err.
+func (c *Claimer) abandon(claim *extensionsv1beta1.SandboxClaim, err error) error {
+	// The caller's context may be what ended; deletion must still happen.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if derr := client.IgnoreNotFound(c.Client.Delete(ctx, claim)); derr != nil {
+		return fmt.Errorf("%w (and deleting claim %s failed: %v)", err, claim.Name, derr)
+	}
+	return err
+}
+
+// Release deletes the handle's claim, and with it the sandbox.
+func (c *Claimer) Release(ctx context.Context, h *Handle) error {
+	claim := &extensionsv1beta1.SandboxClaim{}
+	claim.Name, claim.Namespace = h.Claim, h.Namespace
+	if err := client.IgnoreNotFound(c.Client.Delete(ctx, claim)); err != nil {
+		return fmt.Errorf("task %s: releasing claim %s: %w", h.TaskID, h.Claim, err)
+	}
+	return nil
+}

@@ -1,0 +1,63 @@
+// Package claim claims a sandbox for a task from its image's warm pool and
+// releases it. It fails fast: a claimed Pod that can never start (a bad image
+// name, a missing image with pulls disabled, OOM, a finished Pod) ends the
+// claim at once with a typed error instead of waiting out the ready timeout,
+// and trouble that may clear up (pull back-off, crash loops, no room to
+// schedule) ends it only after a grace period.
+package claim
+
+import (
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Trouble is what is wrong with a claimed Pod.
+type Trouble struct {
+	Reason  string
+	Message string
+	// Terminal trouble cannot clear up; the rest may, given time.
+	Terminal bool
+}
+
+var (
+	terminalWaiting  = map[string]bool{"InvalidImageName": true, "ErrImageNeverPull": true}
+	retryableWaiting = map[string]bool{"ErrImagePull": true, "ImagePullBackOff": true,
+		"CreateContainerConfigError": true, "CrashLoopBackOff": true}
+)
+
+// Classify says what, if anything, keeps pod from becoming Ready. A nil
+// Pod, or one still starting normally, has no trouble.
+func Classify(pod *corev1.Pod) *Trouble {
+	if pod == nil {
+		return nil
+	}
+	switch pod.Status.Phase {
+	case corev1.PodFailed, corev1.PodSucceeded:
+		return &Trouble{Reason: "Pod" + string(pod.Status.Phase), Message: pod.Status.Message, Terminal: true}
+	}
+	statuses := append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
+	var retryable *Trouble
+	for _, cs := range statuses {
+		for _, term := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
+			if term != nil && term.Reason == "OOMKilled" {
+				return &Trouble{Reason: "OOMKilled", Message: "container " + cs.Name + " ran out of memory", Terminal: true}
+			}
+		}
+		if w := cs.State.Waiting; w != nil {
+			switch {
+			case terminalWaiting[w.Reason]:
+				return &Trouble{Reason: w.Reason, Message: w.Message, Terminal: true}
+			case retryableWaiting[w.Reason] && retryable == nil:
+				retryable = &Trouble{Reason: w.Reason, Message: w.Message}
+			}
+		}
+	}
+	if retryable != nil {
+		return retryable
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return &Trouble{Reason: c.Reason, Message: c.Message}
+		}
+	}
+	return nil
+}
