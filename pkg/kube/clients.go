@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -84,4 +85,43 @@ func ForConfig(cfg *rest.Config, namespace string) (*Clients, error) {
 		namespace = "default"
 	}
 	return &Clients{Config: cfg, Kube: kc, Client: c, Namespace: namespace}, nil
+}
+
+// Target names a cluster the way a fleet configuration does.
+type Target struct {
+	// Kubeconfig is a kubeconfig path; empty uses $KUBECONFIG or ~/.kube/config.
+	Kubeconfig string
+	// Context is a context of that kubeconfig; empty uses its current one.
+	Context string
+	// InCluster uses the service account of the Pod this runs in.
+	InCluster bool
+	// Namespace overrides the context's namespace.
+	Namespace string
+}
+
+// ForTarget builds Clients for one cluster of a fleet.
+func ForTarget(t Target) (*Clients, error) {
+	if t.InCluster {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster configuration: %w", err)
+		}
+		return ForConfig(cfg, t.Namespace)
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if t.Kubeconfig != "" {
+		rules.ExplicitPath = t.Kubeconfig
+	}
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: t.Context})
+	cfg, err := loader.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading kubeconfig %q context %q: %w", t.Kubeconfig, t.Context, err)
+	}
+	ns := t.Namespace
+	if ns == "" {
+		if ns, _, err = loader.Namespace(); err != nil {
+			return nil, fmt.Errorf("reading the namespace of context %q: %w", t.Context, err)
+		}
+	}
+	return ForConfig(cfg, ns)
 }
