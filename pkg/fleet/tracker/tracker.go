@@ -169,6 +169,21 @@ func (s ClaimState) Ready() bool {
 		len(s.Claim.Status.SandboxStatus.PodIPs) > 0
 }
 
+// WaitEmpty waits until the run has no claims, warm pools or Pods left.
+func (t *Tracker) WaitEmpty(ctx context.Context) error {
+	return t.waitFor(ctx, "the run's claims, warm pools and pods to be gone", func() (bool, error) {
+		for _, list := range []client.ObjectList{&extensionsv1beta1.SandboxClaimList{}, &extensionsv1beta1.SandboxWarmPoolList{}, &corev1.PodList{}} {
+			if err := t.cache.List(ctx, list, client.InNamespace(t.namespace)); err != nil {
+				return false, err
+			}
+			if apimeta.LenList(list) > 0 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
 func (t *Tracker) get(ctx context.Context, name string, obj client.Object) error {
 	return t.cache.Get(ctx, client.ObjectKey{Namespace: t.namespace, Name: name}, obj)
 }

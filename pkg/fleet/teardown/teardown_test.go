@@ -1,0 +1,106 @@
+package teardown_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/teardown"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracker"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/warm"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
+)
+
+var cluster *testcluster.Cluster
+
+func TestMain(m *testing.M) { testcluster.Main(m, &cluster) }
+
+// run warms two pools of 2 for runID and claims one sandbox.
+func run(t *testing.T, ctx context.Context, clients *kube.Clients, runID string) *tracker.Tracker {
+	t.Helper()
+	tr, err := tracker.Start(ctx, clients.Config, clients.Namespace, runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pools []warm.Pool
+	for _, img := range []string{"busybox:1.35", "busybox:1.36"} {
+		tmpl := resources.Template(clients.Namespace, runID, img, resources.PodSpec{})
+		pools = append(pools, warm.Pool{Template: tmpl, Pool: resources.WarmPool(tmpl, 2)})
+	}
+	if err := warm.Fill(ctx, clients.Client, tr, pools, 0); err != nil {
+		t.Fatal(err)
+	}
+	claimer := &claim.Claimer{Client: clients.Client, Tracker: tr, Grace: time.Minute}
+	if _, err := claimer.Acquire(ctx, pools[0].Pool, "task-1"); err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+// Two runs share a namespace; tearing one down removes all of it, Sandboxes
+// included, and leaves the other exactly as it was.
+func TestTeardownIsScopedToItsRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	clients, err := cluster.Clients(cluster.NewNamespace(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := run(t, ctx, clients, "run-a")
+	run(t, ctx, clients, "run-b")
+	before, err := teardown.Leftovers(ctx, clients.Client, clients.Namespace, "run-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := teardown.Run(ctx, clients.Client, a, clients.Namespace, "run-a"); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := teardown.Leftovers(ctx, clients.Client, clients.Namespace, "run-a"); err != nil || len(left) > 0 {
+		t.Errorf("run-a left %v (%v)", left, err)
+	}
+	after, err := teardown.Leftovers(ctx, clients.Client, clients.Namespace, "run-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pools may still be refilling the claimed sandbox, so run-b may
+	// have gained a Pod, but it lost nothing.
+	for _, obj := range before {
+		if !slices.Contains(after, obj) {
+			t.Errorf("tearing down run-a deleted %s of run-b", obj)
+		}
+	}
+	// The remaining Sandboxes, which carry no run label, all belong to
+	// run-b's pools and claim.
+	owners := map[string]bool{}
+	for _, obj := range after {
+		if kind, name, _ := strings.Cut(obj, "/"); kind == "SandboxWarmPool" || kind == "SandboxClaim" {
+			owners[name] = true
+		}
+	}
+	sandboxes := &sandboxv1beta1.SandboxList{}
+	if err := clients.Client.List(ctx, sandboxes, client.InNamespace(clients.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range sandboxes.Items {
+		ref := metav1.GetControllerOf(&sb)
+		if ref == nil || !owners[ref.Name] {
+			t.Errorf("sandbox %s (controller %v) is not run-b's", sb.Name, ref)
+		}
+	}
+	// At least the claimed one and three warm ones (the claimed pool may
+	// not have refilled yet).
+	if len(sandboxes.Items) < 4 {
+		t.Errorf("%d sandboxes remain, want run-b's", len(sandboxes.Items))
+	}
+}
