@@ -26,7 +26,7 @@ var cluster *testcluster.Cluster
 func TestMain(m *testing.M) { testcluster.Main(m, &cluster) }
 
 // run warms two pools of 2 for runID and claims one sandbox.
-func run(t *testing.T, ctx context.Context, clients *kube.Clients, runID string) *tracker.Tracker {
+func run(t *testing.T, ctx context.Context, clients *kube.Clients, runID string) (*tracker.Tracker, *claim.Handle) {
 	t.Helper()
 	tr, err := tracker.Start(ctx, clients.Config, clients.Namespace, runID)
 	if err != nil {
@@ -41,10 +41,11 @@ func run(t *testing.T, ctx context.Context, clients *kube.Clients, runID string)
 		t.Fatal(err)
 	}
 	claimer := &claim.Claimer{Client: clients.Client, Tracker: tr, Grace: time.Minute}
-	if _, err := claimer.Acquire(ctx, pools[0].Pool, "task-1"); err != nil {
+	h, err := claimer.Acquire(ctx, pools[0].Pool, "task-1")
+	if err != nil {
 		t.Fatal(err)
 	}
-	return tr
+	return tr, h
 }
 
 // Two runs share a namespace; tearing one down removes all of it, Sandboxes
@@ -56,8 +57,8 @@ func TestTeardownIsScopedToItsRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := run(t, ctx, clients, "run-a")
-	run(t, ctx, clients, "run-b")
+	a, _ := run(t, ctx, clients, "run-a")
+	_, claimedB := run(t, ctx, clients, "run-b")
 	before, err := teardown.Leftovers(ctx, clients.Client, clients.Namespace, "run-b")
 	if err != nil {
 		t.Fatal(err)
@@ -73,12 +74,25 @@ func TestTeardownIsScopedToItsRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The pools may still be refilling the claimed sandbox, so run-b may
-	// have gained a Pod, but it lost nothing.
+	// run-b lost nothing. Its warm Pods are the controller's to churn (a
+	// pool refills a claimed sandbox, and may trim a surplus), so of the
+	// Pods only the claimed one must stay, and enough warm ones.
+	pods := 0
 	for _, obj := range before {
+		if strings.HasPrefix(obj, "Pod/") {
+			continue
+		}
 		if !slices.Contains(after, obj) {
 			t.Errorf("tearing down run-a deleted %s of run-b", obj)
 		}
+	}
+	for _, obj := range after {
+		if strings.HasPrefix(obj, "Pod/") {
+			pods++
+		}
+	}
+	if !slices.Contains(after, "Pod/"+claimedB.Pod) || pods < 4 {
+		t.Errorf("run-b's claimed pod %s or its warm pods are gone: %v", claimedB.Pod, after)
 	}
 	// The remaining Sandboxes, which carry no run label, all belong to
 	// run-b's pools and claim.
