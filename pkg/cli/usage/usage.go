@@ -14,14 +14,6 @@ type usageError struct{ err error }
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
-// Wrap marks err as a usage error. Wrap(nil) is nil.
-func Wrap(err error) error {
-	if err == nil {
-		return nil
-	}
-	return usageError{err}
-}
-
 // Errorf is fmt.Errorf for usage errors.
 func Errorf(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
