@@ -10,8 +10,6 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracker"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 )
 
 // A claim whose sandbox has an image the kubelet rejects fails at once,
@@ -19,16 +17,9 @@ import (
 func TestClaimOnBadImageFailsFast(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ns := newNamespace(t)
-	clients, err := kube.ForConfig(restConfig(), ns)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const runID = "e2e-bad-image"
-	tr, err := tracker.Start(ctx, clients.Config, ns, runID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	clients, tr := startRun(t, ctx, runID)
+	ns := clients.Namespace
 	tmpl := resources.Template(ns, runID, "docker.io/library/Busybox:UPPER:case", resources.PodSpec{})
 	pool := resources.WarmPool(tmpl, 1)
 	for _, obj := range []client.Object{tmpl, pool} {
@@ -38,7 +29,7 @@ func TestClaimOnBadImageFailsFast(t *testing.T) {
 	}
 	claimer := &claim.Claimer{Client: clients.Client, Tracker: tr, Grace: time.Minute}
 	start := time.Now()
-	_, err = claimer.Acquire(ctx, pool, "bad-1")
+	_, err := claimer.Acquire(ctx, pool, "bad-1")
 	var claimErr *claim.Error
 	if !errors.As(err, &claimErr) || claimErr.Reason != "InvalidImageName" || !claimErr.Terminal {
 		t.Fatalf("Acquire = %v; want a terminal InvalidImageName claim error", err)

@@ -6,6 +6,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"testing"
 
@@ -14,6 +15,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracker"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 )
 
 // KubeconfigEnv names the kubeconfig of an existing cluster to test.
@@ -59,6 +62,21 @@ func newNamespace(t *testing.T) string {
 		return local.NewNamespace(t)
 	}
 	return testcluster.NewNamespace(t, kubeClient(t))
+}
+
+// startRun gives a test a namespace of its own, clients working in it and a
+// tracker of run runID there.
+func startRun(t *testing.T, ctx context.Context, runID string) (*kube.Clients, *tracker.Tracker) {
+	t.Helper()
+	clients, err := kube.ForConfig(restConfig(), newNamespace(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := tracker.Start(ctx, clients.Config, clients.Namespace, runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clients, tr
 }
 
 // requireLocal skips a test that needs to reach the node itself.

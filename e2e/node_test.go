@@ -18,14 +18,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	criclient "k8s.io/cri-client/pkg"
+	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracker"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/warm"
 )
 
 // A warm pool of busybox sandboxes on the real node; a claim adopts one;
@@ -34,38 +34,30 @@ import (
 func TestWarmPoolClaimAndExec(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ns := newNamespace(t)
-	clients, err := kube.ForConfig(restConfig(), ns)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const runID = "e2e-exec"
-	tr, err := tracker.Start(ctx, clients.Config, ns, runID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	clients, tr := startRun(t, ctx, runID)
+	ns := clients.Namespace
 	template := resources.Template(ns, runID, testimages.Busybox, resources.PodSpec{})
 	pool := resources.WarmPool(template, 2)
-	for _, obj := range []client.Object{template, pool} {
-		if err := clients.Client.Create(ctx, obj); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := tr.WaitPoolReady(ctx, pool.Name, 2); err != nil {
+	if err := warm.Fill(ctx, clients.Client, tr, []warm.Pool{{Template: template, Pool: pool}}, 0); err != nil {
 		t.Fatal(err)
 	}
-	claim := resources.Claim(pool, "task-1")
-	if err := clients.Client.Create(ctx, claim); err != nil {
+	h, err := (&claim.Claimer{Client: clients.Client, Tracker: tr, Grace: time.Minute}).Acquire(ctx, pool, "task-1")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if claim, err = tr.WaitClaimReady(ctx, claim.Name); err != nil {
+	pod := &corev1.Pod{}
+	if err := clients.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: h.Pod}, pod); err != nil {
 		t.Fatal(err)
 	}
-	pod := claimedPod(ctx, t, clients, runID, claim.Status.SandboxStatus.PodIPs[0])
 	// Adopted from the warm pool, not started for the claim.
-	if pod.CreationTimestamp.After(claim.CreationTimestamp.Time) {
-		t.Errorf("pod %s was created at %s, after claim %s (%s): the claim did not adopt a warm sandbox",
-			pod.Name, pod.CreationTimestamp, claim.Name, claim.CreationTimestamp)
+	// The controller records on the Sandbox whether it was warm.
+	sandbox := &sandboxv1beta1.Sandbox{}
+	if err := clients.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: h.Sandbox}, sandbox); err != nil {
+		t.Fatal(err)
+	}
+	if got := sandbox.Labels["agents.x-k8s.io/launch-type"]; got != "warm" {
+		t.Errorf("sandbox %s launch type %q: the claim did not adopt a warm sandbox", sandbox.Name, got)
 	}
 	if pod.Spec.NodeName == "" || pod.Spec.Containers[0].Image != testimages.Busybox {
 		t.Errorf("pod %s: node %q image %q", pod.Name, pod.Spec.NodeName, pod.Spec.Containers[0].Image)
@@ -97,22 +89,6 @@ func TestWarmPoolClaimAndExec(t *testing.T) {
 			}
 		})
 	}
-}
-
-// claimedPod finds the run's pod with the claim's IP, running on a real node.
-func claimedPod(ctx context.Context, t *testing.T, clients *kube.Clients, runID, ip string) corev1.Pod {
-	t.Helper()
-	pods := &corev1.PodList{}
-	if err := clients.Client.List(ctx, pods, client.InNamespace(clients.Namespace), client.MatchingLabels(labels.ForRun(runID))); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pods.Items {
-		if p.Status.PodIP == ip {
-			return p
-		}
-	}
-	t.Fatalf("no pod of run %s has the claim's IP %s", runID, ip)
-	return corev1.Pod{}
 }
 
 // The container-waiting reasons that fail-fast logic keys on.

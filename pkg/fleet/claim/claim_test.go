@@ -3,10 +3,14 @@ package claim_test
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -14,7 +18,9 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracker"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/warm"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
 
 var cluster *testcluster.Cluster
@@ -35,32 +41,48 @@ func setup(t *testing.T, ctx context.Context, runID string) (*kube.Clients, *cla
 	return clients, &claim.Claimer{Client: clients.Client, Tracker: tr, Grace: 2 * time.Second}
 }
 
-func createPool(t *testing.T, ctx context.Context, c client.Client, tmpl *extensionsv1beta1.SandboxTemplate, replicas int32) *extensionsv1beta1.SandboxWarmPool {
-	t.Helper()
-	pool := resources.WarmPool(tmpl, replicas)
-	for _, obj := range []client.Object{tmpl, pool} {
-		if err := c.Create(ctx, obj); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return pool
-}
-
+// A template, a warm pool of 3 and a claim, made and followed by the
+// project's own code on kwok nodes driven by the real Agent Sandbox
+// controller: the claim is Ready with its sandbox name and pod IP, adopted
+// from the pool, and released without a trace.
 func TestAcquireAndRelease(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	clients, claimer := setup(t, ctx, "acquire")
-	pool := createPool(t, ctx, clients.Client, resources.Template(clients.Namespace, "acquire", "busybox:1.36", resources.PodSpec{}), 2)
-	if _, err := claimer.Tracker.WaitPoolReady(ctx, pool.Name, 2); err != nil {
+	const runID = "acquire"
+	clients, claimer := setup(t, ctx, runID)
+	tmpl := resources.Template(clients.Namespace, runID, "docker.io/library/busybox:1.36", resources.PodSpec{})
+	pool := resources.WarmPool(tmpl, 3)
+	if err := warm.Fill(ctx, clients.Client, claimer.Tracker, []warm.Pool{{Template: tmpl, Pool: pool}}, 0); err != nil {
 		t.Fatal(err)
 	}
 	h, err := claimer.Acquire(ctx, pool, "task-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.Claim == "" || h.Sandbox == "" || h.Pod == "" || h.PodIP == "" || h.Node == "" || h.TaskID != "task-1" {
+	if h.Claim == "" || h.Sandbox == "" || h.Node == "" || h.TaskID != "task-1" {
 		t.Errorf("handle %+v is incomplete", h)
 	}
+	if _, err := netip.ParseAddr(h.PodIP); err != nil {
+		t.Errorf("handle pod IP %q: %v", h.PodIP, err)
+	}
+	// The Pod is the sandbox's, carries the run's labels, and was warm
+	// before the claim: adopted, not cold-started.
+	pod := &corev1.Pod{}
+	if err := clients.Client.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: h.Pod}, pod); err != nil {
+		t.Fatal(err)
+	}
+	if ref := metav1.GetControllerOf(pod); ref == nil || ref.Name != h.Sandbox || pod.Labels[labels.RunID] != runID || pod.Status.PodIP != h.PodIP {
+		t.Errorf("pod %s: controller %v labels %v IP %s; want sandbox %s, run %s, IP %s", pod.Name, ref, pod.Labels, pod.Status.PodIP, h.Sandbox, runID, h.PodIP)
+	}
+	// The controller records on the Sandbox whether it was warm.
+	sandbox := &sandboxv1beta1.Sandbox{}
+	if err := clients.Client.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: h.Sandbox}, sandbox); err != nil {
+		t.Fatal(err)
+	}
+	if got := sandbox.Labels["agents.x-k8s.io/launch-type"]; got != "warm" {
+		t.Errorf("sandbox %s launch type %q: the claim did not adopt a warm sandbox", sandbox.Name, got)
+	}
+
 	if err := claimer.Release(ctx, h); err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +100,13 @@ func TestUnschedulableFailsAfterGrace(t *testing.T) {
 	clients, claimer := setup(t, ctx, "unschedulable")
 	tmpl := resources.Template(clients.Namespace, "unschedulable", "busybox:1.36", resources.PodSpec{})
 	tmpl.Spec.PodTemplate.Spec.NodeSelector = map[string]string{"no-such-label": "anywhere"}
-	pool := createPool(t, ctx, clients.Client, tmpl, 1)
+	// The pool never becomes Ready, so it is created by hand, not filled.
+	pool := resources.WarmPool(tmpl, 1)
+	for _, obj := range []client.Object{tmpl, pool} {
+		if err := clients.Client.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	start := time.Now()
 	_, err := claimer.Acquire(ctx, pool, "task-1")

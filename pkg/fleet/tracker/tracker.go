@@ -149,18 +149,6 @@ func (t *Tracker) WaitPoolReady(ctx context.Context, name string, ready int32) (
 	return pool, err
 }
 
-// WaitClaimReady waits until claim name is Ready (see ClaimState.Ready).
-func (t *Tracker) WaitClaimReady(ctx context.Context, name string) (*extensionsv1beta1.SandboxClaim, error) {
-	var st ClaimState
-	err := t.waitFor(ctx, fmt.Sprintf("claim %s/%s to be Ready", t.namespace, name), func() (bool, error) {
-		var found bool
-		var err error
-		st, found, err = t.Claim(ctx, name)
-		return found && st.Ready(), err
-	})
-	return st.Claim, err
-}
-
 // Ready reports whether the claim is bound to a Ready sandbox whose Pod,
 // with its IP, is known.
 func (s ClaimState) Ready() bool {
