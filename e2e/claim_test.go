@@ -20,7 +20,10 @@ func TestClaimOnBadImageFailsFast(t *testing.T) {
 	const runID = "e2e-bad-image"
 	clients, tr := startRun(t, ctx, runID)
 	ns := clients.Namespace
-	tmpl := resources.Template(ns, runID, "docker.io/library/Busybox:UPPER:case", resources.PodSpec{})
+	tmpl, err := resources.Template(ns, runID, "docker.io/library/Busybox:UPPER:case", resources.PodSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	pool := resources.WarmPool(tmpl, 1)
 	for _, obj := range []client.Object{tmpl, pool} {
 		if err := clients.Client.Create(ctx, obj); err != nil {
@@ -29,7 +32,7 @@ func TestClaimOnBadImageFailsFast(t *testing.T) {
 	}
 	claimer := &claim.Claimer{Client: clients.Client, Tracker: tr, Grace: time.Minute}
 	start := time.Now()
-	_, err := claimer.Acquire(ctx, pool, "bad-1")
+	_, err = claimer.Acquire(ctx, pool, "bad-1")
 	var claimErr *claim.Error
 	if !errors.As(err, &claimErr) || claimErr.Reason != "InvalidImageName" || !claimErr.Terminal {
 		t.Fatalf("Acquire = %v; want a terminal InvalidImageName claim error", err)

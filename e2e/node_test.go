@@ -37,7 +37,10 @@ func TestWarmPoolClaimAndExec(t *testing.T) {
 	const runID = "e2e-exec"
 	clients, tr := startRun(t, ctx, runID)
 	ns := clients.Namespace
-	template := resources.Template(ns, runID, testimages.Busybox, resources.PodSpec{})
+	template, err := resources.Template(ns, runID, testimages.Busybox, resources.PodSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	pool := resources.WarmPool(template, 2)
 	if err := warm.Fill(ctx, clients.Client, tr, []warm.Pool{{Template: template, Pool: pool}}, 0); err != nil {
 		t.Fatal(err)

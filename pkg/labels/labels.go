@@ -18,6 +18,9 @@ const (
 	// OriginalImage is the annotation that records an image's reference
 	// before a rewrite rule redirected it to a mirror.
 	OriginalImage = "sandbox-fleet.io/original-image"
+	// Pool names, on a sandbox Pod, the warm pool it belongs to; colocation
+	// affinity selects a pool's replicas by it.
+	Pool = "sandbox-fleet.io/pool"
 	// TaskID is the annotation that records on a claim the task it serves.
 	TaskID = "sandbox-fleet.io/task-id"
 )

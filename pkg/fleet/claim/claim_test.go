@@ -50,7 +50,10 @@ func TestAcquireAndRelease(t *testing.T) {
 	defer cancel()
 	const runID = "acquire"
 	clients, claimer := setup(t, ctx, runID)
-	tmpl := resources.Template(clients.Namespace, runID, "docker.io/library/busybox:1.36", resources.PodSpec{})
+	tmpl, err := resources.Template(clients.Namespace, runID, "docker.io/library/busybox:1.36", resources.PodSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	pool := resources.WarmPool(tmpl, 3)
 	if err := warm.Fill(ctx, clients.Client, claimer.Tracker, []warm.Pool{{Template: tmpl, Pool: pool}}, 0); err != nil {
 		t.Fatal(err)
@@ -98,7 +101,10 @@ func TestUnschedulableFailsAfterGrace(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	clients, claimer := setup(t, ctx, "unschedulable")
-	tmpl := resources.Template(clients.Namespace, "unschedulable", "busybox:1.36", resources.PodSpec{})
+	tmpl, err := resources.Template(clients.Namespace, "unschedulable", "busybox:1.36", resources.PodSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	tmpl.Spec.PodTemplate.Spec.NodeSelector = map[string]string{"no-such-label": "anywhere"}
 	// The pool never becomes Ready, so it is created by hand, not filled.
 	pool := resources.WarmPool(tmpl, 1)
@@ -109,7 +115,7 @@ func TestUnschedulableFailsAfterGrace(t *testing.T) {
 	}
 
 	start := time.Now()
-	_, err := claimer.Acquire(ctx, pool, "task-1")
+	_, err = claimer.Acquire(ctx, pool, "task-1")
 	var claimErr *claim.Error
 	if !errors.As(err, &claimErr) || claimErr.Reason != "Unschedulable" || claimErr.Terminal {
 		t.Fatalf("Acquire = %v; want an Unschedulable claim error", err)

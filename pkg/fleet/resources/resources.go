@@ -6,12 +6,16 @@ package resources
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"maps"
 	"regexp"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 
@@ -27,8 +31,25 @@ var KeepaliveCommand = []string{"sleep", "infinity"}
 
 // PodSpec is what a run sets on every sandbox Pod of an image.
 type PodSpec struct {
-	Command   []string
-	Resources corev1.ResourceRequirements
+	// Command keeps the container alive; default KeepaliveCommand.
+	Command          []string
+	Resources        corev1.ResourceRequirements
+	RuntimeClassName string
+	NodeSelector     map[string]string
+	ImagePullSecret  string
+	ImagePullPolicy  corev1.PullPolicy
+	Tolerations      []corev1.Toleration
+	// Colocate prefers the node that already runs a replica of the pool, so
+	// that only one node pulls the image.
+	Colocate bool
+	// PodLabels and PodAnnotations go on the Pods only; ObjectLabels on
+	// every object of the run. The run's own labels always win.
+	PodLabels, PodAnnotations, ObjectLabels map[string]string
+	// OriginalImage is the image before a rewrite rule redirected it.
+	OriginalImage string
+	// Extra is strategically merged into the generated Pod spec, as kubectl
+	// patch would, for anything not covered above.
+	Extra *corev1.PodSpec
 }
 
 var nonName = regexp.MustCompile(`[^a-z0-9]+`)
@@ -65,33 +86,113 @@ func PoolName(runID, image string) string {
 	return stem + "-" + hex.EncodeToString(sum[:])[:10]
 }
 
-// Template builds the SandboxTemplate for image.
-func Template(namespace, runID, image string, spec PodSpec) *extensionsv1beta1.SandboxTemplate {
+// Template builds the SandboxTemplate for image. It fails only when
+// spec.Extra cannot be merged into the Pod spec.
+func Template(namespace, runID, image string, spec PodSpec) (*extensionsv1beta1.SandboxTemplate, error) {
 	name := PoolName(runID, image)
 	command := spec.Command
 	if len(command) == 0 {
 		command = KeepaliveCommand
 	}
+	objectLabels := withRun(spec.ObjectLabels, runID)
+	podLabels := withRun(spec.PodLabels, runID)
+	maps.Copy(podLabels, spec.ObjectLabels)
+	maps.Copy(podLabels, labels.ForRun(runID))
+	podLabels[labels.Pool] = name
+	annotations := maps.Clone(spec.PodAnnotations)
+	if spec.OriginalImage != "" && spec.OriginalImage != image {
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations[labels.OriginalImage] = spec.OriginalImage
+	}
+	pod := corev1.PodSpec{
+		Containers: []corev1.Container{{
+			Name:            ContainerName,
+			Image:           image,
+			Command:         command,
+			Resources:       spec.Resources,
+			ImagePullPolicy: spec.ImagePullPolicy,
+		}},
+		NodeSelector: maps.Clone(spec.NodeSelector),
+		Tolerations:  slices.Clone(spec.Tolerations),
+		// The keepalive ignores SIGTERM; there is no state to flush.
+		TerminationGracePeriodSeconds: new(int64(0)),
+	}
+	if spec.RuntimeClassName != "" {
+		pod.RuntimeClassName = &spec.RuntimeClassName
+	}
+	if spec.ImagePullSecret != "" {
+		pod.ImagePullSecrets = []corev1.LocalObjectReference{{Name: spec.ImagePullSecret}}
+	}
+	if spec.Colocate {
+		pod.Affinity = colocate(name)
+	}
+	if spec.Extra != nil {
+		merged, err := mergePodSpec(pod, *spec.Extra)
+		if err != nil {
+			return nil, fmt.Errorf("merging extraPodSpec into the pod of %s: %w", image, err)
+		}
+		pod = merged
+	}
 	return &extensionsv1beta1.SandboxTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels.ForRun(runID)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: objectLabels},
 		Spec: extensionsv1beta1.SandboxTemplateSpec{
 			SandboxBlueprint: sandboxv1beta1.SandboxBlueprint{
 				PodTemplate: sandboxv1beta1.PodTemplate{
-					ObjectMeta: sandboxv1beta1.PodMetadata{Labels: labels.ForRun(runID)},
-					Spec: corev1.PodSpec{
-						Containers: []corev1.Container{{
-							Name:      ContainerName,
-							Image:     image,
-							Command:   command,
-							Resources: spec.Resources,
-						}},
-						// The keepalive ignores SIGTERM; there is no state to flush.
-						TerminationGracePeriodSeconds: new(int64(0)),
-					},
+					ObjectMeta: sandboxv1beta1.PodMetadata{Labels: podLabels, Annotations: annotations},
+					Spec:       pod,
 				},
 			},
 		},
+	}, nil
+}
+
+// withRun returns extra with the run's labels over it.
+func withRun(extra map[string]string, runID string) map[string]string {
+	out := maps.Clone(extra)
+	if out == nil {
+		out = map[string]string{}
 	}
+	maps.Copy(out, labels.ForRun(runID))
+	return out
+}
+
+// colocate softly prefers nodes already running a replica of pool: only the
+// first replica pulls the image, and a full node spills over rather than
+// leaving replicas pending.
+func colocate(pool string) *corev1.Affinity {
+	return &corev1.Affinity{PodAffinity: &corev1.PodAffinity{
+		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+			Weight: 100,
+			PodAffinityTerm: corev1.PodAffinityTerm{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{labels.Pool: pool}},
+				TopologyKey:   corev1.LabelHostname,
+			},
+		}},
+	}}
+}
+
+// mergePodSpec applies extra to base as a strategic merge patch, so that
+// lists such as containers and volumes merge by name.
+func mergePodSpec(base, extra corev1.PodSpec) (corev1.PodSpec, error) {
+	baseJSON, err := json.Marshal(base)
+	if err != nil {
+		return base, err
+	}
+	patch, err := json.Marshal(extra)
+	if err != nil {
+		return base, err
+	}
+	merged, err := strategicpatch.StrategicMergePatch(baseJSON, patch, corev1.PodSpec{})
+	if err != nil {
+		return base, err
+	}
+	var out corev1.PodSpec
+	if err := json.Unmarshal(merged, &out); err != nil {
+		return base, err
+	}
+	return out, nil
 }
 
 // WarmPool builds the SandboxWarmPool that keeps replicas sandboxes of

@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
 
@@ -41,7 +43,10 @@ func TestPoolName(t *testing.T) {
 }
 
 func TestObjectsCarryTheRunLabels(t *testing.T) {
-	tmpl := Template("ns", "run-7", "busybox:1.36", PodSpec{})
+	tmpl, err := Template("ns", "run-7", "busybox:1.36", PodSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	pool := WarmPool(tmpl, 3)
 	claim := Claim(pool, "task-1")
 	for what, got := range map[string]map[string]string{
@@ -60,5 +65,47 @@ func TestObjectsCarryTheRunLabels(t *testing.T) {
 	}
 	if claim.Annotations[labels.TaskID] != "task-1" {
 		t.Errorf("claim annotations %v lack the task id", claim.Annotations)
+	}
+}
+
+func TestTemplatePodSpec(t *testing.T) {
+	spec := PodSpec{
+		RuntimeClassName: "gvisor",
+		NodeSelector:     map[string]string{"pool": "e2"},
+		ImagePullSecret:  "regcred",
+		ImagePullPolicy:  corev1.PullNever,
+		Tolerations:      []corev1.Toleration{{Key: "sandbox", Operator: corev1.TolerationOpExists}},
+		Colocate:         true,
+		PodLabels:        map[string]string{"team": "rl", labels.RunID: "spoofed"},
+		PodAnnotations:   map[string]string{"note": "x"},
+		ObjectLabels:     map[string]string{"cost-center": "42"},
+		OriginalImage:    "docker.io/library/busybox:1.36",
+		Extra: &corev1.PodSpec{
+			PriorityClassName: "rollouts",
+			Containers:        []corev1.Container{{Name: ContainerName, WorkingDir: "/testbed"}},
+		},
+	}
+	tmpl, err := Template("ns", "run-7", "mirror.local/busybox:1.36", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := tmpl.Spec.PodTemplate
+	c := pod.Spec.Containers
+	switch {
+	case *pod.Spec.RuntimeClassName != "gvisor", pod.Spec.NodeSelector["pool"] != "e2",
+		pod.Spec.ImagePullSecrets[0].Name != "regcred", pod.Spec.Tolerations[0].Key != "sandbox":
+		t.Errorf("pod spec %+v lacks the configured scheduling fields", pod.Spec)
+	case len(c) != 1 || c[0].WorkingDir != "/testbed" || c[0].Image != "mirror.local/busybox:1.36" || c[0].ImagePullPolicy != corev1.PullNever:
+		t.Errorf("containers %+v: extraPodSpec must merge into the sandbox container by name", c)
+	case pod.Spec.PriorityClassName != "rollouts":
+		t.Errorf("extraPodSpec priority class lost: %q", pod.Spec.PriorityClassName)
+	case pod.Spec.Affinity == nil || pod.Spec.Affinity.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.LabelSelector.MatchLabels[labels.Pool] != tmpl.Name:
+		t.Errorf("colocate: affinity %+v does not prefer the pool's own nodes", pod.Spec.Affinity)
+	case pod.ObjectMeta.Labels[labels.RunID] != "run-7" || pod.ObjectMeta.Labels["team"] != "rl" || pod.ObjectMeta.Labels["cost-center"] != "42" || pod.ObjectMeta.Labels[labels.Pool] != tmpl.Name:
+		t.Errorf("pod labels %v: want the run's over the user's, plus pool and object labels", pod.ObjectMeta.Labels)
+	case pod.ObjectMeta.Annotations[labels.OriginalImage] != spec.OriginalImage || pod.ObjectMeta.Annotations["note"] != "x":
+		t.Errorf("pod annotations %v lack the original image or the user's", pod.ObjectMeta.Annotations)
+	case tmpl.Labels["cost-center"] != "42" || tmpl.Labels["team"] != "":
+		t.Errorf("template labels %v: want object labels only", tmpl.Labels)
 	}
 }

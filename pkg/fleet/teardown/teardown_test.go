@@ -34,7 +34,10 @@ func run(t *testing.T, ctx context.Context, clients *kube.Clients, runID string)
 	}
 	var pools []warm.Pool
 	for _, img := range []string{"busybox:1.35", "busybox:1.36"} {
-		tmpl := resources.Template(clients.Namespace, runID, img, resources.PodSpec{})
+		tmpl, err := resources.Template(clients.Namespace, runID, img, resources.PodSpec{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		pools = append(pools, warm.Pool{Template: tmpl, Pool: resources.WarmPool(tmpl, 2)})
 	}
 	if err := warm.Fill(ctx, clients.Client, tr, pools, 0); err != nil {

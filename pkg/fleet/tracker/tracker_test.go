@@ -25,7 +25,10 @@ func TestTrackerSeesOnlyItsRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other := resources.Template(ns, "run-other", "busybox:1.36", resources.PodSpec{})
+	other, err := resources.Template(ns, "run-other", "busybox:1.36", resources.PodSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	otherPool := resources.WarmPool(other, 1)
 	for _, obj := range []client.Object{other, otherPool} {
 		if err := clients.Client.Create(ctx, obj); err != nil {

@@ -39,7 +39,10 @@ func TestFillInWaves(t *testing.T) {
 	}
 	var pools []warm.Pool
 	for i, img := range []string{"busybox:1.34", "busybox:1.35", "busybox:1.36"} {
-		tmpl := resources.Template(ns, runID, img, resources.PodSpec{})
+		tmpl, err := resources.Template(ns, runID, img, resources.PodSpec{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		pools = append(pools, warm.Pool{Template: tmpl, Pool: resources.WarmPool(tmpl, int32(3-i))})
 	}
 	if err := warm.Fill(ctx, clients.Client, tr, pools, 2); err != nil {
