@@ -42,7 +42,7 @@ func TestWarmPoolClaimAndExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := resources.WarmPool(template, 2)
-	if err := warm.Fill(ctx, clients.Client, tr, []warm.Pool{{Template: template, Pool: pool}}, 0); err != nil {
+	if err := (&warm.Filler{Client: clients.Client, Tracker: tr}).Fill(ctx, []warm.Pool{{Template: template, Pool: pool}}); err != nil {
 		t.Fatal(err)
 	}
 	h, err := (&claim.Claimer{Client: clients.Client, Tracker: tr, Grace: time.Minute}).Acquire(ctx, pool, "task-1")

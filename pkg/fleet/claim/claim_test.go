@@ -55,7 +55,7 @@ func TestAcquireAndRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := resources.WarmPool(tmpl, 3)
-	if err := warm.Fill(ctx, clients.Client, claimer.Tracker, []warm.Pool{{Template: tmpl, Pool: pool}}, 0); err != nil {
+	if err := (&warm.Filler{Client: clients.Client, Tracker: claimer.Tracker}).Fill(ctx, []warm.Pool{{Template: tmpl, Pool: pool}}); err != nil {
 		t.Fatal(err)
 	}
 	h, err := claimer.Acquire(ctx, pool, "task-1")

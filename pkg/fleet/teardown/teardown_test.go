@@ -40,7 +40,7 @@ func run(t *testing.T, ctx context.Context, clients *kube.Clients, runID string)
 		}
 		pools = append(pools, warm.Pool{Template: tmpl, Pool: resources.WarmPool(tmpl, 2)})
 	}
-	if err := warm.Fill(ctx, clients.Client, tr, pools, 0); err != nil {
+	if err := (&warm.Filler{Client: clients.Client, Tracker: tr}).Fill(ctx, pools); err != nil {
 		t.Fatal(err)
 	}
 	claimer := &claim.Claimer{Client: clients.Client, Tracker: tr, Grace: time.Minute}

@@ -3,7 +3,9 @@ package warm
 import (
 	"context"
 	"fmt"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -17,40 +19,88 @@ type Pool struct {
 	Pool     *extensionsv1beta1.SandboxWarmPool
 }
 
+// Filler fills warm pools in one namespace.
+type Filler struct {
+	Client  client.Client
+	Tracker *tracker.Tracker
+	// Budget is the most sandbox creates a wave asks for; 0 is no limit.
+	Budget int
+	// Observe, when set, is told how long each wave took to create
+	// (create_warmpool) and to become Ready (wait_pool_ready).
+	Observe func(phase string, d time.Duration)
+}
+
 // Fill creates each template and warm pool and grows the pools wave by wave
 // (see Waves), returning once every pool has all its replicas Ready. A
-// pool is created at its first wave's size, then patched up.
-func Fill(ctx context.Context, c client.Client, tr *tracker.Tracker, pools []Pool, budget int) error {
+// pool is created at its first wave's size, then patched up. Pools that
+// already exist (kept warm by an earlier pass or run) are grown, never
+// shrunk.
+func (f *Filler) Fill(ctx context.Context, pools []Pool) error {
 	replicas := make([]int32, len(pools))
 	for i, p := range pools {
 		replicas[i] = *p.Pool.Spec.Replicas
 	}
 	created := make([]bool, len(pools))
-	for _, wave := range Waves(replicas, budget) {
+	current := make([]int32, len(pools))
+	for _, wave := range Waves(replicas, f.Budget) {
+		start := time.Now()
 		for _, s := range wave {
 			p := pools[s.Pool]
 			if !created[s.Pool] {
-				if err := c.Create(ctx, p.Template.DeepCopy()); err != nil {
-					return fmt.Errorf("creating SandboxTemplate %s: %w", p.Template.Name, err)
+				have, err := f.create(ctx, p, s.Replicas)
+				if err != nil {
+					return err
 				}
-				pool := p.Pool.DeepCopy()
-				pool.Spec.Replicas = &s.Replicas
-				if err := c.Create(ctx, pool); err != nil {
-					return fmt.Errorf("creating SandboxWarmPool %s: %w", pool.Name, err)
-				}
-				created[s.Pool] = true
+				created[s.Pool], current[s.Pool] = true, have
+			}
+			if s.Replicas <= current[s.Pool] {
 				continue
 			}
 			patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, s.Replicas))
-			if err := c.Patch(ctx, p.Pool.DeepCopy(), patch); err != nil {
+			if err := f.Client.Patch(ctx, p.Pool.DeepCopy(), patch); err != nil {
 				return fmt.Errorf("growing SandboxWarmPool %s to %d: %w", p.Pool.Name, s.Replicas, err)
 			}
+			current[s.Pool] = s.Replicas
 		}
+		f.observe("create_warmpool", start)
+		start = time.Now()
 		for _, s := range wave {
-			if _, err := tr.WaitPoolReady(ctx, pools[s.Pool].Pool.Name, s.Replicas); err != nil {
+			if _, err := f.Tracker.WaitPoolReady(ctx, pools[s.Pool].Pool.Name, s.Replicas); err != nil {
 				return err
 			}
 		}
+		f.observe("wait_pool_ready", start)
 	}
 	return nil
+}
+
+// create creates p's template and pool at replicas and returns the pool's
+// size: replicas, or what an existing pool of the same name already has.
+func (f *Filler) create(ctx context.Context, p Pool, replicas int32) (int32, error) {
+	if err := f.Client.Create(ctx, p.Template.DeepCopy()); err != nil && !apierrors.IsAlreadyExists(err) {
+		return 0, fmt.Errorf("creating SandboxTemplate %s: %w", p.Template.Name, err)
+	}
+	pool := p.Pool.DeepCopy()
+	pool.Spec.Replicas = &replicas
+	err := f.Client.Create(ctx, pool)
+	if err == nil {
+		return replicas, nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return 0, fmt.Errorf("creating SandboxWarmPool %s: %w", pool.Name, err)
+	}
+	existing := &extensionsv1beta1.SandboxWarmPool{}
+	if err := f.Client.Get(ctx, client.ObjectKeyFromObject(pool), existing); err != nil {
+		return 0, fmt.Errorf("reading the existing SandboxWarmPool %s: %w", pool.Name, err)
+	}
+	if existing.Spec.Replicas == nil {
+		return 0, nil
+	}
+	return *existing.Spec.Replicas, nil
+}
+
+func (f *Filler) observe(phase string, start time.Time) {
+	if f.Observe != nil {
+		f.Observe(phase, time.Since(start))
+	}
 }

@@ -45,7 +45,7 @@ func TestFillInWaves(t *testing.T) {
 		}
 		pools = append(pools, warm.Pool{Template: tmpl, Pool: resources.WarmPool(tmpl, int32(3-i))})
 	}
-	if err := warm.Fill(ctx, clients.Client, tr, pools, 2); err != nil {
+	if err := (&warm.Filler{Client: clients.Client, Tracker: tr, Budget: 2}).Fill(ctx, pools); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range pools {
@@ -69,5 +69,27 @@ func TestFillInWaves(t *testing.T) {
 	}
 	if len(sandboxes.Items) != 6 || len(pods.Items) != 6 {
 		t.Errorf("%d sandboxes and %d pods of the run, want 6 of each", len(sandboxes.Items), len(pods.Items))
+	}
+
+	// Filling again, as a second epoch or a rerun of a kept-warm run does,
+	// finds the pools and grows the one asked for more, shrinking none.
+	pools[2].Pool.Spec.Replicas = new(int32(2))
+	pools[0].Pool.Spec.Replicas = new(int32(1))
+	var phases []string
+	filler := &warm.Filler{Client: clients.Client, Tracker: tr, Budget: 1, Observe: func(p string, _ time.Duration) { phases = append(phases, p) }}
+	if err := filler.Fill(ctx, pools); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int32{3, 2, 2} {
+		got := &extensionsv1beta1.SandboxWarmPool{}
+		if err := clients.Client.Get(ctx, client.ObjectKeyFromObject(pools[i].Pool), got); err != nil {
+			t.Fatal(err)
+		}
+		if *got.Spec.Replicas != want {
+			t.Errorf("refilled pool %s has %d replicas, want %d", got.Name, *got.Spec.Replicas, want)
+		}
+	}
+	if len(phases) == 0 || phases[0] != "create_warmpool" || phases[1] != "wait_pool_ready" {
+		t.Errorf("observed phases %v, want create_warmpool then wait_pool_ready per wave", phases)
 	}
 }
