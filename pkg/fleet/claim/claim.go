@@ -14,7 +14,9 @@ import (
 
 // Handle is a claimed sandbox, ready for work.
 type Handle struct {
-	TaskID    string `json:"taskId"`
+	TaskID string `json:"taskId"`
+	// Cluster names the fleet cluster the sandbox runs on.
+	Cluster   string `json:"cluster,omitempty"`
 	Namespace string `json:"namespace"`
 	Claim     string `json:"claim"`
 	Sandbox   string `json:"sandbox"`
@@ -100,6 +102,34 @@ func (c *Claimer) abandon(claim *extensionsv1beta1.SandboxClaim, err error) erro
 		return fmt.Errorf("%w (and deleting claim %s failed: %v)", err, claim.Name, derr)
 	}
 	return err
+}
+
+// LostError says a claimed sandbox's Pod is gone or going.
+type LostError struct {
+	TaskID, Pod, Why string
+}
+
+func (e *LostError) Error() string {
+	return fmt.Sprintf("task %s: sandbox pod %s was lost: %s", e.TaskID, e.Pod, e.Why)
+}
+
+// Alive returns nil while the handle's Pod exists, is not being deleted and
+// has not finished, and a *LostError otherwise. It reads the tracker's
+// cache, so it costs no API request.
+func (c *Claimer) Alive(ctx context.Context, h *Handle) error {
+	pod, found, err := c.Tracker.Pod(ctx, h.Pod)
+	switch {
+	case err != nil:
+		return err
+	case !found:
+		return &LostError{TaskID: h.TaskID, Pod: h.Pod, Why: "it no longer exists"}
+	case pod.DeletionTimestamp != nil:
+		return &LostError{TaskID: h.TaskID, Pod: h.Pod, Why: "it is being deleted"}
+	}
+	if trouble := Classify(pod); trouble != nil && trouble.Terminal {
+		return &LostError{TaskID: h.TaskID, Pod: h.Pod, Why: trouble.Reason + ": " + trouble.Message}
+	}
+	return nil
 }
 
 // Release deletes the handle's claim, and with it the sandbox.

@@ -86,6 +86,28 @@ func TestAcquireAndRelease(t *testing.T) {
 		t.Errorf("sandbox %s launch type %q: the claim did not adopt a warm sandbox", sandbox.Name, got)
 	}
 
+	// The sandbox is alive until its Pod goes, then reported lost.
+	if err := claimer.Alive(ctx, h); err != nil {
+		t.Errorf("Alive(%s) = %v right after the claim", h.Pod, err)
+	}
+	if err := clients.Client.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	var lost *claim.LostError
+	for {
+		changed := claimer.Tracker.Changed()
+		if err := claimer.Alive(ctx, h); errors.As(err, &lost) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			t.Fatalf("pod %s deleted but its sandbox never reported lost", h.Pod)
+		}
+	}
+
 	if err := claimer.Release(ctx, h); err != nil {
 		t.Fatal(err)
 	}

@@ -157,6 +157,31 @@ func (s ClaimState) Ready() bool {
 		len(s.Claim.Status.SandboxStatus.PodIPs) > 0
 }
 
+// Pod returns the run's Pod name; found is false when it is gone.
+func (t *Tracker) Pod(ctx context.Context, name string) (pod *corev1.Pod, found bool, err error) {
+	pod = &corev1.Pod{}
+	if err := t.get(ctx, name, pod); err != nil {
+		return nil, false, client.IgnoreNotFound(err)
+	}
+	return pod, true, nil
+}
+
+// LivePods counts the run's Pods that are neither finished nor being
+// deleted: the sandboxes the run holds on the cluster right now.
+func (t *Tracker) LivePods(ctx context.Context) (int, error) {
+	pods := &corev1.PodList{}
+	if err := t.cache.List(ctx, pods, client.InNamespace(t.namespace)); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // WaitEmpty waits until the run has no claims, warm pools or Pods left.
 func (t *Tracker) WaitEmpty(ctx context.Context) error {
 	return t.waitFor(ctx, "the run's claims, warm pools and pods to be gone", func() (bool, error) {
