@@ -32,6 +32,9 @@ const (
 	Kind       = "FleetConfig"
 )
 
+// Strategies are the ways a run warms pools over time.
+var Strategies = []string{"none", "naive", "sliding", "pipelined"}
+
 // Placements are the ways pools are spread over clusters.
 var Placements = []string{"round-robin", "least-loaded", "capacity-weighted", "image-affinity"}
 
@@ -46,9 +49,22 @@ type Fleet struct {
 	// capacity-weighted or image-affinity (which falls back to least-loaded
 	// without cache data). Default image-affinity.
 	Placement string `json:"placement,omitempty"`
+	// Strategy is when pools are warm: none (one single-replica pool per
+	// image, on demand), naive (all at once), sliding (a window of images
+	// at a time) or pipelined (the next window warms while one runs).
+	// Default naive.
+	Strategy string `json:"strategy,omitempty"`
 	// MaxConcurrent is the concurrency budget: it sizes pools and bounds
 	// tasks in flight. Default 1.
 	MaxConcurrent int `json:"maxConcurrent,omitempty"`
+	// Concurrency is how many tasks run at once; 0 is MaxConcurrent.
+	Concurrency int `json:"concurrency,omitempty"`
+	// Epochs is how many passes run over the tasks, pools kept warm
+	// between them. Default 1.
+	Epochs int `json:"epochs,omitempty"`
+	// KeepWarm leaves the pools in place at the end, for the next run with
+	// the same run id; tear them down with `teardown --run-id`.
+	KeepWarm bool `json:"keepWarm,omitempty"`
 	// MaxWarmPoolSize caps every pool. Default 8.
 	MaxWarmPoolSize int `json:"maxWarmPoolSize,omitempty"`
 	// WarmPerTask warms one replica per task (RL instant claims). Default false.
@@ -66,6 +82,15 @@ type Fleet struct {
 	OvercommitFactor *float64 `json:"overcommitFactor,omitempty"`
 	// MaxLiveSandboxes is an absolute ceiling for the breaker; 0 is none.
 	MaxLiveSandboxes int `json:"maxLiveSandboxes,omitempty"`
+	// BreakerInterval is how often the breaker counts live sandboxes, and
+	// BreakerPolls how many counts in a row must be over the ceiling for
+	// it to trip. Defaults 5s and 3.
+	BreakerInterval metav1.Duration `json:"breakerInterval,omitempty"`
+	BreakerPolls    int             `json:"breakerPolls,omitempty"`
+	// ClaimGrace is how long a claimed sandbox may show trouble that can
+	// clear up (ImagePullBackOff, CrashLoopBackOff, Unschedulable) before
+	// the claim is given up. Terminal trouble fails at once. Default 2m.
+	ClaimGrace metav1.Duration `json:"claimGrace,omitempty"`
 	// Template is how every sandbox Pod is built.
 	Template Template `json:"template,omitempty"`
 	// Disk lets windows be capped so resident images fit the nodes' disk.
@@ -140,8 +165,23 @@ func Default() Fleet {
 }
 
 func (f *Fleet) applyDefaults() {
+	if f.Strategy == "" {
+		f.Strategy = "naive"
+	}
+	if f.Epochs == 0 {
+		f.Epochs = 1
+	}
 	if f.Placement == "" {
 		f.Placement = "image-affinity"
+	}
+	if f.BreakerInterval.Duration == 0 {
+		f.BreakerInterval.Duration = 5 * time.Second
+	}
+	if f.BreakerPolls == 0 {
+		f.BreakerPolls = 3
+	}
+	if f.ClaimGrace.Duration == 0 {
+		f.ClaimGrace.Duration = 2 * time.Minute
 	}
 	if f.MaxConcurrent == 0 {
 		f.MaxConcurrent = 1
@@ -234,11 +274,15 @@ func (f *Fleet) validate(fail func(path, format string, args ...any)) {
 	if f.APIVersion != APIVersion || f.Kind != Kind {
 		fail("apiVersion", "want apiVersion %s and kind %s, got %q and %q", APIVersion, Kind, f.APIVersion, f.Kind)
 	}
+	if f.Strategy != "" && !slices.Contains(Strategies, f.Strategy) {
+		fail("strategy", "unknown strategy %q: use one of %s", f.Strategy, strings.Join(Strategies, ", "))
+	}
 	if f.Placement != "" && !slices.Contains(Placements, f.Placement) {
 		fail("placement", "unknown placement %q: use one of %s", f.Placement, strings.Join(Placements, ", "))
 	}
 	for path, v := range map[string]int{"maxConcurrent": f.MaxConcurrent, "maxWarmPoolSize": f.MaxWarmPoolSize,
-		"windowSize": f.WindowSize, "maxLiveSandboxes": f.MaxLiveSandboxes, "disk.nodes": f.Disk.Nodes} {
+		"windowSize": f.WindowSize, "maxLiveSandboxes": f.MaxLiveSandboxes, "disk.nodes": f.Disk.Nodes,
+		"concurrency": f.Concurrency, "epochs": f.Epochs, "breakerPolls": f.BreakerPolls} {
 		if v < 0 {
 			fail(path, "must not be negative, got %d", v)
 		}
@@ -249,8 +293,11 @@ func (f *Fleet) validate(fail func(path, format string, args ...any)) {
 	if f.OvercommitFactor != nil && *f.OvercommitFactor != 0 && *f.OvercommitFactor < 1 {
 		fail("overcommitFactor", "must be at least 1 (or 0 to turn the breaker off), got %g", *f.OvercommitFactor)
 	}
-	if f.ReadyTimeout.Duration < 0 {
-		fail("readyTimeout", "must not be negative, got %s", f.ReadyTimeout.Duration)
+	for path, d := range map[string]time.Duration{"readyTimeout": f.ReadyTimeout.Duration,
+		"breakerInterval": f.BreakerInterval.Duration, "claimGrace": f.ClaimGrace.Duration} {
+		if d < 0 {
+			fail(path, "must not be negative, got %s", d)
+		}
 	}
 	if h := f.Disk.Headroom; h != nil && (*h < 0 || *h >= 1) {
 		fail("disk.headroom", "must be a fraction in [0, 1), got %g", *h)
