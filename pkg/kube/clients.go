@@ -13,9 +13,11 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/version"
 )
@@ -27,6 +29,9 @@ func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
 	utilruntime.Must(sandboxv1beta1.AddToScheme(Scheme))
 	utilruntime.Must(extensionsv1beta1.AddToScheme(Scheme))
+	// controller-runtime's caches log through their own global logger;
+	// send it to klog with the rest of client-go, so -v governs both.
+	ctrllog.SetLogger(klog.NewKlogr())
 }
 
 // A fleet creates and watches thousands of objects; client-go's default of

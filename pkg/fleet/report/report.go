@@ -7,8 +7,10 @@ package report
 import (
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -83,6 +85,20 @@ type Report struct {
 	TasksErr          int     `json:"tasksErr"`
 	WarmReplicasTotal int     `json:"warmReplicasTotal"`
 	WarmReplicasPeak  int     `json:"warmReplicasPeak"`
+	// Environment describes each cluster of the run, by name.
+	Environment map[string]Environment `json:"environment,omitempty"`
+}
+
+// Environment is what a run knows of one cluster.
+type Environment struct {
+	Context           string   `json:"context,omitempty"`
+	Server            string   `json:"server,omitempty"`
+	Namespace         string   `json:"namespace"`
+	KubernetesVersion string   `json:"kubernetesVersion,omitempty"`
+	Nodes             int      `json:"nodes"`
+	NodePools         []string `json:"nodePools,omitempty"`
+	InstanceTypes     []string `json:"instanceTypes,omitempty"`
+	Regions           []string `json:"regions,omitempty"`
 }
 
 // Phase summarises one phase's occurrences, in seconds.
@@ -145,6 +161,20 @@ func percentile(sorted []time.Duration, q float64) time.Duration {
 // WriteTable prints the report for people.
 func (rep Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "Run report (strategy %s)\n", rep.Strategy)
+	names := slices.Sorted(maps.Keys(rep.Environment))
+	for _, name := range names {
+		e := rep.Environment[name]
+		fmt.Fprintf(w, "  %s: server=%s namespace=%s version=%s nodes=%d", name, e.Server, e.Namespace, e.KubernetesVersion, e.Nodes)
+		for _, l := range []struct {
+			name   string
+			values []string
+		}{{"node-pools", e.NodePools}, {"instance-types", e.InstanceTypes}, {"regions", e.Regions}} {
+			if len(l.values) > 0 {
+				fmt.Fprintf(w, " %s=%s", l.name, strings.Join(l.values, ","))
+			}
+		}
+		fmt.Fprintln(w)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "PHASE\tCOUNT\tTOTAL\tP50\tP99\tMAX\t")
 	for _, p := range rep.Phases {

@@ -137,16 +137,14 @@ func (t *Tracker) waitFor(ctx context.Context, what string, done func() (bool, e
 	}
 }
 
-// WaitPoolReady waits until warm pool name has at least ready Ready sandboxes.
-func (t *Tracker) WaitPoolReady(ctx context.Context, name string, ready int32) (*extensionsv1beta1.SandboxWarmPool, error) {
-	pool := &extensionsv1beta1.SandboxWarmPool{}
-	err := t.waitFor(ctx, fmt.Sprintf("warm pool %s/%s to have %d ready sandboxes", t.namespace, name, ready), func() (bool, error) {
-		if err := t.get(ctx, name, pool); err != nil {
-			return false, client.IgnoreNotFound(err)
-		}
-		return pool.Status.ReadyReplicas >= ready, nil
-	})
-	return pool, err
+// WarmPool returns the run's warm pool name; found is false when it does
+// not exist.
+func (t *Tracker) WarmPool(ctx context.Context, name string) (pool *extensionsv1beta1.SandboxWarmPool, found bool, err error) {
+	pool = &extensionsv1beta1.SandboxWarmPool{}
+	if err := t.get(ctx, name, pool); err != nil {
+		return nil, false, client.IgnoreNotFound(err)
+	}
+	return pool, true, nil
 }
 
 // Ready reports whether the claim is bound to a Ready sandbox whose Pod,
@@ -164,6 +162,15 @@ func (t *Tracker) Pod(ctx context.Context, name string) (pod *corev1.Pod, found 
 		return nil, false, client.IgnoreNotFound(err)
 	}
 	return pod, true, nil
+}
+
+// PoolPods lists the run's Pods of warm pool pool.
+func (t *Tracker) PoolPods(ctx context.Context, pool string) ([]corev1.Pod, error) {
+	pods := &corev1.PodList{}
+	if err := t.cache.List(ctx, pods, client.InNamespace(t.namespace), client.MatchingLabels{labels.Pool: pool}); err != nil {
+		return nil, err
+	}
+	return pods.Items, nil
 }
 
 // LivePods counts the run's Pods that are neither finished nor being

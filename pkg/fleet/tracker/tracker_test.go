@@ -39,11 +39,9 @@ func TestTrackerSeesOnlyItsRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The cache is synced, so a visible pool would satisfy a wait for 0 ready
-	// sandboxes at once.
-	short, cancelShort := context.WithTimeout(ctx, time.Second)
-	defer cancelShort()
-	if _, err := tr.WaitPoolReady(short, otherPool.Name, 0); err == nil {
-		t.Fatalf("tracker of run-mine saw warm pool %s of run-other", otherPool.Name)
+	// The cache is synced once Start returns, so a visible pool would be
+	// found at once.
+	if _, found, err := tr.WarmPool(ctx, otherPool.Name); err != nil || found {
+		t.Fatalf("tracker of run-mine: WarmPool(%s of run-other) = found %v, %v", otherPool.Name, found, err)
 	}
 }

@@ -3,6 +3,9 @@ package warm
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,14 +31,32 @@ type Filler struct {
 	// Observe, when set, is told how long each wave took to create
 	// (create_warmpool) and to become Ready (wait_pool_ready).
 	Observe func(phase string, d time.Duration)
+	// Check, when set, is asked about a pool while it is not Ready: an
+	// error gives the pool up (its Pods cannot start), and a non-zero wake
+	// asks to be asked again then even if nothing changes.
+	Check func(pool string) (wake time.Duration, err error)
+}
+
+// Failed lists the pools a fill gave up, with why.
+type Failed map[string]error
+
+func (f Failed) Error() string {
+	msgs := make([]string, 0, len(f))
+	for _, name := range slices.Sorted(maps.Keys(f)) {
+		msgs = append(msgs, f[name].Error())
+	}
+	return strings.Join(msgs, "; ")
 }
 
 // Fill creates each template and warm pool and grows the pools wave by wave
 // (see Waves), returning once every pool has all its replicas Ready. A
 // pool is created at its first wave's size, then patched up. Pools that
 // already exist (kept warm by an earlier pass or run) are grown, never
-// shrunk.
+// shrunk. Pools that Check gives up, or that are not Ready when ctx ends,
+// are returned as Failed while the others fill on; any other error ends
+// the fill.
 func (f *Filler) Fill(ctx context.Context, pools []Pool) error {
+	failed := Failed{}
 	replicas := make([]int32, len(pools))
 	for i, p := range pools {
 		replicas[i] = *p.Pool.Spec.Replicas
@@ -46,6 +67,9 @@ func (f *Filler) Fill(ctx context.Context, pools []Pool) error {
 		start := time.Now()
 		for _, s := range wave {
 			p := pools[s.Pool]
+			if failed[p.Pool.Name] != nil {
+				continue
+			}
 			if !created[s.Pool] {
 				have, err := f.create(ctx, p, s.Replicas)
 				if err != nil {
@@ -65,13 +89,55 @@ func (f *Filler) Fill(ctx context.Context, pools []Pool) error {
 		f.observe("create_warmpool", start)
 		start = time.Now()
 		for _, s := range wave {
-			if _, err := f.Tracker.WaitPoolReady(ctx, pools[s.Pool].Pool.Name, s.Replicas); err != nil {
-				return err
+			name := pools[s.Pool].Pool.Name
+			if failed[name] != nil {
+				continue
+			}
+			if err := f.waitReady(ctx, name, s.Replicas); err != nil {
+				failed[name] = err
 			}
 		}
 		f.observe("wait_pool_ready", start)
 	}
+	if len(failed) > 0 {
+		return failed
+	}
 	return nil
+}
+
+// waitReady waits until pool has ready Ready sandboxes, Check gives it up
+// or ctx ends.
+func (f *Filler) waitReady(ctx context.Context, pool string, ready int32) error {
+	for {
+		changed := f.Tracker.Changed()
+		p, found, err := f.Tracker.WarmPool(ctx, pool)
+		if err != nil {
+			return err
+		}
+		if found && p.Status.ReadyReplicas >= ready {
+			return nil
+		}
+		var wake <-chan time.Time
+		if f.Check != nil {
+			after, err := f.Check(pool)
+			if err != nil {
+				return err
+			}
+			if after > 0 {
+				wake = time.After(after)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			have := int32(0)
+			if found {
+				have = p.Status.ReadyReplicas
+			}
+			return fmt.Errorf("warm pool %s has %d of %d sandboxes ready: %w", pool, have, ready, context.Cause(ctx))
+		case <-changed:
+		case <-wake:
+		}
+	}
 }
 
 // create creates p's template and pool at replicas and returns the pool's

@@ -1,0 +1,110 @@
+package fleet
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Expected is how many live sandboxes the run means to hold at its peak:
+// the warm pools the strategy keeps at once, plus one claimed sandbox per
+// task in flight (a pool refills as its sandboxes are claimed).
+func (f *Fleet) Expected() int {
+	replicas := map[string]int{}
+	var names []string
+	for _, p := range f.Plan.Pools {
+		replicas[p.Image] = p.Replicas
+		names = append(names, p.Image)
+		if f.Config.Strategy == "none" {
+			replicas[p.Image] = 1
+		}
+	}
+	windows := chunk(names, f.window(len(names)))
+	sums := make([]int, len(windows))
+	for i, w := range windows {
+		for _, img := range w {
+			sums[i] += replicas[img]
+		}
+	}
+	peak := 0
+	for i := range sums {
+		at := sums[i]
+		if f.Config.Strategy == "pipelined" && i+1 < len(sums) {
+			at += sums[i+1]
+		}
+		peak = max(peak, at)
+	}
+	workers := f.Config.Concurrency
+	if workers == 0 {
+		workers = f.Config.MaxConcurrent
+	}
+	return peak + workers
+}
+
+// Ceiling is the live-sandbox count that trips the breaker, 0 when it is
+// off.
+func (f *Fleet) Ceiling() int {
+	ceiling := 0
+	if factor := *f.Config.OvercommitFactor; factor > 0 {
+		ceiling = int(float64(f.Expected()) * factor)
+	}
+	if hard := f.Config.MaxLiveSandboxes; hard > 0 && (ceiling == 0 || hard < ceiling) {
+		ceiling = hard
+	}
+	return ceiling
+}
+
+// startBreaker counts the run's live sandboxes on every cluster each
+// BreakerInterval, from the trackers' caches (no API requests), and when
+// BreakerPolls counts in a row exceed the ceiling cancels the run with an
+// *OvercommitError. A single spike — a pool refilling while claims are
+// released — never trips it. stop ends the breaker and returns its verdict.
+func (f *Fleet) startBreaker(ctx context.Context, cancel context.CancelCauseFunc) (stop func() error) {
+	ceiling := f.Ceiling()
+	if ceiling == 0 {
+		return func() error { return nil }
+	}
+	done := make(chan struct{})
+	verdict := make(chan error, 1)
+	go func() {
+		ticker := time.NewTicker(f.Config.BreakerInterval.Duration)
+		defer ticker.Stop()
+		breaches := 0
+		for {
+			select {
+			case <-done:
+				verdict <- nil
+				return
+			case <-ctx.Done():
+				verdict <- nil
+				return
+			case <-ticker.C:
+			}
+			live := 0
+			for _, c := range f.Clusters {
+				n, err := c.Tracker.LivePods(ctx)
+				if err != nil {
+					klog.Warningf("runaway breaker: counting sandboxes on %s: %v", c.Name, err)
+				}
+				live += n
+			}
+			if live <= ceiling {
+				breaches = 0
+				continue
+			}
+			breaches++
+			klog.Warningf("runaway breaker: %d live sandboxes over the ceiling of %d (%d/%d)", live, ceiling, breaches, f.Config.BreakerPolls)
+			if breaches >= f.Config.BreakerPolls {
+				err := &OvercommitError{Live: live, Ceiling: ceiling, Expected: f.Expected()}
+				cancel(err)
+				verdict <- err
+				return
+			}
+		}
+	}()
+	return func() error {
+		close(done)
+		return <-verdict
+	}
+}

@@ -1,0 +1,436 @@
+// Package fleet is the engine of a run: it sizes warm pools for a batch of
+// tasks, places them over one or more clusters, warms them as the chosen
+// strategy says, claims a sandbox per task, runs work in it, and tears
+// everything of the run down — and nothing of any other run.
+//
+// Every wait is served by one shared informer per kind and cluster (see
+// package tracker); the engine never polls the API server and never opens a
+// watch per object.
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/metrics"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/placement"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/sizing"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/teardown"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracker"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/warm"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
+)
+
+// Target is one cluster of the fleet: its configuration and its clients.
+type Target struct {
+	Config  config.Cluster
+	Clients *kube.Clients
+}
+
+// Cluster is a cluster of a running fleet.
+type Cluster struct {
+	Name    string
+	Clients *kube.Clients
+	Tracker *tracker.Tracker
+	Claimer *claim.Claimer
+	config  config.Cluster
+	spec    resources.PodSpec
+	// replicas and claims are the run's load here, for placement.
+	replicas, claims int
+}
+
+// Namespace is where the run's objects live on this cluster.
+func (c *Cluster) Namespace() string { return c.Clients.Namespace }
+
+// Fleet is one run over one or more clusters.
+type Fleet struct {
+	RunID    string
+	Config   config.Fleet
+	Tasks    []tasks.Task
+	Plan     sizing.Plan
+	Clusters []*Cluster
+	// Metrics, when set, receive the run's figures as they happen.
+	Metrics *metrics.Metrics
+
+	policy placement.Policy
+	stop   context.CancelFunc
+	rec    *report.Recorder
+	stats  stats
+
+	mu sync.Mutex
+	// warm is the placed pool of each image that is warm now.
+	warm map[string]*placed
+}
+
+// placed is an image's pool on the cluster placement chose for it.
+type placed struct {
+	cluster  *Cluster
+	pool     *extensionsv1beta1.SandboxWarmPool
+	template *extensionsv1beta1.SandboxTemplate
+	replicas int
+}
+
+// Open sizes the run and starts following its objects on every target.
+// Nothing is created until Run. Close releases what Open started.
+func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, targets []Target) (*Fleet, error) {
+	if len(targets) == 0 {
+		return nil, errors.New("a fleet needs at least one cluster")
+	}
+	policy, err := placement.New(cfg.Placement)
+	if err != nil {
+		return nil, err
+	}
+	// The trackers live until Close; ctx only bounds opening, so a ctx
+	// that ends while Open runs stops them too.
+	watchCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer context.AfterFunc(ctx, stop)()
+	f := &Fleet{RunID: runID, Config: cfg, Tasks: ts, policy: policy, stop: stop,
+		rec: report.New(cfg.Strategy), warm: map[string]*placed{}}
+	f.Plan = sizing.NewPlan(imagesOf(ts), f.params(), f.disk())
+	f.stats.total.Store(int64(len(ts) * max(1, cfg.Epochs)))
+
+	start := time.Now()
+	for _, t := range targets {
+		tr, err := tracker.Start(watchCtx, t.Clients.Config, t.Clients.Namespace, runID)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("cluster %s: %w", t.Config.Name, err)
+		}
+		spec := podSpec(cfg, t.Config)
+		f.Clusters = append(f.Clusters, &Cluster{
+			Name: t.Config.Name, Clients: t.Clients, Tracker: tr, config: t.Config, spec: spec,
+			Claimer: &claim.Claimer{Client: t.Clients.Client, Tracker: tr, Grace: cfg.ClaimGrace.Duration},
+		})
+	}
+	f.phase("plan", "", time.Since(start))
+	return f, nil
+}
+
+// Close stops following the run's objects. It deletes nothing.
+func (f *Fleet) Close() { f.stop() }
+
+func (f *Fleet) params() sizing.Params {
+	return sizing.Params{MaxConcurrent: f.Config.MaxConcurrent, MaxWarmPoolSize: f.Config.MaxWarmPoolSize, WarmPerTask: f.Config.WarmPerTask}
+}
+
+func (f *Fleet) disk() sizing.Disk {
+	d := f.Config.Disk
+	return sizing.Disk{AvgImageGB: d.AvgImageGB, UsableGB: d.NodeEphemeralGB * (1 - *d.Headroom), Nodes: d.Nodes}
+}
+
+// imagesOf lists the distinct images of ts with their task counts, in the
+// order they first appear.
+func imagesOf(ts []tasks.Task) []sizing.Image {
+	var out []sizing.Image
+	at := map[string]int{}
+	for _, t := range ts {
+		i, ok := at[t.Image]
+		if !ok {
+			i = len(out)
+			at[t.Image] = i
+			out = append(out, sizing.Image{Name: t.Image})
+		}
+		out[i].Tasks++
+	}
+	return out
+}
+
+// podSpec is the sandbox Pod of cfg on cluster c, whose node selector,
+// runtime class and pull secret override the template's.
+func podSpec(cfg config.Fleet, c config.Cluster) resources.PodSpec {
+	t := cfg.Template
+	spec := resources.PodSpec{
+		Command: t.Command, Resources: t.Resources, RuntimeClassName: t.RuntimeClassName,
+		NodeSelector: t.NodeSelector, ImagePullSecret: t.ImagePullSecret, ImagePullPolicy: t.ImagePullPolicy,
+		Tolerations: t.Tolerations, Colocate: t.Colocate, PodLabels: t.Labels, PodAnnotations: t.Annotations,
+		ObjectLabels: cfg.Labels, Extra: t.ExtraPodSpec,
+	}
+	if len(c.NodeSelector) > 0 {
+		spec.NodeSelector = c.NodeSelector
+	}
+	if c.RuntimeClassName != "" {
+		spec.RuntimeClassName = c.RuntimeClassName
+	}
+	if c.ImagePullSecret != "" {
+		spec.ImagePullSecret = c.ImagePullSecret
+	}
+	return spec
+}
+
+// place chooses a cluster for image's pool of replicas and counts them
+// there. Callers hold f.mu.
+func (f *Fleet) place(image string, replicas int) (*Cluster, error) {
+	targets := make([]placement.Target, len(f.Clusters))
+	for i, c := range f.Clusters {
+		targets[i] = placement.Target{Name: c.Name, Weight: c.config.Weight, MaxReplicas: c.config.MaxReplicas,
+			Replicas: c.replicas, Claims: c.claims}
+	}
+	i, err := f.policy.Choose(image, replicas, targets)
+	if err != nil {
+		return nil, fmt.Errorf("placing the pool of %s: %w", image, err)
+	}
+	return f.Clusters[i], nil
+}
+
+// Warm makes the pools of images warm with replicas each (from the plan when
+// replicas is nil), filling each cluster's share in waves of the create
+// budget, and returns once all are Ready. Images already warm are grown if
+// asked for more, never shrunk.
+func (f *Fleet) Warm(ctx context.Context, images []string, replicas func(image string) int) error {
+	byCluster := map[*Cluster][]warm.Pool{}
+	originals := originalImages(f.Tasks)
+	f.mu.Lock()
+	for _, img := range images {
+		want := replicas(img)
+		p, ok := f.warm[img]
+		if ok && p.replicas >= want {
+			byCluster[p.cluster] = append(byCluster[p.cluster], warm.Pool{Template: p.template, Pool: p.pool})
+			continue
+		}
+		if !ok {
+			c, err := f.place(img, want)
+			if err != nil {
+				f.mu.Unlock()
+				return err
+			}
+			spec := c.spec
+			spec.OriginalImage = originals[img]
+			tmpl, err := resources.Template(c.Namespace(), f.RunID, img, spec)
+			if err != nil {
+				f.mu.Unlock()
+				return err
+			}
+			p = &placed{cluster: c, template: tmpl}
+			f.warm[img] = p
+		}
+		p.pool = resources.WarmPool(p.template, int32(want))
+		p.cluster.replicas += want - p.replicas
+		f.warmed(p.cluster.Name, want-p.replicas)
+		p.replicas = want
+		byCluster[p.cluster] = append(byCluster[p.cluster], warm.Pool{Template: p.template, Pool: p.pool})
+	}
+	f.mu.Unlock()
+
+	f.stats.warming.Add(int64(len(images)))
+	defer f.stats.warming.Add(-int64(len(images)))
+	errs := make(chan error, len(byCluster))
+	for c, pools := range byCluster {
+		go func() {
+			filler := &warm.Filler{Client: c.Clients.Client, Tracker: c.Tracker, Budget: *f.Config.WarmCreateBudget,
+				Observe: func(phase string, d time.Duration) { f.phase(phase, c.Name, d) },
+				Check:   f.poolCheck(ctx, c)}
+			if err := filler.Fill(ctx, pools); err != nil {
+				errs <- fmt.Errorf("cluster %s: %w", c.Name, err)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	var all []error
+	for range byCluster {
+		all = append(all, <-errs)
+	}
+	return errors.Join(all...)
+}
+
+// poolCheck gives up a pool whose Pods cannot start: at once for terminal
+// trouble (an invalid image, an image that may not be pulled, OOM), after
+// the claim grace for trouble that may clear up.
+func (f *Fleet) poolCheck(ctx context.Context, c *Cluster) func(pool string) (time.Duration, error) {
+	var mu sync.Mutex
+	since := map[string]time.Time{}
+	grace := f.Config.ClaimGrace.Duration
+	return func(pool string) (time.Duration, error) {
+		pods, err := c.Tracker.PoolPods(ctx, pool)
+		if err != nil {
+			return 0, err
+		}
+		var trouble *claim.Trouble
+		for i := range pods {
+			if t := claim.Classify(&pods[i]); t != nil && (trouble == nil || t.Terminal) {
+				trouble = t
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case trouble == nil:
+			delete(since, pool)
+			return 0, nil
+		case trouble.Terminal:
+			return 0, fmt.Errorf("pool %s: %s: %s", pool, trouble.Reason, trouble.Message)
+		}
+		first, ok := since[pool]
+		if !ok {
+			first = time.Now()
+			since[pool] = first
+		}
+		if left := grace - time.Since(first); left > 0 {
+			return left, nil
+		}
+		return 0, fmt.Errorf("pool %s: %s for %s: %s", pool, trouble.Reason, grace, trouble.Message)
+	}
+}
+
+// Unwarm deletes the pools and templates of images. It does not wait for
+// their sandboxes to go; teardown does.
+func (f *Fleet) Unwarm(ctx context.Context, images []string) error {
+	var errs []error
+	for _, img := range images {
+		f.mu.Lock()
+		p, ok := f.warm[img]
+		delete(f.warm, img)
+		if ok {
+			p.cluster.replicas -= p.replicas
+			f.warmed(p.cluster.Name, -p.replicas)
+		}
+		f.mu.Unlock()
+		if !ok {
+			continue
+		}
+		c := p.cluster.Clients.Client
+		background := client.PropagationPolicy(metav1.DeletePropagationBackground)
+		for _, obj := range []client.Object{p.pool.DeepCopy(), p.template.DeepCopy()} {
+			if err := client.IgnoreNotFound(c.Delete(ctx, obj, background)); err != nil {
+				errs = append(errs, fmt.Errorf("cluster %s: deleting %s: %w", p.cluster.Name, obj.GetName(), err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Acquire claims a sandbox of t's image from its warm pool and waits until
+// it is Ready. The pool must be warm.
+func (f *Fleet) Acquire(ctx context.Context, t tasks.Task) (*Sandbox, error) {
+	f.mu.Lock()
+	p, ok := f.warm[t.Image]
+	if ok {
+		p.cluster.claims++
+	}
+	f.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("task %s: no warm pool for %s", t.ID, t.Image)
+	}
+	start := time.Now()
+	h, err := p.cluster.Claimer.Acquire(ctx, p.pool, t.ID)
+	f.claimed(p.cluster.Name, err == nil, time.Since(start))
+	if err != nil {
+		f.mu.Lock()
+		p.cluster.claims--
+		f.mu.Unlock()
+		return nil, err
+	}
+	h.Cluster = p.cluster.Name
+	return &Sandbox{Handle: h, cluster: p.cluster}, nil
+}
+
+// Release gives a sandbox back: its claim, and with it the sandbox, is
+// deleted.
+func (f *Fleet) Release(ctx context.Context, s *Sandbox) error {
+	start := time.Now()
+	err := s.cluster.Claimer.Release(ctx, s.Handle)
+	f.phase("release", s.cluster.Name, time.Since(start))
+	f.mu.Lock()
+	s.cluster.claims--
+	f.mu.Unlock()
+	return err
+}
+
+// Teardown deletes everything of the run on every cluster — claims, then
+// pools, then templates — and waits until they and their Pods are gone.
+func (f *Fleet) Teardown(ctx context.Context) error {
+	start := time.Now()
+	errs := make([]error, len(f.Clusters))
+	var wg sync.WaitGroup
+	for i, c := range f.Clusters {
+		wg.Go(func() {
+			if err := teardown.Run(ctx, c.Clients.Client, c.Tracker, c.Namespace(), f.RunID); err != nil {
+				errs[i] = fmt.Errorf("cluster %s: %w", c.Name, err)
+			}
+		})
+	}
+	wg.Wait()
+	f.mu.Lock()
+	for img, p := range f.warm {
+		p.cluster.replicas -= p.replicas
+		f.warmed(p.cluster.Name, -p.replicas)
+		delete(f.warm, img)
+	}
+	f.mu.Unlock()
+	f.phase("teardown", "", time.Since(start))
+	return errors.Join(errs...)
+}
+
+// Leftovers lists, per cluster, what of the run is still there, read from
+// the API servers.
+func (f *Fleet) Leftovers(ctx context.Context) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, c := range f.Clusters {
+		left, err := teardown.Leftovers(ctx, c.Clients.Client, c.Namespace(), f.RunID)
+		if err != nil {
+			return nil, fmt.Errorf("cluster %s: %w", c.Name, err)
+		}
+		if len(left) > 0 {
+			out[c.Name] = left
+		}
+	}
+	return out, nil
+}
+
+// Environment describes every cluster for the run report. It never fails:
+// what cannot be read is left out.
+func (f *Fleet) Environment(ctx context.Context) map[string]report.Environment {
+	env := map[string]report.Environment{}
+	for _, c := range f.Clusters {
+		e := report.Environment{Server: c.Clients.Config.Host, Namespace: c.Namespace(), Context: c.config.Context}
+		if v, err := c.Clients.Kube.Discovery().ServerVersion(); err == nil {
+			e.KubernetesVersion = v.GitVersion
+		}
+		if nodes, err := c.Clients.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"}); err == nil {
+			e.Nodes = len(nodes.Items)
+			e.NodePools = labelValues(nodes.Items, "cloud.google.com/gke-nodepool", "eks.amazonaws.com/nodegroup", "kubernetes.azure.com/agentpool")
+			e.InstanceTypes = labelValues(nodes.Items, corev1.LabelInstanceTypeStable)
+			e.Regions = labelValues(nodes.Items, corev1.LabelTopologyRegion)
+		}
+		env[c.Name] = e
+	}
+	return env
+}
+
+// labelValues is the sorted set of values nodes have for any of keys.
+func labelValues(nodes []corev1.Node, keys ...string) []string {
+	var out []string
+	for _, n := range nodes {
+		for _, k := range keys {
+			if v := n.Labels[k]; v != "" && !slices.Contains(out, v) {
+				out = append(out, v)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func originalImages(ts []tasks.Task) map[string]string {
+	out := map[string]string{}
+	for _, t := range ts {
+		if t.OriginalImage != "" {
+			out[t.Image] = t.OriginalImage
+		}
+	}
+	return out
+}

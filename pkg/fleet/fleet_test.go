@@ -1,0 +1,268 @@
+package fleet_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
+	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+)
+
+var cluster *testcluster.Cluster
+
+func TestMain(m *testing.M) { testcluster.Main(m, &cluster) }
+
+// skewed is a 40-task batch over 8 images, most tasks on a few images, as
+// RL batches and benchmark subsets are.
+func skewed() []tasks.Task {
+	var ts []tasks.Task
+	for i, n := range []int{12, 8, 6, 4, 4, 2, 2, 2} {
+		for j := range n {
+			ts = append(ts, tasks.Task{ID: fmt.Sprintf("img%d-task%d", i, j), Image: fmt.Sprintf("example.com/swe/img-%d:v1", i)})
+		}
+	}
+	return ts
+}
+
+func testConfig(strategy string) config.Fleet {
+	cfg := config.Default()
+	cfg.Strategy = strategy
+	cfg.MaxConcurrent = 8
+	cfg.MaxWarmPoolSize = 4
+	cfg.ReadyTimeout.Duration = time.Minute
+	cfg.BreakerInterval.Duration = 200 * time.Millisecond
+	return cfg
+}
+
+// open opens a fleet of cfg over ts on one namespace of each cluster.
+func open(t *testing.T, ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, clusters ...*testcluster.Cluster) *fleet.Fleet {
+	t.Helper()
+	var targets []fleet.Target
+	for i, c := range clusters {
+		clients, err := c.Clients(c.NewNamespace(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("c%d", i)
+		weight := 1.0
+		if i < len(cfg.Clusters) {
+			name, weight = cfg.Clusters[i].Name, cfg.Clusters[i].Weight
+		}
+		targets = append(targets, fleet.Target{Config: config.Cluster{Name: name, Weight: weight}, Clients: clients})
+	}
+	f, err := fleet.Open(ctx, runID, cfg, ts, targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	return f
+}
+
+// collect runs f with no work and returns its results by task id.
+func collect(t *testing.T, ctx context.Context, f *fleet.Fleet) map[string]fleet.Result {
+	t.Helper()
+	var mu sync.Mutex
+	got := map[string]fleet.Result{}
+	rep, err := f.Run(ctx, fleet.RunOptions{Work: fleet.NoWork, OnResult: func(r fleet.Result) {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, dup := got[r.ID]; dup {
+			t.Errorf("task %s reported twice", r.ID)
+		}
+		got[r.ID] = r
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.TasksOK != len(f.Tasks) || rep.TasksErr != 0 || rep.Claims != len(f.Tasks) {
+		t.Errorf("report: %d ok, %d failed, %d claims; want %d ok, no failures, one claim a task", rep.TasksOK, rep.TasksErr, rep.Claims, len(f.Tasks))
+	}
+	return got
+}
+
+// assertEmpty fails unless nothing of the run, and no Sandbox at all, is
+// left on f's clusters.
+func assertEmpty(t *testing.T, ctx context.Context, f *fleet.Fleet) {
+	t.Helper()
+	left, err := f.Leftovers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
+	for _, c := range f.Clusters {
+		sandboxes := &sandboxv1beta1.SandboxList{}
+		if err := c.Clients.Client.List(ctx, sandboxes, client.InNamespace(c.Namespace())); err != nil {
+			t.Fatal(err)
+		}
+		if len(sandboxes.Items) > 0 {
+			t.Errorf("cluster %s: %d sandboxes left", c.Name, len(sandboxes.Items))
+		}
+	}
+}
+
+// Every strategy runs the skewed batch to the end, each task once on a
+// sandbox of its own image, within the strategy's warm footprint, and
+// leaves nothing behind.
+func TestStrategies(t *testing.T) {
+	ts := skewed()
+	for _, strategy := range config.Strategies {
+		t.Run(strategy, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			f := open(t, ctx, "strategy-"+strategy, testConfig(strategy), ts, cluster)
+			got := collect(t, ctx, f)
+			for _, task := range ts {
+				r, ok := got[task.ID]
+				switch {
+				case !ok:
+					t.Errorf("task %s has no result", task.ID)
+				case !r.OK || r.ExitCode == nil || r.Node == "" || r.Sandbox == "" || r.Cluster != "c0":
+					t.Errorf("task %s: %+v", task.ID, r)
+				}
+			}
+			assertEmpty(t, ctx, f)
+		})
+	}
+}
+
+// Two runs share a namespace; tearing one down midway leaves the other's
+// pools and claims alone, and the other finishes.
+func TestRunsAreIsolated(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ns := cluster.NewNamespace(t)
+	clients, err := cluster.Clients(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := []fleet.Target{{Config: config.Cluster{Name: "shared", Weight: 1}, Clients: clients}}
+	ts := skewed()
+	cfg := testConfig("naive")
+	cfg.KeepWarm = true
+	a, err := fleet.Open(ctx, "run-a", cfg, ts, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.Run(ctx, fleet.RunOptions{Work: fleet.NoWork}); err != nil {
+		t.Fatal(err)
+	}
+	// Run a kept its pools; run b now runs alongside and is torn down.
+	b, err := fleet.Open(ctx, "run-b", testConfig("naive"), ts, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := b.Run(ctx, fleet.RunOptions{Work: fleet.NoWork}); err != nil {
+		t.Fatal(err)
+	}
+	assertGone := func(f *fleet.Fleet) []string {
+		left, err := f.Leftovers(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return left["shared"]
+	}
+	if left := assertGone(b); len(left) > 0 {
+		t.Errorf("run b left %v", left)
+	}
+	pools := &extensionsv1beta1.SandboxWarmPoolList{}
+	if err := clients.Client.List(ctx, pools, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	if len(pools.Items) != 8 {
+		t.Errorf("run a's 8 kept pools: %d pools left after run b's teardown", len(pools.Items))
+	}
+	for _, p := range pools.Items {
+		if p.Labels["sandbox-fleet.io/run-id"] != "run-a" {
+			t.Errorf("pool %s of run %q", p.Name, p.Labels["sandbox-fleet.io/run-id"])
+		}
+	}
+	if err := a.Teardown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if left := assertGone(a); len(left) > 0 {
+		t.Errorf("run a left %v", left)
+	}
+}
+
+// A capacity-weighted fleet over two clusters places pools by weight,
+// names each sandbox's cluster, and tears both down.
+func TestTwoClusters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	second, err := testcluster.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Registered first, so it runs after the namespaces' own cleanups.
+	t.Cleanup(func() {
+		if err := second.Stop(t.Failed()); err != nil {
+			t.Error(err)
+		}
+	})
+	cfg := testConfig("naive")
+	cfg.Placement = "capacity-weighted"
+	cfg.MaxConcurrent = 16
+	cfg.Clusters = []config.Cluster{{Name: "big", Weight: 3}, {Name: "small", Weight: 1}}
+	var ts []tasks.Task
+	for i := range 16 {
+		ts = append(ts, tasks.Task{ID: fmt.Sprint(i), Image: fmt.Sprintf("example.com/img-%d:v1", i)})
+	}
+	f := open(t, ctx, "two-clusters", cfg, ts, cluster, second)
+	got := collect(t, ctx, f)
+	per := map[string]int{}
+	for _, r := range got {
+		per[r.Cluster]++
+	}
+	// 16 single-replica pools at weights 3:1.
+	if per["big"] != 12 || per["small"] != 4 {
+		t.Errorf("tasks per cluster %v, want big 12 and small 4", per)
+	}
+	assertEmpty(t, ctx, f)
+}
+
+// The breaker tears a run down when its sandboxes keep exceeding what the
+// run asked for — here a pool scaled far up behind the run's back.
+func TestBreaker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ts := []tasks.Task{{ID: "only", Image: "example.com/img:v1"}}
+	cfg := testConfig("naive")
+	cfg.MaxConcurrent = 1
+	f := open(t, ctx, "runaway", cfg, ts, cluster)
+	c := f.Clusters[0]
+	var result fleet.Result
+	_, err := f.Run(ctx, fleet.RunOptions{OnResult: func(r fleet.Result) { result = r }, Work: func(ctx context.Context, _ tasks.Task, s *fleet.Sandbox) (fleet.Output, error) {
+		pools := &extensionsv1beta1.SandboxWarmPoolList{}
+		if err := c.Clients.Client.List(ctx, pools, client.InNamespace(c.Namespace())); err != nil {
+			return fleet.Output{}, err
+		}
+		if len(pools.Items) != 1 {
+			return fleet.Output{}, fmt.Errorf("%d pools, want 1", len(pools.Items))
+		}
+		if err := c.Clients.Client.Patch(ctx, &pools.Items[0], client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":20}}`))); err != nil {
+			return fleet.Output{}, err
+		}
+		<-ctx.Done()
+		return fleet.Output{}, ctx.Err()
+	}})
+	var over *fleet.OvercommitError
+	if !errors.As(err, &over) || over.Ceiling != f.Ceiling() {
+		t.Fatalf("Run = %v (task: %+v), want the breaker's OvercommitError", err, result)
+	}
+	assertEmpty(t, ctx, f)
+}

@@ -1,0 +1,70 @@
+package fleet
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// stats are live counters for progress displays.
+type stats struct {
+	total, done, failed, warming, running atomic.Int64
+	started                               atomic.Int64 // unix nanoseconds
+}
+
+// Progress is a snapshot of a run's counters.
+type Progress struct {
+	// Total counts tasks over all epochs; Done those finished, Failed of them.
+	Total, Done, Failed int
+	// Warming is how many images are being warmed, Running how many tasks
+	// hold a sandbox or wait for one.
+	Warming, Running int
+	Elapsed          time.Duration
+}
+
+// Progress returns the run's counters now. It is safe to call at any time.
+func (f *Fleet) Progress() Progress {
+	p := Progress{Total: int(f.stats.total.Load()), Done: int(f.stats.done.Load()), Failed: int(f.stats.failed.Load()),
+		Warming: int(f.stats.warming.Load()), Running: int(f.stats.running.Load())}
+	if s := f.stats.started.Load(); s != 0 {
+		p.Elapsed = time.Since(time.Unix(0, s))
+	}
+	return p
+}
+
+// The observers below feed the run report and, when set, the metrics.
+
+func (f *Fleet) phase(name, cluster string, d time.Duration) {
+	f.rec.Phase(name, d)
+	if f.Metrics != nil {
+		f.Metrics.Phase(name, cluster, d)
+	}
+}
+
+func (f *Fleet) claimed(cluster string, ok bool, d time.Duration) {
+	f.rec.Claim()
+	f.phase("claim", cluster, d)
+	if f.Metrics != nil {
+		f.Metrics.Claim(cluster, ok)
+	}
+}
+
+func (f *Fleet) warmed(cluster string, n int) {
+	if n == 0 {
+		return
+	}
+	f.rec.Warm(n)
+	if f.Metrics != nil {
+		f.Metrics.Warm(cluster, n)
+	}
+}
+
+func (f *Fleet) finished(cluster string, ok bool, d time.Duration) {
+	f.rec.Task(ok)
+	f.stats.done.Add(1)
+	if !ok {
+		f.stats.failed.Add(1)
+	}
+	if f.Metrics != nil {
+		f.Metrics.Task(cluster, ok, d)
+	}
+}

@@ -1,0 +1,362 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/warm"
+)
+
+// RunOptions say what to do in each sandbox and what to do with results.
+type RunOptions struct {
+	Work Work
+	// Skip, when set, reports a task of an epoch as done already, so that
+	// a resumed run does not do it again.
+	Skip func(epoch int, taskID string) bool
+	// OnResult is called once per finished task, one call at a time.
+	OnResult func(Result)
+	// TaskTimeout bounds each task's work; 0 is no bound.
+	TaskTimeout time.Duration
+}
+
+// Result is the outcome of one task in one epoch.
+type Result struct {
+	ID            string `json:"id"`
+	Image         string `json:"image"`
+	OriginalImage string `json:"originalImage,omitempty"`
+	Epoch         int    `json:"epoch"`
+	// OK is true when the work ran and exited 0.
+	OK bool `json:"ok"`
+	// Error says why the task did not run or did not succeed.
+	Error string `json:"error,omitempty"`
+	// ExitCode is set when the work ran to completion.
+	ExitCode *int   `json:"exitCode,omitempty"`
+	Stdout   string `json:"stdout,omitempty"`
+	Stderr   string `json:"stderr,omitempty"`
+	// Phases are the task's claim, process and release times in seconds.
+	Phases   map[string]float64 `json:"phases"`
+	Cluster  string             `json:"cluster,omitempty"`
+	Node     string             `json:"node,omitempty"`
+	Sandbox  string             `json:"sandbox,omitempty"`
+	Pod      string             `json:"pod,omitempty"`
+	Started  time.Time          `json:"started"`
+	Finished time.Time          `json:"finished"`
+}
+
+// OvercommitError is the runaway breaker's verdict: the run held more live
+// sandboxes than it should for a sustained stretch, and was torn down.
+type OvercommitError struct {
+	Live, Ceiling, Expected int
+}
+
+func (e *OvercommitError) Error() string {
+	return fmt.Sprintf("runaway breaker tripped: %d live sandboxes stayed above the ceiling of %d (expected %d); the run was torn down. "+
+		"If the run really needs that many, raise overcommitFactor or maxLiveSandboxes", e.Live, e.Ceiling, e.Expected)
+}
+
+// Run does every task under the configured strategy and epochs, calling
+// o.OnResult as tasks finish, and returns the run report. Everything the
+// run created is torn down before Run returns — also when ctx ends or the
+// breaker trips — unless KeepWarm is set and the run succeeded. A failed
+// task is a result, not an error; the error is for runs that could not go
+// on.
+func (f *Fleet) Run(ctx context.Context, o RunOptions) (rep report.Report, err error) {
+	start := time.Now()
+	f.stats.started.Store(start.UnixNano())
+	env := f.Environment(ctx)
+
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopBreaker := f.startBreaker(runCtx, cancel)
+
+	var resultMu sync.Mutex
+	onResult := func(r Result) {
+		if o.OnResult != nil {
+			resultMu.Lock()
+			defer resultMu.Unlock()
+			o.OnResult(r)
+		}
+	}
+	for epoch := 1; epoch <= f.Config.Epochs && err == nil; epoch++ {
+		if f.Config.Epochs > 1 {
+			klog.Infof("epoch %d/%d", epoch, f.Config.Epochs)
+		}
+		err = f.pass(runCtx, epoch, o, onResult)
+	}
+	tripped := stopBreaker()
+	if tripped != nil {
+		err = tripped
+	} else if err == nil && context.Cause(runCtx) != nil {
+		err = context.Cause(runCtx)
+	}
+
+	if err != nil || !f.Config.KeepWarm {
+		// The run's own context may be what ended; teardown must still run.
+		tctx, tcancel := context.WithTimeout(context.WithoutCancel(ctx), f.Config.ReadyTimeout.Duration)
+		defer tcancel()
+		if terr := f.Teardown(tctx); terr != nil {
+			err = errors.Join(err, fmt.Errorf("tearing down run %s: %w (run `kubectl sandbox-fleet reap --run-id %s` to retry)", f.RunID, terr, f.RunID))
+		}
+	}
+	if f.Metrics != nil {
+		f.Metrics.Run(err == nil, time.Since(start))
+	}
+	rep = f.rec.Report(time.Since(start))
+	rep.Environment = env
+	return rep, err
+}
+
+// pass runs one epoch of the strategy over the tasks not yet done.
+func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func(Result)) error {
+	var todo []tasks.Task
+	for _, t := range f.Tasks {
+		if o.Skip != nil && o.Skip(epoch, t.ID) {
+			f.stats.total.Add(-1)
+			continue
+		}
+		todo = append(todo, t)
+	}
+	images := imagesOf(todo)
+	byImage := map[string][]tasks.Task{}
+	for _, t := range todo {
+		byImage[t.Image] = append(byImage[t.Image], t)
+	}
+	planned := map[string]int{}
+	for _, p := range f.Plan.Pools {
+		planned[p.Image] = p.Replicas
+	}
+	replicas := func(image string) int {
+		if f.Config.Strategy == "none" {
+			return 1
+		}
+		// A resumed run needs no more warm sandboxes than tasks left.
+		return max(1, min(planned[image], len(byImage[image])))
+	}
+	names := make([]string, len(images))
+	for i, img := range images {
+		names[i] = img.Name
+	}
+	windows := chunk(names, f.window(len(names)))
+	tasksOf := func(window []string) []tasks.Task {
+		var out []tasks.Task
+		for _, img := range window {
+			out = append(out, byImage[img]...)
+		}
+		return out
+	}
+	process := func(window []string, failed warm.Failed) {
+		f.process(ctx, epoch, tasksOf(window), failed, o, onResult)
+	}
+
+	switch f.Config.Strategy {
+	case "naive":
+		failed, err := f.warmWindow(ctx, names, replicas)
+		if err != nil {
+			return err
+		}
+		process(names, failed)
+	case "pipelined":
+		if len(windows) == 0 {
+			return nil
+		}
+		failed, err := f.warmWindow(ctx, windows[0], replicas)
+		if err != nil {
+			return err
+		}
+		for n, window := range windows {
+			type prefetched struct {
+				failed warm.Failed
+				err    error
+			}
+			next := make(chan prefetched, 1)
+			if n+1 < len(windows) {
+				go func() {
+					start := time.Now()
+					failed, err := f.warmWindow(ctx, windows[n+1], replicas)
+					f.phase("prefetch", "", time.Since(start))
+					next <- prefetched{failed, err}
+				}()
+			}
+			process(window, failed)
+			// Unwarm this window before waiting for the next, so that no
+			// more than two windows are ever warm.
+			if err := f.Unwarm(ctx, window); err != nil {
+				return err
+			}
+			if n+1 < len(windows) {
+				p := <-next
+				if p.err != nil {
+					return p.err
+				}
+				failed = p.failed
+			}
+		}
+	default: // sliding, and none (windows of one image, one replica)
+		for _, window := range windows {
+			failed, err := f.warmWindow(ctx, window, replicas)
+			if err != nil {
+				return err
+			}
+			process(window, failed)
+			if err := f.Unwarm(ctx, window); err != nil {
+				return err
+			}
+		}
+	}
+	return context.Cause(ctx)
+}
+
+// window is how many images a windowed strategy keeps warm at once.
+func (f *Fleet) window(images int) int {
+	switch {
+	case f.Config.Strategy == "naive":
+		return max(1, images)
+	case f.Config.Strategy == "none":
+		return 1
+	case f.Config.WindowSize > 0:
+		return f.Config.WindowSize
+	case f.Config.Strategy == "pipelined":
+		return f.Plan.PipelinedWindow
+	default:
+		return f.Plan.SlidingWindow
+	}
+}
+
+func chunk(names []string, size int) [][]string {
+	var out [][]string
+	for len(names) > 0 {
+		n := min(size, len(names))
+		out = append(out, names[:n])
+		names = names[n:]
+	}
+	return out
+}
+
+// warmWindow warms images within the ready timeout. Pools that cannot
+// become Ready are returned, and removed, so their tasks fail while the
+// others run; other errors end the run.
+func (f *Fleet) warmWindow(ctx context.Context, images []string, replicas func(string) int) (warm.Failed, error) {
+	wctx, cancel := context.WithTimeout(ctx, f.Config.ReadyTimeout.Duration)
+	defer cancel()
+	err := f.Warm(wctx, images, replicas)
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
+	var failed warm.Failed
+	if !errors.As(err, &failed) {
+		return nil, err
+	}
+	if len(failed) > 0 {
+		var gone []string
+		for _, img := range images {
+			if err := failed[resources.PoolName(f.RunID, img)]; err != nil {
+				gone = append(gone, img)
+				klog.Warningf("giving up the pool of %s: %v", img, err)
+			}
+		}
+		if err := f.Unwarm(ctx, gone); err != nil {
+			return nil, err
+		}
+	}
+	return failed, nil
+}
+
+// process runs ts, up to the concurrency at once. Tasks whose pool failed
+// fail at once. Tasks not started when ctx ends get no result, so that a
+// resumed run does them.
+func (f *Fleet) process(ctx context.Context, epoch int, ts []tasks.Task, failed warm.Failed, o RunOptions, onResult func(Result)) {
+	workers := f.Config.Concurrency
+	if workers == 0 {
+		workers = f.Config.MaxConcurrent
+	}
+	queue := make(chan tasks.Task)
+	var wg sync.WaitGroup
+	for range min(workers, len(ts)) {
+		wg.Go(func() {
+			for t := range queue {
+				onResult(f.task(ctx, epoch, t, failed, o))
+			}
+		})
+	}
+	for _, t := range ts {
+		select {
+		case queue <- t:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	close(queue)
+	wg.Wait()
+}
+
+// task claims a sandbox for t, does the work in it and releases it.
+func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.Failed, o RunOptions) Result {
+	f.stats.running.Add(1)
+	defer f.stats.running.Add(-1)
+	r := Result{ID: t.ID, Image: t.Image, OriginalImage: t.OriginalImage, Epoch: epoch, Started: time.Now(), Phases: map[string]float64{}}
+	cluster := ""
+	defer func() {
+		r.Finished = time.Now()
+		f.finished(cluster, r.OK, r.Finished.Sub(r.Started))
+	}()
+	if err := failed[resources.PoolName(f.RunID, t.Image)]; err != nil {
+		r.Error = fmt.Sprintf("task %s: the warm pool of %s was given up: %v", t.ID, t.Image, err)
+		return r
+	}
+
+	start := time.Now()
+	s, err := f.Acquire(ctx, t)
+	r.Phases["claim"] = time.Since(start).Seconds()
+	if err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	cluster = s.Cluster
+	r.Cluster, r.Node, r.Sandbox, r.Pod = s.Cluster, s.Node, s.Sandbox, s.Pod
+
+	start = time.Now()
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if o.TaskTimeout > 0 {
+		wctx, cancel = context.WithTimeout(ctx, o.TaskTimeout)
+	}
+	out, err := o.Work(wctx, t, s)
+	cancel()
+	r.Phases["process"] = time.Since(start).Seconds()
+	f.phase("process", s.Cluster, time.Since(start))
+	switch {
+	case err != nil:
+		// A failure to run work is most often the sandbox going away.
+		var lost *claim.LostError
+		if aerr := s.Alive(context.WithoutCancel(ctx)); errors.As(aerr, &lost) {
+			err = lost
+		} else if wctx.Err() != nil && ctx.Err() == nil {
+			err = fmt.Errorf("task %s: work timed out after %s: %w", t.ID, o.TaskTimeout, err)
+		}
+		r.Error = err.Error()
+	default:
+		r.ExitCode = &out.ExitCode
+		r.OK = out.ExitCode == 0
+		if !r.OK {
+			r.Error = fmt.Sprintf("exit code %d", out.ExitCode)
+		}
+	}
+	r.Stdout, r.Stderr = out.Stdout, out.Stderr
+
+	start = time.Now()
+	if err := f.Release(context.WithoutCancel(ctx), s); err != nil {
+		klog.Warningf("%v", err)
+	}
+	r.Phases["release"] = time.Since(start).Seconds()
+	return r
+}

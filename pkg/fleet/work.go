@@ -1,0 +1,205 @@
+package fleet
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	osexec "os/exec"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+)
+
+// Sandbox is a claimed sandbox: its handle and the cluster it runs on.
+type Sandbox struct {
+	*claim.Handle
+	cluster *Cluster
+}
+
+// Exec runs a command in the sandbox's container (the sandbox container
+// unless r.Container says otherwise) through the cluster's API server.
+func (s *Sandbox) Exec(ctx context.Context, r exec.Request) (int, error) {
+	r.Namespace, r.Pod = s.Namespace, s.Pod
+	if r.Container == "" {
+		r.Container = resources.ContainerName
+	}
+	return exec.Run(ctx, s.cluster.Clients.Config, s.cluster.Clients.Kube, r)
+}
+
+// Alive returns nil while the sandbox's Pod is up and a *claim.LostError
+// once it is gone or going.
+func (s *Sandbox) Alive(ctx context.Context) error { return s.cluster.Claimer.Alive(ctx, s.Handle) }
+
+// Output is what a task's work produced.
+type Output struct {
+	ExitCode int
+	// Stdout and Stderr are the ends of the streams, at most TailBytes each.
+	Stdout, Stderr string
+}
+
+// Work is done in each task's sandbox. An error means the work could not
+// run; a command that ran and failed is an Output with a non-zero exit code.
+type Work func(ctx context.Context, t tasks.Task, s *Sandbox) (Output, error)
+
+// TailBytes is how much of each output stream a result keeps.
+const TailBytes = 4096
+
+// NoWork claims and releases each sandbox and runs nothing in it, to
+// measure or exercise the fleet itself (`--process none`).
+func NoWork(context.Context, tasks.Task, *Sandbox) (Output, error) { return Output{}, nil }
+
+// ExecWork runs command, its placeholders filled in per task, in each
+// sandbox. When script is not empty it is copied into the sandbox and run
+// with command as its arguments, so a shebang picks its interpreter.
+func ExecWork(command []string, script []byte) Work {
+	return func(ctx context.Context, t tasks.Task, s *Sandbox) (Output, error) {
+		args, err := Expand(command, t, s.Handle)
+		if err != nil {
+			return Output{}, err
+		}
+		var stdin io.Reader
+		if script != nil {
+			// The script arrives on stdin, is written to a temporary file
+			// and run from there; the task id and image are exported.
+			args = append([]string{"sh", "-c", scriptRunner, "sandbox-fleet", t.ID, t.Image}, args...)
+			stdin = bytes.NewReader(script)
+		}
+		stdout, stderr := newTail(TailBytes), newTail(TailBytes)
+		code, err := s.Exec(ctx, exec.Request{Command: args, Stdin: stdin, Stdout: stdout, Stderr: stderr})
+		return Output{ExitCode: code, Stdout: stdout.String(), Stderr: stderr.String()}, err
+	}
+}
+
+const scriptRunner = `export SANDBOX_FLEET_TASK_ID="$1" SANDBOX_FLEET_IMAGE="$2"; shift 2
+f=$(mktemp) && cat >"$f" && chmod +x "$f" || exit 126
+"$f" "$@"; rc=$?; rm -f "$f"; exit $rc`
+
+// LocalWork runs command, its placeholders filled in, on this machine once
+// per task, with the sandbox's handle in its environment (SANDBOX_FLEET_*
+// variables and SANDBOX_FLEET_HANDLE as JSON), for agents that drive the
+// sandbox themselves.
+func LocalWork(command []string) Work {
+	return func(ctx context.Context, t tasks.Task, s *Sandbox) (Output, error) {
+		args, err := Expand(command, t, s.Handle)
+		if err != nil {
+			return Output{}, err
+		}
+		handle, err := json.Marshal(s.Handle)
+		if err != nil {
+			return Output{}, err
+		}
+		cmd := osexec.CommandContext(ctx, args[0], args[1:]...)
+		cmd.Env = append(os.Environ(),
+			"SANDBOX_FLEET_HANDLE="+string(handle),
+			"SANDBOX_FLEET_TASK_ID="+t.ID,
+			"SANDBOX_FLEET_IMAGE="+t.Image,
+			"SANDBOX_FLEET_CLUSTER="+s.Cluster,
+			"SANDBOX_FLEET_NAMESPACE="+s.Namespace,
+			"SANDBOX_FLEET_POD="+s.Pod,
+			"SANDBOX_FLEET_POD_IP="+s.PodIP,
+			"SANDBOX_FLEET_SANDBOX="+s.Sandbox,
+			"SANDBOX_FLEET_CLAIM="+s.Claim,
+			"SANDBOX_FLEET_NODE="+s.Node,
+			"SANDBOX_FLEET_CONTAINER="+resources.ContainerName,
+		)
+		stdout, stderr := newTail(TailBytes), newTail(TailBytes)
+		cmd.Stdout, cmd.Stderr = stdout, stderr
+		err = cmd.Run()
+		out := Output{Stdout: stdout.String(), Stderr: stderr.String()}
+		var exitErr *osexec.ExitError
+		if errors.As(err, &exitErr) && exitErr.ExitCode() >= 0 {
+			out.ExitCode = exitErr.ExitCode()
+			return out, nil
+		}
+		return out, err
+	}
+}
+
+var placeholder = regexp.MustCompile(`\{([a-zA-Z_.][a-zA-Z0-9_.\-]*)\}`)
+
+// Placeholders are the names {name} can stand for in a command.
+var Placeholders = []string{"id", "image", "original_image", "cluster", "namespace", "pod", "pod_ip", "sandbox", "claim", "node", "metadata.KEY"}
+
+// Expand fills in the {placeholders} of command for task t in sandbox h. A
+// nil h checks the placeholders without a sandbox. An unknown placeholder,
+// or a metadata key t lacks, is an error naming the task's file and line.
+func Expand(command []string, t tasks.Task, h *claim.Handle) ([]string, error) {
+	if h == nil {
+		h = &claim.Handle{}
+	}
+	values := map[string]string{
+		"id": t.ID, "image": t.Image, "original_image": cmp.Or(t.OriginalImage, t.Image), "cluster": h.Cluster,
+		"namespace": h.Namespace, "pod": h.Pod, "pod_ip": h.PodIP, "sandbox": h.Sandbox, "claim": h.Claim, "node": h.Node,
+	}
+	out := make([]string, len(command))
+	var bad []string
+	for i, arg := range command {
+		out[i] = placeholder.ReplaceAllStringFunc(arg, func(m string) string {
+			name := m[1 : len(m)-1]
+			if v, ok := values[name]; ok {
+				return v
+			}
+			if key, ok := strings.CutPrefix(name, "metadata."); ok {
+				if v, ok := t.Metadata[key]; ok {
+					if s, ok := v.(string); ok {
+						return s
+					}
+					b, _ := json.Marshal(v)
+					return string(b)
+				}
+				bad = append(bad, fmt.Sprintf("task %s has no metadata field %q", t.ID, key))
+				return m
+			}
+			bad = append(bad, fmt.Sprintf("unknown placeholder %s: use %s", m, "{"+strings.Join(Placeholders, "}, {")+"}"))
+			return m
+		})
+	}
+	if len(bad) > 0 {
+		where := t.Source
+		if where == "" {
+			where = "task " + t.ID
+		}
+		return nil, fmt.Errorf("%s: %s", where, strings.Join(bad, "; "))
+	}
+	return out, nil
+}
+
+// tail keeps the last n bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	n   int
+	buf []byte
+	cut bool
+}
+
+func newTail(n int) *tail { return &tail{n: n} }
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - t.n; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+		t.cut = true
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.cut {
+		return "…" + string(t.buf)
+	}
+	return string(t.buf)
+}
