@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -14,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracker"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
 
@@ -35,16 +38,27 @@ func Run(ctx context.Context, c client.Client, tr *tracker.Tracker, namespace, r
 	return tr.WaitEmpty(ctx)
 }
 
+// kind is a kind of object a run leaves, by name.
+type kind struct {
+	name string
+	list func() client.ObjectList
+}
+
+func kinds() []kind {
+	return []kind{
+		{"SandboxClaim", func() client.ObjectList { return &extensionsv1beta1.SandboxClaimList{} }},
+		{"SandboxWarmPool", func() client.ObjectList { return &extensionsv1beta1.SandboxWarmPoolList{} }},
+		{"SandboxTemplate", func() client.ObjectList { return &extensionsv1beta1.SandboxTemplateList{} }},
+		{"Pod", func() client.ObjectList { return &corev1.PodList{} }},
+	}
+}
+
 // Leftovers lists, as kind/name, what of run runID is still in the
 // namespace, read from the API server rather than a cache.
 func Leftovers(ctx context.Context, c client.Client, namespace, runID string) ([]string, error) {
 	var left []string
-	for kind, list := range map[string]client.ObjectList{
-		"SandboxClaim":    &extensionsv1beta1.SandboxClaimList{},
-		"SandboxWarmPool": &extensionsv1beta1.SandboxWarmPoolList{},
-		"SandboxTemplate": &extensionsv1beta1.SandboxTemplateList{},
-		"Pod":             &corev1.PodList{},
-	} {
+	for _, k := range kinds() {
+		kind, list := k.name, k.list()
 		if err := c.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels(labels.ForRun(runID))); err != nil {
 			return nil, fmt.Errorf("listing %s objects of run %s: %w", kind, runID, err)
 		}
@@ -60,4 +74,77 @@ func Leftovers(ctx context.Context, c client.Client, namespace, runID string) ([
 	}
 	slices.Sort(left)
 	return left, nil
+}
+
+// Reap tears down run runID in the namespace of clients without the run's
+// engine: for runs whose driver died (SIGKILL, OOM, a lost node) or that
+// were kept warm.
+func Reap(ctx context.Context, clients *kube.Clients, runID string) error {
+	watchCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	tr, err := tracker.Start(watchCtx, clients.Config, clients.Namespace, runID)
+	if err != nil {
+		return err
+	}
+	return Run(ctx, clients.Client, tr, clients.Namespace, runID)
+}
+
+// RunInfo is a run as found on the cluster.
+type RunInfo struct {
+	ID string `json:"runId"`
+	// Oldest is when the run's oldest object was created.
+	Oldest time.Time `json:"oldest"`
+	// Objects counts the run's objects by kind.
+	Objects map[string]int `json:"objects"`
+}
+
+// Runs lists the runs with objects in namespace (all namespaces when
+// empty), from the labels every run puts on what it creates.
+func Runs(ctx context.Context, c client.Client, namespace string) ([]RunInfo, error) {
+	byID := map[string]*RunInfo{}
+	managed := client.MatchingLabels{labels.ManagedBy: labels.ManagedByValue}
+	for _, k := range kinds() {
+		list := k.list()
+		if err := c.List(ctx, list, client.InNamespace(namespace), managed, client.HasLabels{labels.RunID}); err != nil {
+			return nil, fmt.Errorf("listing %s objects: %w", k.name, err)
+		}
+		items, err := apimeta.ExtractList(list)
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range items {
+			o, ok := it.(client.Object)
+			if !ok {
+				continue
+			}
+			id := o.GetLabels()[labels.RunID]
+			r := byID[id]
+			if r == nil {
+				r = &RunInfo{ID: id, Objects: map[string]int{}}
+				byID[id] = r
+			}
+			r.Objects[k.name]++
+			if created := o.GetCreationTimestamp().Time; r.Oldest.IsZero() || created.Before(r.Oldest) {
+				r.Oldest = created
+			}
+		}
+	}
+	out := make([]RunInfo, 0, len(byID))
+	for _, r := range byID {
+		out = append(out, *r)
+	}
+	slices.SortFunc(out, func(a, b RunInfo) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// Orphans picks the runs to reap: those not in alive whose oldest object is
+// at least minAge old at now, so that a run still starting is never taken.
+func Orphans(runs []RunInfo, alive []string, minAge time.Duration, now time.Time) []RunInfo {
+	var out []RunInfo
+	for _, r := range runs {
+		if !slices.Contains(alive, r.ID) && now.Sub(r.Oldest) >= minAge {
+			out = append(out, r)
+		}
+	}
+	return out
 }

@@ -66,6 +66,14 @@ func TestTeardownIsScopedToItsRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	runs, err := teardown.Runs(ctx, clients.Client, clients.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 2 || runs[0].ID != "run-a" || runs[1].ID != "run-b" || runs[1].Objects["SandboxWarmPool"] != 2 ||
+		runs[1].Objects["SandboxClaim"] != 1 || runs[1].Oldest.IsZero() {
+		t.Errorf("Runs = %+v, want run-a and run-b, each with 2 pools and run-b with a claim", runs)
+	}
 
 	if err := teardown.Run(ctx, clients.Client, a, clients.Namespace, "run-a"); err != nil {
 		t.Fatal(err)
@@ -119,5 +127,24 @@ func TestTeardownIsScopedToItsRun(t *testing.T) {
 	// not have refilled yet).
 	if len(sandboxes.Items) < 4 {
 		t.Errorf("%d sandboxes remain, want run-b's", len(sandboxes.Items))
+	}
+}
+
+// A run whose driver is gone is reaped by its id alone.
+func TestReap(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	clients, err := cluster.Clients(cluster.NewNamespace(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stopRun := context.WithCancel(ctx)
+	run(t, runCtx, clients, "abandoned")
+	stopRun() // the driver is gone: its tracker stops, nothing is cleaned up
+	if err := teardown.Reap(ctx, clients, "abandoned"); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := teardown.Leftovers(ctx, clients.Client, clients.Namespace, "abandoned"); err != nil || len(left) > 0 {
+		t.Errorf("reaped run left %v (%v)", left, err)
 	}
 }
