@@ -13,6 +13,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/preflight"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/reap"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/run"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/teardown"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/version"
 )
@@ -48,6 +51,9 @@ Agent Sandboxes, claims one per task, runs work in it and cleans up.`,
 	cmd.AddCommand(
 		version.NewCommand(configFlags, streams),
 		preflight.NewCommand(configFlags, streams),
+		run.NewCommand(configFlags, streams),
+		reap.NewCommand(configFlags, streams),
+		teardown.NewCommand(configFlags, streams),
 	)
 	return cmd
 }

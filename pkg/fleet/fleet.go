@@ -18,6 +18,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/metrics"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/placement"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/preflight"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/sizing"
@@ -118,6 +120,33 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 	}
 	f.phase("plan", "", time.Since(start))
 	return f, nil
+}
+
+// Preflight checks every cluster, concurrently, before anything is
+// created: the Agent Sandbox API, the namespace, permissions, runtime class
+// and pull secret. It returns the failures, each with what to do.
+func (f *Fleet) Preflight(ctx context.Context) error {
+	start := time.Now()
+	defer func() { f.phase("preflight", "", time.Since(start)) }()
+	errs := make([]error, len(f.Clusters))
+	var wg sync.WaitGroup
+	for i, c := range f.Clusters {
+		wg.Go(func() {
+			rep := preflight.Run(ctx, c.Clients.Kube, c.Clients.Config.Host, preflight.Options{
+				Namespace: c.Namespace(), RuntimeClass: c.spec.RuntimeClassName, ImagePullSecret: c.spec.ImagePullSecret,
+			})
+			for _, w := range rep.Warnings() {
+				klog.Warningf("preflight on cluster %s: %s: %s", c.Name, w.Name, w.Detail)
+			}
+			var failed []error
+			for _, fail := range rep.Failures() {
+				failed = append(failed, fmt.Errorf("preflight on cluster %s: %s: %s; to fix: %s", c.Name, fail.Name, fail.Detail, fail.Fix))
+			}
+			errs[i] = errors.Join(failed...)
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // Close stops following the run's objects. It deletes nothing.

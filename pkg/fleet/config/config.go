@@ -235,6 +235,10 @@ func Load(path string) (Fleet, error) {
 func Parse(file string, data []byte) (Fleet, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
+		// "yaml: line 4: msg" becomes "fleet.yaml:4: msg", like every other error.
+		if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+			return Fleet{}, fmt.Errorf("%s:%s: %s", file, m[1], m[2])
+		}
 		return Fleet{}, fmt.Errorf("%s: %w", file, err)
 	}
 	doc := &root
@@ -346,6 +350,8 @@ func (f *Fleet) validate(fail func(path, format string, args ...any)) {
 		}
 	}
 }
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
 // typeField finds the field path in the JSON decoder's type errors, such
 // as "Go struct field Cluster.clusters.weight of type float64".

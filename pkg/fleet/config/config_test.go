@@ -89,7 +89,7 @@ func TestParseRejects(t *testing.T) {
 		{"bad label", "labels:\n  team: 'a b'\n", "fleet.yaml:4: labels.team:"},
 		{"duplicate key", "maxConcurrent: 1\nmaxConcurrent: 2\n", `fleet.yaml: unmarshal errors:
   line 4: key "maxConcurrent" already set in map`},
-		{"not YAML", "clusters: [\n", "fleet.yaml: yaml:"},
+		{"not YAML", "clusters: [\n", "fleet.yaml:3: did not find expected node content"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse("fleet.yaml", []byte(head+tt.body))

@@ -1,0 +1,145 @@
+// Package reap implements `kubectl sandbox-fleet reap`: the recovery path
+// for runs whose driver died without tearing down (SIGKILL, OOM, a lost
+// machine), found by the run-id label on everything a run creates.
+package reap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/usage"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/teardown"
+)
+
+type options struct {
+	configFlags *genericclioptions.ConfigFlags
+	streams     genericiooptions.IOStreams
+	configFile  string
+	runIDs      []string
+	orphans     bool
+	alive       []string
+	minAge      time.Duration
+	dryRun      bool
+}
+
+// NewCommand returns the reap verb.
+func NewCommand(configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+	o := &options{configFlags: configFlags, streams: streams}
+	cmd := &cobra.Command{
+		Use:   "reap (--run-id ID... | --orphans [--alive-run-ids ID,...] [--min-age 5m]) [--dry-run]",
+		Short: "Delete what runs left behind, by run id or as orphans",
+		Long: `Reap deletes the claims, warm pools and templates of runs — and with them their
+sandboxes and Pods — selected by the sandbox-fleet.io/run-id label. Nothing
+without the label is touched.
+
+--run-id names runs to reap. --orphans reaps every run in the namespace that
+is not named by --alive-run-ids and whose oldest object is older than
+--min-age, so a run that is just starting is never taken. --dry-run lists what
+would be reaped. With -f, every cluster of the fleet configuration is swept.`,
+		Example: `  # a run killed with SIGKILL
+  kubectl sandbox-fleet reap --run-id run-20261129-120000-a1b2c3 -n rl
+
+  # everything but the runs still going, older than ten minutes, listed first
+  kubectl sandbox-fleet reap --orphans --alive-run-ids run-a,run-b --min-age 10m --dry-run`,
+		Args: usage.Args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(o.runIDs) == 0 && !o.orphans {
+				return usage.Errorf("say what to reap: --run-id ID, or --orphans")
+			}
+			if len(o.runIDs) > 0 && o.orphans {
+				return usage.Errorf("--run-id and --orphans exclude each other")
+			}
+			if o.minAge < 0 {
+				return usage.Errorf("--min-age %s: must not be negative", o.minAge)
+			}
+			targets, err := Targets(o.configFile, o.configFlags)
+			if err != nil {
+				return err
+			}
+			return o.run(cmd.Context(), targets)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&o.configFile, "config", "f", "", "fleet configuration whose clusters to sweep (default: the current context)")
+	f.StringSliceVar(&o.runIDs, "run-id", nil, "run to reap; repeatable or comma-separated")
+	f.BoolVar(&o.orphans, "orphans", false, "reap every run not named by --alive-run-ids")
+	f.StringSliceVar(&o.alive, "alive-run-ids", nil, "runs still going, which --orphans keeps")
+	f.DurationVar(&o.minAge, "min-age", 5*time.Minute, "with --orphans, keep runs younger than this")
+	f.BoolVar(&o.dryRun, "dry-run", false, "list what would be reaped, delete nothing")
+	return cmd
+}
+
+// Targets are the clusters of the configuration file, or the current
+// context's when there is none.
+func Targets(configFile string, flags *genericclioptions.ConfigFlags) ([]fleet.Target, error) {
+	cfg := config.Default()
+	if configFile != "" {
+		var err error
+		if cfg, err = config.Load(configFile); err != nil {
+			return nil, usage.Errorf("%w", err)
+		}
+	}
+	return fleet.Targets(cfg, flags)
+}
+
+func (o *options) run(ctx context.Context, targets []fleet.Target) error {
+	tw := tabwriter.NewWriter(o.streams.Out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLUSTER\tNAMESPACE\tRUN ID\tAGE\tOBJECTS\tACTION")
+	var errs []error
+	now := time.Now()
+	for _, t := range targets {
+		runs, err := teardown.Runs(ctx, t.Clients.Client, t.Clients.Namespace)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("cluster %s: %w", t.Config.Name, err))
+			continue
+		}
+		var chosen []teardown.RunInfo
+		if o.orphans {
+			chosen = teardown.Orphans(runs, o.alive, o.minAge, now)
+		} else {
+			for _, r := range runs {
+				if slices.Contains(o.runIDs, r.ID) {
+					chosen = append(chosen, r)
+				}
+			}
+		}
+		for _, r := range chosen {
+			action := "would reap"
+			if !o.dryRun {
+				action = "reaped"
+				if err := teardown.Reap(ctx, t.Clients, r.ID); err != nil {
+					action = "failed"
+					errs = append(errs, fmt.Errorf("cluster %s: reaping run %s: %w", t.Config.Name, r.ID, err))
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Config.Name, t.Clients.Namespace, r.ID,
+				duration.HumanDuration(now.Sub(r.Oldest)), objects(r.Objects), action)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return errors.Join(errs...)
+}
+
+// objects renders counts by kind, e.g. "2 SandboxClaim, 4 Pod".
+func objects(counts map[string]int) string {
+	var parts []string
+	for _, kind := range slices.Sorted(maps.Keys(counts)) {
+		parts = append(parts, fmt.Sprintf("%d %s", counts[kind], kind))
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,466 @@
+// Package run implements `kubectl sandbox-fleet run`.
+package run
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/output"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/progress"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/usage"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/metrics"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/results"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
+)
+
+// Processes are the ways a task's work is done.
+var processes = []string{"exec", "local", "none"}
+
+type options struct {
+	configFlags *genericclioptions.ConfigFlags
+	streams     genericiooptions.IOStreams
+
+	configFile string
+	taskFiles  []string
+	taskOpts   tasks.Options
+	rewrites   []string
+	runID      string
+
+	// Overrides of the configuration file, applied when given.
+	strategy, placement                 string
+	concurrency, maxConcurrent          int
+	maxWarmPoolSize, windowSize, epochs int
+	warmCreateBudget, maxLiveSandboxes  int
+	warmPerTask, keepWarm               bool
+	readyTimeout, claimGrace            time.Duration
+	overcommitFactor                    float64
+
+	// What to do and where to put the outcome.
+	process, script                              string
+	timeout                                      time.Duration
+	resultsFile, reportFile, output, metricsAddr string
+	progressInterval                             time.Duration
+	quiet                                        bool
+
+	// Filled in by complete.
+	command []string
+	workFn  fleet.Work
+	cfg     config.Fleet
+	loaded  []tasks.Task
+	done    map[results.Key]bool
+}
+
+// NewCommand returns the run verb.
+func NewCommand(configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+	o := &options{configFlags: configFlags, streams: streams}
+	cmd := &cobra.Command{
+		Use:   "run --tasks FILE [flags] [-- COMMAND [ARG...]]",
+		Short: "Run a command in a sandbox of each task's image, over a fleet of warm pools",
+		Long: `Run loads tasks (JSONL rows with an id and an image, SWE-bench or R2E-Gym rows,
+or a plain list of images), sizes a warm pool per image, warms the pools as the
+strategy says, claims a sandbox per task, runs the command in it, and tears
+everything of the run down at the end.
+
+Placeholders in the command are filled in per task: {id}, {image},
+{original_image}, {cluster}, {namespace}, {pod}, {pod_ip}, {sandbox}, {claim},
+{node} and {metadata.KEY} for a field of the task's row.
+
+--process exec (the default) runs the command in the sandbox; with --script FILE
+the file is copied in and run with the command as its arguments.
+--process local runs the command here, once per task, with the sandbox in its
+environment (SANDBOX_FLEET_POD, SANDBOX_FLEET_NAMESPACE, ... and
+SANDBOX_FLEET_HANDLE as JSON), for agents that drive the sandbox themselves.
+--process none claims and releases each sandbox and runs nothing.
+
+With --results FILE each finished task is appended as a JSON line, and a rerun
+with the same file skips the tasks whose work already ran.
+
+Interrupting the run (Ctrl-C, SIGTERM) tears it down; a second signal exits at
+once and prints how to reap what is left. The exit code is 0 when every task's
+work ran (whatever its own exit code), 1 when some task could not run or the
+run failed, 2 for bad flags or input.`,
+		Example: `  # an eval sweep: run the tests of each SWE-bench instance, pipelined
+  kubectl sandbox-fleet run -f fleet.yaml --tasks swebench.jsonl --strategy pipelined \
+    --concurrency 32 --results results.jsonl -- sh -c 'cd /testbed && pytest -x -q'
+
+  # a script copied into each sandbox, with the task id as its argument
+  kubectl sandbox-fleet run --tasks tasks.jsonl --script eval.sh -- {id}
+
+  # an agent that drives each sandbox itself
+  kubectl sandbox-fleet run --tasks tasks.jsonl --process local -- ./agent.py
+
+  # exercise the fleet alone: claim and release a sandbox per task
+  kubectl sandbox-fleet run --tasks images.txt --process none --max-concurrent 50`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.complete(cmd, args); err != nil {
+				return err
+			}
+			return o.run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&o.configFile, "config", "f", "", "fleet configuration file (see examples/fleet.yaml); flags override it")
+	f.StringArrayVar(&o.taskFiles, "tasks", nil, "task file: JSONL rows or a list of images; - reads stdin; repeatable")
+	f.StringVar(&o.taskOpts.IDField, "id-field", "", "row field holding the task id (default: id, instance_id, ...)")
+	f.StringVar(&o.taskOpts.ImageField, "image-field", "", "row field holding the image (default: image, docker_image, ...)")
+	f.StringArrayVar(&o.rewrites, "rewrite", nil, "redirect images FROM=TO, e.g. docker.io=mirror.example.com/hub; before the config's rules; repeatable")
+	f.StringVar(&o.runID, "run-id", "", "id labelling everything the run creates (default: generated); reuse it to resume a kept-warm run")
+	f.StringVar(&o.strategy, "strategy", "", "when pools are warm: "+strings.Join(config.Strategies, ", ")+" (default naive)")
+	f.StringVar(&o.placement, "placement", "", "how pools spread over clusters: "+strings.Join(config.Placements, ", "))
+	f.IntVar(&o.concurrency, "concurrency", 0, "tasks at once (default: --max-concurrent)")
+	f.IntVar(&o.maxConcurrent, "max-concurrent", 0, "concurrency budget that sizes the warm pools (default 1)")
+	f.IntVar(&o.maxWarmPoolSize, "max-warmpool-size", 0, "cap on any one pool (default 8)")
+	f.BoolVar(&o.warmPerTask, "warm-per-task", false, "warm one sandbox per task, up to the cap, for instant claims")
+	f.IntVar(&o.windowSize, "window-size", 0, "images warm at once for sliding and pipelined (default: sized from the budget and disk)")
+	f.IntVar(&o.epochs, "epochs", 0, "passes over the tasks, pools kept warm between them (default 1)")
+	f.BoolVar(&o.keepWarm, "keep-warm", false, "leave the pools warm at the end; tear them down with `teardown --run-id`")
+	f.IntVar(&o.warmCreateBudget, "warm-create-budget", 0, "fill pools in waves of at most this many creates; 0 = all at once (default 1000)")
+	f.DurationVar(&o.readyTimeout, "ready-timeout", 0, "how long a pool may take to be ready (default 15m)")
+	f.DurationVar(&o.claimGrace, "claim-grace", 0, "how long a sandbox may stay in trouble that can clear up (default 2m)")
+	f.Float64Var(&o.overcommitFactor, "overcommit-factor", 0, "runaway breaker: tear down above expected × this; 0 = off (default 1.5)")
+	f.IntVar(&o.maxLiveSandboxes, "max-live-sandboxes", 0, "runaway breaker: absolute ceiling of live sandboxes")
+	f.StringVar(&o.process, "process", "exec", "what to do in each sandbox: "+strings.Join(processes, ", "))
+	f.StringVar(&o.script, "script", "", "script to copy into each sandbox and run, with the command as its arguments")
+	f.DurationVar(&o.timeout, "timeout", 0, "bound on each task's work; 0 = none")
+	f.StringVar(&o.resultsFile, "results", "", "append one JSON line per task here; rerunning with the same file skips finished tasks")
+	f.StringVar(&o.reportFile, "report", "", "write the run report here as JSON")
+	f.StringVarP(&o.output, "output", "o", "table", "run report on stdout: table, json or yaml")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at this address, e.g. 127.0.0.1:9095")
+	f.DurationVar(&o.progressInterval, "progress-interval", 10*time.Second, "how often progress is logged when stderr is not a terminal")
+	f.BoolVarP(&o.quiet, "quiet", "q", false, "print no progress and no report table")
+	return cmd
+}
+
+// complete reads and checks everything the run needs, so that bad input is
+// reported — with exit code 2 — before anything is created.
+func (o *options) complete(cmd *cobra.Command, args []string) error {
+	if err := output.Validate(o.output, "table", output.JSON, output.YAML); err != nil {
+		return err
+	}
+	if at := cmd.ArgsLenAtDash(); at > 0 {
+		return usage.Errorf("unexpected arguments %q before --: the command goes after --", args[:at])
+	}
+	o.command = args
+	cfg := config.Default()
+	if o.configFile != "" {
+		var err error
+		if cfg, err = config.Load(o.configFile); err != nil {
+			return usage.Errorf("%w", err)
+		}
+	}
+	if err := o.override(cmd.Flags(), &cfg); err != nil {
+		return err
+	}
+	o.cfg = cfg
+
+	if len(o.taskFiles) == 0 {
+		return usage.Errorf("no tasks: give a task file with --tasks FILE (JSONL rows or a list of images; - for stdin)")
+	}
+	var rules []images.Rule
+	for _, r := range o.rewrites {
+		rule, err := images.ParseRule(r)
+		if err != nil {
+			return usage.Errorf("--rewrite %q: %w", r, err)
+		}
+		rules = append(rules, rule)
+	}
+	o.taskOpts.Rewrite = append(rules, cfg.Rewrite...)
+	loaded, err := tasks.Load(o.taskFiles, o.streams.In, o.taskOpts)
+	if err != nil {
+		return usage.Errorf("%w", err)
+	}
+	if len(loaded) == 0 {
+		return usage.Errorf("the task files %s hold no tasks", strings.Join(o.taskFiles, ", "))
+	}
+	o.loaded = loaded
+
+	if err := o.work(); err != nil {
+		return err
+	}
+	if o.runID == "" {
+		o.runID = newRunID()
+	} else if msgs := validation.IsDNS1123Label(o.runID); len(msgs) > 0 {
+		return usage.Errorf("--run-id %q: %s", o.runID, strings.Join(msgs, "; "))
+	}
+	o.done = map[results.Key]bool{}
+	if o.resultsFile != "" {
+		if o.done, err = results.Done(o.resultsFile); err != nil {
+			return usage.Errorf("%w", err)
+		}
+	}
+	return nil
+}
+
+// override applies the flags given on the command line over cfg.
+func (o *options) override(flags *pflag.FlagSet, cfg *config.Fleet) error {
+	set := flags.Changed
+	if set("strategy") {
+		if !slices.Contains(config.Strategies, o.strategy) {
+			return usage.Errorf("--strategy %q: use one of %s", o.strategy, strings.Join(config.Strategies, ", "))
+		}
+		cfg.Strategy = o.strategy
+	}
+	if set("placement") {
+		if !slices.Contains(config.Placements, o.placement) {
+			return usage.Errorf("--placement %q: use one of %s", o.placement, strings.Join(config.Placements, ", "))
+		}
+		cfg.Placement = o.placement
+	}
+	ints := []struct {
+		flag   string
+		value  int
+		target *int
+		least  int
+	}{
+		{"concurrency", o.concurrency, &cfg.Concurrency, 0},
+		{"max-concurrent", o.maxConcurrent, &cfg.MaxConcurrent, 1},
+		{"max-warmpool-size", o.maxWarmPoolSize, &cfg.MaxWarmPoolSize, 1},
+		{"window-size", o.windowSize, &cfg.WindowSize, 0},
+		{"epochs", o.epochs, &cfg.Epochs, 1},
+		{"max-live-sandboxes", o.maxLiveSandboxes, &cfg.MaxLiveSandboxes, 0},
+	}
+	for _, i := range ints {
+		if !set(i.flag) {
+			continue
+		}
+		if i.value < i.least {
+			return usage.Errorf("--%s %d: must be at least %d", i.flag, i.value, i.least)
+		}
+		*i.target = i.value
+	}
+	if set("warm-create-budget") {
+		if o.warmCreateBudget < 0 {
+			return usage.Errorf("--warm-create-budget %d: must not be negative (0 fills every pool at once)", o.warmCreateBudget)
+		}
+		cfg.WarmCreateBudget = &o.warmCreateBudget
+	}
+	if set("overcommit-factor") {
+		if o.overcommitFactor != 0 && o.overcommitFactor < 1 {
+			return usage.Errorf("--overcommit-factor %g: must be at least 1, or 0 to turn the breaker off", o.overcommitFactor)
+		}
+		cfg.OvercommitFactor = &o.overcommitFactor
+	}
+	for _, d := range []struct {
+		flag   string
+		value  time.Duration
+		target *time.Duration
+	}{{"ready-timeout", o.readyTimeout, &cfg.ReadyTimeout.Duration}, {"claim-grace", o.claimGrace, &cfg.ClaimGrace.Duration}} {
+		if !set(d.flag) {
+			continue
+		}
+		if d.value <= 0 {
+			return usage.Errorf("--%s %s: must be positive", d.flag, d.value)
+		}
+		*d.target = d.value
+	}
+	if set("warm-per-task") {
+		cfg.WarmPerTask = o.warmPerTask
+	}
+	if set("keep-warm") {
+		cfg.KeepWarm = o.keepWarm
+	}
+	if o.timeout < 0 {
+		return usage.Errorf("--timeout %s: must not be negative", o.timeout)
+	}
+	return nil
+}
+
+// work chooses the work of each task and checks its command against every
+// task's placeholders.
+func (o *options) work() error {
+	if !slices.Contains(processes, o.process) {
+		return usage.Errorf("--process %q: use one of %s", o.process, strings.Join(processes, ", "))
+	}
+	switch {
+	case o.process == "none" && (len(o.command) > 0 || o.script != ""):
+		return usage.Errorf("--process none runs nothing: drop the command and --script")
+	case o.process == "local" && o.script != "":
+		return usage.Errorf("--script is copied into the sandbox; with --process local give the command after --")
+	case o.process == "local" && len(o.command) == 0:
+		return usage.Errorf("--process local needs a command after --, e.g. -- ./agent.py {id}")
+	case o.process == "exec" && len(o.command) == 0 && o.script == "":
+		return usage.Errorf("nothing to run: give a command after --, or --script FILE (or --process none to only claim sandboxes)")
+	}
+	for _, t := range o.loaded {
+		if _, err := fleet.Expand(o.command, t, nil); err != nil {
+			return usage.Errorf("%w", err)
+		}
+	}
+	var script []byte
+	if o.script != "" {
+		var err error
+		if script, err = os.ReadFile(o.script); err != nil {
+			return usage.Errorf("--script: %w", err)
+		}
+	}
+	switch o.process {
+	case "none":
+		o.workFn = fleet.NoWork
+	case "local":
+		o.workFn = fleet.LocalWork(o.command)
+	default:
+		o.workFn = fleet.ExecWork(o.command, script)
+	}
+	return nil
+}
+
+func newRunID() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return "run-" + time.Now().UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b)
+}
+
+func (o *options) run(parent context.Context) error {
+	targets, err := fleet.Targets(o.cfg, o.configFlags)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	stopSignals := o.handleSignals(cancel, targets)
+	defer stopSignals()
+
+	f, err := fleet.Open(ctx, o.runID, o.cfg, o.loaded, targets)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Preflight(ctx); err != nil {
+		return fmt.Errorf("%w\nNothing was created", err)
+	}
+	f.Metrics = metrics.New(o.cfg.Strategy)
+	if o.metricsAddr != "" {
+		addr, err := f.Metrics.Serve(ctx, o.metricsAddr)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(o.streams.ErrOut, "metrics at http://%s/metrics\n", addr)
+	}
+
+	var writer *results.Writer
+	if o.resultsFile != "" {
+		if writer, err = results.Create(o.resultsFile); err != nil {
+			return err
+		}
+		defer writer.Close()
+	}
+	fmt.Fprintf(o.streams.ErrOut, "run %s: %d tasks over %d images, strategy %s, %d clusters\n",
+		o.runID, len(o.loaded), len(f.Plan.Pools), o.cfg.Strategy, len(f.Clusters))
+	var printer *progress.Printer
+	if !o.quiet {
+		printer = progress.Start(o.streams.ErrOut, progress.IsTerminal(o.streams.ErrOut), o.progressInterval, f.Progress)
+	}
+	var notRun int
+	rep, runErr := f.Run(ctx, fleet.RunOptions{
+		Work:        o.workFn,
+		TaskTimeout: o.timeout,
+		Skip:        func(epoch int, id string) bool { return o.done[results.Key{Epoch: epoch, ID: id}] },
+		OnResult: func(r fleet.Result) {
+			if r.ExitCode == nil {
+				notRun++
+			}
+			if writer != nil {
+				if err := writer.Write(r); err != nil {
+					cancel(fmt.Errorf("writing the results file: %w", err))
+				}
+			}
+		},
+	})
+	if printer != nil {
+		printer.Stop()
+	}
+	if err := o.writeReport(rep); err != nil {
+		return errors.Join(runErr, err)
+	}
+	if runErr != nil {
+		return fmt.Errorf("run %s: %w", o.runID, runErr)
+	}
+	if notRun > 0 {
+		hint := ""
+		if o.resultsFile != "" {
+			hint = "; rerun with the same --results to retry them"
+		}
+		return fmt.Errorf("run %s: %d of %d tasks could not run (see the error of each in the results)%s", o.runID, notRun, rep.TasksOK+rep.TasksErr, hint)
+	}
+	return nil
+}
+
+// writeReport prints the run report and writes it to --report.
+func (o *options) writeReport(rep report.Report) error {
+	if o.reportFile != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(o.reportFile, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("writing the run report: %w", err)
+		}
+	}
+	switch {
+	case o.output != "table":
+		return output.Machine(o.streams.Out, o.output, rep)
+	case o.quiet:
+		return nil
+	default:
+		return rep.WriteTable(o.streams.Out)
+	}
+}
+
+// handleSignals makes the first SIGINT or SIGTERM stop the run, which then
+// tears itself down, and a second one exit at once, saying how to reap.
+func (o *options) handleSignals(cancel context.CancelCauseFunc, targets []fleet.Target) (stop func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			fmt.Fprintf(o.streams.ErrOut, "\n%s: stopping run %s and tearing it down; send it again to exit at once\n", s, o.runID)
+			cancel(fmt.Errorf("interrupted by %s", s))
+		case <-done:
+			return
+		}
+		select {
+		case s := <-sigs:
+			reapHint(o.streams.ErrOut, s, o.runID, o.configFile, targets)
+			os.Exit(130)
+		case <-done:
+		}
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+	}
+}
+
+func reapHint(w io.Writer, s os.Signal, runID, configFile string, targets []fleet.Target) {
+	where := ""
+	if configFile != "" {
+		where = " -f " + configFile
+	} else if len(targets) == 1 {
+		where = " -n " + targets[0].Clients.Namespace
+	}
+	fmt.Fprintf(w, "%s again: exiting without cleaning up; remove what is left with:\n  kubectl sandbox-fleet reap --run-id %s%s\n", s, runID, where)
+}
