@@ -1,0 +1,151 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
+)
+
+// kubeconfig is the path of the cluster under test's kubeconfig.
+func kubeconfig() string {
+	if local != nil {
+		return local.Kubeconfig()
+	}
+	return os.Getenv(KubeconfigEnv)
+}
+
+// plugin runs `kubectl sandbox-fleet args...` in this process.
+func plugin(args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}
+	code = cli.Execute(streams, append([]string{"--kubeconfig", kubeconfig()}, args...))
+	return code, out.String(), errOut.String()
+}
+
+// evalScript is what an eval sweep runs in each SWE-bench-like sandbox:
+// optionally apply the fix, then run the problem's tests.
+const evalScript = `#!/bin/sh
+cd /testbed || exit 3
+if [ "$1" = fix ]; then sed -i 's/a - b/a + b/' calc.py; fi
+python3 -m unittest -q 2>&1
+rc=$?
+echo "task $SANDBOX_FLEET_TASK_ID tested" >&2
+exit $rc
+`
+
+// An eval sweep on the real node: a script copied into each sandbox runs
+// the problem's tests; every task's exit code and output are collected,
+// a task whose image cannot be pulled fails fast while the rest complete,
+// and a rerun with the same results file runs only that task again.
+func TestRunEvalSweep(t *testing.T) {
+	ns := newNamespace(t)
+	dir := t.TempDir()
+	rows := []string{
+		`{"id": "p1-fixed", "image": "` + testimages.Problem(1) + `", "mode": "fix"}`,
+		`{"id": "p1-broken", "image": "` + testimages.Problem(1) + `", "mode": "none"}`,
+		`{"id": "p2-fixed", "image": "` + testimages.Problem(2) + `", "mode": "fix"}`,
+		`{"id": "p2-broken", "image": "` + testimages.Problem(2) + `", "mode": "none"}`,
+		`{"id": "no-such-image", "image": "docker.io/library/busybox:no-such-tag", "mode": "fix"}`,
+	}
+	for name, content := range map[string]string{
+		"tasks.jsonl": strings.Join(rows, "\n") + "\n",
+		"eval.sh":     evalScript,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resultsFile := filepath.Join(dir, "results.jsonl")
+	const readyTimeout = 5 * time.Minute
+	args := []string{"run", "-n", ns, "--tasks", filepath.Join(dir, "tasks.jsonl"), "--script", filepath.Join(dir, "eval.sh"),
+		"--max-concurrent", "4", "--claim-grace", "10s", "--ready-timeout", readyTimeout.String(),
+		"--results", resultsFile, "-o", "json", "--", "{metadata.mode}"}
+
+	code, out, stderr := plugin(args...)
+	if code != cli.ExitFailure || !strings.Contains(stderr, "1 of 5 tasks could not run") {
+		t.Errorf("run: exit %d, want %d for the task that could not run\n%s", code, cli.ExitFailure, stderr)
+	}
+	var rep report.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("report: %v\n%s", err, out)
+	}
+	if rep.WallSeconds > readyTimeout.Seconds()/3 {
+		t.Errorf("the run took %.0fs: the bad image did not fail fast (ready timeout %s)", rep.WallSeconds, readyTimeout)
+	}
+	byID := map[string][]fleet.Result{}
+	for _, r := range readResults(t, resultsFile) {
+		byID[r.ID] = append(byID[r.ID], r)
+	}
+	for id, want := range map[string]struct {
+		code   int
+		stdout string
+	}{
+		"p1-fixed": {0, "OK"}, "p2-fixed": {0, "OK"},
+		"p1-broken": {1, "FAILED (failures=1)"}, "p2-broken": {1, "FAILED (failures=1)"},
+	} {
+		rs := byID[id]
+		if len(rs) != 1 {
+			t.Errorf("task %s has %d results, want 1", id, len(rs))
+			continue
+		}
+		r := rs[0]
+		if r.ExitCode == nil || *r.ExitCode != want.code || !strings.Contains(r.Stdout, want.stdout) ||
+			!strings.Contains(r.Stderr, "task "+id+" tested") || r.Node == "" || r.OK != (want.code == 0) {
+			t.Errorf("task %s: %+v; want exit code %d and %q in stdout", id, r, want.code, want.stdout)
+		}
+	}
+	bad := byID["no-such-image"]
+	if len(bad) != 1 || bad[0].ExitCode != nil || bad[0].OK || !strings.Contains(bad[0].Error, "no-such-tag") {
+		t.Errorf("the bad image's task: %+v; want an error naming the image and no exit code", bad)
+	}
+
+	// The rerun does only the task that could not run.
+	code, _, stderr = plugin(args...)
+	if code != cli.ExitFailure {
+		t.Errorf("rerun: exit %d\n%s", code, stderr)
+	}
+	counts := map[string]int{}
+	for _, r := range readResults(t, resultsFile) {
+		counts[r.ID]++
+	}
+	for _, id := range []string{"p1-fixed", "p1-broken", "p2-fixed", "p2-broken"} {
+		if counts[id] != 1 {
+			t.Errorf("task %s ran %d times over the two runs, want once", id, counts[id])
+		}
+	}
+	if counts["no-such-image"] != 2 {
+		t.Errorf("the task that could not run was tried %d times, want 2 (once a run)", counts["no-such-image"])
+	}
+}
+
+func readResults(t *testing.T, path string) []fleet.Result {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []fleet.Result
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var r fleet.Result
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
