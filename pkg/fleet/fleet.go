@@ -84,6 +84,10 @@ type placed struct {
 	pool     *extensionsv1beta1.SandboxWarmPool
 	template *extensionsv1beta1.SandboxTemplate
 	replicas int
+	// pending counts claims made on the pool and not yet settled; held
+	// names the Pods of its sandboxes claimed by the run, until they go.
+	pending int
+	held    map[string]bool
 }
 
 // Open sizes the run and starts following its objects on every target.
@@ -243,7 +247,7 @@ func (f *Fleet) Warm(ctx context.Context, images []string, replicas func(image s
 				f.mu.Unlock()
 				return err
 			}
-			p = &placed{cluster: c, template: tmpl}
+			p = &placed{cluster: c, template: tmpl, held: map[string]bool{}}
 			f.warm[img] = p
 		}
 		p.pool = resources.WarmPool(p.template, int32(want))
@@ -355,7 +359,9 @@ func (f *Fleet) Acquire(ctx context.Context, t tasks.Task) (*Sandbox, error) {
 		return nil, fmt.Errorf("task %s: no warm pool for %s", t.ID, t.Image)
 	}
 	start := time.Now()
+	settled := f.pace(ctx, p)
 	h, err := p.cluster.Claimer.Acquire(ctx, p.pool, t.ID)
+	settled()
 	f.claimed(p.cluster.Name, err == nil, time.Since(start))
 	if err != nil {
 		f.mu.Lock()
@@ -364,7 +370,90 @@ func (f *Fleet) Acquire(ctx context.Context, t tasks.Task) (*Sandbox, error) {
 		return nil, err
 	}
 	h.Cluster = p.cluster.Name
+	f.mu.Lock()
+	p.held[h.Pod] = true
+	f.mu.Unlock()
 	return &Sandbox{Handle: h, cluster: p.cluster}, nil
+}
+
+// paceLimit bounds the wait for a warm sandbox: a pool that cannot refill
+// (its Pods failing, the cluster full) must not stall its tasks for ever;
+// after it they claim at once and may start cold.
+const paceLimit = time.Minute
+
+// pace holds a claim back, under warm claim pacing, until p's pool has a
+// Ready sandbox that no other claim of the run holds or is about to take:
+// a claim made on an exhausted pool makes the controller cold-start a
+// sandbox while the pool also refills, which doubles the work of a control
+// plane already behind. Free sandboxes are counted from the pool's Pods in
+// the tracker's cache rather than from the pool's status, which lags
+// adoptions. The returned func settles the claim once it has been made.
+func (f *Fleet) pace(ctx context.Context, p *placed) (settled func()) {
+	// Under the none strategy pools hold one sandbox and claims are meant
+	// to start cold.
+	wait := f.Config.ClaimPacing == "warm" && f.Config.Strategy != "none"
+	limit := time.After(paceLimit)
+	for {
+		changed := p.cluster.Tracker.Changed()
+		free := 1 // unknown: hold nothing back
+		if wait {
+			if pods, err := p.cluster.Tracker.PoolPods(ctx, p.pool.Name); err == nil {
+				free = f.freeSandboxes(p, pods)
+			}
+		}
+		f.mu.Lock()
+		if free > 0 {
+			p.pending++
+			f.mu.Unlock()
+			return func() {
+				f.mu.Lock()
+				p.pending--
+				f.mu.Unlock()
+			}
+		}
+		f.mu.Unlock()
+		select {
+		case <-changed:
+		case <-limit:
+			wait = false
+		case <-ctx.Done():
+			wait = false
+		}
+	}
+}
+
+// freeSandboxes counts the pool's Ready Pods that no claim of the run holds
+// or is about to take, and forgets held Pods that are gone or going.
+func (f *Fleet) freeSandboxes(p *placed, pods []corev1.Pod) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	live := make(map[string]bool, len(pods))
+	free := 0
+	for i := range pods {
+		pod := &pods[i]
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		live[pod.Name] = true
+		if !p.held[pod.Name] && podReady(pod) {
+			free++
+		}
+	}
+	for name := range p.held {
+		if !live[name] {
+			delete(p.held, name)
+		}
+	}
+	return free - p.pending
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // Release gives a sandbox back: its claim, and with it the sandbox, is

@@ -266,3 +266,39 @@ func TestBreaker(t *testing.T) {
 	}
 	assertEmpty(t, ctx, f)
 }
+
+// With warm claim pacing, more tasks in flight than a pool has sandboxes
+// still adopt only warm sandboxes: claims wait for the pool to refill
+// instead of each cold-starting a sandbox.
+func TestClaimPacing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var ts []tasks.Task
+	for i := range 12 {
+		ts = append(ts, tasks.Task{ID: fmt.Sprint(i), Image: "example.com/img:v1"})
+	}
+	cfg := testConfig("naive")
+	cfg.MaxConcurrent = 2 // a pool of 2
+	cfg.Concurrency = 6
+	f := open(t, ctx, "paced", cfg, ts, cluster)
+	c := f.Clusters[0]
+	var mu sync.Mutex
+	launch := map[string]int{}
+	_, err := f.Run(ctx, fleet.RunOptions{Work: func(ctx context.Context, _ tasks.Task, s *fleet.Sandbox) (fleet.Output, error) {
+		sandbox := &sandboxv1beta1.Sandbox{}
+		if err := c.Clients.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: s.Sandbox}, sandbox); err != nil {
+			return fleet.Output{}, err
+		}
+		mu.Lock()
+		launch[sandbox.Labels["agents.x-k8s.io/launch-type"]]++
+		mu.Unlock()
+		return fleet.Output{}, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if launch["warm"] != len(ts) {
+		t.Errorf("launch types %v: want all %d claims served warm", launch, len(ts))
+	}
+	assertEmpty(t, ctx, f)
+}

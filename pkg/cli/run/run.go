@@ -48,7 +48,7 @@ type options struct {
 	runID      string
 
 	// Overrides of the configuration file, applied when given.
-	strategy, placement                 string
+	strategy, placement, claimPacing    string
 	concurrency, maxConcurrent          int
 	maxWarmPoolSize, windowSize, epochs int
 	warmCreateBudget, maxLiveSandboxes  int
@@ -138,6 +138,7 @@ run failed, 2 for bad flags or input.`,
 	f.BoolVar(&o.keepWarm, "keep-warm", false, "leave the pools warm at the end; tear them down with `teardown --run-id`")
 	f.IntVar(&o.warmCreateBudget, "warm-create-budget", 0, "fill pools in waves of at most this many creates; 0 = all at once (default 1000)")
 	f.DurationVar(&o.readyTimeout, "ready-timeout", 0, "how long a pool may take to be ready (default 15m)")
+	f.StringVar(&o.claimPacing, "claim-pacing", "", "warm: claim only while the pool has a free Ready sandbox; none: claim at once (default warm)")
 	f.DurationVar(&o.claimGrace, "claim-grace", 0, "how long a sandbox may stay in trouble that can clear up (default 2m)")
 	f.Float64Var(&o.overcommitFactor, "overcommit-factor", 0, "runaway breaker: tear down above expected × this; 0 = off (default 1.5)")
 	f.IntVar(&o.maxLiveSandboxes, "max-live-sandboxes", 0, "runaway breaker: absolute ceiling of live sandboxes")
@@ -274,6 +275,12 @@ func (o *options) override(flags *pflag.FlagSet, cfg *config.Fleet) error {
 			return usage.Errorf("--%s %s: must be positive", d.flag, d.value)
 		}
 		*d.target = d.value
+	}
+	if set("claim-pacing") {
+		if o.claimPacing != "warm" && o.claimPacing != "none" {
+			return usage.Errorf("--claim-pacing %q: use warm or none", o.claimPacing)
+		}
+		cfg.ClaimPacing = o.claimPacing
 	}
 	if set("warm-per-task") {
 		cfg.WarmPerTask = o.warmPerTask

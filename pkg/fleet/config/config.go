@@ -87,6 +87,11 @@ type Fleet struct {
 	// it to trip. Defaults 5s and 3.
 	BreakerInterval metav1.Duration `json:"breakerInterval,omitempty"`
 	BreakerPolls    int             `json:"breakerPolls,omitempty"`
+	// ClaimPacing is warm (claim only while the pool has a Ready sandbox
+	// not yet spoken for, so claims adopt warm sandboxes instead of each
+	// cold-starting one next to a refilling pool) or none (claim at once).
+	// Default warm.
+	ClaimPacing string `json:"claimPacing,omitempty"`
 	// ClaimGrace is how long a claimed sandbox may show trouble that can
 	// clear up (ImagePullBackOff, CrashLoopBackOff, Unschedulable) before
 	// the claim is given up. Terminal trouble fails at once. Default 2m.
@@ -179,6 +184,9 @@ func (f *Fleet) applyDefaults() {
 	}
 	if f.BreakerPolls == 0 {
 		f.BreakerPolls = 3
+	}
+	if f.ClaimPacing == "" {
+		f.ClaimPacing = "warm"
 	}
 	if f.ClaimGrace.Duration == 0 {
 		f.ClaimGrace.Duration = 2 * time.Minute
@@ -280,6 +288,9 @@ func (f *Fleet) validate(fail func(path, format string, args ...any)) {
 	}
 	if f.Strategy != "" && !slices.Contains(Strategies, f.Strategy) {
 		fail("strategy", "unknown strategy %q: use one of %s", f.Strategy, strings.Join(Strategies, ", "))
+	}
+	if f.ClaimPacing != "" && f.ClaimPacing != "warm" && f.ClaimPacing != "none" {
+		fail("claimPacing", "unknown claim pacing %q: use warm or none", f.ClaimPacing)
 	}
 	if f.Placement != "" && !slices.Contains(Placements, f.Placement) {
 		fail("placement", "unknown placement %q: use one of %s", f.Placement, strings.Join(Placements, ", "))
