@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/results"
 )
 
 // kubeconfig is the path of the cluster under test's kubeconfig.
@@ -85,7 +85,7 @@ func TestRunEvalSweep(t *testing.T) {
 		t.Errorf("the run took %.0fs: the bad image did not fail fast (ready timeout %s)", rep.WallSeconds, readyTimeout)
 	}
 	byID := map[string][]fleet.Result{}
-	for _, r := range readResults(t, resultsFile) {
+	for _, r := range mustRead(t, resultsFile) {
 		byID[r.ID] = append(byID[r.ID], r)
 	}
 	for id, want := range map[string]struct {
@@ -117,7 +117,7 @@ func TestRunEvalSweep(t *testing.T) {
 		t.Errorf("rerun: exit %d\n%s", code, stderr)
 	}
 	counts := map[string]int{}
-	for _, r := range readResults(t, resultsFile) {
+	for _, r := range mustRead(t, resultsFile) {
 		counts[r.ID]++
 	}
 	for _, id := range []string{"p1-fixed", "p1-broken", "p2-fixed", "p2-broken"} {
@@ -130,22 +130,11 @@ func TestRunEvalSweep(t *testing.T) {
 	}
 }
 
-func readResults(t *testing.T, path string) []fleet.Result {
+func mustRead(t *testing.T, path string) []fleet.Result {
 	t.Helper()
-	f, err := os.Open(path)
+	rs, err := results.Read(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	var out []fleet.Result
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var r fleet.Result
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		out = append(out, r)
-	}
-	return out
+	return rs
 }

@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/results"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/teardown"
 )
 
@@ -46,25 +46,6 @@ func skewedTasks() string {
 	return b.String()
 }
 
-// readResults reads a results file.
-func readResults(t *testing.T, path string) []fleet.Result {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []fleet.Result
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var r fleet.Result
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		out = append(out, r)
-	}
-	return out
-}
 
 // assertNothingIn fails unless the namespace holds no object of any run
 // and no Sandbox.
@@ -109,7 +90,7 @@ func TestRunAndResume(t *testing.T) {
 	if strings.ContainsAny(stderr, "\r\033") {
 		t.Errorf("stderr is not a terminal but has control characters: %q", stderr)
 	}
-	got := readResults(t, resultsFile)
+	got := mustRead(t, resultsFile)
 	seen := map[string]bool{}
 	for _, r := range got {
 		if !r.OK || seen[r.ID] || r.Sandbox == "" || r.Phases["claim"] <= 0 {
@@ -129,7 +110,7 @@ func TestRunAndResume(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.TasksOK+rep.TasksErr != 0 || rep.Claims != 0 {
 		t.Errorf("rerun report %+v: want no task done again", rep)
 	}
-	if n := len(readResults(t, resultsFile)); n != 40 {
+	if n := len(mustRead(t, resultsFile)); n != 40 {
 		t.Errorf("results file has %d lines after the rerun, want 40", n)
 	}
 }
@@ -298,4 +279,13 @@ func TestRunKilledThenReaped(t *testing.T) {
 	if code != cli.ExitOK || !strings.Contains(out, "verified: nothing of run killed is left") {
 		t.Errorf("teardown --verify: exit %d\n%s%s", code, out, stderr)
 	}
+}
+
+func mustRead(t *testing.T, path string) []fleet.Result {
+	t.Helper()
+	rs, err := results.Read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
 }

@@ -22,21 +22,19 @@ type Key struct {
 	ID    string
 }
 
-// Done reads the result file at path, if there is one, and returns the
-// tasks whose work ran to completion (whatever its exit code). Tasks that
-// never got to run — a claim that failed, a lost sandbox — are not done,
-// so a rerun retries them. A torn line, left by a killed run, is ignored;
-// any other malformed line is an error naming it.
-func Done(path string) (map[Key]bool, error) {
-	done := map[Key]bool{}
+// Read reads the result file at path; a missing file holds no results. A
+// torn line, left by a killed run, is skipped; any other malformed line is
+// an error naming it.
+func Read(path string) ([]fleet.Result, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return done, nil
+		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the results file: %w", err)
 	}
 	defer f.Close()
+	var out []fleet.Result
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
 	for line := 1; sc.Scan(); line++ {
@@ -51,12 +49,28 @@ func Done(path string) (map[Key]bool, error) {
 		if err != nil || r.ID == "" {
 			return nil, fmt.Errorf("%s:%d: not a result line (%v): move the file away or fix the line to resume", path, line, err)
 		}
-		if r.ExitCode != nil {
-			done[Key{Epoch: max(1, r.Epoch), ID: r.ID}] = true
-		}
+		out = append(out, r)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// Done returns the tasks of the result file at path whose work ran to
+// completion (whatever its exit code). Tasks that never got to run — a
+// claim that failed, a lost sandbox — are not done, so a rerun retries
+// them.
+func Done(path string) (map[Key]bool, error) {
+	rs, err := Read(path)
+	if err != nil {
+		return nil, err
+	}
+	done := map[Key]bool{}
+	for _, r := range rs {
+		if r.ExitCode != nil {
+			done[Key{Epoch: max(1, r.Epoch), ID: r.ID}] = true
+		}
 	}
 	return done, nil
 }
