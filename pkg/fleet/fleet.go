@@ -394,7 +394,7 @@ func (f *Fleet) pace(ctx context.Context, p *placed) (settled func()) {
 	wait := f.Config.ClaimPacing == "warm" && f.Config.Strategy != "none"
 	limit := time.After(paceLimit)
 	for {
-		changed := p.cluster.Tracker.Changed()
+		changed := p.cluster.Tracker.PoolChanged(p.pool.Name)
 		free := 1 // unknown: hold nothing back
 		if wait {
 			if pods, err := p.cluster.Tracker.PoolPods(ctx, p.pool.Name); err == nil {

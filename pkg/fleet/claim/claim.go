@@ -58,7 +58,7 @@ func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWa
 	}
 	var troubleSince time.Time
 	for {
-		changed := c.Tracker.Changed()
+		changed := c.Tracker.ClaimChanged(claim.Name)
 		st, found, err := c.Tracker.Claim(ctx, claim.Name)
 		if err != nil {
 			return nil, c.abandon(claim, err)

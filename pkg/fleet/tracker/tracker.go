@@ -1,7 +1,12 @@
 // Package tracker follows the Agent Sandbox objects of one run through
 // shared informers — one watch per kind in the run's namespace, filtered by
 // the run's label — and lets callers wait for states without polling and
-// without a watch per object.
+// without a watch per object. Waiters are woken only by events about what
+// they wait for, so a thousand claims in flight cost one wake-up per event,
+// not a thousand.
+//
+// Objects returned by a Tracker are shared with its cache and must not be
+// modified.
 package tracker
 
 import (
@@ -30,6 +35,11 @@ type Tracker struct {
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced on every event
+	// keyed are closed and removed on an event about their key.
+	keyed map[string]chan struct{}
+	// claimOf maps a sandbox to the claim bound to it, so that events of
+	// the sandbox's Pod wake the claim's waiters.
+	claimOf map[string]string
 }
 
 // Start begins watching the warm pools, claims and Pods of run runID in namespace
@@ -39,15 +49,20 @@ func Start(ctx context.Context, cfg *rest.Config, namespace, runID string) (*Tra
 		Scheme:               kube.Scheme,
 		DefaultNamespaces:    map[string]cache.Config{namespace: {}},
 		DefaultLabelSelector: labels.RunSelector(runID),
+		// Readers never modify what they get, so reads need not copy; and
+		// managed fields are never read.
+		DefaultUnsafeDisableDeepCopy: new(true),
+		DefaultTransform:             cache.TransformStripManagedFields(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("building the watch cache: %w", err)
 	}
-	t := &Tracker{cache: c, namespace: namespace, changed: make(chan struct{})}
+	t := &Tracker{cache: c, namespace: namespace, changed: make(chan struct{}),
+		keyed: map[string]chan struct{}{}, claimOf: map[string]string{}}
 	notify := toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { t.notify() },
-		UpdateFunc: func(any, any) { t.notify() },
-		DeleteFunc: func(any) { t.notify() },
+		AddFunc:    func(obj any) { t.notify(obj, false) },
+		UpdateFunc: func(_, obj any) { t.notify(obj, false) },
+		DeleteFunc: func(obj any) { t.notify(obj, true) },
 	}
 	// Pods are found by the Sandbox that controls them.
 	if err := c.IndexField(ctx, &corev1.Pod{}, sandboxIndex, func(o client.Object) []string {
@@ -111,11 +126,67 @@ func (t *Tracker) Claim(ctx context.Context, name string) (st ClaimState, found 
 	return st, true, nil
 }
 
-func (t *Tracker) notify() {
+// ClaimChanged returns a channel closed at the next change to claim or to
+// the Pod of the sandbox bound to it.
+func (t *Tracker) ClaimChanged(claim string) <-chan struct{} { return t.changedFor(claimKey(claim)) }
+
+// PoolChanged returns a channel closed at the next change to warm pool
+// pool or to any of its Pods.
+func (t *Tracker) PoolChanged(pool string) <-chan struct{} { return t.changedFor(poolKey(pool)) }
+
+func claimKey(name string) string { return "claim/" + name }
+func poolKey(name string) string  { return "pool/" + name }
+
+func (t *Tracker) changedFor(key string) <-chan struct{} {
 	t.mu.Lock()
+	defer t.mu.Unlock()
+	ch, ok := t.keyed[key]
+	if !ok {
+		ch = make(chan struct{})
+		t.keyed[key] = ch
+	}
+	return ch
+}
+
+// notify wakes the waiters for any change and those for the keys obj
+// concerns.
+func (t *Tracker) notify(obj any, deleted bool) {
+	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj, deleted = tomb.Obj, true
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	close(t.changed)
 	t.changed = make(chan struct{})
-	t.mu.Unlock()
+	var keys []string
+	switch o := obj.(type) {
+	case *extensionsv1beta1.SandboxClaim:
+		keys = append(keys, claimKey(o.Name))
+		if sandbox := o.Status.SandboxStatus.Name; sandbox != "" {
+			if deleted {
+				delete(t.claimOf, sandbox)
+			} else {
+				t.claimOf[sandbox] = o.Name
+			}
+		}
+	case *extensionsv1beta1.SandboxWarmPool:
+		keys = append(keys, poolKey(o.Name))
+	case *corev1.Pod:
+		if pool := o.Labels[labels.Pool]; pool != "" {
+			keys = append(keys, poolKey(pool))
+		}
+		if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == "Sandbox" {
+			if claim, ok := t.claimOf[ref.Name]; ok {
+				keys = append(keys, claimKey(claim))
+			}
+		}
+	}
+	for _, k := range keys {
+		if ch, ok := t.keyed[k]; ok {
+			close(ch)
+			delete(t.keyed, k)
+		}
+	}
 }
 
 // waitFor re-evaluates done after every event until it reports true, returns

@@ -45,3 +45,54 @@ func TestTrackerSeesOnlyItsRun(t *testing.T) {
 		t.Fatalf("tracker of run-mine: WarmPool(%s of run-other) = found %v, %v", otherPool.Name, found, err)
 	}
 }
+
+// A waiter on one pool is woken by its pool's events, not by another's.
+func TestPoolChangedIsTargeted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns := cluster.NewNamespace(t)
+	clients, err := cluster.Clients(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := tracker.Start(ctx, clients.Config, ns, "run-keyed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func(image string) string {
+		tmpl, err := resources.Template(ns, "run-keyed", image, resources.PodSpec{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Zero replicas: only the pool objects change, no Pods come.
+		pool := resources.WarmPool(tmpl, 0)
+		if err := clients.Client.Create(ctx, pool); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			changed := tr.Changed()
+			if _, found, err := tr.WarmPool(ctx, pool.Name); err != nil || found {
+				return pool.Name
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				t.Fatalf("pool %s never seen", pool.Name)
+			}
+		}
+	}
+	mine := resources.PoolName("run-keyed", "busybox:1.36")
+	woken := tr.PoolChanged(mine)
+	create("busybox:1.35")
+	select {
+	case <-woken:
+		t.Fatal("another pool's event woke the waiter")
+	default:
+	}
+	create("busybox:1.36")
+	select {
+	case <-woken:
+	case <-ctx.Done():
+		t.Fatal("the pool's own event did not wake the waiter")
+	}
+}

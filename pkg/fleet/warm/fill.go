@@ -109,7 +109,7 @@ func (f *Filler) Fill(ctx context.Context, pools []Pool) error {
 // or ctx ends.
 func (f *Filler) waitReady(ctx context.Context, pool string, ready int32) error {
 	for {
-		changed := f.Tracker.Changed()
+		changed := f.Tracker.PoolChanged(pool)
 		p, found, err := f.Tracker.WarmPool(ctx, pool)
 		if err != nil {
 			return err
