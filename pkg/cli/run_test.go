@@ -46,7 +46,6 @@ func skewedTasks() string {
 	return b.String()
 }
 
-
 // assertNothingIn fails unless the namespace holds no object of any run
 // and no Sandbox.
 func assertNothingIn(t *testing.T, ns string) {
