@@ -264,10 +264,10 @@ func (c *Cluster) startControllers() ([]waitFunc, error) {
 		"--root-ca-file="+c.pki.CAFile(),
 		"--cluster-signing-cert-file="+c.pki.CAFile(),
 		"--cluster-signing-key-file="+c.pki.CAKeyFile(),
-		// kwok renews its nodes' heartbeats through the same API server the
+		// kwok renews its nodes' leases through the same API server the
 		// tests load; under a benchmark's load a renewal can lag past the
-		// default 50s, and the node lifecycle controller then marks every
-		// Pod of the node NotReady, which kwok never undoes.
+		// default 50s, and the node lifecycle controller would then mark
+		// every Pod of the node NotReady, which kwok never undoes.
 		"--node-monitor-grace-period=5m",
 		"--profiling=false",
 	))

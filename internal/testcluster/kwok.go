@@ -47,6 +47,11 @@ func (c *Cluster) startKwok(port int) (waitFunc, error) {
 		"--server-address=127.0.0.1:" + strconv.Itoa(port),
 		// Pod IPs are never dialled; a /16 leaves room for scale tests.
 		"--cidr=10.200.0.0/16",
+		// The heartbeat stage refreshes node status only every ten minutes
+		// and counts on node leases for liveness; without them the node
+		// lifecycle controller sees the nodes go silent and marks their
+		// Pods NotReady, which kwok never undoes.
+		"--node-lease-duration-seconds=40",
 	})
 	if err != nil {
 		return nil, err
@@ -83,8 +88,13 @@ func (c *Cluster) createNodes(ctx context.Context) error {
 		}
 	}
 	for _, n := range c.opts.nodes {
-		err := poll(ctx, "node "+n.Name+" to be Ready", func(ctx context.Context) error {
-			return c.nodeReady(ctx, n.Name)
+		err := poll(ctx, "node "+n.Name+" to be Ready with a lease", func(ctx context.Context) error {
+			if err := c.nodeReady(ctx, n.Name); err != nil {
+				return err
+			}
+			// Without a renewed lease the node would be declared dead.
+			_, err := c.kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, n.Name, metav1.GetOptions{})
+			return err
 		})
 		if err != nil {
 			return err
