@@ -88,6 +88,9 @@ type placed struct {
 	// names the Pods of its sandboxes claimed by the run, until they go.
 	pending int
 	held    map[string]bool
+	// gate lets one paced claim at a time watch the pool for a free
+	// sandbox, so that an event wakes one waiter, not all of them.
+	gate chan struct{}
 }
 
 // Open sizes the run and starts following its objects on every target.
@@ -247,7 +250,7 @@ func (f *Fleet) Warm(ctx context.Context, images []string, replicas func(image s
 				f.mu.Unlock()
 				return err
 			}
-			p = &placed{cluster: c, template: tmpl, held: map[string]bool{}}
+			p = &placed{cluster: c, template: tmpl, held: map[string]bool{}, gate: make(chan struct{}, 1)}
 			f.warm[img] = p
 		}
 		p.pool = resources.WarmPool(p.template, int32(want))
@@ -393,6 +396,16 @@ func (f *Fleet) pace(ctx context.Context, p *placed) (settled func()) {
 	// to start cold.
 	wait := f.Config.ClaimPacing == "warm" && f.Config.Strategy != "none"
 	limit := time.After(paceLimit)
+	if wait {
+		select {
+		case p.gate <- struct{}{}:
+			defer func() { <-p.gate }()
+		case <-limit:
+			wait = false
+		case <-ctx.Done():
+			wait = false
+		}
+	}
 	for {
 		changed := p.cluster.Tracker.PoolChanged(p.pool.Name)
 		free := 1 // unknown: hold nothing back

@@ -302,3 +302,31 @@ func TestClaimPacing(t *testing.T) {
 	}
 	assertEmpty(t, ctx, f)
 }
+
+// Epochs run every task once a pass, and the pools of the first pass serve
+// the second: nothing is warmed twice.
+func TestEpochsKeepPools(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ts := skewed()[:12] // one image
+	cfg := testConfig("naive")
+	cfg.Epochs = 2
+	f := open(t, ctx, "epochs", cfg, ts, cluster)
+	var mu sync.Mutex
+	per := map[int]int{}
+	rep, err := f.Run(ctx, fleet.RunOptions{Work: fleet.NoWork, OnResult: func(r fleet.Result) {
+		mu.Lock()
+		defer mu.Unlock()
+		per[r.Epoch]++
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if per[1] != len(ts) || per[2] != len(ts) {
+		t.Errorf("results per epoch %v, want %d in each of 2", per, len(ts))
+	}
+	if rep.WarmReplicasTotal != f.Plan.WarmFootprint {
+		t.Errorf("%d replicas warmed over two epochs, want the plan's %d once", rep.WarmReplicasTotal, f.Plan.WarmFootprint)
+	}
+	assertEmpty(t, ctx, f)
+}

@@ -1,9 +1,11 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -151,7 +153,7 @@ func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func
 		for _, img := range window {
 			out = append(out, byImage[img]...)
 		}
-		return out
+		return Interleave(out)
 	}
 	process := func(window []string, failed warm.Failed) {
 		f.process(ctx, epoch, tasksOf(window), failed, o, onResult)
@@ -213,6 +215,35 @@ func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func
 		}
 	}
 	return context.Cause(ctx)
+}
+
+// Interleave orders tasks so that every stretch of the order holds each
+// image's tasks in proportion to its share of them: the i-th of an image's
+// n tasks goes at (i+½)/n of the way. Pools are sized to those shares of
+// the concurrency, so the tasks in flight at any moment then match the
+// pools' depths, instead of one image's tasks exhausting its pool while
+// the others' sit idle. Ties keep the input order.
+func Interleave(ts []tasks.Task) []tasks.Task {
+	count := map[string]int{}
+	for _, t := range ts {
+		count[t.Image]++
+	}
+	type keyed struct {
+		at float64
+		t  tasks.Task
+	}
+	seen := map[string]int{}
+	order := make([]keyed, len(ts))
+	for i, t := range ts {
+		order[i] = keyed{at: (float64(seen[t.Image]) + 0.5) / float64(count[t.Image]), t: t}
+		seen[t.Image]++
+	}
+	slices.SortStableFunc(order, func(a, b keyed) int { return cmp.Compare(a.at, b.at) })
+	out := make([]tasks.Task, len(ts))
+	for i, k := range order {
+		out[i] = k.t
+	}
+	return out
 }
 
 // window is how many images a windowed strategy keeps warm at once.

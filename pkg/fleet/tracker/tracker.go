@@ -65,6 +65,15 @@ func Start(ctx context.Context, cfg *rest.Config, namespace, runID string) (*Tra
 		DeleteFunc: func(obj any) { t.notify(obj, true) },
 	}
 	// Pods are found by the Sandbox that controls them.
+	// and by their warm pool.
+	if err := c.IndexField(ctx, &corev1.Pod{}, poolIndex, func(o client.Object) []string {
+		if pool := o.GetLabels()[labels.Pool]; pool != "" {
+			return []string{pool}
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("indexing pods: %w", err)
+	}
 	if err := c.IndexField(ctx, &corev1.Pod{}, sandboxIndex, func(o client.Object) []string {
 		if ref := metav1.GetControllerOf(o); ref != nil && ref.Kind == "Sandbox" {
 			return []string{ref.Name}
@@ -89,8 +98,12 @@ func Start(ctx context.Context, cfg *rest.Config, namespace, runID string) (*Tra
 	return t, nil
 }
 
-// sandboxIndex indexes Pods by the name of their controlling Sandbox.
-const sandboxIndex = "sandbox"
+// sandboxIndex indexes Pods by the name of their controlling Sandbox,
+// poolIndex by their warm pool.
+const (
+	sandboxIndex = "sandbox"
+	poolIndex    = "pool"
+)
 
 // Changed returns a channel closed at the next change to any object of the
 // run, for callers that combine the tracker's state with timers of their own.
@@ -238,7 +251,7 @@ func (t *Tracker) Pod(ctx context.Context, name string) (pod *corev1.Pod, found 
 // PoolPods lists the run's Pods of warm pool pool.
 func (t *Tracker) PoolPods(ctx context.Context, pool string) ([]corev1.Pod, error) {
 	pods := &corev1.PodList{}
-	if err := t.cache.List(ctx, pods, client.InNamespace(t.namespace), client.MatchingLabels{labels.Pool: pool}); err != nil {
+	if err := t.cache.List(ctx, pods, client.InNamespace(t.namespace), client.MatchingFields{poolIndex: pool}); err != nil {
 		return nil, err
 	}
 	return pods.Items, nil

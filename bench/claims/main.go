@@ -1,0 +1,178 @@
+// Command claims benchmarks the fleet engine's claim path against a
+// bare-minimum client on the local test cluster (kwok nodes, the real Agent
+// Sandbox controller), measured in one run with the clients alternating:
+//
+//	go run ./bench/claims            # both scenarios, 2 rounds
+//	go run ./bench/claims -rounds 3 -scenarios overhead
+//
+// Each trial runs in a child process of its own, in a namespace of its own,
+// so its CPU time and peak RSS are the client's alone. Clients:
+//
+//   - bare: creates the same template and warm pools, waits for them by one
+//     watch, then per task creates a claim, waits for it to be Ready through
+//     one shared informer, and deletes it. Nothing else.
+//   - engine: fleet.Open + Run with no work, warm claim pacing on.
+//   - engine-unpaced: the same with claim pacing off.
+//
+// Scenarios:
+//
+//   - overhead: 1,000 claims at concurrency 100 over 10 images whose pools
+//     hold 100 warm sandboxes in all. Targets: the engine's time-to-sandbox
+//     p99 within 1.05× and claims/s at least 0.95× of the bare client's,
+//     client CPU within 1.2×, at most 3 API requests per task besides watches.
+//   - saturated: 1,000 claims at concurrency 50 over 25 images with pools of
+//     2 (50 warm in all), where the control plane falls behind and claims
+//     go cold; shows the warm share and wall time claim pacing buys at the
+//     same peak warm footprint.
+//
+// The warm share is read from the agents.x-k8s.io/launch-type label the
+// controller puts on each claimed Sandbox, observed by a watch in the
+// parent. API requests are counted in the client (every request but
+// watches) and cross-checked with the API server's apiserver_request_total
+// for sandboxclaims creates and deletes.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+)
+
+// scenario is a batch shape.
+type scenario struct {
+	Name                 string
+	Tasks, Images        int
+	Concurrency, Replica int
+}
+
+var scenarios = map[string]scenario{
+	"overhead":  {Name: "overhead", Tasks: 1000, Images: 10, Concurrency: 100, Replica: 10},
+	"saturated": {Name: "saturated", Tasks: 1000, Images: 25, Concurrency: 50, Replica: 2},
+}
+
+var clients = []string{"bare", "engine", "engine-unpaced"}
+
+func main() {
+	trial := flag.String("trial", "", "internal: run one trial of this client in this process")
+	kubeconfig := flag.String("kubeconfig", "", "internal: the cluster of the trial")
+	namespace := flag.String("namespace", "", "internal: the namespace of the trial")
+	shape := flag.String("scenario", "", "internal: the scenario of the trial")
+	rounds := flag.Int("rounds", 2, "rounds; each runs every client once, in rotating order")
+	names := flag.String("scenarios", "overhead,saturated", "scenarios to run")
+	nodes := flag.Int("nodes", 6, "kwok nodes")
+	out := flag.String("o", "", "also write the results here as JSON")
+	flag.Parse()
+
+	if *trial != "" {
+		if err := runTrial(*trial, *kubeconfig, *namespace, scenarios[*shape]); err != nil {
+			fmt.Fprintf(os.Stderr, "trial %s: %v\n", *trial, err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(*rounds, strings.Split(*names, ","), *nodes, *out); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(rounds int, names []string, nodes int, out string) error {
+	// Ctrl-C stops the trial in flight and then the cluster, cleanly.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fmt.Fprintf(os.Stderr, "starting the local cluster with %d kwok nodes\n", nodes)
+	cluster, err := testcluster.Start(ctx, testcluster.WithNodes(testcluster.FakeNodes("bench", nodes, testcluster.DefaultCapacity(), nil)...))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := cluster.Stop(false); err != nil {
+			fmt.Fprintf(os.Stderr, "stopping the cluster: %v\n", err)
+		}
+	}()
+	obs, err := observe(ctx, cluster)
+	if err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	var all []summary
+	for _, name := range names {
+		sc, ok := scenarios[name]
+		if !ok {
+			return fmt.Errorf("unknown scenario %q", name)
+		}
+		measured := map[string][]measurement{}
+		for r := range rounds {
+			for i := range clients {
+				client := clients[(i+r)%len(clients)]
+				m, err := trial(ctx, cluster, obs, self, client, sc)
+				if err != nil {
+					return fmt.Errorf("%s round %d %s: %w", sc.Name, r+1, client, err)
+				}
+				fmt.Fprintf(os.Stderr, "%s round %d %-15s p50 %.3fs p99 %.3fs %.1f claims/s warm %.0f%% %.2f req/task cpu %.1fs rss %.0fMiB wall %.1fs\n",
+					sc.Name, r+1, client, m.P50, m.P99, m.ClaimsPerSec, 100*m.WarmShare, m.RequestsPerTask, m.CPUSeconds, m.RSSMiB, m.WallSeconds)
+				measured[client] = append(measured[client], m)
+			}
+		}
+		for _, client := range clients {
+			all = append(all, summarize(sc, client, measured[client]))
+		}
+	}
+	printTable(os.Stdout, all)
+	if out != "" {
+		b, err := json.MarshalIndent(all, "", "  ")
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(out, b, 0o644)
+	}
+	return nil
+}
+
+// trial runs one client in a child process on a fresh namespace.
+func trial(ctx context.Context, cluster *testcluster.Cluster, obs *observer, self, client string, sc scenario) (measurement, error) {
+	ns, err := newNamespace(ctx, cluster)
+	if err != nil {
+		return measurement{}, err
+	}
+	defer deleteNamespace(cluster, ns)
+	before, err := claimRequests(ctx, cluster)
+	if err != nil {
+		return measurement{}, err
+	}
+	cmd := exec.CommandContext(ctx, self, "-trial", client, "-kubeconfig", cluster.Kubeconfig(), "-namespace", ns, "-scenario", sc.Name)
+	cmd.Stderr = os.Stderr
+	// A trial must not outlive the benchmark.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := cmd.Output()
+	if err != nil {
+		return measurement{}, err
+	}
+	var res trialResult
+	if err := json.Unmarshal(stdout, &res); err != nil {
+		return measurement{}, fmt.Errorf("reading the trial's result: %w", err)
+	}
+	after, err := claimRequests(ctx, cluster)
+	if err != nil {
+		return measurement{}, err
+	}
+	usage := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	m := res.measure(sc)
+	m.CPUSeconds = time.Duration(usage.Utime.Nano() + usage.Stime.Nano()).Seconds()
+	m.RSSMiB = float64(usage.Maxrss) / 1024
+	m.ServerClaimRequestsPerTask = (after - before) / float64(sc.Tasks)
+	m.WarmShare = obs.warmShare(ns, res.Sandboxes)
+	return m, nil
+}

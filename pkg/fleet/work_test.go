@@ -1,0 +1,54 @@
+package fleet
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+)
+
+func TestExpand(t *testing.T) {
+	task := tasks.Task{ID: "django-1", Image: "mirror/django:1", OriginalImage: "docker.io/django:1", Source: "tasks.jsonl:7",
+		Metadata: map[string]any{"commit": "abc", "n": 3.0, "tags": []any{"x"}}}
+	h := &claim.Handle{Cluster: "gke-a", Namespace: "rl", Pod: "p-1", PodIP: "10.0.0.5", Sandbox: "s-1", Claim: "c-1", Node: "n-1"}
+	for _, tt := range []struct {
+		args    []string
+		h       *claim.Handle
+		want    string
+		wantErr string
+	}{
+		{[]string{"echo", "{id}", "{image}", "{original_image}"}, h, "echo django-1 mirror/django:1 docker.io/django:1", ""},
+		{[]string{"{cluster}/{namespace}/{pod}@{pod_ip}", "{sandbox}", "{claim}", "{node}"}, h, "gke-a/rl/p-1@10.0.0.5 s-1 c-1 n-1", ""},
+		{[]string{"git checkout {metadata.commit}", "{metadata.n}", "{metadata.tags}"}, h, `git checkout abc 3 ["x"]`, ""},
+		{[]string{"sh", "-c", "echo {} {{id}}"}, h, "sh -c echo {} {django-1}", ""},
+		{[]string{"{id}"}, nil, "django-1", ""},
+		{[]string{"{nope}"}, h, "", "tasks.jsonl:7: unknown placeholder {nope}"},
+		{[]string{"{metadata.missing}"}, h, "", `tasks.jsonl:7: task django-1 has no metadata field "missing"`},
+	} {
+		got, err := Expand(tt.args, task, tt.h)
+		switch {
+		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+			t.Errorf("Expand(%q) error %v, want %q", tt.args, err, tt.wantErr)
+		case tt.wantErr == "" && (err != nil || strings.Join(got, " ") != tt.want):
+			t.Errorf("Expand(%q) = %q, %v; want %q", tt.args, got, err, tt.want)
+		}
+	}
+}
+
+func TestTail(t *testing.T) {
+	tl := newTail(5)
+	for _, s := range []string{"ab", "cd", "efg"} {
+		if _, err := tl.Write([]byte(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := tl.String(); got != "…cdefg" {
+		t.Errorf("tail = %q, want the last 5 bytes marked cut", got)
+	}
+	short := newTail(5)
+	short.Write([]byte("ok"))
+	if got := short.String(); got != "ok" {
+		t.Errorf("tail = %q, want ok", got)
+	}
+}
