@@ -56,6 +56,10 @@ demo: build testbin ## start a local cluster, check it with the plugin through k
 	kubectl sandbox-fleet preflight; \
 	kubectl get nodes
 
+.PHONY: bench
+bench: testbin ## benchmark the claim path against a bare client on a local kwok cluster (~45 min)
+	go run ./bench/claims -rounds 2
+
 .PHONY: cluster-up cluster-down
 cluster-up: testbin ## start the local cluster and leave it running
 	$(LOCALCLUSTER) up
