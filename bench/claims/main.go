@@ -11,8 +11,8 @@
 //   - bare: creates the same template and warm pools, waits for them by one
 //     watch, then per task creates a claim, waits for it to be Ready through
 //     one shared informer, and deletes it. Nothing else.
-//   - engine: fleet.Open + Run with no work, warm claim pacing on.
-//   - engine-unpaced: the same with claim pacing off.
+//   - engine: fleet.Open + Run with no work, as configured by default.
+//   - engine-paced: the same with warm claim pacing.
 //
 // Scenarios:
 //
@@ -59,7 +59,7 @@ var scenarios = map[string]scenario{
 	"saturated": {Name: "saturated", Tasks: 1000, Images: 25, Concurrency: 50, Replica: 2},
 }
 
-var clients = []string{"bare", "engine", "engine-unpaced"}
+var clients = []string{"bare", "engine", "engine-paced"}
 
 func main() {
 	trial := flag.String("trial", "", "internal: run one trial of this client in this process")

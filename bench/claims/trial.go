@@ -112,8 +112,8 @@ func runTrial(client, kubeconfig, namespace string, sc scenario) error {
 	switch client {
 	case "bare":
 		res, err = bare(ctx, clients, sc)
-	case "engine", "engine-unpaced":
-		res, err = engine(ctx, clients, sc, client == "engine")
+	case "engine", "engine-paced":
+		res, err = engine(ctx, clients, sc, client == "engine-paced")
 	default:
 		err = fmt.Errorf("unknown client %q", client)
 	}
@@ -131,8 +131,8 @@ func engine(ctx context.Context, clients *kube.Clients, sc scenario, paced bool)
 	cfg.MaxConcurrent = sc.Concurrency
 	cfg.MaxWarmPoolSize = max(8, sc.Replica)
 	cfg.ReadyTimeout.Duration = 10 * time.Minute
-	if !paced {
-		cfg.ClaimPacing = "none"
+	if paced {
+		cfg.ClaimPacing = "warm"
 	}
 	targets := []fleet.Target{{Config: config.Cluster{Name: "bench", Weight: 1}, Clients: clients}}
 	f, err := fleet.Open(ctx, "bench", cfg, batch(sc), targets)

@@ -280,6 +280,7 @@ func TestClaimPacing(t *testing.T) {
 	cfg := testConfig("naive")
 	cfg.MaxConcurrent = 2 // a pool of 2
 	cfg.Concurrency = 6
+	cfg.ClaimPacing = "warm"
 	f := open(t, ctx, "paced", cfg, ts, cluster)
 	c := f.Clusters[0]
 	var mu sync.Mutex

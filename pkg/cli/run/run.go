@@ -138,7 +138,7 @@ run failed, 2 for bad flags or input.`,
 	f.BoolVar(&o.keepWarm, "keep-warm", false, "leave the pools warm at the end; tear them down with `teardown --run-id`")
 	f.IntVar(&o.warmCreateBudget, "warm-create-budget", 0, "fill pools in waves of at most this many creates; 0 = all at once (default 1000)")
 	f.DurationVar(&o.readyTimeout, "ready-timeout", 0, "how long a pool may take to be ready (default 15m)")
-	f.StringVar(&o.claimPacing, "claim-pacing", "", "warm: claim only while the pool has a free Ready sandbox; none: claim at once (default warm)")
+	f.StringVar(&o.claimPacing, "claim-pacing", "", "none: claim at once; warm: claim only while the pool has a free Ready sandbox (default none)")
 	f.DurationVar(&o.claimGrace, "claim-grace", 0, "how long a sandbox may stay in trouble that can clear up (default 2m)")
 	f.Float64Var(&o.overcommitFactor, "overcommit-factor", 0, "runaway breaker: tear down above expected × this; 0 = off (default 1.5)")
 	f.IntVar(&o.maxLiveSandboxes, "max-live-sandboxes", 0, "runaway breaker: absolute ceiling of live sandboxes")
