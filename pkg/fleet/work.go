@@ -108,6 +108,7 @@ func LocalWork(command []string) Work {
 			"SANDBOX_FLEET_POD="+s.Pod,
 			"SANDBOX_FLEET_POD_IP="+s.PodIP,
 			"SANDBOX_FLEET_SANDBOX="+s.Sandbox,
+			"SANDBOX_FLEET_HOSTNAME="+s.Hostname,
 			"SANDBOX_FLEET_CLAIM="+s.Claim,
 			"SANDBOX_FLEET_NODE="+s.Node,
 			"SANDBOX_FLEET_CONTAINER="+resources.ContainerName,
@@ -128,7 +129,7 @@ func LocalWork(command []string) Work {
 var placeholder = regexp.MustCompile(`\{([a-zA-Z_.][a-zA-Z0-9_.\-]*)\}`)
 
 // Placeholders are the names {name} can stand for in a command.
-var Placeholders = []string{"id", "image", "original_image", "cluster", "namespace", "pod", "pod_ip", "sandbox", "claim", "node", "metadata.KEY"}
+var Placeholders = []string{"id", "image", "original_image", "cluster", "namespace", "hostname", "pod", "pod_ip", "sandbox", "claim", "node", "metadata.KEY"}
 
 // Expand fills in the {placeholders} of command for task t in sandbox h. A
 // nil h checks the placeholders without a sandbox. An unknown placeholder,
@@ -139,7 +140,7 @@ func Expand(command []string, t tasks.Task, h *claim.Handle) ([]string, error) {
 	}
 	values := map[string]string{
 		"id": t.ID, "image": t.Image, "original_image": cmp.Or(t.OriginalImage, t.Image), "cluster": h.Cluster,
-		"namespace": h.Namespace, "pod": h.Pod, "pod_ip": h.PodIP, "sandbox": h.Sandbox, "claim": h.Claim, "node": h.Node,
+		"namespace": h.Namespace, "hostname": h.Hostname, "pod": h.Pod, "pod_ip": h.PodIP, "sandbox": h.Sandbox, "claim": h.Claim, "node": h.Node,
 	}
 	out := make([]string, len(command))
 	var bad []string

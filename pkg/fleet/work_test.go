@@ -11,7 +11,7 @@ import (
 func TestExpand(t *testing.T) {
 	task := tasks.Task{ID: "django-1", Image: "mirror/django:1", OriginalImage: "docker.io/django:1", Source: "tasks.jsonl:7",
 		Metadata: map[string]any{"commit": "abc", "n": 3.0, "tags": []any{"x"}}}
-	h := &claim.Handle{Cluster: "gke-a", Namespace: "rl", Pod: "p-1", PodIP: "10.0.0.5", Sandbox: "s-1", Claim: "c-1", Node: "n-1"}
+	h := &claim.Handle{Cluster: "gke-a", Namespace: "rl", Pod: "p-1", PodIP: "10.0.0.5", Sandbox: "s-1", Hostname: "s-1", Claim: "c-1", Node: "n-1"}
 	for _, tt := range []struct {
 		args    []string
 		h       *claim.Handle
@@ -19,7 +19,7 @@ func TestExpand(t *testing.T) {
 		wantErr string
 	}{
 		{[]string{"echo", "{id}", "{image}", "{original_image}"}, h, "echo django-1 mirror/django:1 docker.io/django:1", ""},
-		{[]string{"{cluster}/{namespace}/{pod}@{pod_ip}", "{sandbox}", "{claim}", "{node}"}, h, "gke-a/rl/p-1@10.0.0.5 s-1 c-1 n-1", ""},
+		{[]string{"{cluster}/{namespace}/{pod}@{pod_ip}", "{sandbox}", "{claim}", "{node}", "{hostname}"}, h, "gke-a/rl/p-1@10.0.0.5 s-1 c-1 n-1 s-1", ""},
 		{[]string{"git checkout {metadata.commit}", "{metadata.n}", "{metadata.tags}"}, h, `git checkout abc 3 ["x"]`, ""},
 		{[]string{"sh", "-c", "echo {} {{id}}"}, h, "sh -c echo {} {django-1}", ""},
 		{[]string{"{id}"}, nil, "django-1", ""},

@@ -83,8 +83,8 @@ strategy says, claims a sandbox per task, runs the command in it, and tears
 everything of the run down at the end.
 
 Placeholders in the command are filled in per task: {id}, {image},
-{original_image}, {cluster}, {namespace}, {pod}, {pod_ip}, {sandbox}, {claim},
-{node} and {metadata.KEY} for a field of the task's row.
+{original_image}, {cluster}, {namespace}, {hostname}, {pod}, {pod_ip},
+{sandbox}, {claim}, {node} and {metadata.KEY} for a field of the task's row.
 
 --process exec (the default) runs the command in the sandbox; with --script FILE
 the file is copied in and run with the command as its arguments.

@@ -20,9 +20,12 @@ type Handle struct {
 	Namespace string `json:"namespace"`
 	Claim     string `json:"claim"`
 	Sandbox   string `json:"sandbox"`
-	Pod       string `json:"pod"`
-	PodIP     string `json:"podIP"`
-	Node      string `json:"node"`
+	// Hostname is the sandbox's stable in-cluster DNS name: Agent Sandbox
+	// gives every Sandbox a headless Service of its own name.
+	Hostname string `json:"hostname"`
+	Pod      string `json:"pod"`
+	PodIP    string `json:"podIP"`
+	Node     string `json:"node"`
 }
 
 // Error is a claim given up because its Pod cannot become Ready.
@@ -66,8 +69,9 @@ func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWa
 		var timer <-chan time.Time
 		if found {
 			if st.Ready() {
+				sandbox := st.Claim.Status.SandboxStatus.Name
 				return &Handle{TaskID: taskID, Namespace: claim.Namespace, Claim: claim.Name,
-					Sandbox: st.Claim.Status.SandboxStatus.Name, Pod: st.Pod.Name,
+					Sandbox: sandbox, Hostname: sandbox, Pod: st.Pod.Name,
 					PodIP: st.Claim.Status.SandboxStatus.PodIPs[0], Node: st.Pod.Spec.NodeName}, nil
 			}
 			switch trouble := Classify(st.Pod); {
@@ -102,6 +106,13 @@ func (c *Claimer) abandon(claim *extensionsv1beta1.SandboxClaim, err error) erro
 		return fmt.Errorf("%w (and deleting claim %s failed: %v)", err, claim.Name, derr)
 	}
 	return err
+}
+
+// Endpoint is the in-cluster address of port on the sandbox,
+// <hostname>.<namespace>:<port>, for callers that reach it over the
+// network rather than by exec.
+func (h *Handle) Endpoint(port int) string {
+	return fmt.Sprintf("%s.%s:%d", h.Hostname, h.Namespace, port)
 }
 
 // LostError says a claimed sandbox's Pod is gone or going.

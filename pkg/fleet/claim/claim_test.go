@@ -62,7 +62,8 @@ func TestAcquireAndRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.Claim == "" || h.Sandbox == "" || h.Node == "" || h.TaskID != "task-1" {
+	if h.Claim == "" || h.Sandbox == "" || h.Node == "" || h.TaskID != "task-1" || h.Hostname != h.Sandbox ||
+		h.Endpoint(8888) != h.Sandbox+"."+h.Namespace+":8888" {
 		t.Errorf("handle %+v is incomplete", h)
 	}
 	if _, err := netip.ParseAddr(h.PodIP); err != nil {
