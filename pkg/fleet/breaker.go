@@ -14,11 +14,8 @@ func (f *Fleet) Expected() int {
 	replicas := map[string]int{}
 	var names []string
 	for _, p := range f.Plan.Pools {
-		replicas[p.Image] = p.Replicas
+		replicas[p.Image] = f.replicas(p.Replicas, p.Tasks)
 		names = append(names, p.Image)
-		if f.Config.Strategy == "none" {
-			replicas[p.Image] = 1
-		}
 	}
 	windows := chunk(names, f.window(len(names)))
 	sums := make([]int, len(windows))
@@ -35,11 +32,7 @@ func (f *Fleet) Expected() int {
 		}
 		peak = max(peak, at)
 	}
-	workers := f.Config.Concurrency
-	if workers == 0 {
-		workers = f.Config.MaxConcurrent
-	}
-	return peak + workers
+	return peak + f.concurrency()
 }
 
 // Ceiling is the live-sandbox count that trips the breaker, 0 when it is

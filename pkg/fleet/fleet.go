@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -73,6 +74,9 @@ type Fleet struct {
 	rec    *report.Recorder
 	stats  stats
 
+	// originals maps a rewritten image to the image its tasks named.
+	originals map[string]string
+
 	mu sync.Mutex
 	// warm is the placed pool of each image that is warm now.
 	warm map[string]*placed
@@ -84,8 +88,9 @@ type placed struct {
 	pool     *extensionsv1beta1.SandboxWarmPool
 	template *extensionsv1beta1.SandboxTemplate
 	replicas int
-	// pending counts claims made on the pool and not yet settled; held
-	// names the Pods of its sandboxes claimed by the run, until they go.
+	// Under warm claim pacing, pending counts claims made on the pool and
+	// not yet settled, and held names the Pods of its sandboxes claimed by
+	// the run, until they go.
 	pending int
 	held    map[string]bool
 	// gate lets one paced claim at a time watch the pool for a free
@@ -108,11 +113,17 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 	watchCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer context.AfterFunc(ctx, stop)()
 	f := &Fleet{RunID: runID, Config: cfg, Tasks: ts, policy: policy, stop: stop,
-		rec: report.New(cfg.Strategy), warm: map[string]*placed{}}
-	f.Plan = sizing.NewPlan(imagesOf(ts), f.params(), f.disk())
-	f.stats.total.Store(int64(len(ts) * max(1, cfg.Epochs)))
-
+		rec: report.New(cfg.Strategy), warm: map[string]*placed{}, originals: map[string]string{}}
 	start := time.Now()
+	f.Plan = sizing.NewPlan(imagesOf(ts), f.params(), f.disk())
+	f.phase("plan", "", time.Since(start))
+	f.stats.total.Store(int64(len(ts) * cfg.Epochs))
+	for _, t := range ts {
+		if t.OriginalImage != "" {
+			f.originals[t.Image] = t.OriginalImage
+		}
+	}
+
 	for _, t := range targets {
 		tr, err := tracker.Start(watchCtx, t.Clients.Config, t.Clients.Namespace, runID)
 		if err != nil {
@@ -125,7 +136,6 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 			Claimer: &claim.Claimer{Client: t.Clients.Client, Tracker: tr, Grace: cfg.ClaimGrace.Duration},
 		})
 	}
-	f.phase("plan", "", time.Since(start))
 	return f, nil
 }
 
@@ -222,13 +232,13 @@ func (f *Fleet) place(image string, replicas int) (*Cluster, error) {
 	return f.Clusters[i], nil
 }
 
-// Warm makes the pools of images warm with replicas each (from the plan when
-// replicas is nil), filling each cluster's share in waves of the create
-// budget, and returns once all are Ready. Images already warm are grown if
-// asked for more, never shrunk.
+// Warm makes the pools of images warm with replicas(image) sandboxes each,
+// filling each cluster's share in waves of the create budget, and returns
+// once all are Ready. Images already warm are grown if asked for more,
+// never shrunk. Pools that cannot become Ready are returned, from every
+// cluster, as one warm.Failed.
 func (f *Fleet) Warm(ctx context.Context, images []string, replicas func(image string) int) error {
 	byCluster := map[*Cluster][]warm.Pool{}
-	originals := originalImages(f.Tasks)
 	f.mu.Lock()
 	for _, img := range images {
 		want := replicas(img)
@@ -244,13 +254,16 @@ func (f *Fleet) Warm(ctx context.Context, images []string, replicas func(image s
 				return err
 			}
 			spec := c.spec
-			spec.OriginalImage = originals[img]
+			spec.OriginalImage = f.originals[img]
 			tmpl, err := resources.Template(c.Namespace(), f.RunID, img, spec)
 			if err != nil {
 				f.mu.Unlock()
 				return err
 			}
-			p = &placed{cluster: c, template: tmpl, held: map[string]bool{}, gate: make(chan struct{}, 1)}
+			p = &placed{cluster: c, template: tmpl}
+			if f.paced() {
+				p.held, p.gate = map[string]bool{}, make(chan struct{}, 1)
+			}
 			f.warm[img] = p
 		}
 		p.pool = resources.WarmPool(p.template, int32(want))
@@ -263,24 +276,39 @@ func (f *Fleet) Warm(ctx context.Context, images []string, replicas func(image s
 
 	f.stats.warming.Add(int64(len(images)))
 	defer f.stats.warming.Add(-int64(len(images)))
-	errs := make(chan error, len(byCluster))
+	type filled struct {
+		cluster *Cluster
+		err     error
+	}
+	done := make(chan filled, len(byCluster))
 	for c, pools := range byCluster {
 		go func() {
 			filler := &warm.Filler{Client: c.Clients.Client, Tracker: c.Tracker, Budget: *f.Config.WarmCreateBudget,
 				Observe: func(phase string, d time.Duration) { f.phase(phase, c.Name, d) },
 				Check:   f.poolCheck(ctx, c)}
-			if err := filler.Fill(ctx, pools); err != nil {
-				errs <- fmt.Errorf("cluster %s: %w", c.Name, err)
-				return
-			}
-			errs <- nil
+			done <- filled{c, filler.Fill(ctx, pools)}
 		}()
 	}
-	var all []error
+	// Pool names are unique over the clusters, so their failures merge.
+	failed := warm.Failed{}
+	var hard []error
 	for range byCluster {
-		all = append(all, <-errs)
+		r := <-done
+		var some warm.Failed
+		switch {
+		case errors.As(r.err, &some):
+			maps.Copy(failed, some)
+		case r.err != nil:
+			hard = append(hard, fmt.Errorf("cluster %s: %w", r.cluster.Name, r.err))
+		}
 	}
-	return errors.Join(all...)
+	if len(hard) > 0 {
+		return errors.Join(hard...)
+	}
+	if len(failed) > 0 {
+		return failed
+	}
+	return nil
 }
 
 // poolCheck gives up a pool whose Pods cannot start: at once for terminal
@@ -288,8 +316,7 @@ func (f *Fleet) Warm(ctx context.Context, images []string, replicas func(image s
 // the claim grace for trouble that may clear up.
 func (f *Fleet) poolCheck(ctx context.Context, c *Cluster) func(pool string) (time.Duration, error) {
 	var mu sync.Mutex
-	since := map[string]time.Time{}
-	grace := f.Config.ClaimGrace.Duration
+	patience := map[string]*claim.Patience{}
 	return func(pool string) (time.Duration, error) {
 		pods, err := c.Tracker.PoolPods(ctx, pool)
 		if err != nil {
@@ -303,22 +330,20 @@ func (f *Fleet) poolCheck(ctx context.Context, c *Cluster) func(pool string) (ti
 		}
 		mu.Lock()
 		defer mu.Unlock()
+		p := patience[pool]
+		if p == nil {
+			p = &claim.Patience{Grace: f.Config.ClaimGrace.Duration}
+			patience[pool] = p
+		}
+		giveUp, recheck := p.Judge(trouble)
 		switch {
-		case trouble == nil:
-			delete(since, pool)
-			return 0, nil
+		case !giveUp:
+			return recheck, nil
 		case trouble.Terminal:
 			return 0, fmt.Errorf("pool %s: %s: %s", pool, trouble.Reason, trouble.Message)
+		default:
+			return 0, fmt.Errorf("pool %s: %s for %s: %s", pool, trouble.Reason, p.Grace, trouble.Message)
 		}
-		first, ok := since[pool]
-		if !ok {
-			first = time.Now()
-			since[pool] = first
-		}
-		if left := grace - time.Since(first); left > 0 {
-			return left, nil
-		}
-		return 0, fmt.Errorf("pool %s: %s for %s: %s", pool, trouble.Reason, grace, trouble.Message)
 	}
 }
 
@@ -373,10 +398,18 @@ func (f *Fleet) Acquire(ctx context.Context, t tasks.Task) (*Sandbox, error) {
 		return nil, err
 	}
 	h.Cluster = p.cluster.Name
-	f.mu.Lock()
-	p.held[h.Pod] = true
-	f.mu.Unlock()
+	if f.paced() {
+		f.mu.Lock()
+		p.held[h.Pod] = true
+		f.mu.Unlock()
+	}
 	return &Sandbox{Handle: h, cluster: p.cluster}, nil
+}
+
+// paced reports whether claims wait for a warm sandbox. Under the none
+// strategy pools hold one sandbox and claims are meant to start cold.
+func (f *Fleet) paced() bool {
+	return f.Config.ClaimPacing == "warm" && f.Config.Strategy != "none"
 }
 
 // paceLimit bounds the wait for a warm sandbox: a pool that cannot refill
@@ -392,19 +425,18 @@ const paceLimit = time.Minute
 // the tracker's cache rather than from the pool's status, which lags
 // adoptions. The returned func settles the claim once it has been made.
 func (f *Fleet) pace(ctx context.Context, p *placed) (settled func()) {
-	// Under the none strategy pools hold one sandbox and claims are meant
-	// to start cold.
-	wait := f.Config.ClaimPacing == "warm" && f.Config.Strategy != "none"
+	if !f.paced() {
+		return func() {}
+	}
+	wait := true
 	limit := time.After(paceLimit)
-	if wait {
-		select {
-		case p.gate <- struct{}{}:
-			defer func() { <-p.gate }()
-		case <-limit:
-			wait = false
-		case <-ctx.Done():
-			wait = false
-		}
+	select {
+	case p.gate <- struct{}{}:
+		defer func() { <-p.gate }()
+	case <-limit:
+		wait = false
+	case <-ctx.Done():
+		wait = false
 	}
 	for {
 		changed := p.cluster.Tracker.PoolChanged(p.pool.Name)
@@ -553,15 +585,5 @@ func labelValues(nodes []corev1.Node, keys ...string) []string {
 		}
 	}
 	slices.Sort(out)
-	return out
-}
-
-func originalImages(ts []tasks.Task) map[string]string {
-	out := map[string]string{}
-	for _, t := range ts {
-		if t.OriginalImage != "" {
-			out[t.Image] = t.OriginalImage
-		}
-	}
 	return out
 }

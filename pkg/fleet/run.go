@@ -136,13 +136,7 @@ func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func
 	for _, p := range f.Plan.Pools {
 		planned[p.Image] = p.Replicas
 	}
-	replicas := func(image string) int {
-		if f.Config.Strategy == "none" {
-			return 1
-		}
-		// A resumed run needs no more warm sandboxes than tasks left.
-		return max(1, min(planned[image], len(byImage[image])))
-	}
+	replicas := func(image string) int { return f.replicas(planned[image], len(byImage[image])) }
 	names := make([]string, len(images))
 	for i, img := range images {
 		names[i] = img.Name
@@ -246,6 +240,24 @@ func Interleave(ts []tasks.Task) []tasks.Task {
 	return out
 }
 
+// replicas is the depth of a pool planned at planned sandboxes when left
+// of its tasks remain: one under the none strategy, and never more than
+// the tasks left, which a resumed run may have few of.
+func (f *Fleet) replicas(planned, left int) int {
+	if f.Config.Strategy == "none" {
+		return 1
+	}
+	return max(1, min(planned, left))
+}
+
+// concurrency is how many tasks run at once.
+func (f *Fleet) concurrency() int {
+	if f.Config.Concurrency > 0 {
+		return f.Config.Concurrency
+	}
+	return f.Config.MaxConcurrent
+}
+
 // window is how many images a windowed strategy keeps warm at once.
 func (f *Fleet) window(images int) int {
 	switch {
@@ -305,13 +317,9 @@ func (f *Fleet) warmWindow(ctx context.Context, images []string, replicas func(s
 // fail at once. Tasks not started when ctx ends get no result, so that a
 // resumed run does them.
 func (f *Fleet) process(ctx context.Context, epoch int, ts []tasks.Task, failed warm.Failed, o RunOptions, onResult func(Result)) {
-	workers := f.Config.Concurrency
-	if workers == 0 {
-		workers = f.Config.MaxConcurrent
-	}
 	queue := make(chan tasks.Task)
 	var wg sync.WaitGroup
-	for range min(workers, len(ts)) {
+	for range min(f.concurrency(), len(ts)) {
 		wg.Go(func() {
 			for t := range queue {
 				onResult(f.task(ctx, epoch, t, failed, o))

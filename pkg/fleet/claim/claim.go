@@ -59,7 +59,7 @@ func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWa
 	if err := c.Client.Create(ctx, claim); err != nil {
 		return nil, fmt.Errorf("task %s: creating a claim on pool %s: %w", taskID, pool.Name, err)
 	}
-	var troubleSince time.Time
+	patience := Patience{Grace: c.Grace}
 	for {
 		changed := c.Tracker.ClaimChanged(claim.Name)
 		st, found, err := c.Tracker.Claim(ctx, claim.Name)
@@ -74,18 +74,15 @@ func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWa
 					Sandbox: sandbox, Hostname: sandbox, Pod: st.Pod.Name,
 					PodIP: st.Claim.Status.SandboxStatus.PodIPs[0], Node: st.Pod.Spec.NodeName}, nil
 			}
-			switch trouble := Classify(st.Pod); {
-			case trouble == nil:
-				troubleSince = time.Time{}
-			case trouble.Terminal || (!troubleSince.IsZero() && time.Since(troubleSince) >= c.Grace):
+			trouble := Classify(st.Pod)
+			giveUp, recheck := patience.Judge(trouble)
+			if giveUp {
 				return nil, c.abandon(claim, &Error{TaskID: taskID, Claim: claim.Name, Pod: st.Pod.Name, Trouble: *trouble})
-			default:
-				if troubleSince.IsZero() {
-					troubleSince = time.Now()
-				}
+			}
+			if recheck > 0 {
 				// No event may come while a Pod backs off; wake up when
 				// the grace runs out.
-				timer = time.After(c.Grace - time.Since(troubleSince))
+				timer = time.After(recheck)
 			}
 		}
 		select {

@@ -7,6 +7,8 @@
 package claim
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -60,4 +62,32 @@ func Classify(pod *corev1.Pod) *Trouble {
 		}
 	}
 	return nil
+}
+
+// Patience gives a Pod's trouble its due: terminal trouble ends the wait at
+// once, trouble that may clear up only once it has lasted Grace without a
+// break. One Patience follows one Pod, or one pool's Pods.
+type Patience struct {
+	Grace time.Duration
+	since time.Time
+}
+
+// Judge takes the latest trouble, nil when there is none, and says whether
+// to give up and, if not, how long to wait at most before judging again (0:
+// until something changes).
+func (p *Patience) Judge(t *Trouble) (giveUp bool, recheck time.Duration) {
+	switch {
+	case t == nil:
+		p.since = time.Time{}
+		return false, 0
+	case t.Terminal:
+		return true, 0
+	}
+	if p.since.IsZero() {
+		p.since = time.Now()
+	}
+	if left := p.Grace - time.Since(p.since); left > 0 {
+		return false, left
+	}
+	return true, 0
 }

@@ -2,6 +2,7 @@ package claim
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -52,5 +53,34 @@ func TestClassify(t *testing.T) {
 		case tt.reason != "" && (got == nil || got.Reason != tt.reason || got.Terminal != tt.terminal):
 			t.Errorf("%s: trouble %+v, want %s terminal=%v", tt.name, got, tt.reason, tt.terminal)
 		}
+	}
+}
+
+func TestPatience(t *testing.T) {
+	terminal := &Trouble{Reason: "InvalidImageName", Terminal: true}
+	backoff := &Trouble{Reason: "ImagePullBackOff"}
+
+	p := Patience{Grace: time.Hour}
+	if giveUp, recheck := p.Judge(nil); giveUp || recheck != 0 {
+		t.Errorf("no trouble: Judge = %v, %v; want to wait for a change", giveUp, recheck)
+	}
+	if giveUp, _ := p.Judge(terminal); !giveUp {
+		t.Error("terminal trouble: Judge did not give up at once")
+	}
+	if giveUp, recheck := p.Judge(backoff); giveUp || recheck <= 0 || recheck > time.Hour {
+		t.Errorf("new back-off: Judge = %v, %v; want to recheck within the grace", giveUp, recheck)
+	}
+
+	const grace = 300 * time.Millisecond
+	short := Patience{Grace: grace}
+	short.Judge(backoff)
+	time.Sleep(grace + 50*time.Millisecond)
+	short.Judge(nil) // the trouble cleared: the grace starts again
+	if giveUp, _ := short.Judge(backoff); giveUp {
+		t.Error("back-off after a break: Judge gave up before the grace began anew")
+	}
+	time.Sleep(grace + 50*time.Millisecond)
+	if giveUp, _ := short.Judge(backoff); !giveUp {
+		t.Error("back-off past the grace: Judge did not give up")
 	}
 }
