@@ -12,6 +12,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/klog/v2"
 
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/plan"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/preflight"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/reap"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/run"
@@ -52,6 +53,7 @@ Agent Sandboxes, claims one per task, runs work in it and cleans up.`,
 		version.NewCommand(configFlags, streams),
 		preflight.NewCommand(configFlags, streams),
 		run.NewCommand(configFlags, streams),
+		plan.NewCommand(streams),
 		reap.NewCommand(configFlags, streams),
 		teardown.NewCommand(configFlags, streams),
 	)

@@ -7,33 +7,8 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Expected is how many live sandboxes the run means to hold at its peak:
-// the warm pools the strategy keeps at once, plus one claimed sandbox per
-// task in flight (a pool refills as its sandboxes are claimed).
-func (f *Fleet) Expected() int {
-	replicas := map[string]int{}
-	var names []string
-	for _, p := range f.Plan.Pools {
-		replicas[p.Image] = f.replicas(p.Replicas, p.Tasks)
-		names = append(names, p.Image)
-	}
-	windows := chunk(names, f.window(len(names)))
-	sums := make([]int, len(windows))
-	for i, w := range windows {
-		for _, img := range w {
-			sums[i] += replicas[img]
-		}
-	}
-	peak := 0
-	for i := range sums {
-		at := sums[i]
-		if f.Config.Strategy == "pipelined" && i+1 < len(sums) {
-			at += sums[i+1]
-		}
-		peak = max(peak, at)
-	}
-	return peak + f.concurrency()
-}
+// Expected is how many live sandboxes the run means to hold at its peak.
+func (f *Fleet) Expected() int { return f.Plan.Peak.Pods }
 
 // Ceiling is the live-sandbox count that trips the breaker, 0 when it is
 // off.

@@ -64,7 +64,7 @@ type Fleet struct {
 	RunID    string
 	Config   config.Fleet
 	Tasks    []tasks.Task
-	Plan     sizing.Plan
+	Plan     Plan
 	Clusters []*Cluster
 	// Metrics, when set, receive the run's figures as they happen.
 	Metrics *metrics.Metrics
@@ -115,7 +115,7 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 	f := &Fleet{RunID: runID, Config: cfg, Tasks: ts, policy: policy, stop: stop,
 		rec: report.New(cfg.Strategy), warm: map[string]*placed{}, originals: map[string]string{}}
 	start := time.Now()
-	f.Plan = sizing.NewPlan(imagesOf(ts), f.params(), f.disk())
+	f.Plan = NewPlan(cfg, ts)
 	f.phase("plan", "", time.Since(start))
 	f.stats.total.Store(int64(len(ts) * cfg.Epochs))
 	for _, t := range ts {
@@ -168,15 +168,6 @@ func (f *Fleet) Preflight(ctx context.Context) error {
 
 // Close stops following the run's objects. It deletes nothing.
 func (f *Fleet) Close() { f.stop() }
-
-func (f *Fleet) params() sizing.Params {
-	return sizing.Params{MaxConcurrent: f.Config.MaxConcurrent, MaxWarmPoolSize: f.Config.MaxWarmPoolSize, WarmPerTask: f.Config.WarmPerTask}
-}
-
-func (f *Fleet) disk() sizing.Disk {
-	d := f.Config.Disk
-	return sizing.Disk{AvgImageGB: d.AvgImageGB, UsableGB: d.NodeEphemeralGB * (1 - *d.Headroom), Nodes: d.Nodes}
-}
 
 // imagesOf lists the distinct images of ts with their task counts, in the
 // order they first appear.

@@ -10,16 +10,6 @@ import (
 )
 
 func TestInterleave(t *testing.T) {
-	build := func(spec string) []tasks.Task {
-		var ts []tasks.Task
-		for _, group := range strings.Fields(spec) {
-			img, n := group[:1], len(group)
-			for i := range n {
-				ts = append(ts, tasks.Task{ID: fmt.Sprintf("%s%d", img, i), Image: img})
-			}
-		}
-		return ts
-	}
 	for _, tt := range []struct {
 		in, want string
 	}{
@@ -30,7 +20,7 @@ func TestInterleave(t *testing.T) {
 		{"", ""},
 	} {
 		var got []string
-		for _, task := range Interleave(build(tt.in)) {
+		for _, task := range Interleave(batch(tt.in)) {
 			got = append(got, task.ID)
 		}
 		if strings.Join(got, " ") != tt.want {

@@ -136,12 +136,12 @@ func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func
 	for _, p := range f.Plan.Pools {
 		planned[p.Image] = p.Replicas
 	}
-	replicas := func(image string) int { return f.replicas(planned[image], len(byImage[image])) }
+	replicas := func(image string) int { return depth(f.Config, planned[image], len(byImage[image])) }
 	names := make([]string, len(images))
 	for i, img := range images {
 		names[i] = img.Name
 	}
-	windows := chunk(names, f.window(len(names)))
+	windows := chunk(names, windowSize(f.Config, f.Plan.Plan, len(names)))
 	tasksOf := func(window []string) []tasks.Task {
 		var out []tasks.Task
 		for _, img := range window {
@@ -240,50 +240,6 @@ func Interleave(ts []tasks.Task) []tasks.Task {
 	return out
 }
 
-// replicas is the depth of a pool planned at planned sandboxes when left
-// of its tasks remain: one under the none strategy, and never more than
-// the tasks left, which a resumed run may have few of.
-func (f *Fleet) replicas(planned, left int) int {
-	if f.Config.Strategy == "none" {
-		return 1
-	}
-	return max(1, min(planned, left))
-}
-
-// concurrency is how many tasks run at once.
-func (f *Fleet) concurrency() int {
-	if f.Config.Concurrency > 0 {
-		return f.Config.Concurrency
-	}
-	return f.Config.MaxConcurrent
-}
-
-// window is how many images a windowed strategy keeps warm at once.
-func (f *Fleet) window(images int) int {
-	switch {
-	case f.Config.Strategy == "naive":
-		return max(1, images)
-	case f.Config.Strategy == "none":
-		return 1
-	case f.Config.WindowSize > 0:
-		return f.Config.WindowSize
-	case f.Config.Strategy == "pipelined":
-		return f.Plan.PipelinedWindow
-	default:
-		return f.Plan.SlidingWindow
-	}
-}
-
-func chunk(names []string, size int) [][]string {
-	var out [][]string
-	for len(names) > 0 {
-		n := min(size, len(names))
-		out = append(out, names[:n])
-		names = names[n:]
-	}
-	return out
-}
-
 // warmWindow warms images within the ready timeout. Pools that cannot
 // become Ready are returned, and removed, so their tasks fail while the
 // others run; other errors end the run.
@@ -319,7 +275,7 @@ func (f *Fleet) warmWindow(ctx context.Context, images []string, replicas func(s
 func (f *Fleet) process(ctx context.Context, epoch int, ts []tasks.Task, failed warm.Failed, o RunOptions, onResult func(Result)) {
 	queue := make(chan tasks.Task)
 	var wg sync.WaitGroup
-	for range min(f.concurrency(), len(ts)) {
+	for range min(concurrency(f.Config), len(ts)) {
 		wg.Go(func() {
 			for t := range queue {
 				onResult(f.task(ctx, epoch, t, failed, o))

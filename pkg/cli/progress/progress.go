@@ -6,20 +6,11 @@ package progress
 import (
 	"fmt"
 	"io"
-	"os"
 	"sync"
 	"time"
 
-	"golang.org/x/term"
-
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 )
-
-// IsTerminal reports whether w is a terminal.
-func IsTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
-}
 
 // Line renders a progress snapshot: tasks done of total, failures, tasks in
 // flight, images warming, rate and the time left at that rate.

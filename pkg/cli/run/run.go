@@ -17,11 +17,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/inputs"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/output"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/progress"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/usage"
@@ -31,7 +31,6 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/results"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
 )
 
 // Processes are the ways a task's work is done.
@@ -41,20 +40,8 @@ type options struct {
 	configFlags *genericclioptions.ConfigFlags
 	streams     genericiooptions.IOStreams
 
-	configFile string
-	taskFiles  []string
-	taskOpts   tasks.Options
-	rewrites   []string
-	runID      string
-
-	// Overrides of the configuration file, applied when given.
-	strategy, placement, claimPacing    string
-	concurrency, maxConcurrent          int
-	maxWarmPoolSize, windowSize, epochs int
-	warmCreateBudget, maxLiveSandboxes  int
-	warmPerTask, keepWarm               bool
-	readyTimeout, claimGrace            time.Duration
-	overcommitFactor                    float64
+	inputs inputs.Flags
+	runID  string
 
 	// What to do and where to put the outcome.
 	process, script                              string
@@ -121,27 +108,8 @@ run failed, 2 for bad flags or input.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&o.configFile, "config", "f", "", "fleet configuration file (see examples/fleet.yaml); flags override it")
-	f.StringArrayVar(&o.taskFiles, "tasks", nil, "task file: JSONL rows or a list of images; - reads stdin; repeatable")
-	f.StringVar(&o.taskOpts.IDField, "id-field", "", "row field holding the task id (default: id, instance_id, ...)")
-	f.StringVar(&o.taskOpts.ImageField, "image-field", "", "row field holding the image (default: image, docker_image, ...)")
-	f.StringArrayVar(&o.rewrites, "rewrite", nil, "redirect images FROM=TO, e.g. docker.io=mirror.example.com/hub; before the config's rules; repeatable")
+	o.inputs.AddFlags(f)
 	f.StringVar(&o.runID, "run-id", "", "id labelling everything the run creates (default: generated); reuse it to resume a kept-warm run")
-	f.StringVar(&o.strategy, "strategy", "", "when pools are warm: "+strings.Join(config.Strategies, ", ")+" (default naive)")
-	f.StringVar(&o.placement, "placement", "", "how pools spread over clusters: "+strings.Join(config.Placements, ", "))
-	f.IntVar(&o.concurrency, "concurrency", 0, "tasks at once (default: --max-concurrent)")
-	f.IntVar(&o.maxConcurrent, "max-concurrent", 0, "concurrency budget that sizes the warm pools (default 1)")
-	f.IntVar(&o.maxWarmPoolSize, "max-warmpool-size", 0, "cap on any one pool (default 8)")
-	f.BoolVar(&o.warmPerTask, "warm-per-task", false, "warm one sandbox per task, up to the cap, for instant claims")
-	f.IntVar(&o.windowSize, "window-size", 0, "images warm at once for sliding and pipelined (default: sized from the budget and disk)")
-	f.IntVar(&o.epochs, "epochs", 0, "passes over the tasks, pools kept warm between them (default 1)")
-	f.BoolVar(&o.keepWarm, "keep-warm", false, "leave the pools warm at the end; tear them down with `teardown --run-id`")
-	f.IntVar(&o.warmCreateBudget, "warm-create-budget", 0, "fill pools in waves of at most this many creates; 0 = all at once (default 1000)")
-	f.DurationVar(&o.readyTimeout, "ready-timeout", 0, "how long a pool may take to be ready (default 15m)")
-	f.StringVar(&o.claimPacing, "claim-pacing", "", "none: claim at once; warm: claim only while the pool has a free Ready sandbox (default none)")
-	f.DurationVar(&o.claimGrace, "claim-grace", 0, "how long a sandbox may stay in trouble that can clear up (default 2m)")
-	f.Float64Var(&o.overcommitFactor, "overcommit-factor", 0, "runaway breaker: tear down above expected × this; 0 = off (default 1.5)")
-	f.IntVar(&o.maxLiveSandboxes, "max-live-sandboxes", 0, "runaway breaker: absolute ceiling of live sandboxes")
 	f.StringVar(&o.process, "process", "exec", "what to do in each sandbox: "+strings.Join(processes, ", "))
 	f.StringVar(&o.script, "script", "", "script to copy into each sandbox and run, with the command as its arguments")
 	f.DurationVar(&o.timeout, "timeout", 0, "bound on each task's work; 0 = none")
@@ -164,38 +132,13 @@ func (o *options) complete(cmd *cobra.Command, args []string) error {
 		return usage.Errorf("unexpected arguments %q before --: the command goes after --", args[:at])
 	}
 	o.command = args
-	cfg := config.Default()
-	if o.configFile != "" {
-		var err error
-		if cfg, err = config.Load(o.configFile); err != nil {
-			return usage.Errorf("%w", err)
-		}
+	if o.timeout < 0 {
+		return usage.Errorf("--timeout %s: must not be negative", o.timeout)
 	}
-	if err := o.override(cmd.Flags(), &cfg); err != nil {
+	var err error
+	if o.cfg, o.loaded, err = o.inputs.Load(cmd.Flags(), o.streams.In); err != nil {
 		return err
 	}
-	o.cfg = cfg
-
-	if len(o.taskFiles) == 0 {
-		return usage.Errorf("no tasks: give a task file with --tasks FILE (JSONL rows or a list of images; - for stdin)")
-	}
-	var rules []images.Rule
-	for _, r := range o.rewrites {
-		rule, err := images.ParseRule(r)
-		if err != nil {
-			return usage.Errorf("--rewrite %q: %w", r, err)
-		}
-		rules = append(rules, rule)
-	}
-	o.taskOpts.Rewrite = append(rules, cfg.Rewrite...)
-	loaded, err := tasks.Load(o.taskFiles, o.streams.In, o.taskOpts)
-	if err != nil {
-		return usage.Errorf("%w", err)
-	}
-	if len(loaded) == 0 {
-		return usage.Errorf("the task files %s hold no tasks", strings.Join(o.taskFiles, ", "))
-	}
-	o.loaded = loaded
 
 	if err := o.work(); err != nil {
 		return err
@@ -210,86 +153,6 @@ func (o *options) complete(cmd *cobra.Command, args []string) error {
 		if o.done, err = results.Done(o.resultsFile); err != nil {
 			return usage.Errorf("%w", err)
 		}
-	}
-	return nil
-}
-
-// override applies the flags given on the command line over cfg.
-func (o *options) override(flags *pflag.FlagSet, cfg *config.Fleet) error {
-	set := flags.Changed
-	if set("strategy") {
-		if !slices.Contains(config.Strategies, o.strategy) {
-			return usage.Errorf("--strategy %q: use one of %s", o.strategy, strings.Join(config.Strategies, ", "))
-		}
-		cfg.Strategy = o.strategy
-	}
-	if set("placement") {
-		if !slices.Contains(config.Placements, o.placement) {
-			return usage.Errorf("--placement %q: use one of %s", o.placement, strings.Join(config.Placements, ", "))
-		}
-		cfg.Placement = o.placement
-	}
-	ints := []struct {
-		flag   string
-		value  int
-		target *int
-		least  int
-	}{
-		{"concurrency", o.concurrency, &cfg.Concurrency, 0},
-		{"max-concurrent", o.maxConcurrent, &cfg.MaxConcurrent, 1},
-		{"max-warmpool-size", o.maxWarmPoolSize, &cfg.MaxWarmPoolSize, 1},
-		{"window-size", o.windowSize, &cfg.WindowSize, 0},
-		{"epochs", o.epochs, &cfg.Epochs, 1},
-		{"max-live-sandboxes", o.maxLiveSandboxes, &cfg.MaxLiveSandboxes, 0},
-	}
-	for _, i := range ints {
-		if !set(i.flag) {
-			continue
-		}
-		if i.value < i.least {
-			return usage.Errorf("--%s %d: must be at least %d", i.flag, i.value, i.least)
-		}
-		*i.target = i.value
-	}
-	if set("warm-create-budget") {
-		if o.warmCreateBudget < 0 {
-			return usage.Errorf("--warm-create-budget %d: must not be negative (0 fills every pool at once)", o.warmCreateBudget)
-		}
-		cfg.WarmCreateBudget = &o.warmCreateBudget
-	}
-	if set("overcommit-factor") {
-		if o.overcommitFactor != 0 && o.overcommitFactor < 1 {
-			return usage.Errorf("--overcommit-factor %g: must be at least 1, or 0 to turn the breaker off", o.overcommitFactor)
-		}
-		cfg.OvercommitFactor = &o.overcommitFactor
-	}
-	for _, d := range []struct {
-		flag   string
-		value  time.Duration
-		target *time.Duration
-	}{{"ready-timeout", o.readyTimeout, &cfg.ReadyTimeout.Duration}, {"claim-grace", o.claimGrace, &cfg.ClaimGrace.Duration}} {
-		if !set(d.flag) {
-			continue
-		}
-		if d.value <= 0 {
-			return usage.Errorf("--%s %s: must be positive", d.flag, d.value)
-		}
-		*d.target = d.value
-	}
-	if set("claim-pacing") {
-		if o.claimPacing != "warm" && o.claimPacing != "none" {
-			return usage.Errorf("--claim-pacing %q: use warm or none", o.claimPacing)
-		}
-		cfg.ClaimPacing = o.claimPacing
-	}
-	if set("warm-per-task") {
-		cfg.WarmPerTask = o.warmPerTask
-	}
-	if set("keep-warm") {
-		cfg.KeepWarm = o.keepWarm
-	}
-	if o.timeout < 0 {
-		return usage.Errorf("--timeout %s: must not be negative", o.timeout)
 	}
 	return nil
 }
@@ -377,7 +240,7 @@ func (o *options) run(parent context.Context) error {
 		o.runID, len(o.loaded), len(f.Plan.Pools), o.cfg.Strategy, len(f.Clusters))
 	var printer *progress.Printer
 	if !o.quiet {
-		printer = progress.Start(o.streams.ErrOut, progress.IsTerminal(o.streams.ErrOut), o.progressInterval, f.Progress)
+		printer = progress.Start(o.streams.ErrOut, output.IsTerminal(o.streams.ErrOut), o.progressInterval, f.Progress)
 	}
 	var notRun int
 	rep, runErr := f.Run(ctx, fleet.RunOptions{
@@ -451,7 +314,7 @@ func (o *options) handleSignals(cancel context.CancelCauseFunc, targets []fleet.
 		}
 		select {
 		case s := <-sigs:
-			reapHint(o.streams.ErrOut, s, o.runID, o.configFile, targets)
+			reapHint(o.streams.ErrOut, s, o.runID, o.inputs.ConfigFile, targets)
 			os.Exit(130)
 		case <-done:
 		}

@@ -142,13 +142,13 @@ func NewPlan(images []Image, p Params, d Disk) Plan {
 		plan.WarmFootprint += r
 		if p.WarmPerTask && img.Tasks > p.MaxWarmPoolSize {
 			plan.Warnings = append(plan.Warnings, fmt.Sprintf(
-				"%s has %d tasks but max_warmpool_size is %d: its pool is clamped to %d, so %d of its tasks wait for a sandbox; raise max_warmpool_size for instant claims",
+				"%s has %d tasks but maxWarmPoolSize is %d: its pool is clamped to %d, so %d of its tasks wait for a sandbox; raise maxWarmPoolSize for instant claims",
 				img.Name, img.Tasks, p.MaxWarmPoolSize, r, img.Tasks-r))
 		}
 	}
-	if p.MaxConcurrent > total && total > 0 {
+	if p.MaxConcurrent > total && len(images) > 0 {
 		plan.Warnings = append(plan.Warnings, fmt.Sprintf(
-			"max_concurrent %d exceeds the %d tasks: at most %d run at once", p.MaxConcurrent, total, total))
+			"maxConcurrent %d exceeds the %d tasks: at most %d run at once", p.MaxConcurrent, total, total))
 	}
 	if d.AvgImageGB > 0 && d.UsableGB > 0 {
 		if fit := DiskWindow(images, p, d, 1); fit < len(images) {

@@ -107,9 +107,9 @@ func TestDiskCapsTheWindow(t *testing.T) {
 func TestPlanWarnings(t *testing.T) {
 	p := NewPlan(skewed, Params{MaxConcurrent: 200, MaxWarmPoolSize: 16, WarmPerTask: true}, Disk{AvgImageGB: 10, UsableGB: 100, Nodes: 1})
 	want := []string{
-		"django has 40 tasks but max_warmpool_size is 16: its pool is clamped to 16, so 24 of its tasks wait",
-		"astropy has 20 tasks but max_warmpool_size is 16",
-		"max_concurrent 200 exceeds the 100 tasks",
+		"django has 40 tasks but maxWarmPoolSize is 16: its pool is clamped to 16, so 24 of its tasks wait",
+		"astropy has 20 tasks but maxWarmPoolSize is 16",
+		"maxConcurrent 200 exceeds the 100 tasks",
 		"of 8 images fit the nodes' disk at once",
 	}
 	all := strings.Join(p.Warnings, "\n")

@@ -1,0 +1,173 @@
+// Package inputs reads what a run is made of — the fleet configuration,
+// the flags that override it and the task files — for the verbs that plan
+// or start one. Everything is checked here, before anything is created, and
+// every problem is a usage error that says where it is.
+package inputs
+
+import (
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/usage"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
+)
+
+// Flags are the command-line flags naming a run's configuration and tasks.
+type Flags struct {
+	ConfigFile string
+	TaskFiles  []string
+	taskOpts   tasks.Options
+	rewrites   []string
+
+	// Overrides of the configuration file, applied when given.
+	strategy, placement, claimPacing    string
+	concurrency, maxConcurrent          int
+	maxWarmPoolSize, windowSize, epochs int
+	warmCreateBudget, maxLiveSandboxes  int
+	warmPerTask, keepWarm               bool
+	readyTimeout, claimGrace            time.Duration
+	overcommitFactor                    float64
+}
+
+// AddFlags registers the flags on fs.
+func (f *Flags) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVarP(&f.ConfigFile, "config", "f", "", "fleet configuration file (see examples/fleet.yaml); flags override it")
+	fs.StringArrayVar(&f.TaskFiles, "tasks", nil, "task file: JSONL rows or a list of images; - reads stdin; repeatable")
+	fs.StringVar(&f.taskOpts.IDField, "id-field", "", "row field holding the task id (default: id, instance_id, ...)")
+	fs.StringVar(&f.taskOpts.ImageField, "image-field", "", "row field holding the image (default: image, docker_image, ...)")
+	fs.StringArrayVar(&f.rewrites, "rewrite", nil, "redirect images FROM=TO, e.g. docker.io=mirror.example.com/hub; before the config's rules; repeatable")
+	fs.StringVar(&f.strategy, "strategy", "", "when pools are warm: "+strings.Join(config.Strategies, ", ")+" (default naive)")
+	fs.StringVar(&f.placement, "placement", "", "how pools spread over clusters: "+strings.Join(config.Placements, ", "))
+	fs.IntVar(&f.concurrency, "concurrency", 0, "tasks at once (default: --max-concurrent)")
+	fs.IntVar(&f.maxConcurrent, "max-concurrent", 0, "concurrency budget that sizes the warm pools (default 1)")
+	fs.IntVar(&f.maxWarmPoolSize, "max-warmpool-size", 0, "cap on any one pool (default 8)")
+	fs.BoolVar(&f.warmPerTask, "warm-per-task", false, "warm one sandbox per task, up to the cap, for instant claims")
+	fs.IntVar(&f.windowSize, "window-size", 0, "images warm at once for sliding and pipelined (default: sized from the budget and disk)")
+	fs.IntVar(&f.epochs, "epochs", 0, "passes over the tasks, pools kept warm between them (default 1)")
+	fs.BoolVar(&f.keepWarm, "keep-warm", false, "leave the pools warm at the end; tear them down with `teardown --run-id`")
+	fs.IntVar(&f.warmCreateBudget, "warm-create-budget", 0, "fill pools in waves of at most this many creates; 0 = all at once (default 1000)")
+	fs.DurationVar(&f.readyTimeout, "ready-timeout", 0, "how long a pool may take to be ready (default 15m)")
+	fs.StringVar(&f.claimPacing, "claim-pacing", "", "none: claim at once; warm: claim only while the pool has a free Ready sandbox (default none)")
+	fs.DurationVar(&f.claimGrace, "claim-grace", 0, "how long a sandbox may stay in trouble that can clear up (default 2m)")
+	fs.Float64Var(&f.overcommitFactor, "overcommit-factor", 0, "runaway breaker: tear down above expected × this; 0 = off (default 1.5)")
+	fs.IntVar(&f.maxLiveSandboxes, "max-live-sandboxes", 0, "runaway breaker: absolute ceiling of live sandboxes")
+}
+
+// Load reads the configuration, applies the flags given on fs over it, and
+// loads the tasks, reading stdin for the task file "-".
+func (f *Flags) Load(fs *pflag.FlagSet, stdin io.Reader) (config.Fleet, []tasks.Task, error) {
+	cfg := config.Default()
+	if f.ConfigFile != "" {
+		var err error
+		if cfg, err = config.Load(f.ConfigFile); err != nil {
+			return config.Fleet{}, nil, usage.Errorf("%w", err)
+		}
+	}
+	if err := f.override(fs, &cfg); err != nil {
+		return config.Fleet{}, nil, err
+	}
+	if len(f.TaskFiles) == 0 {
+		return config.Fleet{}, nil, usage.Errorf("no tasks: give a task file with --tasks FILE (JSONL rows or a list of images; - for stdin)")
+	}
+	var rules []images.Rule
+	for _, r := range f.rewrites {
+		rule, err := images.ParseRule(r)
+		if err != nil {
+			return config.Fleet{}, nil, usage.Errorf("--rewrite %q: %w", r, err)
+		}
+		rules = append(rules, rule)
+	}
+	opts := f.taskOpts
+	opts.Rewrite = append(rules, cfg.Rewrite...)
+	loaded, err := tasks.Load(f.TaskFiles, stdin, opts)
+	if err != nil {
+		return config.Fleet{}, nil, usage.Errorf("%w", err)
+	}
+	if len(loaded) == 0 {
+		return config.Fleet{}, nil, usage.Errorf("the task files %s hold no tasks", strings.Join(f.TaskFiles, ", "))
+	}
+	return cfg, loaded, nil
+}
+
+// override applies the flags given on the command line over cfg.
+func (f *Flags) override(fs *pflag.FlagSet, cfg *config.Fleet) error {
+	set := fs.Changed
+	if set("strategy") {
+		if !slices.Contains(config.Strategies, f.strategy) {
+			return usage.Errorf("--strategy %q: use one of %s", f.strategy, strings.Join(config.Strategies, ", "))
+		}
+		cfg.Strategy = f.strategy
+	}
+	if set("placement") {
+		if !slices.Contains(config.Placements, f.placement) {
+			return usage.Errorf("--placement %q: use one of %s", f.placement, strings.Join(config.Placements, ", "))
+		}
+		cfg.Placement = f.placement
+	}
+	ints := []struct {
+		flag   string
+		value  int
+		target *int
+		least  int
+	}{
+		{"concurrency", f.concurrency, &cfg.Concurrency, 0},
+		{"max-concurrent", f.maxConcurrent, &cfg.MaxConcurrent, 1},
+		{"max-warmpool-size", f.maxWarmPoolSize, &cfg.MaxWarmPoolSize, 1},
+		{"window-size", f.windowSize, &cfg.WindowSize, 0},
+		{"epochs", f.epochs, &cfg.Epochs, 1},
+		{"max-live-sandboxes", f.maxLiveSandboxes, &cfg.MaxLiveSandboxes, 0},
+	}
+	for _, i := range ints {
+		if !set(i.flag) {
+			continue
+		}
+		if i.value < i.least {
+			return usage.Errorf("--%s %d: must be at least %d", i.flag, i.value, i.least)
+		}
+		*i.target = i.value
+	}
+	if set("warm-create-budget") {
+		if f.warmCreateBudget < 0 {
+			return usage.Errorf("--warm-create-budget %d: must not be negative (0 fills every pool at once)", f.warmCreateBudget)
+		}
+		cfg.WarmCreateBudget = &f.warmCreateBudget
+	}
+	if set("overcommit-factor") {
+		if f.overcommitFactor != 0 && f.overcommitFactor < 1 {
+			return usage.Errorf("--overcommit-factor %g: must be at least 1, or 0 to turn the breaker off", f.overcommitFactor)
+		}
+		cfg.OvercommitFactor = &f.overcommitFactor
+	}
+	for _, d := range []struct {
+		flag   string
+		value  time.Duration
+		target *time.Duration
+	}{{"ready-timeout", f.readyTimeout, &cfg.ReadyTimeout.Duration}, {"claim-grace", f.claimGrace, &cfg.ClaimGrace.Duration}} {
+		if !set(d.flag) {
+			continue
+		}
+		if d.value <= 0 {
+			return usage.Errorf("--%s %s: must be positive", d.flag, d.value)
+		}
+		*d.target = d.value
+	}
+	if set("claim-pacing") {
+		if f.claimPacing != "warm" && f.claimPacing != "none" {
+			return usage.Errorf("--claim-pacing %q: use warm or none", f.claimPacing)
+		}
+		cfg.ClaimPacing = f.claimPacing
+	}
+	if set("warm-per-task") {
+		cfg.WarmPerTask = f.warmPerTask
+	}
+	if set("keep-warm") {
+		cfg.KeepWarm = f.keepWarm
+	}
+	return nil
+}

@@ -1,0 +1,167 @@
+package fleet
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/sizing"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+)
+
+// Plan is what a run of a task batch does under a configuration, decided
+// from plain data before anything is created: each image's pool, the
+// windows the strategy warms them in, and the most the run holds at once.
+// `kubectl sandbox-fleet plan` prints it; Run follows it; the runaway
+// breaker's expectation is its peak.
+type Plan struct {
+	sizing.Plan
+	Strategy    string `json:"strategy"`
+	Tasks       int    `json:"tasks"`
+	Epochs      int    `json:"epochs"`
+	Concurrency int    `json:"concurrency"`
+	// Windows are the groups of images warm together, in run order. The
+	// pipelined strategy warms the next window while one runs.
+	Windows []Window `json:"windows"`
+	Peak    Peak     `json:"peak"`
+}
+
+// Window is a group of images warm together.
+type Window struct {
+	Images   []string `json:"images"`
+	Tasks    int      `json:"tasks"`
+	Replicas int      `json:"replicas"`
+}
+
+// Peak is the most the run holds at once: the sandboxes of the windows
+// warm together plus one claimed sandbox per task in flight (a pool refills
+// what is claimed from it), and what they request.
+type Peak struct {
+	Pods   int               `json:"pods"`
+	CPU    resource.Quantity `json:"cpu"`
+	Memory resource.Quantity `json:"memory"`
+	// DiskGB bounds the image bytes the peak's sandboxes pull, at
+	// disk.avgImageGB per replica as sizing counts it; 0 when unknown.
+	DiskGB float64 `json:"diskGB,omitempty"`
+}
+
+// NewPlan plans a run of ts under cfg, which must be defaulted.
+func NewPlan(cfg config.Fleet, ts []tasks.Task) Plan {
+	images := imagesOf(ts)
+	p := Plan{
+		Plan:        sizing.NewPlan(images, sizingParams(cfg), diskOf(cfg)),
+		Strategy:    cfg.Strategy,
+		Tasks:       len(ts),
+		Epochs:      cfg.Epochs,
+		Concurrency: concurrency(cfg),
+	}
+	// The strategy may warm less than sizing asks: the plan says what is
+	// warmed.
+	p.WarmFootprint = 0
+	planned := map[string]sizing.Pool{}
+	names := make([]string, len(p.Pools))
+	for i := range p.Pools {
+		pool := &p.Pools[i]
+		pool.Replicas = depth(cfg, pool.Replicas, pool.Tasks)
+		p.WarmFootprint += pool.Replicas
+		planned[pool.Image] = *pool
+		names[i] = pool.Image
+	}
+	for _, group := range chunk(names, windowSize(cfg, p.Plan, len(names))) {
+		w := Window{Images: group}
+		for _, img := range group {
+			w.Tasks += planned[img].Tasks
+			w.Replicas += planned[img].Replicas
+		}
+		p.Windows = append(p.Windows, w)
+	}
+
+	warm, peakAt := 0, 0
+	for i, w := range p.Windows {
+		at := w.Replicas
+		if cfg.Strategy == "pipelined" && i+1 < len(p.Windows) {
+			at += p.Windows[i+1].Replicas
+		}
+		if at > warm {
+			warm, peakAt = at, i
+		}
+	}
+	p.Peak.Pods = warm + min(p.Concurrency, len(ts))
+	requests := cfg.Template.Resources.Requests
+	p.Peak.CPU = times(requests[corev1.ResourceCPU], p.Peak.Pods)
+	p.Peak.Memory = times(requests[corev1.ResourceMemory], p.Peak.Pods)
+	if avg := cfg.Disk.AvgImageGB; avg > 0 && len(p.Windows) > 0 {
+		replicas := p.Windows[peakAt].Replicas
+		if cfg.Strategy == "pipelined" && peakAt+1 < len(p.Windows) {
+			replicas += p.Windows[peakAt+1].Replicas
+		}
+		p.Peak.DiskGB = float64(replicas) * avg
+	}
+	if limit := cfg.MaxLiveSandboxes; limit > 0 && p.Peak.Pods > limit {
+		p.Warnings = append(p.Warnings, fmt.Sprintf(
+			"the run holds up to %d sandboxes at once but maxLiveSandboxes is %d: the runaway breaker would stop it; raise maxLiveSandboxes or lower maxConcurrent and concurrency",
+			p.Peak.Pods, limit))
+	}
+	return p
+}
+
+func times(q resource.Quantity, n int) resource.Quantity {
+	out := q.DeepCopy()
+	out.Mul(int64(n))
+	return out
+}
+
+func sizingParams(cfg config.Fleet) sizing.Params {
+	return sizing.Params{MaxConcurrent: cfg.MaxConcurrent, MaxWarmPoolSize: cfg.MaxWarmPoolSize, WarmPerTask: cfg.WarmPerTask}
+}
+
+func diskOf(cfg config.Fleet) sizing.Disk {
+	d := cfg.Disk
+	return sizing.Disk{AvgImageGB: d.AvgImageGB, UsableGB: d.NodeEphemeralGB * (1 - *d.Headroom), Nodes: d.Nodes}
+}
+
+// depth is the depth of a pool planned at planned sandboxes when left of
+// its tasks remain: one under the none strategy, and never more than the
+// tasks left, which a resumed run may have few of.
+func depth(cfg config.Fleet, planned, left int) int {
+	if cfg.Strategy == "none" {
+		return 1
+	}
+	return max(1, min(planned, left))
+}
+
+// concurrency is how many tasks run at once.
+func concurrency(cfg config.Fleet) int {
+	if cfg.Concurrency > 0 {
+		return cfg.Concurrency
+	}
+	return cfg.MaxConcurrent
+}
+
+// windowSize is how many of images a strategy keeps warm at once.
+func windowSize(cfg config.Fleet, plan sizing.Plan, images int) int {
+	switch {
+	case cfg.Strategy == "naive":
+		return max(1, images)
+	case cfg.Strategy == "none":
+		return 1
+	case cfg.WindowSize > 0:
+		return cfg.WindowSize
+	case cfg.Strategy == "pipelined":
+		return plan.PipelinedWindow
+	default:
+		return plan.SlidingWindow
+	}
+}
+
+func chunk(names []string, size int) [][]string {
+	var out [][]string
+	for len(names) > 0 {
+		n := min(size, len(names))
+		out = append(out, names[:n])
+		names = names[n:]
+	}
+	return out
+}

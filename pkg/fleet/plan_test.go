@@ -1,0 +1,83 @@
+package fleet
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+)
+
+// batch builds tasks from a spec like "aaaa bb c": four tasks of image a,
+// two of b, one of c, in that order.
+func batch(spec string) []tasks.Task {
+	var ts []tasks.Task
+	for _, group := range strings.Fields(spec) {
+		img, n := group[:1], len(group)
+		for i := range n {
+			ts = append(ts, tasks.Task{ID: fmt.Sprintf("%s%d", img, i), Image: img})
+		}
+	}
+	return ts
+}
+
+func TestNewPlan(t *testing.T) {
+	// a: 6 tasks, b: 3, c: 1; at maxConcurrent 4 the pools are a 2, b 1, c 1.
+	const skewed = "aaaaaa bbb c"
+	for _, tt := range []struct {
+		name     string
+		spec     string
+		cfg      func(*config.Fleet)
+		windows  string // images of each window, windows separated by |
+		replicas []int
+		pods     int
+		cpu, mem string
+		diskGB   float64
+		warnings int
+	}{
+		{name: "naive warms everything", spec: skewed,
+			windows: "abc", replicas: []int{4}, pods: 8, cpu: "2", mem: "4Gi"},
+		{name: "sliding fits the budget in one window", spec: skewed, cfg: func(c *config.Fleet) { c.Strategy = "sliding" },
+			windows: "abc", replicas: []int{4}, pods: 8, cpu: "2", mem: "4Gi"},
+		{name: "pipelined holds two windows", spec: skewed, cfg: func(c *config.Fleet) { c.Strategy = "pipelined"; c.Disk.AvgImageGB = 10 },
+			windows: "a|b|c", replicas: []int{2, 1, 1}, pods: 7, cpu: "1750m", mem: "3584Mi", diskGB: 30},
+		{name: "none warms one sandbox at a time", spec: skewed, cfg: func(c *config.Fleet) { c.Strategy = "none" },
+			windows: "a|b|c", replicas: []int{1, 1, 1}, pods: 5, cpu: "1250m", mem: "2560Mi"},
+		{name: "an explicit window size", spec: skewed, cfg: func(c *config.Fleet) { c.Strategy = "sliding"; c.WindowSize = 2 },
+			windows: "ab|c", replicas: []int{3, 1}, pods: 7, cpu: "1750m", mem: "3584Mi"},
+		{name: "concurrency below the budget", spec: skewed, cfg: func(c *config.Fleet) { c.Strategy = "pipelined"; c.Concurrency = 2 },
+			windows: "a|b|c", replicas: []int{2, 1, 1}, pods: 5, cpu: "1250m", mem: "2560Mi"},
+		{name: "fewer tasks than the concurrency", spec: "aa",
+			windows: "a", replicas: []int{2}, pods: 4, cpu: "1", mem: "2Gi", warnings: 1},
+		{name: "over the breaker's hard ceiling", spec: skewed, cfg: func(c *config.Fleet) { c.MaxLiveSandboxes = 6 },
+			windows: "abc", replicas: []int{4}, pods: 8, cpu: "2", mem: "4Gi", warnings: 1},
+		{name: "no tasks", spec: "", windows: "", pods: 0, cpu: "0", mem: "0"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := config.Default()
+			cfg.MaxConcurrent = 4
+			if tt.cfg != nil {
+				tt.cfg(&cfg)
+			}
+			p := NewPlan(cfg, batch(tt.spec))
+			var windows []string
+			var replicas []int
+			for _, w := range p.Windows {
+				windows = append(windows, strings.Join(w.Images, ""))
+				replicas = append(replicas, w.Replicas)
+			}
+			if got := strings.Join(windows, "|"); got != tt.windows || !slices.Equal(replicas, tt.replicas) {
+				t.Errorf("windows %q with replicas %v, want %q with %v", got, replicas, tt.windows, tt.replicas)
+			}
+			if p.Peak.Pods != tt.pods || p.Peak.CPU.String() != tt.cpu || p.Peak.Memory.String() != tt.mem || p.Peak.DiskGB != tt.diskGB {
+				t.Errorf("peak %d pods, %s CPU, %s memory, %g GB disk; want %d, %s, %s, %g",
+					p.Peak.Pods, &p.Peak.CPU, &p.Peak.Memory, p.Peak.DiskGB, tt.pods, tt.cpu, tt.mem, tt.diskGB)
+			}
+			if len(p.Warnings) != tt.warnings {
+				t.Errorf("warnings %q, want %d", p.Warnings, tt.warnings)
+			}
+		})
+	}
+}
