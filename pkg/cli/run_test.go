@@ -18,9 +18,9 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/results"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/teardown"
 )
 
 // write writes files into a new directory and returns its path.
@@ -55,10 +55,11 @@ func assertNothingIn(t *testing.T, ns string) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	runs, err := teardown.Runs(ctx, clients.Client, ns)
+	inv, err := inventory.List(ctx, clients.Client, ns, "")
 	if err != nil {
 		t.Fatal(err)
 	}
+	runs := inv.Runs().Items
 	sandboxes := &sandboxv1beta1.SandboxList{}
 	if err := clients.Client.List(ctx, sandboxes, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
@@ -261,9 +262,9 @@ func TestRunKilledThenReaped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs, err := teardown.Runs(context.Background(), clients.Client, ns)
-	if err != nil || len(runs) != 1 || runs[0].ID != "killed" {
-		t.Fatalf("after SIGKILL: runs %+v (%v), want the killed run's objects", runs, err)
+	inv, err := inventory.List(context.Background(), clients.Client, ns, "killed")
+	if err != nil || len(inv.Runs().Items) != 1 {
+		t.Fatalf("after SIGKILL: %+v (%v), want the killed run's objects", inv, err)
 	}
 	code, out, stderr := execute("reap", "-n", ns, "--orphans", "--min-age", "0", "--dry-run")
 	if code != cli.ExitOK || !strings.Contains(out, "killed") || !strings.Contains(out, "would reap") {

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -21,6 +20,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/teardown"
 )
 
@@ -101,17 +101,18 @@ func (o *options) run(ctx context.Context, targets []fleet.Target) error {
 	var errs []error
 	now := time.Now()
 	for _, t := range targets {
-		runs, err := teardown.Runs(ctx, t.Clients.Client, t.Clients.Namespace)
+		inv, err := inventory.List(ctx, t.Clients.Client, t.Clients.Namespace, "")
 		if err != nil {
 			errs = append(errs, fmt.Errorf("cluster %s: %w", t.Config.Name, err))
 			continue
 		}
-		var chosen []teardown.RunInfo
+		runs := inv.Runs().Items
+		var chosen []inventory.Run
 		if o.orphans {
 			chosen = teardown.Orphans(runs, o.alive, o.minAge, now)
 		} else {
 			for _, r := range runs {
-				if slices.Contains(o.runIDs, r.ID) {
+				if slices.Contains(o.runIDs, r.Name) {
 					chosen = append(chosen, r)
 				}
 			}
@@ -120,13 +121,13 @@ func (o *options) run(ctx context.Context, targets []fleet.Target) error {
 			action := "would reap"
 			if !o.dryRun {
 				action = "reaped"
-				if err := teardown.Reap(ctx, t.Clients, r.ID); err != nil {
+				if err := teardown.Reap(ctx, t.Clients, r.Name); err != nil {
 					action = "failed"
-					errs = append(errs, fmt.Errorf("cluster %s: reaping run %s: %w", t.Config.Name, r.ID, err))
+					errs = append(errs, fmt.Errorf("cluster %s: reaping run %s: %w", t.Config.Name, r.Name, err))
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Config.Name, t.Clients.Namespace, r.ID,
-				duration.HumanDuration(now.Sub(r.Oldest)), objects(r.Objects), action)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Config.Name, t.Clients.Namespace, r.Name,
+				duration.HumanDuration(now.Sub(r.CreationTimestamp.Time)), objects(r.Status), action)
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -135,11 +136,19 @@ func (o *options) run(ctx context.Context, targets []fleet.Target) error {
 	return errors.Join(errs...)
 }
 
-// objects renders counts by kind, e.g. "2 SandboxClaim, 4 Pod".
-func objects(counts map[string]int) string {
+// objects renders a run's counts by kind, e.g. "2 claims, 4 pods".
+func objects(s inventory.RunStatus) string {
 	var parts []string
-	for _, kind := range slices.Sorted(maps.Keys(counts)) {
-		parts = append(parts, fmt.Sprintf("%d %s", counts[kind], kind))
+	for _, c := range []struct {
+		n    int
+		kind string
+	}{{s.Claims, "claim"}, {s.Pools, "pool"}, {s.Templates, "template"}, {s.Pods, "pod"}} {
+		switch {
+		case c.n == 1:
+			parts = append(parts, "1 "+c.kind)
+		case c.n > 1:
+			parts = append(parts, fmt.Sprintf("%d %ss", c.n, c.kind))
+		}
 	}
 	return strings.Join(parts, ", ")
 }

@@ -4,15 +4,22 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
 )
 
 func TestOrphans(t *testing.T) {
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	runs := []RunInfo{
-		{ID: "alive", Oldest: now.Add(-time.Hour)},
-		{ID: "dead-old", Oldest: now.Add(-time.Hour)},
-		{ID: "dead-young", Oldest: now.Add(-time.Minute)},
-		{ID: "dead-at-limit", Oldest: now.Add(-5 * time.Minute)},
+	run := func(id string, created time.Time) inventory.Run {
+		return inventory.Run{ObjectMeta: metav1.ObjectMeta{Name: id, CreationTimestamp: metav1.NewTime(created)}}
+	}
+	runs := []inventory.Run{
+		run("alive", now.Add(-time.Hour)),
+		run("dead-old", now.Add(-time.Hour)),
+		run("dead-young", now.Add(-time.Minute)),
+		run("dead-at-limit", now.Add(-5*time.Minute)),
 	}
 	for _, tt := range []struct {
 		name   string
@@ -27,7 +34,7 @@ func TestOrphans(t *testing.T) {
 	} {
 		var got []string
 		for _, r := range Orphans(runs, tt.alive, tt.minAge, now) {
-			got = append(got, r.ID)
+			got = append(got, r.Name)
 		}
 		if !slices.Equal(got, tt.want) {
 			t.Errorf("%s: Orphans = %v, want %v", tt.name, got, tt.want)

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +14,7 @@ import (
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracker"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
@@ -89,60 +89,12 @@ func Reap(ctx context.Context, clients *kube.Clients, runID string) error {
 	return Run(ctx, clients.Client, tr, clients.Namespace, runID)
 }
 
-// RunInfo is a run as found on the cluster.
-type RunInfo struct {
-	ID string `json:"runId"`
-	// Oldest is when the run's oldest object was created.
-	Oldest time.Time `json:"oldest"`
-	// Objects counts the run's objects by kind.
-	Objects map[string]int `json:"objects"`
-}
-
-// Runs lists the runs with objects in namespace (all namespaces when
-// empty), from the labels every run puts on what it creates.
-func Runs(ctx context.Context, c client.Client, namespace string) ([]RunInfo, error) {
-	byID := map[string]*RunInfo{}
-	managed := client.MatchingLabels{labels.ManagedBy: labels.ManagedByValue}
-	for _, k := range kinds() {
-		list := k.list()
-		if err := c.List(ctx, list, client.InNamespace(namespace), managed, client.HasLabels{labels.RunID}); err != nil {
-			return nil, fmt.Errorf("listing %s objects: %w", k.name, err)
-		}
-		items, err := apimeta.ExtractList(list)
-		if err != nil {
-			return nil, err
-		}
-		for _, it := range items {
-			o, ok := it.(client.Object)
-			if !ok {
-				continue
-			}
-			id := o.GetLabels()[labels.RunID]
-			r := byID[id]
-			if r == nil {
-				r = &RunInfo{ID: id, Objects: map[string]int{}}
-				byID[id] = r
-			}
-			r.Objects[k.name]++
-			if created := o.GetCreationTimestamp().Time; r.Oldest.IsZero() || created.Before(r.Oldest) {
-				r.Oldest = created
-			}
-		}
-	}
-	out := make([]RunInfo, 0, len(byID))
-	for _, r := range byID {
-		out = append(out, *r)
-	}
-	slices.SortFunc(out, func(a, b RunInfo) int { return strings.Compare(a.ID, b.ID) })
-	return out, nil
-}
-
 // Orphans picks the runs to reap: those not in alive whose oldest object is
 // at least minAge old at now, so that a run still starting is never taken.
-func Orphans(runs []RunInfo, alive []string, minAge time.Duration, now time.Time) []RunInfo {
-	var out []RunInfo
+func Orphans(runs []inventory.Run, alive []string, minAge time.Duration, now time.Time) []inventory.Run {
+	var out []inventory.Run
 	for _, r := range runs {
-		if !slices.Contains(alive, r.ID) && now.Sub(r.Oldest) >= minAge {
+		if !slices.Contains(alive, r.Name) && now.Sub(r.CreationTimestamp.Time) >= minAge {
 			out = append(out, r)
 		}
 	}

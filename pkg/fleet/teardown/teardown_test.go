@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/teardown"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracker"
@@ -66,12 +67,13 @@ func TestTeardownIsScopedToItsRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs, err := teardown.Runs(ctx, clients.Client, clients.Namespace)
+	inv, err := inventory.List(ctx, clients.Client, clients.Namespace, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(runs) != 2 || runs[0].ID != "run-a" || runs[1].ID != "run-b" || runs[1].Objects["SandboxWarmPool"] != 2 ||
-		runs[1].Objects["SandboxClaim"] != 1 || runs[1].Oldest.IsZero() {
+	runs := inv.Runs().Items
+	if len(runs) != 2 || runs[0].Name != "run-a" || runs[1].Name != "run-b" || runs[1].Status.Pools != 2 ||
+		runs[1].Status.Claims != 1 || runs[1].CreationTimestamp.IsZero() {
 		t.Errorf("Runs = %+v, want run-a and run-b, each with 2 pools and run-b with a claim", runs)
 	}
 
