@@ -12,6 +12,8 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/klog/v2"
 
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/describe"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/get"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/plan"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/preflight"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/reap"
@@ -54,6 +56,8 @@ Agent Sandboxes, claims one per task, runs work in it and cleans up.`,
 		preflight.NewCommand(configFlags, streams),
 		run.NewCommand(configFlags, streams),
 		plan.NewCommand(streams),
+		get.NewCommand(configFlags, streams),
+		describe.NewCommand(configFlags, streams),
 		reap.NewCommand(configFlags, streams),
 		teardown.NewCommand(configFlags, streams),
 	)

@@ -266,6 +266,7 @@ func TestRunKilledThenReaped(t *testing.T) {
 	if err != nil || len(inv.Runs().Items) != 1 {
 		t.Fatalf("after SIGKILL: %+v (%v), want the killed run's objects", inv, err)
 	}
+	checkGetAndDescribe(t, ns, "killed")
 	code, out, stderr := execute("reap", "-n", ns, "--orphans", "--min-age", "0", "--dry-run")
 	if code != cli.ExitOK || !strings.Contains(out, "killed") || !strings.Contains(out, "would reap") {
 		t.Errorf("reap --dry-run: exit %d\n%s%s", code, out, stderr)

@@ -52,3 +52,11 @@ func Machine(w io.Writer, format string, v any) error {
 		return fmt.Errorf("output format %q is not a machine format", format)
 	}
 }
+
+// OrNone is s, or <none> when it is empty, as kubectl prints missing values.
+func OrNone(s string) string {
+	if s == "" {
+		return "<none>"
+	}
+	return s
+}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/get"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
@@ -75,6 +76,7 @@ would be reaped. With -f, every cluster of the fleet configuration is swept.`,
 	f := cmd.Flags()
 	f.StringVarP(&o.configFile, "config", "f", "", "fleet configuration whose clusters to sweep (default: the current context)")
 	f.StringSliceVar(&o.runIDs, "run-id", nil, "run to reap; repeatable or comma-separated")
+	_ = cmd.RegisterFlagCompletionFunc("run-id", get.CompleteRunIDs(configFlags))
 	f.BoolVar(&o.orphans, "orphans", false, "reap every run not named by --alive-run-ids")
 	f.StringSliceVar(&o.alive, "alive-run-ids", nil, "runs still going, which --orphans keeps")
 	f.DurationVar(&o.minAge, "min-age", 5*time.Minute, "with --orphans, keep runs younger than this")

@@ -11,6 +11,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/get"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/reap"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
@@ -53,6 +54,7 @@ and exits 1 if there is.`,
 	}
 	cmd.Flags().StringVarP(&o.configFile, "config", "f", "", "fleet configuration whose clusters the run spans (default: the current context)")
 	cmd.Flags().StringVar(&o.runID, "run-id", "", "the run to tear down")
+	_ = cmd.RegisterFlagCompletionFunc("run-id", get.CompleteRunIDs(configFlags))
 	cmd.Flags().BoolVar(&o.verify, "verify", false, "list anything of the run left afterwards, and fail if there is")
 	return cmd
 }

@@ -159,3 +159,6 @@ func Nodes(pods []*corev1.Pod) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// TaskOf is the id of the task claim c serves.
+func TaskOf(c *extensionsv1beta1.SandboxClaim) string { return c.Annotations[labels.TaskID] }

@@ -1,0 +1,214 @@
+// Package describe implements `kubectl sandbox-fleet describe run ID`: one
+// run in detail — its pools and the nodes they are on, its claims and how
+// each stands, the Pods in trouble and the recent events of it all — to
+// find out why a run is slow or stuck.
+package describe
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/get"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/output"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/usage"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
+)
+
+// maxEvents bounds the events shown: the latest matter.
+const maxEvents = 20
+
+// NewCommand returns the describe verb.
+func NewCommand(configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "describe run RUN_ID",
+		Short: "Show one run in detail: pools, claims, Pods in trouble, events",
+		Example: `  # why is this run slow?
+  kubectl sandbox-fleet describe run run-20261129-120000-a1b2c3 -n rl`,
+		Args: usage.Args(cobra.NoArgs),
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:               "run RUN_ID",
+		Short:             "Show one run in detail: pools, claims, Pods in trouble, events",
+		Example:           `  kubectl sandbox-fleet describe run run-20261129-120000-a1b2c3`,
+		Args:              usage.Args(cobra.ExactArgs(1)),
+		ValidArgsFunction: get.CompleteRunIDs(configFlags),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return run(cmd.Context(), configFlags, streams.Out, args[0])
+		},
+	})
+	return cmd
+}
+
+func run(ctx context.Context, configFlags *genericclioptions.ConfigFlags, w io.Writer, runID string) error {
+	clients, err := kube.FromFlags(configFlags)
+	if err != nil {
+		return err
+	}
+	inv, err := inventory.List(ctx, clients.Client, clients.Namespace, runID)
+	if err != nil {
+		return fmt.Errorf("reading run %s: %w", runID, err)
+	}
+	runs := inv.Runs().Items
+	if len(runs) == 0 {
+		return fmt.Errorf("run %s has no objects in namespace %s: list the runs there with `kubectl sandbox-fleet get runs`, or name the namespace with -n", runID, clients.Namespace)
+	}
+	events := &corev1.EventList{}
+	if err := clients.Client.List(ctx, events, client.InNamespace(clients.Namespace)); err != nil {
+		return fmt.Errorf("reading the events of run %s: %w", runID, err)
+	}
+	return Run(w, runs[0], inv, events.Items, time.Now())
+}
+
+// Run writes run r, whose objects inv holds, with the events about them
+// among events, as of now.
+func Run(w io.Writer, r inventory.Run, inv *inventory.Inventory, events []corev1.Event, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	s := r.Status
+	fmt.Fprintf(tw, "Name:\t%s\n", r.Name)
+	fmt.Fprintf(tw, "Namespace:\t%s\n", r.Namespace)
+	fmt.Fprintf(tw, "Created:\t%s (%s ago)\n", r.CreationTimestamp.UTC().Format(time.RFC3339), get.Age(r.CreationTimestamp, now))
+	fmt.Fprintf(tw, "Templates:\t%d\n", s.Templates)
+	fmt.Fprintf(tw, "Warm pools:\t%d, asked to keep %d sandboxes\n", s.Pools, s.WarmReplicas)
+	fmt.Fprintf(tw, "Claims:\t%d, %d Ready\n", s.Claims, s.ReadyClaims)
+	fmt.Fprintf(tw, "Pods:\t%d, %d Ready\n", s.Pods, s.ReadyPods)
+	fmt.Fprintf(tw, "Nodes:\t%s\n", output.OrNone(inventory.Nodes(pointers(inv.Pods))))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	section(w, "Warm Pools", len(inv.Pools))
+	tw = indented(w)
+	if len(inv.Pools) > 0 {
+		fmt.Fprintln(tw, "  NAME\tREADY\tIMAGE\tNODES")
+	}
+	for i := range inv.Pools {
+		p := &inv.Pools[i]
+		want := 0
+		if p.Spec.Replicas != nil {
+			want = int(*p.Spec.Replicas)
+		}
+		fmt.Fprintf(tw, "  %s\t%d/%d\t%s\t%s\n", p.Name, p.Status.ReadyReplicas, want, inv.ImageOf(p), output.OrNone(inventory.Nodes(inv.PodsOf(p))))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	section(w, "Claims", len(inv.Claims))
+	tw = indented(w)
+	if len(inv.Claims) > 0 {
+		fmt.Fprintln(tw, "  NAME\tTASK\tSTATUS\tNODE\tAGE")
+	}
+	for i := range inv.Claims {
+		c := &inv.Claims[i]
+		node := "<none>"
+		if pod := inv.PodOf(c); pod != nil {
+			node = output.OrNone(pod.Spec.NodeName)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", c.Name, output.OrNone(inventory.TaskOf(c)), inv.Status(c), node, get.Age(c.CreationTimestamp, now))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	var troubled []*corev1.Pod
+	for i := range inv.Pods {
+		if claim.Classify(&inv.Pods[i]) != nil {
+			troubled = append(troubled, &inv.Pods[i])
+		}
+	}
+	section(w, "Pods in Trouble", len(troubled))
+	tw = indented(w)
+	if len(troubled) > 0 {
+		fmt.Fprintln(tw, "  POD\tREASON\tNODE\tMESSAGE")
+	}
+	for _, p := range troubled {
+		t := claim.Classify(p)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", p.Name, t.Reason, output.OrNone(p.Spec.NodeName), oneLine(t.Message))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	mine := about(events, inv)
+	section(w, "Events", len(mine))
+	tw = indented(w)
+	if len(mine) > 0 {
+		fmt.Fprintln(tw, "  TYPE\tREASON\tAGE\tOBJECT\tMESSAGE")
+	}
+	for _, e := range mine {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s/%s\t%s\n", e.Type, e.Reason, get.Age(e.LastTimestamp, now),
+			strings.ToLower(e.InvolvedObject.Kind), e.InvolvedObject.Name, oneLine(e.Message))
+	}
+	return tw.Flush()
+}
+
+// about picks the latest events about the run's objects and sandboxes,
+// oldest first, as kubectl describe lists them.
+func about(events []corev1.Event, inv *inventory.Inventory) []corev1.Event {
+	names := map[string]bool{}
+	for i := range inv.Templates {
+		names["SandboxTemplate/"+inv.Templates[i].Name] = true
+	}
+	for i := range inv.Pools {
+		names["SandboxWarmPool/"+inv.Pools[i].Name] = true
+	}
+	for i := range inv.Claims {
+		names["SandboxClaim/"+inv.Claims[i].Name] = true
+		if sb := inv.Claims[i].Status.SandboxStatus.Name; sb != "" {
+			names["Sandbox/"+sb] = true
+		}
+	}
+	for i := range inv.Pods {
+		names["Pod/"+inv.Pods[i].Name] = true
+	}
+	var out []corev1.Event
+	for _, e := range events {
+		if names[e.InvolvedObject.Kind+"/"+e.InvolvedObject.Name] {
+			if e.LastTimestamp.IsZero() {
+				e.LastTimestamp.Time = e.EventTime.Time
+			}
+			out = append(out, e)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b corev1.Event) int {
+		return cmp.Compare(a.LastTimestamp.UnixNano(), b.LastTimestamp.UnixNano())
+	})
+	if len(out) > maxEvents {
+		out = out[len(out)-maxEvents:]
+	}
+	return out
+}
+
+func section(w io.Writer, title string, n int) {
+	if n == 0 {
+		fmt.Fprintf(w, "%s:  <none>\n", title)
+		return
+	}
+	fmt.Fprintf(w, "%s:\n", title)
+}
+
+func indented(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 8, 2, ' ', 0) }
+
+func pointers(pods []corev1.Pod) []*corev1.Pod {
+	out := make([]*corev1.Pod, len(pods))
+	for i := range pods {
+		out[i] = &pods[i]
+	}
+	return out
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
