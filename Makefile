@@ -4,7 +4,8 @@ SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 
 MODULE  := github.com/sandbox-fleet/sandbox-fleet
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
+# A semantic version, as krew requires: the tag, or v0.0.0-<commit> between tags.
+VERSION ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo v0.0.0-$$(git rev-parse --short HEAD 2>/dev/null || echo dev))
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -X $(MODULE)/pkg/version.gitVersion=$(VERSION) -X $(MODULE)/pkg/version.gitCommit=$(COMMIT)
 BIN     := $(CURDIR)/bin
@@ -16,8 +17,13 @@ help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
 
 .PHONY: build
-build: ## build the kubectl plugin into bin/
+build: ## build the kubectl plugin and its completion helper into bin/
 	go build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/kubectl-sandbox_fleet ./cmd/kubectl-sandbox_fleet
+	install -m 0755 plugins/kubectl_complete-sandbox_fleet $(BIN)/
+
+.PHONY: dist
+dist: ## build the release archives for krew into dist/ and dist/sandbox-fleet.yaml with their sha256 (VERSION=vX.Y.Z)
+	go run ./hack/dist -version $(VERSION) -out dist -ldflags "$(LDFLAGS)"
 
 .PHONY: testbin
 testbin: ## build the pinned test binaries (etcd, Kubernetes, kwok, Agent Sandbox) if not cached
@@ -68,4 +74,4 @@ cluster-down: ## stop the local cluster
 
 .PHONY: clean
 clean: ## remove built binaries (the test binary cache stays; rm -rf .cache to drop it)
-	rm -rf $(BIN)
+	rm -rf $(BIN) dist

@@ -2,7 +2,8 @@
 # Builds the binaries the tests run — etcd, the Kubernetes control plane and
 # kubelet, kubectl, kwok and the Agent Sandbox controller from the versions
 # pinned in hack/tools/go.mod; containerd and the loopback registry from
-# hack/tools/node/go.mod — together with the Agent Sandbox CRDs and kwok's
+# hack/tools/node/go.mod; krew (as the kubectl plugin kubectl-krew) and its
+# manifest validator from hack/tools/krew/go.mod — together with the Agent Sandbox CRDs and kwok's
 # stages, into .cache/testbin/<versions>-<hash>/, and points
 # .cache/testbin/current at it. A directory that already exists is complete
 # (it is renamed into place only after a successful build), so a second run
@@ -26,7 +27,7 @@ sandbox=$(version sigs.k8s.io/agent-sandbox)
 # The hash covers everything that decides the output, so a changed build
 # never reuses a stale directory that happens to carry the same versions.
 containerd=$(cd node && version github.com/containerd/containerd/v2)
-hash=$(cat go.mod go.sum node/go.mod node/go.sum node/registry/*.go "$root/hack/testbin.sh" | sha256sum | cut -c1-10)
+hash=$(cat go.mod go.sum node/go.mod node/go.sum node/registry/*.go krew/go.mod krew/go.sum "$root/hack/testbin.sh" | sha256sum | cut -c1-10)
 dir=$cache/k8s-$kube-etcd-$etcd-kwok-$kwok-agent-sandbox-$sandbox-containerd-$containerd-$hash
 
 if [[ ! -d $dir ]]; then
@@ -65,6 +66,10 @@ if [[ ! -d $dir ]]; then
 		github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
 		github.com/containerd/containerd/v2/cmd/ctr \
 		./registry)
+
+	# krew installs plugins from a manifest; the validator drives it.
+	(cd krew && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/bin/kubectl-krew" sigs.k8s.io/krew/cmd/krew &&
+		CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/bin/" sigs.k8s.io/krew/cmd/validate-krew-manifest)
 
 	mkdir -p "$tmp/crds" "$tmp/kwok-stages"
 	cp "$(moddir sigs.k8s.io/agent-sandbox)"/k8s/crds/*.yaml "$tmp/crds/"

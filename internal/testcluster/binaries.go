@@ -67,3 +67,13 @@ func repoRoot() (string, error) {
 		dir = parent
 	}
 }
+
+// BinDir is the directory of the test binaries, for tests that run one of
+// them themselves (kubectl, kubectl-krew, validate-krew-manifest).
+func BinDir() (string, error) {
+	b, err := findBinaries()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(b.dir, "bin"), nil
+}

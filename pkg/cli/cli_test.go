@@ -79,6 +79,14 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"preflight", "--no-such-flag"},
 		{"preflight", "extra-argument"},
 		{"preflight", "-o", "xml"},
+		{"get"},
+		{"get", "things"},
+		{"get", "runs", "-o", "xml"},
+		{"get", "pools", "extra-argument"},
+		{"describe", "run"},
+		{"describe", "pod", "x"},
+		{"plan"},
+		{"plan", "--tasks", "no-such-file.jsonl"},
 	} {
 		code, _, stderr := execute(args...)
 		if code != cli.ExitUsage || !strings.HasPrefix(stderr, "error: ") {

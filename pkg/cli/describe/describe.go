@@ -38,7 +38,8 @@ func NewCommand(configFlags *genericclioptions.ConfigFlags, streams genericioopt
 		Short: "Show one run in detail: pools, claims, Pods in trouble, events",
 		Example: `  # why is this run slow?
   kubectl sandbox-fleet describe run run-20261129-120000-a1b2c3 -n rl`,
-		Args: usage.Args(cobra.NoArgs),
+		Args: cobra.ArbitraryArgs,
+		RunE: usage.Subcommand,
 	}
 	cmd.AddCommand(&cobra.Command{
 		Use:               "run RUN_ID",

@@ -76,7 +76,8 @@ columns), the objects as JSON or YAML, or their names.`,
 
   # every claim in every namespace, as JSON
   kubectl sandbox-fleet get claims -A -o json`,
-		Args: usage.Args(cobra.NoArgs),
+		Args: cobra.ArbitraryArgs,
+		RunE: usage.Subcommand,
 	}
 	pf := cmd.PersistentFlags()
 	pf.StringVarP(&o.print.Format, "output", "o", "table", "output format: "+strings.Join(Formats, ", "))

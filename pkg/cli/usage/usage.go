@@ -5,6 +5,7 @@ package usage
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -28,4 +29,20 @@ func Args(validate cobra.PositionalArgs) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// Subcommand is the RunE of a verb that only groups others (get runs,
+// describe run): called with no sub-verb, or one it does not know, it says
+// which there are.
+func Subcommand(cmd *cobra.Command, args []string) error {
+	var names []string
+	for _, c := range cmd.Commands() {
+		if c.IsAvailableCommand() {
+			names = append(names, c.Name())
+		}
+	}
+	if len(args) == 0 {
+		return Errorf("%s needs one of: %s\nSee '%s --help'.", cmd.CommandPath(), strings.Join(names, ", "), cmd.CommandPath())
+	}
+	return Errorf("%s: unknown %q: use one of %s\nSee '%s --help'.", cmd.CommandPath(), args[0], strings.Join(names, ", "), cmd.CommandPath())
 }
