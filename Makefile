@@ -52,15 +52,20 @@ lint: ## gofmt and go vet
 	go vet ./...
 
 .PHONY: demo
-demo: build testbin ## start a local cluster, check it with the plugin through kubectl, stop it
-	$(LOCALCLUSTER) up
+DEMO := examples/demo
+demo: build testbin node-deps ## a sample eval sweep (12 tasks, 3 images) through kubectl on a local cluster with a real node, then tear it all down (root)
+	$(LOCALCLUSTER) -real-node up
 	trap '$(LOCALCLUSTER) down' EXIT; \
 	export PATH=$(BIN):$(TESTBIN):$$PATH KUBECONFIG=$$($(LOCALCLUSTER) env | sed 's/^export KUBECONFIG=//'); \
+	results=$$(mktemp -d)/results.jsonl; \
 	set -x; \
 	kubectl plugin list; \
 	kubectl sandbox-fleet version; \
+	kubectl sandbox-fleet plan -f $(DEMO)/fleet.yaml --tasks $(DEMO)/tasks.jsonl; \
 	kubectl sandbox-fleet preflight; \
-	kubectl get nodes
+	kubectl sandbox-fleet run -f $(DEMO)/fleet.yaml --tasks $(DEMO)/tasks.jsonl --script $(DEMO)/eval.sh \
+		--results $$results -- '{metadata.mode}'; \
+	kubectl sandbox-fleet get runs
 
 .PHONY: bench
 bench: testbin ## benchmark the claim path against a bare client on a local kwok cluster (~45 min)

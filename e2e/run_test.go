@@ -138,3 +138,45 @@ func mustRead(t *testing.T, path string) []fleet.Result {
 	}
 	return rs
 }
+
+// The sample batch `make demo` runs, from examples/demo, stays runnable:
+// every task's work runs, the attempts that apply the fix pass their
+// tests, the rest fail them, and the smoke tasks pass.
+func TestExampleBatch(t *testing.T) {
+	ns := newNamespace(t)
+	demo := filepath.Join("..", "examples", "demo")
+	resultsFile := filepath.Join(t.TempDir(), "results.jsonl")
+	code, out, stderr := plugin("run", "-n", ns, "-f", filepath.Join(demo, "fleet.yaml"), "--tasks", filepath.Join(demo, "tasks.jsonl"),
+		"--script", filepath.Join(demo, "eval.sh"), "--results", resultsFile, "-q", "--", "{metadata.mode}")
+	if code != cli.ExitOK {
+		t.Fatalf("the demo batch: exit %d\n%s%s", code, out, stderr)
+	}
+	rows, err := os.ReadFile(filepath.Join(demo, "tasks.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mode := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(rows)), "\n") {
+		var row struct {
+			InstanceID string `json:"instance_id"`
+			Mode       string `json:"mode"`
+		}
+		if err := json.Unmarshal([]byte(line), &row); err != nil {
+			t.Fatal(err)
+		}
+		mode[row.InstanceID] = row.Mode
+	}
+	rs, err := results.Read(resultsFile)
+	if err != nil || len(rs) != len(mode) {
+		t.Fatalf("%d results (%v), want one per task of %d", len(rs), err, len(mode))
+	}
+	for _, r := range rs {
+		want := 0
+		if mode[r.ID] == "none" {
+			want = 1
+		}
+		if r.ExitCode == nil || *r.ExitCode != want {
+			t.Errorf("task %s (mode %s): exit code %v, want %d; error %q, output %q", r.ID, mode[r.ID], r.ExitCode, want, r.Error, r.Stdout)
+		}
+	}
+}

@@ -60,3 +60,17 @@ func OrNone(s string) string {
 	}
 	return s
 }
+
+// Count is n with noun, plural unless n is 1: "1 cluster", "3 clusters".
+func Count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	suffix := "s"
+	for _, end := range []string{"s", "x", "ch", "sh"} {
+		if strings.HasSuffix(noun, end) {
+			suffix = "es"
+		}
+	}
+	return fmt.Sprintf("%d %s%s", n, noun, suffix)
+}

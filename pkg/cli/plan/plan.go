@@ -69,23 +69,15 @@ the peak fits the cluster and the runaway breaker's ceiling.`,
 // Print writes p as human tables: a summary, the windows, every image's
 // pool, the peak and the warnings.
 func Print(w io.Writer, p fleet.Plan, quiet bool, colors output.Palette) error {
-	epochs := "1 epoch"
-	if p.Epochs != 1 {
-		epochs = fmt.Sprintf("%d epochs", p.Epochs)
-	}
-	fmt.Fprintf(w, "%s %d tasks over %d images, strategy %s, %d at once, %s\n",
-		colors.Bold("Plan:"), p.Tasks, len(p.Pools), p.Strategy, p.Concurrency, epochs)
+	fmt.Fprintf(w, "%s %s over %s, strategy %s, %d at once, %s\n", colors.Bold("Plan:"), output.Count(p.Tasks, "task"),
+		output.Count(len(p.Pools), "image"), p.Strategy, p.Concurrency, output.Count(p.Epochs, "epoch"))
 	peak := fmt.Sprintf("%d sandboxes, %s CPU, %s memory", p.Peak.Pods, &p.Peak.CPU, &p.Peak.Memory)
 	if p.Peak.DiskGB > 0 {
 		peak += fmt.Sprintf(", up to %s GB of images", strconv.FormatFloat(p.Peak.DiskGB, 'f', -1, 64))
 	}
 	fmt.Fprintf(w, "%s %s\n", colors.Bold("Peak:"), peak)
-	windows := "1 window"
-	if len(p.Windows) != 1 {
-		windows = fmt.Sprintf("%d windows", len(p.Windows))
-	}
-	fmt.Fprintf(w, "%s %s; every pool warm at once would be %d sandboxes\n",
-		colors.Bold("Warm:"), windows, p.WarmFootprint)
+	fmt.Fprintf(w, "%s %s; every pool warm at once would be %s\n",
+		colors.Bold("Warm:"), output.Count(len(p.Windows), "window"), output.Count(p.WarmFootprint, "sandbox"))
 
 	if !quiet {
 		windowOf := map[string]int{}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/get"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/output"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
@@ -145,11 +146,8 @@ func objects(s inventory.RunStatus) string {
 		n    int
 		kind string
 	}{{s.Claims, "claim"}, {s.Pools, "pool"}, {s.Templates, "template"}, {s.Pods, "pod"}} {
-		switch {
-		case c.n == 1:
-			parts = append(parts, "1 "+c.kind)
-		case c.n > 1:
-			parts = append(parts, fmt.Sprintf("%d %ss", c.n, c.kind))
+		if c.n > 0 {
+			parts = append(parts, output.Count(c.n, c.kind))
 		}
 	}
 	return strings.Join(parts, ", ")

@@ -236,8 +236,8 @@ func (o *options) run(parent context.Context) error {
 		}
 		defer writer.Close()
 	}
-	fmt.Fprintf(o.streams.ErrOut, "run %s: %d tasks over %d images, strategy %s, %d clusters\n",
-		o.runID, len(o.loaded), len(f.Plan.Pools), o.cfg.Strategy, len(f.Clusters))
+	fmt.Fprintf(o.streams.ErrOut, "run %s: %s over %s, strategy %s, %s\n", o.runID, output.Count(len(o.loaded), "task"),
+		output.Count(len(f.Plan.Pools), "image"), o.cfg.Strategy, output.Count(len(f.Clusters), "cluster"))
 	var printer *progress.Printer
 	if !o.quiet {
 		printer = progress.Start(o.streams.ErrOut, output.IsTerminal(o.streams.ErrOut), o.progressInterval, f.Progress)
