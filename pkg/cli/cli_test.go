@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
@@ -93,4 +94,24 @@ func TestUsageErrorsExit2(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d with an error line", args, code, stderr, cli.ExitUsage)
 		}
 	}
+}
+
+// Every verb users run has --help with examples.
+func TestEveryVerbHasExamples(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			if !sub.IsAvailableCommand() || sub.Name() == "help" {
+				continue
+			}
+			if sub.Example == "" {
+				t.Errorf("%s has no examples in its --help", sub.CommandPath())
+			}
+			// Cobra's completion scripts per shell say in full how to load them.
+			if sub.Name() != "completion" {
+				walk(sub)
+			}
+		}
+	}
+	walk(cli.NewCommand(genericiooptions.NewTestIOStreamsDiscard()))
 }

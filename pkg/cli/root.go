@@ -34,7 +34,9 @@ const (
 func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	configFlags := genericclioptions.NewConfigFlags(true)
 	cmd := &cobra.Command{
-		Use:   "sandbox-fleet",
+		// The binary's name, which shell completion scripts complete; help
+		// and errors show the display name, as users type it.
+		Use:   "kubectl-sandbox_fleet",
 		Short: "Run fleets of Agent Sandboxes for RL rollouts and evaluation sweeps",
 		Long: `sandbox-fleet turns a batch of tasks, one container image each, into warm
 Agent Sandboxes, claims one per task, runs work in it and cleans up.`,
@@ -61,8 +63,22 @@ Agent Sandboxes, claims one per task, runs work in it and cleans up.`,
 		reap.NewCommand(configFlags, streams),
 		teardown.NewCommand(configFlags, streams),
 	)
+	// Cobra adds its completion verb to a root with verbs; give it examples.
+	cmd.InitDefaultCompletionCmd()
+	for _, c := range cmd.Commands() {
+		if c.Name() == "completion" {
+			c.Example = completionExample
+		}
+	}
 	return cmd
 }
+
+const completionExample = `  # Through kubectl (1.26+): kubectl completes a plugin's arguments by running
+  # kubectl_complete-sandbox_fleet from PATH; it ships beside the plugin.
+  kubectl sandbox-fleet <TAB>
+
+  # The plugin binary called directly, in bash
+  source <(kubectl-sandbox_fleet completion bash)`
 
 // addKlogFlags exposes klog's -v, the one logging knob users need.
 func addKlogFlags(cmd *cobra.Command) {

@@ -58,8 +58,8 @@ func (f *Fleet) warmed(cluster string, n int) {
 	}
 }
 
-func (f *Fleet) finished(cluster string, ok bool, d time.Duration) {
-	f.rec.Task(ok)
+func (f *Fleet) finished(cluster string, ok, ran bool, d time.Duration) {
+	f.rec.Task(ok, ran)
 	f.stats.done.Add(1)
 	if !ok {
 		f.stats.failed.Add(1)

@@ -303,7 +303,7 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.F
 	cluster := ""
 	defer func() {
 		r.Finished = time.Now()
-		f.finished(cluster, r.OK, r.Finished.Sub(r.Started))
+		f.finished(cluster, r.OK, r.ExitCode != nil, r.Finished.Sub(r.Started))
 	}()
 	if err := failed[resources.PoolName(f.RunID, t.Image)]; err != nil {
 		r.Error = fmt.Sprintf("task %s: the warm pool of %s was given up: %v", t.ID, t.Image, err)

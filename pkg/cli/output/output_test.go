@@ -1,6 +1,9 @@
 package output
 
-import "testing"
+import (
+	"bytes"
+	"testing"
+)
 
 func TestCount(t *testing.T) {
 	for _, tt := range []struct {
@@ -17,5 +20,19 @@ func TestCount(t *testing.T) {
 		if got := Count(tt.n, tt.noun); got != tt.want {
 			t.Errorf("Count(%d, %q) = %q, want %q", tt.n, tt.noun, got, tt.want)
 		}
+	}
+}
+
+// Colours are off unless the output is a terminal.
+func TestPalette(t *testing.T) {
+	if got := Colors(&bytes.Buffer{}).Bad("failed"); got != "failed" {
+		t.Errorf("colours on a buffer: %q", got)
+	}
+	on := Palette{on: true}
+	if got := on.Warn("warning"); got != "\x1b[33mwarning\x1b[0m" {
+		t.Errorf("Warn on a terminal: %q", got)
+	}
+	if got := on.Good(""); got != "" {
+		t.Errorf("an empty word painted: %q", got)
 	}
 }

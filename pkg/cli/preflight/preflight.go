@@ -65,7 +65,7 @@ func (o *options) run(cmd *cobra.Command) error {
 		ImagePullSecret: o.imagePullSecret,
 	})
 	if o.output == "table" {
-		err = printTable(o.streams.Out, &report)
+		err = printTable(o.streams.Out, &report, output.Colors(o.streams.Out))
 	} else {
 		err = output.Machine(o.streams.Out, o.output, report)
 	}
@@ -80,11 +80,21 @@ func (o *options) run(cmd *cobra.Command) error {
 	return nil
 }
 
-func printTable(w io.Writer, r *preflight.Report) error {
+// printTable writes the checks, then how to fix those that did not pass.
+// Statuses are coloured on a terminal; every status of the column gets
+// escape sequences of the same length, so the columns stay aligned.
+func printTable(w io.Writer, r *preflight.Report, colors output.Palette) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CHECK\tSTATUS\tDETAIL")
 	for _, c := range r.Checks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, c.Status, c.Detail)
+		status := colors.Good(string(c.Status))
+		switch c.Status {
+		case preflight.Warn:
+			status = colors.Warn(string(c.Status))
+		case preflight.Fail:
+			status = colors.Bad(string(c.Status))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, status, c.Detail)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

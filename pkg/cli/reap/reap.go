@@ -7,13 +7,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
@@ -99,8 +99,7 @@ func Targets(configFile string, flags *genericclioptions.ConfigFlags) ([]fleet.T
 }
 
 func (o *options) run(ctx context.Context, targets []fleet.Target) error {
-	tw := tabwriter.NewWriter(o.streams.Out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CLUSTER\tNAMESPACE\tRUN ID\tAGE\tOBJECTS\tACTION")
+	var rows []row
 	var errs []error
 	now := time.Now()
 	for _, t := range targets {
@@ -129,14 +128,30 @@ func (o *options) run(ctx context.Context, targets []fleet.Target) error {
 					errs = append(errs, fmt.Errorf("cluster %s: reaping run %s: %w", t.Config.Name, r.Name, err))
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Config.Name, t.Clients.Namespace, r.Name,
-				duration.HumanDuration(now.Sub(r.CreationTimestamp.Time)), objects(r.Status), action)
+			rows = append(rows, row{cluster: t.Config.Name, run: r, action: action})
 		}
 	}
-	if err := tw.Flush(); err != nil {
+	if err := printRows(o.streams.Out, rows, now); err != nil {
 		return err
 	}
 	return errors.Join(errs...)
+}
+
+// row is a run reap chose, on a cluster, and what became of it.
+type row struct {
+	cluster string
+	run     inventory.Run
+	action  string
+}
+
+func printRows(w io.Writer, rows []row, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLUSTER\tNAMESPACE\tRUN ID\tAGE\tOBJECTS\tACTION")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.cluster, r.run.Namespace, r.run.Name,
+			get.Age(r.run.CreationTimestamp, now), objects(r.run.Status), r.action)
+	}
+	return tw.Flush()
 }
 
 // objects renders a run's counts by kind, e.g. "2 claims, 4 pods".

@@ -242,15 +242,11 @@ func (o *options) run(parent context.Context) error {
 	if !o.quiet {
 		printer = progress.Start(o.streams.ErrOut, output.IsTerminal(o.streams.ErrOut), o.progressInterval, f.Progress)
 	}
-	var notRun int
 	rep, runErr := f.Run(ctx, fleet.RunOptions{
 		Work:        o.workFn,
 		TaskTimeout: o.timeout,
 		Skip:        func(epoch int, id string) bool { return o.done[results.Key{Epoch: epoch, ID: id}] },
 		OnResult: func(r fleet.Result) {
-			if r.ExitCode == nil {
-				notRun++
-			}
 			if writer != nil {
 				if err := writer.Write(r); err != nil {
 					cancel(fmt.Errorf("writing the results file: %w", err))
@@ -267,7 +263,7 @@ func (o *options) run(parent context.Context) error {
 	if runErr != nil {
 		return fmt.Errorf("run %s: %w", o.runID, runErr)
 	}
-	if notRun > 0 {
+	if notRun := rep.TasksNotRun; notRun > 0 {
 		hint := ""
 		if o.resultsFile != "" {
 			hint = "; rerun with the same --results to retry them"

@@ -28,6 +28,7 @@ type Recorder struct {
 	claims    int
 	tasksOK   int
 	tasksErr  int
+	notRun    int
 	warmTotal int
 	warmNow   int
 	warmPeak  int
@@ -52,14 +53,19 @@ func (r *Recorder) Claim() {
 	r.claims++
 }
 
-// Task counts a finished task.
-func (r *Recorder) Task(ok bool) {
+// Task counts a finished task: ok when its work exited 0, ran when its
+// work ran at all (a task that could not get a sandbox did not).
+func (r *Recorder) Task(ok, ran bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if ok {
+	switch {
+	case ok:
 		r.tasksOK++
-	} else {
+	case ran:
 		r.tasksErr++
+	default:
+		r.tasksErr++
+		r.notRun++
 	}
 }
 
@@ -77,14 +83,17 @@ func (r *Recorder) Warm(n int) {
 
 // Report is the finished record.
 type Report struct {
-	Strategy          string  `json:"strategy"`
-	WallSeconds       float64 `json:"wallSeconds"`
-	Phases            []Phase `json:"phases"`
-	Claims            int     `json:"claims"`
-	TasksOK           int     `json:"tasksOk"`
-	TasksErr          int     `json:"tasksErr"`
-	WarmReplicasTotal int     `json:"warmReplicasTotal"`
-	WarmReplicasPeak  int     `json:"warmReplicasPeak"`
+	Strategy    string  `json:"strategy"`
+	WallSeconds float64 `json:"wallSeconds"`
+	Phases      []Phase `json:"phases"`
+	Claims      int     `json:"claims"`
+	TasksOK     int     `json:"tasksOk"`
+	TasksErr    int     `json:"tasksErr"`
+	// TasksNotRun counts the failed tasks whose work never ran: no
+	// sandbox could be had for them. The rest exited non-zero.
+	TasksNotRun       int `json:"tasksNotRun"`
+	WarmReplicasTotal int `json:"warmReplicasTotal"`
+	WarmReplicasPeak  int `json:"warmReplicasPeak"`
 	// Environment describes each cluster of the run, by name.
 	Environment map[string]Environment `json:"environment,omitempty"`
 }
@@ -116,7 +125,7 @@ func (r *Recorder) Report(wall time.Duration) Report {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rep := Report{Strategy: r.strategy, WallSeconds: wall.Seconds(), Claims: r.claims,
-		TasksOK: r.tasksOK, TasksErr: r.tasksErr, WarmReplicasTotal: r.warmTotal, WarmReplicasPeak: r.warmPeak}
+		TasksOK: r.tasksOK, TasksErr: r.tasksErr, TasksNotRun: r.notRun, WarmReplicasTotal: r.warmTotal, WarmReplicasPeak: r.warmPeak}
 	names := make([]string, 0, len(r.phases))
 	for _, n := range phaseOrder {
 		if _, ok := r.phases[n]; ok {
@@ -184,7 +193,7 @@ func (rep Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "claims %d, tasks %d ok / %d failed, warm replicas %d in all, %d at peak\n",
-		rep.Claims, rep.TasksOK, rep.TasksErr, rep.WarmReplicasTotal, rep.WarmReplicasPeak)
+	_, err := fmt.Fprintf(w, "claims %d, tasks %d ok / %d failed (%d could not run), warm replicas %d in all, %d at peak\n",
+		rep.Claims, rep.TasksOK, rep.TasksErr, rep.TasksNotRun, rep.WarmReplicasTotal, rep.WarmReplicasPeak)
 	return err
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandbox-fleet/sandbox-fleet/internal/golden"
 )
 
 func TestPercentile(t *testing.T) {
@@ -47,7 +49,7 @@ func TestReport(t *testing.T) {
 		wg.Go(func() {
 			r.Phase("claim", time.Duration(i)*10*time.Millisecond)
 			r.Claim()
-			r.Task(i%10 != 0)
+			r.Task(i%10 != 0, i%20 != 0)
 		})
 	}
 	wg.Wait()
@@ -70,7 +72,7 @@ func TestReport(t *testing.T) {
 	if claim.Count != 100 || claim.P50 != 0.5 || claim.P99 != 0.99 || claim.Max != 1.0 || claim.Total < 50.49 || claim.Total > 50.51 {
 		t.Errorf("claim phase %+v", claim)
 	}
-	if rep.Claims != 100 || rep.TasksOK != 90 || rep.TasksErr != 10 || rep.WarmReplicasTotal != 12 || rep.WarmReplicasPeak != 9 {
+	if rep.Claims != 100 || rep.TasksOK != 90 || rep.TasksErr != 10 || rep.TasksNotRun != 5 || rep.WarmReplicasTotal != 12 || rep.WarmReplicasPeak != 9 {
 		t.Errorf("report %+v", rep)
 	}
 
@@ -78,7 +80,7 @@ func TestReport(t *testing.T) {
 	if err := rep.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Run report (strategy pipelined)", "claim    100", "0.99s", "42.00s", "tasks 90 ok / 10 failed, warm replicas 12 in all, 9 at peak"} {
+	for _, want := range []string{"Run report (strategy pipelined)", "claim    100", "0.99s", "42.00s", "tasks 90 ok / 10 failed (5 could not run), warm replicas 12 in all, 9 at peak"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
@@ -91,4 +93,23 @@ func TestReport(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil || back.Phases[1] != claim || back.WarmReplicasPeak != 9 {
 		t.Errorf("JSON round trip: %v %+v", err, back)
 	}
+}
+
+func TestWriteTable(t *testing.T) {
+	rep := Report{
+		Strategy: "pipelined", WallSeconds: 17.71, Claims: 12, TasksOK: 8, TasksErr: 4, TasksNotRun: 1, WarmReplicasTotal: 4, WarmReplicasPeak: 3,
+		Phases: []Phase{
+			{Name: "wait_pool_ready", Count: 3, Total: 14.4, P50: 4.54, P99: 6.51, Max: 6.51},
+			{Name: "claim", Count: 12, Total: 25.52, P50: 1.56, P99: 5.06, Max: 5.06},
+		},
+		Environment: map[string]Environment{
+			"gpu-west": {Server: "https://10.0.0.1", Namespace: "rl", KubernetesVersion: "v1.36.3", Nodes: 40, NodePools: []string{"a", "b"}},
+			"cpu-east": {Server: "https://10.0.0.2", Namespace: "rl", KubernetesVersion: "v1.35.1", Nodes: 8},
+		},
+	}
+	var out bytes.Buffer
+	if err := rep.WriteTable(&out); err != nil {
+		t.Fatal(err)
+	}
+	golden.Assert(t, "report", out.String())
 }
