@@ -36,6 +36,7 @@ node-deps: ## install from Debian what the real test node needs (runc, CNI plugi
 .PHONY: test
 test: testbin node-deps lint ## run every test: unit, integration on a local control plane, e2e on a real node
 	go test -count=1 -timeout 30m ./...
+	go test -run '^$$' -fuzz FuzzMutate -fuzztime 30s ./pkg/webhook/policy/
 	hack/check-leftovers.sh
 
 .PHONY: e2e
@@ -45,6 +46,11 @@ e2e: testbin node-deps ## run the end-to-end suite alone, on the local cluster's
 .PHONY: e2e-kind
 e2e-kind: testbin ## run the end-to-end suite on a kind cluster (needs Docker and kind)
 	e2e/kind/run.sh
+
+.PHONY: generate
+generate: ## regenerate api/'s deep-copy functions and manifests/crd/ with controller-gen
+	cd hack/tools/controller-gen && go tool controller-gen object paths=../../../api/... \
+		crd:crdVersions=v1 output:crd:artifacts:config=../../../manifests/crd
 
 .PHONY: lint
 lint: ## gofmt and go vet

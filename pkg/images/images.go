@@ -79,6 +79,25 @@ func ParseRule(s string) (Rule, error) {
 	return Rule{From: from, To: to}, nil
 }
 
+// Within reports whether image, normalised, lies under prefix — a registry
+// host, or a host and path prefix — at a path boundary: docker.io/library
+// holds docker.io/library/busybox:1.36 but not docker.io/libraryx/a.
+func Within(image, prefix string) (bool, error) {
+	full, err := Normalize(image)
+	if err != nil {
+		return false, err
+	}
+	_, ok := under(full, strings.TrimSuffix(prefix, "/"))
+	return ok, nil
+}
+
+// under cuts prefix off the normalised image full when it ends at a path,
+// tag or digest boundary.
+func under(full, prefix string) (rest string, ok bool) {
+	rest, ok = strings.CutPrefix(full, prefix)
+	return rest, ok && (strings.HasPrefix(rest, "/") || strings.HasPrefix(rest, ":") || strings.HasPrefix(rest, "@"))
+}
+
 // Rewrite applies the first rule whose From is a prefix, at a path boundary,
 // of the normalised image. It returns the image unchanged when no rule
 // matches; rewritten images are returned normalised.
@@ -93,7 +112,7 @@ func Rewrite(rules []Rule, image string) (string, bool, error) {
 			// A bare name such as "busybox" means a Docker Hub path.
 			from = dockerHub + "/" + from
 		}
-		if rest, ok := strings.CutPrefix(full, from); ok && (strings.HasPrefix(rest, "/") || strings.HasPrefix(rest, ":") || strings.HasPrefix(rest, "@")) {
+		if rest, ok := under(full, from); ok {
 			return r.To + rest, true, nil
 		}
 	}

@@ -68,3 +68,23 @@ func TestParseRule(t *testing.T) {
 		}
 	}
 }
+
+func TestWithin(t *testing.T) {
+	for _, tt := range []struct {
+		image, prefix string
+		want          bool
+	}{
+		{"busybox:1.36", "docker.io", true},
+		{"busybox:1.36", "docker.io/library", true},
+		{"busybox:1.36", "docker.io/library/", true},
+		{"docker.io/libraryx/a:1", "docker.io/library", false},
+		{"mirror.example.com/hub/busybox:1.36", "mirror.example.com", true},
+		{"mirror.example.com.evil/busybox", "mirror.example.com", false},
+		{"quay.io/a/b@sha256:" + strings.Repeat("a", 64), "quay.io/a/b", true},
+	} {
+		got, err := Within(tt.image, tt.prefix)
+		if err != nil || got != tt.want {
+			t.Errorf("Within(%q, %q) = %v, %v; want %v", tt.image, tt.prefix, got, err, tt.want)
+		}
+	}
+}

@@ -20,15 +20,19 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/version"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 )
 
-// Scheme knows the built-in kinds and the Agent Sandbox v1beta1 kinds.
+// Scheme knows the built-in kinds, the Agent Sandbox v1beta1 kinds and
+// sandbox-fleet.io/v1alpha1 (SandboxPolicy).
 var Scheme = runtime.NewScheme()
 
 func init() {
 	utilruntime.Must(clientgoscheme.AddToScheme(Scheme))
 	utilruntime.Must(sandboxv1beta1.AddToScheme(Scheme))
 	utilruntime.Must(extensionsv1beta1.AddToScheme(Scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(Scheme))
 	// controller-runtime's caches log through their own global logger;
 	// send it to klog with the rest of client-go, so -v governs both.
 	ctrllog.SetLogger(klog.NewKlogr())

@@ -1,0 +1,183 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// SandboxPolicy is what a cluster admin requires of sandbox Pods — the Pods
+// of Agent Sandboxes, whoever created them — in the namespaces it selects:
+// images from mirrors and allowed registries, security defaults and
+// denials, a runtime class, limit caps, colocation of a pool's replicas and
+// run labels. asrl-webhook applies it when the Pods are created and checks
+// SandboxTemplates against it when they are applied.
+//
+// Several policies may select a namespace. They merge in order of
+// spec.priority, then name: denials and caps take the strictest of them,
+// rewrite rules are tried highest priority first, and a single-valued field
+// (runtime class, scheduler) comes from the highest priority that sets it;
+// two policies of the same priority setting it differently are a conflict,
+// and the Pod is denied naming both.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=sbpol;sbpols,categories=sandbox-fleet
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.priority`
+// +kubebuilder:printcolumn:name="Runtime Class",type=string,JSONPath=`.spec.runtimeClassName`
+// +kubebuilder:printcolumn:name="Mutated",type=integer,JSONPath=`.status.mutatedPods`
+// +kubebuilder:printcolumn:name="Denied",type=integer,JSONPath=`.status.deniedPods`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type SandboxPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   SandboxPolicySpec   `json:"spec,omitempty"`
+	Status SandboxPolicyStatus `json:"status,omitempty"`
+}
+
+// SandboxPolicySpec says which namespaces a policy governs and what it
+// requires there.
+type SandboxPolicySpec struct {
+	// NamespaceSelector selects the namespaces whose sandbox Pods the policy
+	// governs. Empty selects every namespace.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+
+	// Priority orders overlapping policies: a higher priority is tried
+	// first for rewrites and wins single-valued fields.
+	// +kubebuilder:default=0
+	// +optional
+	Priority int32 `json:"priority,omitempty"`
+
+	// Images redirects and restricts the images sandboxes run.
+	// +optional
+	Images *ImagePolicy `json:"images,omitempty"`
+
+	// Security sets safe defaults and denies what sandboxes must not do.
+	// Omitted, every default applies and nothing privileged is allowed.
+	// +optional
+	Security *SecurityPolicy `json:"security,omitempty"`
+
+	// RuntimeClassName is the runtime class every sandbox Pod must use,
+	// e.g. gvisor or kata. It is set on Pods that name none; a Pod naming
+	// another is denied.
+	// +optional
+	RuntimeClassName string `json:"runtimeClassName,omitempty"`
+
+	// MaxLimits caps each container's resource limits. A container without
+	// a limit gets the cap; one above it is denied.
+	// +optional
+	MaxLimits corev1.ResourceList `json:"maxLimits,omitempty"`
+
+	// Colocation keeps the replicas of a warm pool on as few nodes as
+	// possible, so one node pulls each image.
+	// +optional
+	Colocation *ColocationPolicy `json:"colocation,omitempty"`
+
+	// NodeCache prefers nodes that already hold a Pod's image, as the node
+	// agent reports them. Defined now; applied by the node-cache scheduler
+	// work.
+	// +optional
+	NodeCache *NodeCachePolicy `json:"nodeCache,omitempty"`
+
+	// SchedulerName is the scheduler sandbox Pods are handed to, e.g. the
+	// node-cache scheduler asrl-scheduler. Defined now; applied once it
+	// exists.
+	// +optional
+	SchedulerName string `json:"schedulerName,omitempty"`
+}
+
+// ImagePolicy redirects images to mirrors and restricts registries.
+type ImagePolicy struct {
+	// Rewrite rules redirect image references: the first rule whose From is
+	// a prefix of the normalized reference (docker.io/library/busybox:1.36
+	// for busybox:1.36) at a path boundary replaces it with To. The
+	// original is recorded in the sandbox-fleet.io/original-image
+	// annotation.
+	// +listType=atomic
+	// +optional
+	Rewrite []ImageRewrite `json:"rewrite,omitempty"`
+
+	// AllowedRegistries, when set, are the only registries (or registry
+	// path prefixes) sandbox images may come from, checked after rewrites.
+	// +listType=set
+	// +optional
+	AllowedRegistries []string `json:"allowedRegistries,omitempty"`
+}
+
+// ImageRewrite redirects images under From to To.
+type ImageRewrite struct {
+	// +kubebuilder:validation:MinLength=1
+	From string `json:"from"`
+	// +kubebuilder:validation:MinLength=1
+	To string `json:"to"`
+}
+
+// SecurityPolicy is what sandboxes are allowed beyond the safe defaults:
+// no service account token, no privilege escalation, every capability
+// dropped, the runtime's default seccomp profile, no shared process
+// namespace, nothing privileged and no host namespaces or paths.
+type SecurityPolicy struct {
+	// AllowPrivileged lets containers run privileged.
+	// +optional
+	AllowPrivileged bool `json:"allowPrivileged,omitempty"`
+	// AllowHostNamespaces lets Pods use the host's network, PID or IPC
+	// namespace.
+	// +optional
+	AllowHostNamespaces bool `json:"allowHostNamespaces,omitempty"`
+	// AllowHostPath lets Pods mount hostPath volumes.
+	// +optional
+	AllowHostPath bool `json:"allowHostPath,omitempty"`
+	// AllowServiceAccountToken keeps the Pod's choice of mounting its
+	// service account token instead of turning it off.
+	// +optional
+	AllowServiceAccountToken bool `json:"allowServiceAccountToken,omitempty"`
+	// AllowedCapabilities may be added by containers; every other
+	// capability is dropped, and adding one is denied.
+	// +listType=set
+	// +optional
+	AllowedCapabilities []corev1.Capability `json:"allowedCapabilities,omitempty"`
+}
+
+// ColocationPolicy prefers one node for a warm pool's replicas.
+type ColocationPolicy struct {
+	// Weight of the preferred pod affinity, 1 to 100.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +kubebuilder:default=100
+	// +optional
+	Weight int32 `json:"weight,omitempty"`
+}
+
+// NodeCachePolicy prefers nodes holding a Pod's image.
+type NodeCachePolicy struct {
+	// Weight of the preference, 1 to 100.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +kubebuilder:default=50
+	// +optional
+	Weight int32 `json:"weight,omitempty"`
+}
+
+// SandboxPolicyStatus counts what the policy did.
+type SandboxPolicyStatus struct {
+	// MutatedPods counts sandbox Pods the policy changed.
+	// +optional
+	MutatedPods int64 `json:"mutatedPods,omitempty"`
+	// DeniedPods counts sandbox Pods and templates the policy refused.
+	// +optional
+	DeniedPods int64 `json:"deniedPods,omitempty"`
+}
+
+// SandboxPolicyList is a list of SandboxPolicy.
+//
+// +kubebuilder:object:root=true
+type SandboxPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []SandboxPolicy `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&SandboxPolicy{}, &SandboxPolicyList{})
+}

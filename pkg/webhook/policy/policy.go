@@ -1,0 +1,376 @@
+// Package policy decides what SandboxPolicies do to a sandbox Pod or
+// template: which policies govern a namespace, in what order they merge,
+// what they deny and how they change the Pod. Everything here is a pure
+// function of plain objects, so the webhook's decisions are table-tested
+// and fuzzed without a server.
+package policy
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
+	fleetlabels "github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
+)
+
+// TemplateRefHashLabel is the label the Agent Sandbox controller puts on
+// the Pods of a template's sandboxes; colocation keeps Pods sharing its
+// value together.
+const TemplateRefHashLabel = "agents.x-k8s.io/sandbox-template-ref-hash"
+
+// Set is the policies governing one namespace, highest priority first,
+// then by name: the order they merge in.
+type Set []v1alpha1.SandboxPolicy
+
+// Select picks from all the policies whose namespace selector matches a
+// namespace's labels, in merge order.
+func Select(all []v1alpha1.SandboxPolicy, namespaceLabels map[string]string) (Set, error) {
+	var out Set
+	for _, p := range all {
+		sel := labels.Everything()
+		if p.Spec.NamespaceSelector != nil {
+			var err error
+			if sel, err = metav1.LabelSelectorAsSelector(p.Spec.NamespaceSelector); err != nil {
+				return nil, fmt.Errorf("SandboxPolicy %q: spec.namespaceSelector: %w", p.Name, err)
+			}
+		}
+		if sel.Matches(labels.Set(namespaceLabels)) {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b v1alpha1.SandboxPolicy) int {
+		return cmp.Or(cmp.Compare(b.Spec.Priority, a.Spec.Priority), strings.Compare(a.Name, b.Name))
+	})
+	return out, nil
+}
+
+// Denial is a policy's refusal of a Pod or template.
+type Denial struct {
+	// Policy names the refusing SandboxPolicy; two names for a conflict.
+	Policy string
+	// Field is the path of what is refused, e.g. spec.hostNetwork.
+	Field  string
+	Reason string
+}
+
+func (d *Denial) Error() string {
+	return fmt.Sprintf("denied by SandboxPolicy %s: %s: %s", d.Policy, d.Field, d.Reason)
+}
+
+// valueFrom is a single-valued setting and the policy it comes from.
+type valueFrom struct {
+	value, policy string
+}
+
+// single resolves a single-valued field over the set: the highest priority
+// that sets it wins; two policies of that priority setting it differently
+// conflict.
+func (s Set) single(field string, get func(v1alpha1.SandboxPolicySpec) string) (valueFrom, *Denial) {
+	var won valueFrom
+	var priority int32
+	for _, p := range s {
+		v := get(p.Spec)
+		if v == "" {
+			continue
+		}
+		if won.policy == "" {
+			won, priority = valueFrom{v, p.Name}, p.Spec.Priority
+			continue
+		}
+		if p.Spec.Priority == priority && v != won.value {
+			return valueFrom{}, &Denial{Policy: fmt.Sprintf("%q and %q", won.policy, p.Name), Field: field,
+				Reason: fmt.Sprintf("the policies conflict (%q against %q at the same priority %d); give one a higher spec.priority", won.value, v, priority)}
+		}
+	}
+	return won, nil
+}
+
+// rules are the set's rewrite rules, highest priority first.
+func (s Set) rules() []images.Rule {
+	var out []images.Rule
+	for _, p := range s {
+		if p.Spec.Images != nil {
+			for _, r := range p.Spec.Images.Rewrite {
+				out = append(out, images.Rule{From: strings.TrimSuffix(r.From, "/"), To: strings.TrimSuffix(r.To, "/")})
+			}
+		}
+	}
+	return out
+}
+
+func security(p v1alpha1.SandboxPolicy) v1alpha1.SecurityPolicy {
+	if p.Spec.Security == nil {
+		return v1alpha1.SecurityPolicy{}
+	}
+	return *p.Spec.Security
+}
+
+// container is a container of a Pod spec and its field path.
+type container struct {
+	c    *corev1.Container
+	path string
+}
+
+func containersOf(spec *corev1.PodSpec, at string) []container {
+	var out []container
+	for i := range spec.InitContainers {
+		out = append(out, container{&spec.InitContainers[i], fmt.Sprintf("%s.initContainers[%d]", at, i)})
+	}
+	for i := range spec.Containers {
+		out = append(out, container{&spec.Containers[i], fmt.Sprintf("%s.containers[%d]", at, i)})
+	}
+	return out
+}
+
+// Check returns the first refusal of spec — a Pod's or a template's, at
+// field path at — by the set, checking the policies in merge order. Images
+// are checked as the rewrite rules will make them.
+func Check(spec *corev1.PodSpec, at string, set Set) *Denial {
+	if _, d := set.single(at+".runtimeClassName", func(s v1alpha1.SandboxPolicySpec) string { return s.RuntimeClassName }); d != nil {
+		return d
+	}
+	rules := set.rules()
+	for _, p := range set {
+		sec := security(p)
+		deny := func(field, reason string) *Denial { return &Denial{Policy: fmt.Sprintf("%q", p.Name), Field: field, Reason: reason} }
+		if !sec.AllowHostNamespaces {
+			for _, h := range []struct {
+				on    bool
+				field string
+			}{{spec.HostNetwork, "hostNetwork"}, {spec.HostPID, "hostPID"}, {spec.HostIPC, "hostIPC"}} {
+				if h.on {
+					return deny(at+"."+h.field, "host namespaces are not allowed for sandboxes (spec.security.allowHostNamespaces)")
+				}
+			}
+		}
+		if !sec.AllowHostPath {
+			for i, v := range spec.Volumes {
+				if v.HostPath != nil {
+					return deny(fmt.Sprintf("%s.volumes[%d].hostPath", at, i), "hostPath volumes are not allowed for sandboxes (spec.security.allowHostPath)")
+				}
+			}
+		}
+		if want := p.Spec.RuntimeClassName; want != "" && spec.RuntimeClassName != nil && *spec.RuntimeClassName != want {
+			return deny(at+".runtimeClassName", fmt.Sprintf("sandboxes must use runtime class %q, not %q", want, *spec.RuntimeClassName))
+		}
+		for _, c := range containersOf(spec, at) {
+			sc := c.c.SecurityContext
+			if !sec.AllowPrivileged && sc != nil && sc.Privileged != nil && *sc.Privileged {
+				return deny(c.path+".securityContext.privileged", "privileged containers are not allowed for sandboxes (spec.security.allowPrivileged)")
+			}
+			if sc != nil && sc.Capabilities != nil {
+				for _, capability := range sc.Capabilities.Add {
+					if !slices.Contains(sec.AllowedCapabilities, capability) {
+						return deny(c.path+".securityContext.capabilities.add", fmt.Sprintf("capability %s is not in spec.security.allowedCapabilities %v", capability, sec.AllowedCapabilities))
+					}
+				}
+			}
+			if d := checkImage(c, rules, p, deny); d != nil {
+				return d
+			}
+			for name, limit := range p.Spec.MaxLimits {
+				if got, ok := c.c.Resources.Limits[name]; ok && got.Cmp(limit) > 0 {
+					return deny(fmt.Sprintf("%s.resources.limits.%s", c.path, name), fmt.Sprintf("%s is above the cap of %s (spec.maxLimits)", &got, &limit))
+				}
+				if got, ok := c.c.Resources.Requests[name]; ok && got.Cmp(limit) > 0 {
+					return deny(fmt.Sprintf("%s.resources.requests.%s", c.path, name), fmt.Sprintf("%s is above the cap of %s on limits (spec.maxLimits)", &got, &limit))
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// checkImage refuses c's image, as the rules rewrite it, unless it comes
+// from one of p's allowed registries.
+func checkImage(c container, rules []images.Rule, p v1alpha1.SandboxPolicy, deny func(field, reason string) *Denial) *Denial {
+	if p.Spec.Images == nil || len(p.Spec.Images.AllowedRegistries) == 0 {
+		return nil
+	}
+	image, _, err := images.Rewrite(rules, c.c.Image)
+	if err != nil {
+		return deny(c.path+".image", err.Error())
+	}
+	for _, allowed := range p.Spec.Images.AllowedRegistries {
+		if ok, _ := images.Within(image, allowed); ok {
+			return nil
+		}
+	}
+	return deny(c.path+".image", fmt.Sprintf("image %s is not from an allowed registry %v (spec.images.allowedRegistries)", image, p.Spec.Images.AllowedRegistries))
+}
+
+// Mutate applies the set to a sandbox Pod in place: it refuses what the
+// policies deny, then rewrites images (recording the originals), sets the
+// security defaults, the runtime class and limit caps, colocation affinity
+// and the run-id label runID (found on the Pod's owners; "" for none). It
+// returns what it changed, nothing when the Pod already complies — so a
+// second admission changes nothing.
+func Mutate(pod *corev1.Pod, set Set, runID string) ([]string, error) {
+	if len(set) == 0 {
+		return nil, nil
+	}
+	if d := Check(&pod.Spec, "spec", set); d != nil {
+		return nil, d
+	}
+	var changes []string
+	changed := func(format string, args ...any) { changes = append(changes, fmt.Sprintf(format, args...)) }
+
+	rules := set.rules()
+	for i, c := range containersOf(&pod.Spec, "spec") {
+		image, ok, err := images.Rewrite(rules, c.c.Image)
+		if err != nil {
+			return nil, &Denial{Policy: fmt.Sprintf("%q", set[0].Name), Field: c.path + ".image", Reason: err.Error()}
+		}
+		if !ok || image == c.c.Image {
+			continue
+		}
+		key := fleetlabels.OriginalImage
+		if i > 0 || len(pod.Spec.InitContainers) > 0 {
+			key += "." + c.c.Name
+		}
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		if _, recorded := pod.Annotations[key]; !recorded {
+			pod.Annotations[key] = c.c.Image
+		}
+		changed("%s.image %s → %s", c.path, c.c.Image, image)
+		c.c.Image = image
+	}
+
+	// The token stays only if every policy allows it.
+	allowToken := true
+	for _, p := range set {
+		allowToken = allowToken && security(p).AllowServiceAccountToken
+	}
+	if !allowToken && (pod.Spec.AutomountServiceAccountToken == nil || *pod.Spec.AutomountServiceAccountToken) {
+		pod.Spec.AutomountServiceAccountToken = ptr(false)
+		changed("spec.automountServiceAccountToken false")
+	}
+	if pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace {
+		pod.Spec.ShareProcessNamespace = ptr(false)
+		changed("spec.shareProcessNamespace false")
+	}
+	if pod.Spec.SecurityContext == nil {
+		pod.Spec.SecurityContext = &corev1.PodSecurityContext{}
+	}
+	if pod.Spec.SecurityContext.SeccompProfile == nil {
+		pod.Spec.SecurityContext.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
+		changed("spec.securityContext.seccompProfile RuntimeDefault")
+	}
+	for _, c := range containersOf(&pod.Spec, "spec") {
+		if c.c.SecurityContext == nil {
+			c.c.SecurityContext = &corev1.SecurityContext{}
+		}
+		sc := c.c.SecurityContext
+		privileged := sc.Privileged != nil && *sc.Privileged
+		// The API refuses allowPrivilegeEscalation false on a privileged
+		// container, which only a policy allowing privilege lets through.
+		if !privileged && (sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation) {
+			sc.AllowPrivilegeEscalation = ptr(false)
+			changed("%s.securityContext.allowPrivilegeEscalation false", c.path)
+		}
+		if sc.Capabilities == nil {
+			sc.Capabilities = &corev1.Capabilities{}
+		}
+		if !slices.Contains(sc.Capabilities.Drop, "ALL") {
+			sc.Capabilities.Drop = append(sc.Capabilities.Drop, "ALL")
+			changed("%s.securityContext.capabilities.drop ALL", c.path)
+		}
+	}
+
+	runtimeClass, _ := set.single("spec.runtimeClassName", func(s v1alpha1.SandboxPolicySpec) string { return s.RuntimeClassName })
+	if runtimeClass.value != "" && pod.Spec.RuntimeClassName == nil {
+		pod.Spec.RuntimeClassName = ptr(runtimeClass.value)
+		changed("spec.runtimeClassName %s", runtimeClass.value)
+	}
+
+	caps := maxLimits(set)
+	for _, c := range containersOf(&pod.Spec, "spec") {
+		for _, name := range slices.Sorted(maps.Keys(caps)) {
+			if _, ok := c.c.Resources.Limits[name]; ok {
+				continue
+			}
+			if c.c.Resources.Limits == nil {
+				c.c.Resources.Limits = corev1.ResourceList{}
+			}
+			limit := caps[name]
+			c.c.Resources.Limits[name] = limit.DeepCopy()
+			changed("%s.resources.limits.%s %s", c.path, name, &limit)
+		}
+	}
+
+	if weight, ok := colocationWeight(set); ok {
+		if hash := pod.Labels[TemplateRefHashLabel]; hash != "" && addColocation(pod, hash, weight) {
+			changed("spec.affinity.podAffinity: prefer the node of the template's other sandboxes")
+		}
+	}
+
+	if runID != "" && pod.Labels[fleetlabels.RunID] == "" {
+		if pod.Labels == nil {
+			pod.Labels = map[string]string{}
+		}
+		pod.Labels[fleetlabels.RunID] = runID
+		changed("metadata.labels %s=%s", fleetlabels.RunID, runID)
+	}
+	return changes, nil
+}
+
+// maxLimits is the strictest cap of each resource over the set.
+func maxLimits(set Set) corev1.ResourceList {
+	caps := corev1.ResourceList{}
+	for _, p := range set {
+		for name, limit := range p.Spec.MaxLimits {
+			if have, ok := caps[name]; !ok || limit.Cmp(have) < 0 {
+				caps[name] = limit
+			}
+		}
+	}
+	return caps
+}
+
+// colocationWeight is the weight of the highest-priority policy asking for
+// colocation.
+func colocationWeight(set Set) (int32, bool) {
+	for _, p := range set {
+		if c := p.Spec.Colocation; c != nil {
+			return cmp.Or(c.Weight, 100), true
+		}
+	}
+	return 0, false
+}
+
+// addColocation prefers, with weight, the node of Pods whose template
+// hash is hash, unless the Pod already does. It reports whether it added
+// the term.
+func addColocation(pod *corev1.Pod, hash string, weight int32) bool {
+	term := corev1.WeightedPodAffinityTerm{Weight: weight, PodAffinityTerm: corev1.PodAffinityTerm{
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{TemplateRefHashLabel: hash}},
+		TopologyKey:   corev1.LabelHostname,
+	}}
+	if pod.Spec.Affinity == nil {
+		pod.Spec.Affinity = &corev1.Affinity{}
+	}
+	if pod.Spec.Affinity.PodAffinity == nil {
+		pod.Spec.Affinity.PodAffinity = &corev1.PodAffinity{}
+	}
+	terms := &pod.Spec.Affinity.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution
+	for _, t := range *terms {
+		if t.PodAffinityTerm.TopologyKey == corev1.LabelHostname && t.PodAffinityTerm.LabelSelector != nil &&
+			t.PodAffinityTerm.LabelSelector.MatchLabels[TemplateRefHashLabel] == hash {
+			return false
+		}
+	}
+	*terms = append(*terms, term)
+	return true
+}
+
+func ptr[T any](v T) *T { return &v }

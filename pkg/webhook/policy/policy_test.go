@@ -1,0 +1,204 @@
+package policy
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/golden"
+)
+
+// sandboxPod is a Pod as the Agent Sandbox controller creates it for a
+// warm pool's sandbox.
+func sandboxPod(edit ...func(*corev1.Pod)) *corev1.Pod {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "pool-abc12", Namespace: "rl", Labels: map[string]string{
+			"agents.x-k8s.io/sandbox-name-hash": "1a2b3c", TemplateRefHashLabel: "9f8e7d",
+		}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "sandbox", Image: "docker.io/swebench/sweb.eval.x86_64.django__django-11099:latest",
+			Command:   []string{"sleep", "infinity"},
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}},
+		}}},
+	}
+	for _, e := range edit {
+		e(pod)
+	}
+	return pod
+}
+
+func policy(name string, priority int32, edit ...func(*v1alpha1.SandboxPolicySpec)) v1alpha1.SandboxPolicy {
+	p := v1alpha1.SandboxPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.SandboxPolicySpec{Priority: priority}}
+	for _, e := range edit {
+		e(&p.Spec)
+	}
+	return p
+}
+
+func mirror(s *v1alpha1.SandboxPolicySpec) {
+	s.Images = &v1alpha1.ImagePolicy{
+		Rewrite:           []v1alpha1.ImageRewrite{{From: "docker.io", To: "mirror.example.com/hub"}},
+		AllowedRegistries: []string{"mirror.example.com"},
+	}
+}
+
+func TestMutate(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		pod    *corev1.Pod
+		set    Set
+		runID  string
+		denied string // the denial, when the Pod is refused
+	}{
+		{name: "no-policy", pod: sandboxPod()},
+		{name: "security-defaults", pod: sandboxPod(), set: Set{policy("baseline", 0)}},
+		{name: "mirror-and-run-label", pod: sandboxPod(), set: Set{policy("mirror", 0, mirror)}, runID: "run-7"},
+		{name: "gvisor-caps-colocation", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{{Name: "setup", Image: "busybox:1.36"}}
+			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+		}), set: Set{
+			policy("gvisor", 10, func(s *v1alpha1.SandboxPolicySpec) {
+				s.RuntimeClassName = "gvisor"
+				s.MaxLimits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi")}
+				s.Colocation = &v1alpha1.ColocationPolicy{Weight: 80}
+			}),
+			policy("tight-memory", 0, func(s *v1alpha1.SandboxPolicySpec) {
+				s.MaxLimits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")}
+				s.Security = &v1alpha1.SecurityPolicy{AllowServiceAccountToken: true}
+			}),
+		}},
+		{name: "allowed-capability-kept", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_BIND_SERVICE"}}}
+			p.Labels["sandbox-fleet.io/run-id"] = "mine"
+		}), set: Set{policy("caps", 0, func(s *v1alpha1.SandboxPolicySpec) {
+			s.Security = &v1alpha1.SecurityPolicy{AllowedCapabilities: []corev1.Capability{"NET_BIND_SERVICE"}}
+		})}, runID: "theirs"},
+		{name: "host-network", pod: sandboxPod(func(p *corev1.Pod) { p.Spec.HostNetwork = true }), set: Set{policy("baseline", 0)},
+			denied: `denied by SandboxPolicy "baseline": spec.hostNetwork: host namespaces are not allowed for sandboxes (spec.security.allowHostNamespaces)`},
+		{name: "host-path", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "docker", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/run/docker.sock"}}}}
+		}), set: Set{policy("baseline", 0)},
+			denied: `denied by SandboxPolicy "baseline": spec.volumes[0].hostPath: hostPath volumes are not allowed`},
+		{name: "privileged", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr(true)}
+		}), set: Set{policy("baseline", 0)},
+			denied: `denied by SandboxPolicy "baseline": spec.containers[0].securityContext.privileged: privileged containers are not allowed`},
+		{name: "capability", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}}
+		}), set: Set{policy("baseline", 0)},
+			denied: `denied by SandboxPolicy "baseline": spec.containers[0].securityContext.capabilities.add: capability SYS_ADMIN is not in spec.security.allowedCapabilities []`},
+		{name: "registry", pod: sandboxPod(func(p *corev1.Pod) { p.Spec.Containers[0].Image = "ghcr.io/someone/agent:1" }), set: Set{policy("mirror", 0, mirror)},
+			denied: `denied by SandboxPolicy "mirror": spec.containers[0].image: image ghcr.io/someone/agent:1 is not from an allowed registry [mirror.example.com]`},
+		{name: "runtime-class", pod: sandboxPod(func(p *corev1.Pod) { p.Spec.RuntimeClassName = ptr("runc") }),
+			set:    Set{policy("gvisor", 0, func(s *v1alpha1.SandboxPolicySpec) { s.RuntimeClassName = "gvisor" })},
+			denied: `denied by SandboxPolicy "gvisor": spec.runtimeClassName: sandboxes must use runtime class "gvisor", not "runc"`},
+		{name: "conflict", pod: sandboxPod(), set: Set{
+			policy("a-gvisor", 5, func(s *v1alpha1.SandboxPolicySpec) { s.RuntimeClassName = "gvisor" }),
+			policy("b-kata", 5, func(s *v1alpha1.SandboxPolicySpec) { s.RuntimeClassName = "kata" }),
+		}, denied: `denied by SandboxPolicy "a-gvisor" and "b-kata": spec.runtimeClassName: the policies conflict ("gvisor" against "kata" at the same priority 5); give one a higher spec.priority`},
+		{name: "limit-above-cap", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8")}
+		}), set: Set{policy("caps", 0, func(s *v1alpha1.SandboxPolicySpec) {
+			s.MaxLimits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")}
+		})}, denied: `denied by SandboxPolicy "caps": spec.containers[0].resources.limits.cpu: 8 is above the cap of 4 (spec.maxLimits)`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := tt.pod.DeepCopy()
+			changes, err := Mutate(pod, tt.set, tt.runID)
+			if tt.denied != "" {
+				if err == nil || !strings.HasPrefix(err.Error(), tt.denied) {
+					t.Fatalf("error %v, want a denial starting %q", err, tt.denied)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := yaml.Marshal(pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden.Assert(t, "mutate-"+tt.name, "# changes:\n#   "+strings.Join(changes, "\n#   ")+"\n"+string(out))
+
+			again := pod.DeepCopy()
+			if more, err := Mutate(again, tt.set, tt.runID); err != nil || len(more) > 0 || !equality.Semantic.DeepEqual(again, pod) {
+				t.Errorf("a second admission changed %v (%v)", more, err)
+			}
+		})
+	}
+}
+
+func TestSelect(t *testing.T) {
+	all := []v1alpha1.SandboxPolicy{
+		policy("everywhere", 0),
+		policy("rl-only", 10, func(s *v1alpha1.SandboxPolicySpec) {
+			s.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "rl"}}
+		}),
+		policy("also-everywhere", 0),
+		policy("other-team", 20, func(s *v1alpha1.SandboxPolicySpec) {
+			s.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "evals"}}
+		}),
+	}
+	set, err := Select(all, map[string]string{"team": "rl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range set {
+		names = append(names, p.Name)
+	}
+	if got := strings.Join(names, ","); got != "rl-only,also-everywhere,everywhere" {
+		t.Errorf("Select = %s, want the matching policies, highest priority first, then by name", got)
+	}
+
+	bad := policy("bad", 0, func(s *v1alpha1.SandboxPolicySpec) {
+		s.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: "Near"}}}
+	})
+	if _, err := Select([]v1alpha1.SandboxPolicy{bad}, nil); err == nil || !strings.Contains(err.Error(), `SandboxPolicy "bad": spec.namespaceSelector`) {
+		t.Errorf("a bad selector gave %v", err)
+	}
+}
+
+// Whatever Pod arrives, Mutate does not panic, and a Pod it admits is
+// admitted again unchanged.
+func FuzzMutate(f *testing.F) {
+	for _, pod := range []*corev1.Pod{sandboxPod(), sandboxPod(func(p *corev1.Pod) {
+		p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "busybox"}}
+		p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"NET_RAW"}}}
+	})} {
+		b, _ := json.Marshal(pod)
+		f.Add(b)
+	}
+	f.Add([]byte(`{"spec":{"containers":[{"image":"::bad::"}]}}`))
+	f.Add([]byte(`{"metadata":{"labels":{"agents.x-k8s.io/sandbox-template-ref-hash":"x"}},"spec":{"affinity":{"podAffinity":{}}}}`))
+	set := Set{
+		policy("high", 10, mirror, func(s *v1alpha1.SandboxPolicySpec) {
+			s.RuntimeClassName = "gvisor"
+			s.Colocation = &v1alpha1.ColocationPolicy{}
+			s.MaxLimits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("4Gi")}
+		}),
+		policy("low", 0, func(s *v1alpha1.SandboxPolicySpec) {
+			s.Images = &v1alpha1.ImagePolicy{Rewrite: []v1alpha1.ImageRewrite{{From: "quay.io", To: "mirror.example.com/quay"}}}
+		}),
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		pod := &corev1.Pod{}
+		if json.Unmarshal(data, pod) != nil {
+			return
+		}
+		if _, err := Mutate(pod, set, "run"); err != nil {
+			return
+		}
+		again := pod.DeepCopy()
+		if more, err := Mutate(again, set, "run"); err != nil || len(more) > 0 {
+			t.Errorf("a second admission of %s changed %v (%v)", data, more, err)
+		}
+	})
+}
