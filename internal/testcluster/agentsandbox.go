@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -14,16 +15,26 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// installAgentSandboxCRDs creates the CRDs of the pinned Agent Sandbox
-// version and waits until they are established. Their conversion is set to
-// None: the stock CRDs point at the controller's conversion webhook, which
-// the test cluster does not run (it would bind every interface), and the
-// project uses v1beta1 only.
-func (c *Cluster) installAgentSandboxCRDs(ctx context.Context) error {
+// installCRDs creates the CRDs of the pinned Agent Sandbox version, and
+// with them the project's own (manifests/crd), and waits until they are
+// established. Conversion is set to None: the stock Agent Sandbox CRDs
+// point at the controller's conversion webhook, which the test cluster
+// does not run (it would bind every interface), and the project uses
+// v1beta1 only.
+func (c *Cluster) installCRDs(ctx context.Context) error {
 	files, err := c.bins.crdFiles()
 	if err != nil || len(files) == 0 {
 		return fmt.Errorf("agent Sandbox CRDs missing from %s: rerun `make testbin`", c.bins.dir)
 	}
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	own, err := filepath.Glob(filepath.Join(root, "manifests", "crd", "*.yaml"))
+	if err != nil {
+		return err
+	}
+	files = append(files, own...)
 	ext, err := apiextensionsclient.NewForConfig(c.config)
 	if err != nil {
 		return err

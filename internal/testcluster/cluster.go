@@ -119,7 +119,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		return err
 	}
 	if c.opts.agentSandbox {
-		if err := c.installAgentSandboxCRDs(ctx); err != nil {
+		if err := c.installCRDs(ctx); err != nil {
 			return err
 		}
 		w, err := c.startAgentSandboxController()

@@ -72,3 +72,8 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
+
+// FreePorts reserves n free ports on 127.0.0.1 for servers a test starts
+// itself, such as a webhook, the same way the cluster's components get
+// theirs: no other test binary is handed them.
+func FreePorts(n int) ([]int, error) { return freePorts(n) }

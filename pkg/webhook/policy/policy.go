@@ -54,15 +54,19 @@ func Select(all []v1alpha1.SandboxPolicy, namespaceLabels map[string]string) (Se
 
 // Denial is a policy's refusal of a Pod or template.
 type Denial struct {
-	// Policy names the refusing SandboxPolicy; two names for a conflict.
-	Policy string
+	// Policies names the refusing SandboxPolicy; two for a conflict.
+	Policies []string
 	// Field is the path of what is refused, e.g. spec.hostNetwork.
 	Field  string
 	Reason string
 }
 
 func (d *Denial) Error() string {
-	return fmt.Sprintf("denied by SandboxPolicy %s: %s: %s", d.Policy, d.Field, d.Reason)
+	quoted := make([]string, len(d.Policies))
+	for i, p := range d.Policies {
+		quoted[i] = fmt.Sprintf("%q", p)
+	}
+	return fmt.Sprintf("denied by SandboxPolicy %s: %s: %s", strings.Join(quoted, " and "), d.Field, d.Reason)
 }
 
 // valueFrom is a single-valued setting and the policy it comes from.
@@ -86,7 +90,7 @@ func (s Set) single(field string, get func(v1alpha1.SandboxPolicySpec) string) (
 			continue
 		}
 		if p.Spec.Priority == priority && v != won.value {
-			return valueFrom{}, &Denial{Policy: fmt.Sprintf("%q and %q", won.policy, p.Name), Field: field,
+			return valueFrom{}, &Denial{Policies: []string{won.policy, p.Name}, Field: field,
 				Reason: fmt.Sprintf("the policies conflict (%q against %q at the same priority %d); give one a higher spec.priority", won.value, v, priority)}
 		}
 	}
@@ -140,7 +144,9 @@ func Check(spec *corev1.PodSpec, at string, set Set) *Denial {
 	rules := set.rules()
 	for _, p := range set {
 		sec := security(p)
-		deny := func(field, reason string) *Denial { return &Denial{Policy: fmt.Sprintf("%q", p.Name), Field: field, Reason: reason} }
+		deny := func(field, reason string) *Denial {
+			return &Denial{Policies: []string{p.Name}, Field: field, Reason: reason}
+		}
 		if !sec.AllowHostNamespaces {
 			for _, h := range []struct {
 				on    bool
@@ -227,7 +233,7 @@ func Mutate(pod *corev1.Pod, set Set, runID string) ([]string, error) {
 	for i, c := range containersOf(&pod.Spec, "spec") {
 		image, ok, err := images.Rewrite(rules, c.c.Image)
 		if err != nil {
-			return nil, &Denial{Policy: fmt.Sprintf("%q", set[0].Name), Field: c.path + ".image", Reason: err.Error()}
+			return nil, &Denial{Policies: []string{set[0].Name}, Field: c.path + ".image", Reason: err.Error()}
 		}
 		if !ok || image == c.c.Image {
 			continue

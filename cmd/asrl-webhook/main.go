@@ -1,0 +1,50 @@
+// Command asrl-webhook is the admission webhook that applies SandboxPolicies
+// to sandbox Pods; see pkg/webhook and manifests/.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
+)
+
+func main() {
+	o := webhook.Options{}
+	var service string
+	flag.StringVar(&o.Host, "host", "", "address the TLS server listens on (default: all)")
+	flag.IntVar(&o.Port, "port", 9443, "port the TLS server listens on")
+	flag.StringVar(&o.CertDir, "cert-dir", "/certs", "directory of tls.crt and tls.key")
+	flag.StringVar(&o.MetricsAddr, "metrics-addr", ":8080", "address of /metrics; 0 turns it off")
+	flag.StringVar(&o.HealthAddr, "health-addr", ":8081", "address of /healthz and /readyz; 0 turns them off")
+	flag.BoolVar(&o.ManageCerts, "manage-certs", true, "keep the serving certificate in a Secret and the CA in the webhook configurations; off when cert-manager does it")
+	flag.StringVar(&o.SecretNamespace, "secret-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the certificate Secret (default: $POD_NAMESPACE)")
+	flag.StringVar(&o.SecretName, "secret-name", "asrl-webhook-cert", "name of the certificate Secret")
+	flag.StringVar(&service, "service-name", "asrl-webhook", "the webhook's Service, whose DNS name the certificate is for")
+	flag.StringVar(&o.MutatingWebhook, "mutating-webhook-configuration", "asrl-webhook", "MutatingWebhookConfiguration whose caBundle the rotator sets")
+	flag.StringVar(&o.ValidatingWebhook, "validating-webhook-configuration", "asrl-webhook", "ValidatingWebhookConfiguration whose caBundle the rotator sets")
+	flag.DurationVar(&o.StatusInterval, "status-interval", 10*time.Second, "how often policy statuses receive the mutation and denial counts")
+	klog.InitFlags(nil)
+	flag.Parse()
+
+	o.DNSName = fmt.Sprintf("%s.%s.svc", service, o.SecretNamespace)
+	o.ExtraDNSNames = []string{service, fmt.Sprintf("%s.%s", service, o.SecretNamespace), o.DNSName + ".cluster.local"}
+	if o.ManageCerts && o.SecretNamespace == "" {
+		fmt.Fprintln(os.Stderr, "asrl-webhook: --secret-namespace (or $POD_NAMESPACE) is needed to manage certificates")
+		os.Exit(2)
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "asrl-webhook: %v\n", err)
+		os.Exit(1)
+	}
+	if err := webhook.Run(ctrl.SetupSignalHandler(), cfg, o); err != nil {
+		fmt.Fprintf(os.Stderr, "asrl-webhook: %v\n", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,218 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
+	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/webhook/policy"
+)
+
+// SandboxPodLabel is on every Pod the Agent Sandbox controller creates,
+// and only on those: the webhook configurations' objectSelector keys on
+// it, so no other Pod ever reaches the webhook.
+const SandboxPodLabel = "agents.x-k8s.io/sandbox-name-hash"
+
+// Paths the handlers are served at.
+const (
+	MutatePodsPath        = "/mutate-sandbox-pods"
+	ValidateTemplatesPath = "/validate-sandbox-templates"
+)
+
+// Admission outcomes, as metrics label them.
+const (
+	resultAllowed = "allowed"
+	resultMutated = "mutated"
+	resultDenied  = "denied"
+	resultErrored = "errored"
+)
+
+// policies reads the SandboxPolicies that govern namespace.
+func policies(ctx context.Context, c client.Reader, namespace string) (policy.Set, error) {
+	ns := &corev1.Namespace{}
+	if err := c.Get(ctx, types.NamespacedName{Name: namespace}, ns); err != nil {
+		return nil, fmt.Errorf("reading namespace %s: %w", namespace, err)
+	}
+	all := &v1alpha1.SandboxPolicyList{}
+	if err := c.List(ctx, all); err != nil {
+		return nil, fmt.Errorf("listing SandboxPolicies: %w", err)
+	}
+	return policy.Select(all.Items, ns.Labels)
+}
+
+// PodMutator applies the SandboxPolicies of a sandbox Pod's namespace to
+// it as it is created.
+type PodMutator struct {
+	// Reader serves policies, namespaces and the Pod's owners, from a cache.
+	Reader client.Reader
+	// APIReader reads owners the cache has not seen yet: a Sandbox is
+	// created moments before its Pod.
+	APIReader client.Reader
+	Counts    *Counts
+	Metrics   *Metrics
+}
+
+// Handle implements admission.Handler.
+func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	start := time.Now()
+	resp, result := m.handle(ctx, req)
+	m.Metrics.observe("Pod", result, time.Since(start))
+	return resp
+}
+
+func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
+	if req.Kind.Kind != "Pod" || len(req.Object.Raw) == 0 {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the review carries no Pod (kind %q): check the webhook configuration's rules", req.Kind.Kind)), resultErrored
+	}
+	if req.Operation != admissionv1.Create {
+		return admission.Allowed("only creations are mutated"), resultAllowed
+	}
+	pod := &corev1.Pod{}
+	if err := json.Unmarshal(req.Object.Raw, pod); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the Pod: %w", err)), resultErrored
+	}
+	if _, ok := pod.Labels[SandboxPodLabel]; !ok {
+		return admission.Allowed("not a sandbox Pod"), resultAllowed
+	}
+	namespace := req.Namespace
+	set, err := policies(ctx, m.Reader, namespace)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), resultErrored
+	}
+	if len(set) == 0 {
+		return admission.Allowed("no SandboxPolicy governs namespace " + namespace), resultAllowed
+	}
+	runID, err := m.runID(ctx, namespace, pod)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), resultErrored
+	}
+	dryRun := req.DryRun != nil && *req.DryRun
+	changes, err := policy.Mutate(pod, set, runID)
+	var denial *policy.Denial
+	if errors.As(err, &denial) {
+		if !dryRun {
+			m.Counts.denied(denial.Policies)
+		}
+		return admission.Denied(denial.Error()), resultDenied
+	}
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), resultErrored
+	}
+	if len(changes) == 0 {
+		return admission.Allowed("complies with the SandboxPolicies"), resultAllowed
+	}
+	mutated, err := json.Marshal(pod)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), resultErrored
+	}
+	if !dryRun {
+		m.Counts.mutated(set)
+	}
+	return admission.PatchResponseFromRaw(req.Object.Raw, mutated), resultMutated
+}
+
+// runID finds the run a sandbox Pod belongs to: its own label, else its
+// Sandbox's, else that of what owns the Sandbox (a warm pool or claim), so
+// that Pods of runs started by any client carry it.
+func (m *PodMutator) runID(ctx context.Context, namespace string, pod *corev1.Pod) (string, error) {
+	if id := pod.Labels[labels.RunID]; id != "" {
+		return id, nil
+	}
+	owner := metav1.GetControllerOf(pod)
+	if owner == nil || owner.Kind != "Sandbox" {
+		return "", nil
+	}
+	sandbox := &sandboxv1beta1.Sandbox{}
+	if found, err := m.get(ctx, types.NamespacedName{Namespace: namespace, Name: owner.Name}, sandbox); err != nil || !found {
+		return "", err
+	}
+	if id := sandbox.Labels[labels.RunID]; id != "" {
+		return id, nil
+	}
+	parent := metav1.GetControllerOf(sandbox)
+	if parent == nil {
+		return "", nil
+	}
+	var obj client.Object
+	switch parent.Kind {
+	case "SandboxWarmPool":
+		obj = &extensionsv1beta1.SandboxWarmPool{}
+	case "SandboxClaim":
+		obj = &extensionsv1beta1.SandboxClaim{}
+	default:
+		return "", nil
+	}
+	if found, err := m.get(ctx, types.NamespacedName{Namespace: namespace, Name: parent.Name}, obj); err != nil || !found {
+		return "", err
+	}
+	return obj.GetLabels()[labels.RunID], nil
+}
+
+// get reads key from the cache, then from the API server when the cache
+// has not seen it yet.
+func (m *PodMutator) get(ctx context.Context, key types.NamespacedName, obj client.Object) (bool, error) {
+	err := m.Reader.Get(ctx, key, obj)
+	if apierrors.IsNotFound(err) {
+		err = m.APIReader.Get(ctx, key, obj)
+	}
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// TemplateValidator refuses SandboxTemplates whose Pods the SandboxPolicies
+// of their namespace would refuse, so a bad template fails when it is
+// applied rather than when its first sandbox starts.
+type TemplateValidator struct {
+	Reader  client.Reader
+	Counts  *Counts
+	Metrics *Metrics
+}
+
+// Handle implements admission.Handler.
+func (v *TemplateValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	start := time.Now()
+	resp, result := v.handle(ctx, req)
+	v.Metrics.observe("SandboxTemplate", result, time.Since(start))
+	return resp
+}
+
+func (v *TemplateValidator) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
+	if req.Kind.Kind != "SandboxTemplate" || len(req.Object.Raw) == 0 {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the review carries no SandboxTemplate (kind %q): check the webhook configuration's rules", req.Kind.Kind)), resultErrored
+	}
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return admission.Allowed(""), resultAllowed
+	}
+	tmpl := &extensionsv1beta1.SandboxTemplate{}
+	if err := json.Unmarshal(req.Object.Raw, tmpl); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the SandboxTemplate: %w", err)), resultErrored
+	}
+	set, err := policies(ctx, v.Reader, req.Namespace)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), resultErrored
+	}
+	if d := policy.Check(&tmpl.Spec.PodTemplate.Spec, "spec.podTemplate.spec", set); d != nil {
+		if req.DryRun == nil || !*req.DryRun {
+			v.Counts.denied(d.Policies)
+		}
+		return admission.Denied(d.Error()), resultDenied
+	}
+	return admission.Allowed(""), resultAllowed
+}

@@ -1,0 +1,35 @@
+package webhook
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics count admissions by kind and outcome and time them.
+type Metrics struct {
+	admissions *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+}
+
+// NewMetrics registers the webhook's metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "asrl_webhook_admissions_total",
+			Help: "Admission reviews answered, by kind (Pod, SandboxTemplate) and result (allowed, mutated, denied, errored).",
+		}, []string{"kind", "result"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "asrl_webhook_admission_duration_seconds",
+			Help:    "Time to decide an admission review, by kind.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
+		}, []string{"kind"}),
+	}
+	reg.MustRegister(m.admissions, m.latency)
+	return m
+}
+
+func (m *Metrics) observe(kind, result string, d time.Duration) {
+	m.admissions.WithLabelValues(kind, result).Inc()
+	m.latency.WithLabelValues(kind).Observe(d.Seconds())
+}

@@ -1,0 +1,193 @@
+// Package webhook is asrl-webhook: an admission webhook that applies the
+// cluster's SandboxPolicies to sandbox Pods as they are created, whichever
+// client started the sandbox, and refuses SandboxTemplates whose Pods the
+// policies would refuse. The decisions are pkg/webhook/policy's; this
+// package serves them over TLS with self-managed certificates, counts them
+// in each policy's status and in Prometheus metrics.
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
+	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
+)
+
+// Options configure the webhook server.
+type Options struct {
+	// Host and Port the TLS server listens on.
+	Host string
+	Port int
+	// CertDir holds tls.crt and tls.key: written by the rotator, or
+	// mounted by cert-manager when ManageCerts is off.
+	CertDir string
+	// MetricsAddr and HealthAddr serve /metrics and /healthz, /readyz;
+	// "0" turns one off.
+	MetricsAddr, HealthAddr string
+
+	// ManageCerts has the built-in rotator keep a CA and serving
+	// certificate in the Secret SecretNamespace/SecretName, for the DNS
+	// names DNSName and ExtraDNSNames, and inject the CA into the webhook
+	// configurations MutatingWebhook and ValidatingWebhook.
+	ManageCerts                        bool
+	SecretNamespace, SecretName        string
+	DNSName                            string
+	ExtraDNSNames                      []string
+	MutatingWebhook, ValidatingWebhook string
+	// WriteCertDir copies the rotator's certificate from its Secret into
+	// CertDir, for a webhook that does not run in a Pod mounting the
+	// Secret there (a test, or a developer's machine).
+	WriteCertDir bool
+
+	// StatusInterval is how often policy statuses receive the counts.
+	StatusInterval time.Duration
+}
+
+// Run serves the webhook until ctx ends.
+func Run(ctx context.Context, cfg *rest.Config, o Options) error {
+	mgr, err := manager.New(cfg, manager.Options{
+		Scheme:                 kube.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress: o.HealthAddr,
+		Cache: cache.Options{
+			DefaultTransform: cache.TransformStripManagedFields(),
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+	counts := &Counts{Client: mgr.GetClient(), Interval: o.StatusInterval}
+	metrics := NewMetrics(ctrlmetrics.Registry)
+	srv := webhook.NewServer(webhook.Options{Host: o.Host, Port: o.Port, CertDir: o.CertDir})
+	srv.Register(MutatePodsPath, &webhook.Admission{Handler: &PodMutator{
+		Reader: mgr.GetCache(), APIReader: mgr.GetAPIReader(), Counts: counts, Metrics: metrics}})
+	srv.Register(ValidateTemplatesPath, &webhook.Admission{Handler: &TemplateValidator{
+		Reader: mgr.GetCache(), Counts: counts, Metrics: metrics}})
+
+	certsReady := make(chan struct{})
+	if o.ManageCerts {
+		// The rotator fills the Secret in but does not create it; the
+		// manifests do, and so does this, for a webhook run without them.
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: o.SecretNamespace, Name: o.SecretName}}
+		if err := mgr.GetClient().Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating the certificate Secret %s/%s: %w", o.SecretNamespace, o.SecretName, err)
+		}
+		if err := rotator.AddRotator(mgr, &rotator.CertRotator{
+			SecretKey:      types.NamespacedName{Namespace: o.SecretNamespace, Name: o.SecretName},
+			CertDir:        o.CertDir,
+			CAName:         "asrl-webhook-ca",
+			CAOrganization: "sandbox-fleet",
+			DNSName:        o.DNSName,
+			ExtraDNSNames:  o.ExtraDNSNames,
+			IsReady:        certsReady,
+			Webhooks: []rotator.WebhookInfo{
+				{Name: o.MutatingWebhook, Type: rotator.Mutating},
+				{Name: o.ValidatingWebhook, Type: rotator.Validating},
+			},
+		}); err != nil {
+			return fmt.Errorf("setting up certificate rotation: %w", err)
+		}
+		if o.WriteCertDir {
+			key := types.NamespacedName{Namespace: o.SecretNamespace, Name: o.SecretName}
+			if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+				return writeCertDir(ctx, mgr.GetAPIReader(), key, o.CertDir)
+			})); err != nil {
+				return err
+			}
+		}
+	} else {
+		close(certsReady)
+	}
+	// The TLS server starts once its certificate is on disk; until then
+	// the readiness check fails.
+	go func() {
+		select {
+		case <-certsReady:
+			if err := mgr.Add(srv); err != nil {
+				klog.ErrorS(err, "starting the webhook server")
+			}
+		case <-ctx.Done():
+		}
+	}()
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("webhook", func(req *http.Request) error {
+		select {
+		case <-certsReady:
+			return srv.StartedChecker()(req)
+		default:
+			return errors.New("the serving certificate is not ready yet")
+		}
+	}); err != nil {
+		return err
+	}
+	if err := mgr.Add(counts); err != nil {
+		return err
+	}
+	// Admissions read these from the cache; have it follow them from the
+	// start rather than on the first admission.
+	for _, obj := range []client.Object{&corev1.Namespace{}, &v1alpha1.SandboxPolicy{},
+		&sandboxv1beta1.Sandbox{}, &extensionsv1beta1.SandboxWarmPool{}, &extensionsv1beta1.SandboxClaim{}} {
+		if _, err := mgr.GetCache().GetInformer(ctx, obj, cache.BlockUntilSynced(false)); err != nil {
+			return fmt.Errorf("following %T: %w", obj, err)
+		}
+	}
+	return mgr.Start(ctx)
+}
+
+// writeCertDir keeps dir's tls.crt and tls.key equal to those of the Secret
+// key, checking every second, until ctx ends. The webhook server reloads
+// them when they change.
+func writeCertDir(ctx context.Context, c client.Reader, key types.NamespacedName, dir string) error {
+	ticker := time.NewTicker(time.Second)
+	defer ticker.Stop()
+	for {
+		secret := &corev1.Secret{}
+		if err := c.Get(ctx, key, secret); err == nil {
+			for _, name := range []string{corev1.TLSCertKey, corev1.TLSPrivateKeyKey} {
+				data := secret.Data[name]
+				path := filepath.Join(dir, name)
+				if old, _ := os.ReadFile(path); len(data) == 0 || bytes.Equal(old, data) {
+					continue
+				}
+				// Written aside and renamed, so a reader never sees half a key.
+				if err := os.WriteFile(path+".new", data, 0o600); err != nil {
+					return err
+				}
+				if err := os.Rename(path+".new", path); err != nil {
+					return err
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}

@@ -1,0 +1,356 @@
+package webhook_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
+)
+
+var cluster *testcluster.Cluster
+
+func TestMain(m *testing.M) { testcluster.Main(m, &cluster) }
+
+// server is a webhook serving one test namespace: its configurations
+// select only that namespace.
+type server struct {
+	url    string
+	ns     string
+	client client.Client
+	stop   context.CancelFunc
+	// done is closed when the webhook has stopped, with err its error.
+	done chan struct{}
+	err  error
+}
+
+// startWebhook starts the webhook in this process — its real TLS server,
+// certificates from the rotator — behind webhook configurations for ns,
+// and waits until the API server can call it.
+func startWebhook(t *testing.T, ns string) *server {
+	t.Helper()
+	clients, err := cluster.Clients(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports, err := testcluster.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &server{url: "https://localhost:" + strconv.Itoa(ports[0]), ns: ns, client: clients.Client, done: make(chan struct{})}
+	name := "asrl-webhook-" + ns
+	fail := admissionregistrationv1.Fail
+	sideEffects := admissionregistrationv1.SideEffectClassNoneOnDryRun
+	ifNeeded := admissionregistrationv1.IfNeededReinvocationPolicy
+	selectNS := &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}
+	sandboxPods := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: webhook.SandboxPodLabel, Operator: metav1.LabelSelectorOpExists}}}
+	url := func(path string) *string { u := s.url + path; return &u }
+	timeout := int32(5)
+	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name: "sandbox-pods.sandbox-fleet.io", ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: url(webhook.MutatePodsPath)},
+			Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}},
+			FailurePolicy: &fail, SideEffects: &sideEffects, ReinvocationPolicy: &ifNeeded, TimeoutSeconds: &timeout,
+			NamespaceSelector: selectNS, ObjectSelector: sandboxPods, AdmissionReviewVersions: []string{"v1"},
+		}}}
+	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name: "sandbox-templates.sandbox-fleet.io", ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: url(webhook.ValidateTemplatesPath)},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{"extensions.agents.x-k8s.io"}, APIVersions: []string{"*"}, Resources: []string{"sandboxtemplates"}}}},
+			FailurePolicy: &fail, SideEffects: &sideEffects, TimeoutSeconds: &timeout,
+			NamespaceSelector: selectNS, AdmissionReviewVersions: []string{"v1"},
+		}}}
+	ctx := context.Background()
+	for _, obj := range []client.Object{mutating, validating} {
+		if err := clients.Client.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = clients.Client.Delete(context.Background(), obj) })
+	}
+
+	runCtx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	go func() {
+		defer close(s.done)
+		s.err = webhook.Run(runCtx, cluster.RESTConfig(), webhook.Options{
+			Host: "127.0.0.1", Port: ports[0], CertDir: t.TempDir(), MetricsAddr: "0", HealthAddr: "0",
+			ManageCerts: true, SecretNamespace: ns, SecretName: "asrl-webhook-cert", DNSName: "localhost",
+			MutatingWebhook: name, ValidatingWebhook: name, WriteCertDir: true, StatusInterval: 200 * time.Millisecond,
+		})
+	}()
+	t.Cleanup(s.shutdown)
+
+	// Ready when the CA is in both configurations and the server answers.
+	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: time.Second}
+	var waiting string
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		select {
+		case <-s.done:
+			return false, fmt.Errorf("the webhook stopped: %w", s.err)
+		default:
+		}
+		m := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		if clients.Client.Get(ctx, types.NamespacedName{Name: name}, m) != nil || clients.Client.Get(ctx, types.NamespacedName{Name: name}, v) != nil ||
+			len(m.Webhooks[0].ClientConfig.CABundle) == 0 || len(v.Webhooks[0].ClientConfig.CABundle) == 0 {
+			waiting = "the CA in the webhook configurations"
+			return false, nil
+		}
+		resp, err := insecure.Get(s.url + webhook.MutatePodsPath)
+		if err != nil {
+			waiting = err.Error()
+			return false, nil
+		}
+		resp.Body.Close()
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the webhook did not become callable (waiting for %s): %v", waiting, err)
+	}
+	return s
+}
+
+func (s *server) shutdown() {
+	if s.stop == nil {
+		return
+	}
+	s.stop()
+	<-s.done
+	s.stop = nil
+}
+
+// sandboxPolicy is the test's policy for namespace ns: a mirror with an
+// allowed registry, a runtime class, limit caps and colocation.
+func sandboxPolicy(ns string) *v1alpha1.SandboxPolicy {
+	return &v1alpha1.SandboxPolicy{ObjectMeta: metav1.ObjectMeta{Name: "policy-" + ns}, Spec: v1alpha1.SandboxPolicySpec{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
+		Images: &v1alpha1.ImagePolicy{
+			Rewrite:           []v1alpha1.ImageRewrite{{From: "docker.io", To: "mirror.example.com/hub"}},
+			AllowedRegistries: []string{"mirror.example.com"},
+		},
+		RuntimeClassName: "sandboxed-" + ns,
+		Colocation:       &v1alpha1.ColocationPolicy{Weight: 100},
+	}}
+}
+
+func sandboxTemplate(ns, name string, edit func(*corev1.PodSpec)) *extensionsv1beta1.SandboxTemplate {
+	tmpl := &extensionsv1beta1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels.ForRun("other-client-run")}}
+	tmpl.Spec.PodTemplate.Spec.Containers = []corev1.Container{{Name: "sandbox", Image: "busybox:1.36", Command: []string{"sleep", "infinity"}}}
+	if edit != nil {
+		edit(&tmpl.Spec.PodTemplate.Spec)
+	}
+	return tmpl
+}
+
+func TestWebhook(t *testing.T) {
+	ns := cluster.NewNamespace(t)
+	ctx := context.Background()
+	s := startWebhook(t, ns)
+	c := s.client
+	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "sandboxed-" + ns}, Handler: "runsc"}
+	pol := sandboxPolicy(ns)
+	for _, obj := range []client.Object{rc, pol} {
+		if err := c.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Delete(context.Background(), obj) })
+	}
+	// The policy is in force once the webhook's cache has it: a dry-run
+	// sandbox Pod comes back from the mirror.
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns, Labels: map[string]string{webhook.SandboxPodLabel: "probe"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}}}
+		if err := c.Create(ctx, pod, client.DryRunAll); err != nil {
+			return false, nil
+		}
+		return strings.HasPrefix(pod.Spec.Containers[0].Image, "mirror.example.com/"), nil
+	})
+	if err != nil {
+		t.Fatalf("the policy did not come into force: %v", err)
+	}
+
+	t.Run("warm pool Pods follow the policy", func(t *testing.T) {
+		// A template and pool as another client would make them: the run
+		// label on the objects, not in the Pod template.
+		tmpl := sandboxTemplate(ns, "other-client", nil)
+		replicas := int32(2)
+		pool := &extensionsv1beta1.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "other-client", Namespace: ns, Labels: labels.ForRun("other-client-run")}}
+		pool.Spec.Replicas = &replicas
+		pool.Spec.TemplateRef.Name = tmpl.Name
+		for _, obj := range []client.Object{tmpl, pool} {
+			if err := c.Create(ctx, obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pods := &corev1.PodList{}
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			err := c.List(ctx, pods, client.InNamespace(ns), client.HasLabels{webhook.SandboxPodLabel})
+			return err == nil && len(pods.Items) >= 2, err
+		})
+		if err != nil {
+			t.Fatalf("the pool made %d Pods: %v", len(pods.Items), err)
+		}
+		for _, p := range pods.Items {
+			spec := p.Spec
+			if got := spec.Containers[0].Image; got != "mirror.example.com/hub/library/busybox:1.36" {
+				t.Errorf("Pod %s: image %s, want the mirror's", p.Name, got)
+			}
+			if got := p.Annotations[labels.OriginalImage]; got != "busybox:1.36" {
+				t.Errorf("Pod %s: original image %q", p.Name, got)
+			}
+			if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken ||
+				spec.SecurityContext == nil || spec.SecurityContext.SeccompProfile == nil ||
+				spec.Containers[0].SecurityContext == nil || *spec.Containers[0].SecurityContext.AllowPrivilegeEscalation {
+				t.Errorf("Pod %s lacks the security defaults: %+v", p.Name, spec)
+			}
+			if spec.RuntimeClassName == nil || *spec.RuntimeClassName != rc.Name {
+				t.Errorf("Pod %s: runtime class %v, want %s", p.Name, spec.RuntimeClassName, rc.Name)
+			}
+			if p.Labels[labels.RunID] != "other-client-run" {
+				t.Errorf("Pod %s: run label %q, want the pool's", p.Name, p.Labels[labels.RunID])
+			}
+			if spec.Affinity == nil || spec.Affinity.PodAffinity == nil || len(spec.Affinity.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 {
+				t.Errorf("Pod %s: no colocation affinity: %+v", p.Name, spec.Affinity)
+			}
+		}
+	})
+
+	t.Run("other Pods are untouched", func(t *testing.T) {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: ns},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}}}
+		if err := c.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		if pod.Spec.Containers[0].Image != "busybox:1.36" || pod.Annotations[labels.OriginalImage] != "" || pod.Spec.RuntimeClassName != nil {
+			t.Errorf("a Pod without the sandbox label was changed: %+v", pod.Spec)
+		}
+	})
+
+	t.Run("a template asking for the host network is denied", func(t *testing.T) {
+		tmpl := sandboxTemplate(ns, "host-net", func(s *corev1.PodSpec) { s.HostNetwork = true })
+		err := c.Create(ctx, tmpl)
+		want := fmt.Sprintf(`denied by SandboxPolicy %q: spec.podTemplate.spec.hostNetwork: host namespaces are not allowed`, pol.Name)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("creating the template: %v, want a denial saying %q", err, want)
+		}
+	})
+
+	t.Run("server-side dry run shows the mutation and creates nothing", func(t *testing.T) {
+		bin, err := testcluster.BinDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		manifest := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: dry, namespace: %s, labels: {%s: dry}}
+spec: {containers: [{name: sandbox, image: "busybox:1.36"}]}
+`, ns, webhook.SandboxPodLabel)
+		cmd := exec.Command(filepath.Join(bin, "kubectl"), "--kubeconfig", cluster.Kubeconfig(), "apply", "--dry-run=server", "-o", "json", "-f", "-")
+		cmd.Stdin = strings.NewReader(manifest)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("kubectl apply --dry-run=server: %v", err)
+		}
+		var pod corev1.Pod
+		if err := json.Unmarshal(out, &pod); err != nil || pod.Spec.Containers[0].Image != "mirror.example.com/hub/library/busybox:1.36" {
+			t.Errorf("the dry run does not show the rewrite (%v):\n%s", err, out)
+		}
+		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "dry"}, &corev1.Pod{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the dry run created the Pod: %v", err)
+		}
+	})
+
+	t.Run("bad admission reviews get a clear answer", func(t *testing.T) {
+		insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: 5 * time.Second}
+		many := make([]map[string]any, 300)
+		for i := range many {
+			many[i] = map[string]any{"name": fmt.Sprintf("c%d", i), "image": "busybox:1.36", "bogusField": true}
+		}
+		podWithMany, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{webhook.SandboxPodLabel: "x"}},
+			"spec": map[string]any{"containers": many, "unknownField": 1}})
+		for _, tt := range []struct {
+			name, body, want string
+		}{
+			{"not json", "{not json", `"code":400`},
+			{"no request", `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`, `"code":400`},
+			{"a Pod that is not one", review(ns, []byte(`{"spec":{"containers":"nope"}}`)), `"code":400`},
+			{"300 containers and unknown fields", review(ns, podWithMany), `"allowed":true`},
+		} {
+			resp, err := insecure.Post(s.url+webhook.MutatePodsPath, "application/json", strings.NewReader(tt.body))
+			if err != nil {
+				t.Fatalf("%s: %v", tt.name, err)
+			}
+			var b bytes.Buffer
+			_, _ = b.ReadFrom(resp.Body)
+			resp.Body.Close()
+			if !strings.Contains(b.String(), tt.want) {
+				t.Errorf("%s: answer %d %s, want it to hold %s", tt.name, resp.StatusCode, b.String(), tt.want)
+			}
+		}
+	})
+
+	t.Run("policy status counts what it did", func(t *testing.T) {
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			got := &v1alpha1.SandboxPolicy{}
+			err := c.Get(ctx, client.ObjectKeyFromObject(pol), got)
+			return err == nil && got.Status.MutatedPods >= 2 && got.Status.DeniedPods >= 1, err
+		})
+		if err != nil {
+			t.Errorf("the policy status does not count the mutations and the denial: %v", err)
+		}
+	})
+
+	t.Run("with the webhook down only sandbox Pods are refused", func(t *testing.T) {
+		s.shutdown()
+		plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain-while-down", Namespace: ns},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}}}
+		if err := c.Create(ctx, plain); err != nil {
+			t.Errorf("a plain Pod was refused with the webhook down: %v", err)
+		}
+		sandbox := plain.DeepCopy()
+		sandbox.ResourceVersion = ""
+		sandbox.Name, sandbox.Labels = "sandbox-while-down", map[string]string{webhook.SandboxPodLabel: "x"}
+		if err := c.Create(ctx, sandbox); err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
+			t.Errorf("a sandbox Pod with the webhook down (failurePolicy Fail): %v, want refused", err)
+		}
+	})
+}
+
+// review wraps a Pod's JSON in an AdmissionReview for its creation.
+func review(ns string, pod []byte) string {
+	b, _ := json.Marshal(map[string]any{
+		"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+		"request": map[string]any{
+			"uid": "0a1b", "operation": "CREATE", "namespace": ns,
+			"kind":     map[string]string{"group": "", "version": "v1", "kind": "Pod"},
+			"resource": map[string]string{"group": "", "version": "v1", "resource": "pods"},
+			"object":   json.RawMessage(pod),
+		},
+	})
+	return string(b)
+}
