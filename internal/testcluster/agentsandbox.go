@@ -30,7 +30,7 @@ func (c *Cluster) installCRDs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	own, err := filepath.Glob(filepath.Join(root, "manifests", "crd", "*.yaml"))
+	own, err := filepath.Glob(filepath.Join(root, "manifests", "crd", "sandbox-fleet.io_*.yaml"))
 	if err != nil {
 		return err
 	}

@@ -92,9 +92,16 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if o.ManageCerts {
 		// The rotator fills the Secret in but does not create it; the
 		// manifests do, and so does this, for a webhook run without them.
-		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: o.SecretNamespace, Name: o.SecretName}}
-		if err := mgr.GetClient().Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating the certificate Secret %s/%s: %w", o.SecretNamespace, o.SecretName, err)
+		// Read first: the manifests grant no create, and a create of an
+		// existing Secret would be refused for that, not for existing.
+		key := types.NamespacedName{Namespace: o.SecretNamespace, Name: o.SecretName}
+		if err := mgr.GetAPIReader().Get(ctx, key, &corev1.Secret{}); apierrors.IsNotFound(err) {
+			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: o.SecretNamespace, Name: o.SecretName}}
+			if err := mgr.GetClient().Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating the certificate Secret %s: %w", key, err)
+			}
+		} else if err != nil {
+			return fmt.Errorf("reading the certificate Secret %s: %w", key, err)
 		}
 		if err := rotator.AddRotator(mgr, &rotator.CertRotator{
 			SecretKey:      types.NamespacedName{Namespace: o.SecretNamespace, Name: o.SecretName},
@@ -112,7 +119,6 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 			return fmt.Errorf("setting up certificate rotation: %w", err)
 		}
 		if o.WriteCertDir {
-			key := types.NamespacedName{Namespace: o.SecretNamespace, Name: o.SecretName}
 			if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 				return writeCertDir(ctx, mgr.GetAPIReader(), key, o.CertDir)
 			})); err != nil {

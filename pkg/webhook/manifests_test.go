@@ -1,0 +1,64 @@
+package webhook_test
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+)
+
+// The kustomizations render with kubectl's kustomize and the API server
+// accepts every object of the default one (a server-side dry run, so the
+// test cluster keeps its own webhook setup).
+func TestManifests(t *testing.T) {
+	bin, err := testcluster.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl := func(stdin string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(bin, "kubectl"), append([]string{"--kubeconfig", cluster.Kubeconfig()}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	// Namespaced objects can only be dry-run in a namespace that exists.
+	clients, err := cluster.Clients("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sandbox-fleet-system"}}
+	if err := clients.Client.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = clients.Client.Delete(context.Background(), ns) })
+
+	rendered := kubectl("", "kustomize", "../../manifests/default")
+	out := kubectl(rendered, "apply", "--dry-run=server", "-f", "-")
+	for _, want := range []string{"customresourcedefinition.apiextensions.k8s.io/sandboxpolicies.sandbox-fleet.io",
+		"deployment.apps/asrl-webhook", "poddisruptionbudget.policy/asrl-webhook",
+		"mutatingwebhookconfiguration.admissionregistration.k8s.io/asrl-webhook", "validatingwebhookconfiguration.admissionregistration.k8s.io/asrl-webhook"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the dry run of manifests/default lacks %s:\n%s", want, out)
+		}
+	}
+
+	certManager := kubectl("", "kustomize", "../../manifests/cert-manager")
+	for _, want := range []string{"--manage-certs=false", "cert-manager.io/inject-ca-from: sandbox-fleet-system/asrl-webhook", "kind: Certificate"} {
+		if !strings.Contains(certManager, want) {
+			t.Errorf("manifests/cert-manager lacks %q", want)
+		}
+	}
+	if strings.Contains(certManager, "--manage-certs=true") {
+		t.Error("manifests/cert-manager still has the webhook manage its certificates")
+	}
+}
