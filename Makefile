@@ -77,6 +77,10 @@ demo: build testbin node-deps ## a sample eval sweep (12 tasks, 3 images) throug
 bench: testbin ## benchmark the claim path against a bare client on a local kwok cluster (~45 min)
 	go run ./bench/claims -rounds 2
 
+.PHONY: bench-webhook
+bench-webhook: testbin ## benchmark asrl-webhook: decision and create latency at 200 Pods/s, creates/s as a ratio to no webhook (~10 min)
+	go run ./bench/webhook -rounds 3
+
 .PHONY: cluster-up cluster-down
 cluster-up: testbin ## start the local cluster and leave it running
 	$(LOCALCLUSTER) up

@@ -48,8 +48,10 @@ func policies(ctx context.Context, c client.Reader, namespace string) (policy.Se
 	if err := c.Get(ctx, types.NamespacedName{Name: namespace}, ns); err != nil {
 		return nil, fmt.Errorf("reading namespace %s: %w", namespace, err)
 	}
+	// The policies are only read, so the cache's own objects serve: no
+	// copy of every policy on every admission.
 	all := &v1alpha1.SandboxPolicyList{}
-	if err := c.List(ctx, all); err != nil {
+	if err := c.List(ctx, all, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing SandboxPolicies: %w", err)
 	}
 	return policy.Select(all.Items, ns.Labels)

@@ -22,7 +22,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "asrl_webhook_admission_duration_seconds",
 			Help:    "Time to decide an admission review, by kind.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
+			Buckets: []float64{.0001, .0002, .0005, .001, .002, .003, .004, .005, .0075, .01, .025, .05, .1, .25},
 		}, []string{"kind"}),
 	}
 	reg.MustRegister(m.admissions, m.latency)

@@ -9,12 +9,10 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,6 +24,7 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testwebhook"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
 )
@@ -33,116 +32,6 @@ import (
 var cluster *testcluster.Cluster
 
 func TestMain(m *testing.M) { testcluster.Main(m, &cluster) }
-
-// server is a webhook serving one test namespace: its configurations
-// select only that namespace.
-type server struct {
-	url    string
-	ns     string
-	client client.Client
-	stop   context.CancelFunc
-	// done is closed when the webhook has stopped, with err its error.
-	done chan struct{}
-	err  error
-}
-
-// startWebhook starts the webhook in this process — its real TLS server,
-// certificates from the rotator — behind webhook configurations for ns,
-// and waits until the API server can call it.
-func startWebhook(t *testing.T, ns string) *server {
-	t.Helper()
-	clients, err := cluster.Clients(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ports, err := testcluster.FreePorts(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &server{url: "https://localhost:" + strconv.Itoa(ports[0]), ns: ns, client: clients.Client, done: make(chan struct{})}
-	name := "asrl-webhook-" + ns
-	fail := admissionregistrationv1.Fail
-	sideEffects := admissionregistrationv1.SideEffectClassNoneOnDryRun
-	ifNeeded := admissionregistrationv1.IfNeededReinvocationPolicy
-	selectNS := &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}
-	sandboxPods := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: webhook.SandboxPodLabel, Operator: metav1.LabelSelectorOpExists}}}
-	url := func(path string) *string { u := s.url + path; return &u }
-	timeout := int32(5)
-	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name: "sandbox-pods.sandbox-fleet.io", ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: url(webhook.MutatePodsPath)},
-			Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-				Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}},
-			FailurePolicy: &fail, SideEffects: &sideEffects, ReinvocationPolicy: &ifNeeded, TimeoutSeconds: &timeout,
-			NamespaceSelector: selectNS, ObjectSelector: sandboxPods, AdmissionReviewVersions: []string{"v1"},
-		}}}
-	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name: "sandbox-templates.sandbox-fleet.io", ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: url(webhook.ValidateTemplatesPath)},
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-				Rule:       admissionregistrationv1.Rule{APIGroups: []string{"extensions.agents.x-k8s.io"}, APIVersions: []string{"*"}, Resources: []string{"sandboxtemplates"}}}},
-			FailurePolicy: &fail, SideEffects: &sideEffects, TimeoutSeconds: &timeout,
-			NamespaceSelector: selectNS, AdmissionReviewVersions: []string{"v1"},
-		}}}
-	ctx := context.Background()
-	for _, obj := range []client.Object{mutating, validating} {
-		if err := clients.Client.Create(ctx, obj); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = clients.Client.Delete(context.Background(), obj) })
-	}
-
-	runCtx, stop := context.WithCancel(context.Background())
-	s.stop = stop
-	go func() {
-		defer close(s.done)
-		s.err = webhook.Run(runCtx, cluster.RESTConfig(), webhook.Options{
-			Host: "127.0.0.1", Port: ports[0], CertDir: t.TempDir(), MetricsAddr: "0", HealthAddr: "0",
-			ManageCerts: true, SecretNamespace: ns, SecretName: "asrl-webhook-cert", DNSName: "localhost",
-			MutatingWebhook: name, ValidatingWebhook: name, WriteCertDir: true, StatusInterval: 200 * time.Millisecond,
-		})
-	}()
-	t.Cleanup(s.shutdown)
-
-	// Ready when the CA is in both configurations and the server answers.
-	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: time.Second}
-	var waiting string
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		select {
-		case <-s.done:
-			return false, fmt.Errorf("the webhook stopped: %w", s.err)
-		default:
-		}
-		m := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-		if clients.Client.Get(ctx, types.NamespacedName{Name: name}, m) != nil || clients.Client.Get(ctx, types.NamespacedName{Name: name}, v) != nil ||
-			len(m.Webhooks[0].ClientConfig.CABundle) == 0 || len(v.Webhooks[0].ClientConfig.CABundle) == 0 {
-			waiting = "the CA in the webhook configurations"
-			return false, nil
-		}
-		resp, err := insecure.Get(s.url + webhook.MutatePodsPath)
-		if err != nil {
-			waiting = err.Error()
-			return false, nil
-		}
-		resp.Body.Close()
-		return true, nil
-	})
-	if err != nil {
-		t.Fatalf("the webhook did not become callable (waiting for %s): %v", waiting, err)
-	}
-	return s
-}
-
-func (s *server) shutdown() {
-	if s.stop == nil {
-		return
-	}
-	s.stop()
-	<-s.done
-	s.stop = nil
-}
 
 // sandboxPolicy is the test's policy for namespace ns: a mirror with an
 // allowed registry, a runtime class, limit caps and colocation.
@@ -170,8 +59,20 @@ func sandboxTemplate(ns, name string, edit func(*corev1.PodSpec)) *extensionsv1b
 func TestWebhook(t *testing.T) {
 	ns := cluster.NewNamespace(t)
 	ctx := context.Background()
-	s := startWebhook(t, ns)
-	c := s.client
+	s, err := testwebhook.Start(ctx, cluster, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	clients, err := cluster.Clients(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := clients.Client
 	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "sandboxed-" + ns}, Handler: "runsc"}
 	pol := sandboxPolicy(ns)
 	for _, obj := range []client.Object{rc, pol} {
@@ -182,7 +83,7 @@ func TestWebhook(t *testing.T) {
 	}
 	// The policy is in force once the webhook's cache has it: a dry-run
 	// sandbox Pod comes back from the mirror.
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns, Labels: map[string]string{webhook.SandboxPodLabel: "probe"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}}}
 		if err := c.Create(ctx, pod, client.DryRunAll); err != nil {
@@ -301,7 +202,7 @@ spec: {containers: [{name: sandbox, image: "busybox:1.36"}]}
 			{"a Pod that is not one", review(ns, []byte(`{"spec":{"containers":"nope"}}`)), `"code":400`},
 			{"300 containers and unknown fields", review(ns, podWithMany), `"allowed":true`},
 		} {
-			resp, err := insecure.Post(s.url+webhook.MutatePodsPath, "application/json", strings.NewReader(tt.body))
+			resp, err := insecure.Post(s.URL+webhook.MutatePodsPath, "application/json", strings.NewReader(tt.body))
 			if err != nil {
 				t.Fatalf("%s: %v", tt.name, err)
 			}
@@ -326,7 +227,9 @@ spec: {containers: [{name: sandbox, image: "busybox:1.36"}]}
 	})
 
 	t.Run("with the webhook down only sandbox Pods are refused", func(t *testing.T) {
-		s.shutdown()
+		if err := s.Stop(); err != nil {
+			t.Fatal(err)
+		}
 		plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain-while-down", Namespace: ns},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}}}
 		if err := c.Create(ctx, plain); err != nil {

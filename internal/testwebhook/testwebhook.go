@@ -1,0 +1,169 @@
+// Package testwebhook runs asrl-webhook in the calling process against the
+// test cluster — its real TLS server, certificates from its rotator —
+// behind webhook configurations of its own that select one namespace, for
+// the webhook's tests and its benchmark.
+package testwebhook
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
+)
+
+// Server is a running webhook.
+type Server struct {
+	// URL is where it serves, https://localhost:PORT.
+	URL    string
+	client client.Client
+	name   string
+	dir    string
+	stop   context.CancelFunc
+	// done is closed when the webhook has stopped, with err its error.
+	done chan struct{}
+	err  error
+}
+
+// Start starts the webhook for namespace ns and returns once the API
+// server can call it. Stop stops it and removes its configurations.
+func Start(ctx context.Context, c *testcluster.Cluster, ns string) (*Server, error) {
+	clients, err := c.Clients(ns)
+	if err != nil {
+		return nil, err
+	}
+	ports, err := testcluster.FreePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "asrl-webhook-certs-")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{URL: "https://localhost:" + strconv.Itoa(ports[0]), client: clients.Client, name: "asrl-webhook-" + ns,
+		dir: dir, done: make(chan struct{})}
+	for _, obj := range s.configurations(ns) {
+		if err := clients.Client.Create(ctx, obj); err != nil {
+			s.removeConfigurations()
+			return nil, err
+		}
+	}
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	s.stop = stop
+	go func() {
+		defer close(s.done)
+		s.err = webhook.Run(runCtx, c.RESTConfig(), webhook.Options{
+			Host: "127.0.0.1", Port: ports[0], CertDir: dir, MetricsAddr: "0", HealthAddr: "0",
+			ManageCerts: true, SecretNamespace: ns, SecretName: "asrl-webhook-cert", DNSName: "localhost",
+			MutatingWebhook: s.name, ValidatingWebhook: s.name, WriteCertDir: true, StatusInterval: 200 * time.Millisecond,
+		})
+	}()
+	if err := s.waitCallable(ctx); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// configurations are the webhook configurations of a deployment, with
+// the server's URL in place of its Service and a namespace selector
+// keeping them to ns.
+func (s *Server) configurations(ns string) []client.Object {
+	fail := admissionregistrationv1.Fail
+	sideEffects := admissionregistrationv1.SideEffectClassNoneOnDryRun
+	ifNeeded := admissionregistrationv1.IfNeededReinvocationPolicy
+	timeout := int32(5)
+	selectNS := &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}
+	sandboxPods := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: webhook.SandboxPodLabel, Operator: metav1.LabelSelectorOpExists}}}
+	url := func(path string) *string { u := s.URL + path; return &u }
+	return []client.Object{
+		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: s.name},
+			Webhooks: []admissionregistrationv1.MutatingWebhook{{
+				Name: "sandbox-pods.sandbox-fleet.io", ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: url(webhook.MutatePodsPath)},
+				Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}},
+				FailurePolicy: &fail, SideEffects: &sideEffects, ReinvocationPolicy: &ifNeeded, TimeoutSeconds: &timeout,
+				NamespaceSelector: selectNS, ObjectSelector: sandboxPods, AdmissionReviewVersions: []string{"v1"},
+			}}},
+		&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: s.name},
+			Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+				Name: "sandbox-templates.sandbox-fleet.io", ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: url(webhook.ValidateTemplatesPath)},
+				Rules: []admissionregistrationv1.RuleWithOperations{{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"extensions.agents.x-k8s.io"}, APIVersions: []string{"*"}, Resources: []string{"sandboxtemplates"}}}},
+				FailurePolicy: &fail, SideEffects: &sideEffects, TimeoutSeconds: &timeout,
+				NamespaceSelector: selectNS, AdmissionReviewVersions: []string{"v1"},
+			}}},
+	}
+}
+
+// waitCallable waits until the CA is in both configurations and the
+// server answers.
+func (s *Server) waitCallable(ctx context.Context) error {
+	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: time.Second}
+	waiting := "the webhook"
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		select {
+		case <-s.done:
+			return false, fmt.Errorf("the webhook stopped: %w", s.err)
+		default:
+		}
+		m := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		key := types.NamespacedName{Name: s.name}
+		if s.client.Get(ctx, key, m) != nil || s.client.Get(ctx, key, v) != nil ||
+			len(m.Webhooks[0].ClientConfig.CABundle) == 0 || len(v.Webhooks[0].ClientConfig.CABundle) == 0 {
+			waiting = "the CA in the webhook configurations"
+			return false, nil
+		}
+		resp, err := insecure.Get(s.URL + webhook.MutatePodsPath)
+		if err != nil {
+			waiting = err.Error()
+			return false, nil
+		}
+		resp.Body.Close()
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the webhook did not become callable (waiting for %s): %w", waiting, err)
+	}
+	return nil
+}
+
+// Stop stops the webhook, leaving its configurations, so that the API
+// server finds it down. It returns the webhook's error.
+func (s *Server) Stop() error {
+	s.stop()
+	<-s.done
+	return errors.Join(s.err, os.RemoveAll(s.dir))
+}
+
+// Close stops the webhook if it runs and removes its configurations.
+func (s *Server) Close() error {
+	err := s.Stop()
+	return errors.Join(err, s.removeConfigurations())
+}
+
+func (s *Server) removeConfigurations() error {
+	var errs []error
+	for _, obj := range []client.Object{
+		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: s.name}},
+		&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: s.name}},
+	} {
+		errs = append(errs, client.IgnoreNotFound(s.client.Delete(context.Background(), obj)))
+	}
+	return errors.Join(errs...)
+}
