@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -71,10 +70,7 @@ type PodMutator struct {
 
 // Handle implements admission.Handler.
 func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
-	start := time.Now()
-	resp, result := m.handle(ctx, req)
-	m.Metrics.observe("Pod", result, time.Since(start))
-	return resp
+	return m.Metrics.timed("Pod", func() (admission.Response, string) { return m.handle(ctx, req) })
 }
 
 func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
@@ -189,10 +185,7 @@ type TemplateValidator struct {
 
 // Handle implements admission.Handler.
 func (v *TemplateValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
-	start := time.Now()
-	resp, result := v.handle(ctx, req)
-	v.Metrics.observe("SandboxTemplate", result, time.Since(start))
-	return resp
+	return v.Metrics.timed("SandboxTemplate", func() (admission.Response, string) { return v.handle(ctx, req) })
 }
 
 func (v *TemplateValidator) handle(ctx context.Context, req admission.Request) (admission.Response, string) {

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
 // Metrics count admissions by kind and outcome and time them.
@@ -29,7 +30,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) observe(kind, result string, d time.Duration) {
+// timed answers an admission of kind with handle, which also names the
+// outcome, and records both and the time it took.
+func (m *Metrics) timed(kind string, handle func() (admission.Response, string)) admission.Response {
+	start := time.Now()
+	resp, result := handle()
 	m.admissions.WithLabelValues(kind, result).Inc()
-	m.latency.WithLabelValues(kind).Observe(d.Seconds())
+	m.latency.WithLabelValues(kind).Observe(time.Since(start).Seconds())
+	return resp
 }

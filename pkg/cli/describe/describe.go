@@ -98,11 +98,7 @@ func Run(w io.Writer, r inventory.Run, inv *inventory.Inventory, events []corev1
 	}
 	for i := range inv.Pools {
 		p := &inv.Pools[i]
-		want := 0
-		if p.Spec.Replicas != nil {
-			want = int(*p.Spec.Replicas)
-		}
-		fmt.Fprintf(tw, "  %s\t%d/%d\t%s\t%s\n", p.Name, p.Status.ReadyReplicas, want, inv.ImageOf(p), output.OrNone(inventory.Nodes(inv.PodsOf(p))))
+		fmt.Fprintf(tw, "  %s\t%d/%d\t%s\t%s\n", p.Name, p.Status.ReadyReplicas, inventory.Depth(p), inv.ImageOf(p), output.OrNone(inventory.Nodes(inv.PodsOf(p))))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

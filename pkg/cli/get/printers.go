@@ -109,12 +109,8 @@ func PoolsTable(inv *inventory.Inventory, now time.Time) *metav1.Table {
 	}}
 	for i := range inv.Pools {
 		p := &inv.Pools[i]
-		want := 0
-		if p.Spec.Replicas != nil {
-			want = int(*p.Spec.Replicas)
-		}
 		pods := inv.PodsOf(p)
-		t.Rows = append(t.Rows, row(p, inventory.RunOf(p), p.Name, ratio(int(p.Status.ReadyReplicas), want), inv.ImageOf(p),
+		t.Rows = append(t.Rows, row(p, inventory.RunOf(p), p.Name, ratio(int(p.Status.ReadyReplicas), inventory.Depth(p)), inv.ImageOf(p),
 			Age(p.CreationTimestamp, now), p.Spec.TemplateRef.Name, len(pods), output.OrNone(inventory.Nodes(pods))))
 	}
 	return t

@@ -162,3 +162,11 @@ func Nodes(pods []*corev1.Pod) string {
 
 // TaskOf is the id of the task claim c serves.
 func TaskOf(c *extensionsv1beta1.SandboxClaim) string { return c.Annotations[labels.TaskID] }
+
+// Depth is the number of sandboxes pool p is asked to keep.
+func Depth(p *extensionsv1beta1.SandboxWarmPool) int {
+	if p.Spec.Replicas == nil {
+		return 0
+	}
+	return int(*p.Spec.Replicas)
+}

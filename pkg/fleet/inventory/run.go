@@ -98,9 +98,7 @@ func (inv *Inventory) Runs() *RunList {
 		p := &inv.Pools[i]
 		r := get(p)
 		r.Status.Pools++
-		if p.Spec.Replicas != nil {
-			r.Status.WarmReplicas += int(*p.Spec.Replicas)
-		}
+		r.Status.WarmReplicas += Depth(p)
 		if img := inv.ImageOf(p); img != "" {
 			images[key{p.Namespace, RunOf(p)}][img] = true
 		}
