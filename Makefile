@@ -78,7 +78,7 @@ bench: testbin ## benchmark the claim path against a bare client on a local kwok
 	go run ./bench/claims -rounds 2
 
 .PHONY: bench-webhook
-bench-webhook: testbin ## benchmark asrl-webhook: decision and create latency at 200 Pods/s, creates/s as a ratio to no webhook (~10 min)
+bench-webhook: testbin ## benchmark asrl-webhook against no webhook and a policy-free webhook: latency at 200 Pods/s, creates/s ratios (~10 min)
 	go run ./bench/webhook -rounds 3
 
 .PHONY: cluster-up cluster-down
