@@ -27,8 +27,9 @@ import (
 
 // Server is a running webhook.
 type Server struct {
-	// URL is where it serves, https://localhost:PORT.
-	URL    string
+	// URL is where it serves, https://localhost:PORT; HealthURL and
+	// MetricsURL where /healthz, /readyz and /metrics are.
+	URL, HealthURL, MetricsURL string
 	client client.Client
 	name   string
 	dir    string
@@ -45,7 +46,7 @@ func Start(ctx context.Context, c *testcluster.Cluster, ns string) (*Server, err
 	if err != nil {
 		return nil, err
 	}
-	ports, err := testcluster.FreePorts(1)
+	ports, err := testcluster.FreePorts(3)
 	if err != nil {
 		return nil, err
 	}
@@ -53,8 +54,9 @@ func Start(ctx context.Context, c *testcluster.Cluster, ns string) (*Server, err
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{URL: "https://localhost:" + strconv.Itoa(ports[0]), client: clients.Client, name: "asrl-webhook-" + ns,
-		dir: dir, done: make(chan struct{})}
+	health, metrics := "127.0.0.1:"+strconv.Itoa(ports[1]), "127.0.0.1:"+strconv.Itoa(ports[2])
+	s := &Server{URL: "https://localhost:" + strconv.Itoa(ports[0]), HealthURL: "http://" + health, MetricsURL: "http://" + metrics,
+		client: clients.Client, name: "asrl-webhook-" + ns, dir: dir, done: make(chan struct{})}
 	for _, obj := range s.configurations(ns) {
 		if err := clients.Client.Create(ctx, obj); err != nil {
 			s.removeConfigurations()
@@ -66,7 +68,7 @@ func Start(ctx context.Context, c *testcluster.Cluster, ns string) (*Server, err
 	go func() {
 		defer close(s.done)
 		s.err = webhook.Run(runCtx, c.RESTConfig(), webhook.Options{
-			Host: "127.0.0.1", Port: ports[0], CertDir: dir, MetricsAddr: "0", HealthAddr: "0",
+			Host: "127.0.0.1", Port: ports[0], CertDir: dir, MetricsAddr: metrics, HealthAddr: health,
 			ManageCerts: true, SecretNamespace: ns, SecretName: "asrl-webhook-cert", DNSName: "localhost",
 			MutatingWebhook: s.name, ValidatingWebhook: s.name, WriteCertDir: true, StatusInterval: 200 * time.Millisecond,
 		})

@@ -65,12 +65,11 @@ type PodMutator struct {
 	// created moments before its Pod.
 	APIReader client.Reader
 	Counts    *Counts
-	Metrics   *Metrics
 }
 
 // Handle implements admission.Handler.
 func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
-	return m.Metrics.timed("Pod", func() (admission.Response, string) { return m.handle(ctx, req) })
+	return timed("Pod", func() (admission.Response, string) { return m.handle(ctx, req) })
 }
 
 func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
@@ -178,14 +177,13 @@ func (m *PodMutator) get(ctx context.Context, key types.NamespacedName, obj clie
 // of their namespace would refuse, so a bad template fails when it is
 // applied rather than when its first sandbox starts.
 type TemplateValidator struct {
-	Reader  client.Reader
-	Counts  *Counts
-	Metrics *Metrics
+	Reader client.Reader
+	Counts *Counts
 }
 
 // Handle implements admission.Handler.
 func (v *TemplateValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
-	return v.Metrics.timed("SandboxTemplate", func() (admission.Response, string) { return v.handle(ctx, req) })
+	return timed("SandboxTemplate", func() (admission.Response, string) { return v.handle(ctx, req) })
 }
 
 func (v *TemplateValidator) handle(ctx context.Context, req admission.Request) (admission.Response, string) {

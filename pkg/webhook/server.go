@@ -29,7 +29,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -81,12 +80,11 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
 	counts := &Counts{Client: mgr.GetClient(), Interval: o.StatusInterval}
-	metrics := NewMetrics(ctrlmetrics.Registry)
 	srv := webhook.NewServer(webhook.Options{Host: o.Host, Port: o.Port, CertDir: o.CertDir})
 	srv.Register(MutatePodsPath, &webhook.Admission{Handler: &PodMutator{
-		Reader: mgr.GetCache(), APIReader: mgr.GetAPIReader(), Counts: counts, Metrics: metrics}})
+		Reader: mgr.GetCache(), APIReader: mgr.GetAPIReader(), Counts: counts}})
 	srv.Register(ValidateTemplatesPath, &webhook.Admission{Handler: &TemplateValidator{
-		Reader: mgr.GetCache(), Counts: counts, Metrics: metrics}})
+		Reader: mgr.GetCache(), Counts: counts}})
 
 	certsReady := make(chan struct{})
 	if o.ManageCerts {

@@ -226,6 +226,27 @@ spec: {containers: [{name: sandbox, image: "busybox:1.36"}]}
 		}
 	})
 
+	t.Run("health, readiness and metrics are served", func(t *testing.T) {
+		for _, tt := range []struct{ url, want string }{
+			{s.HealthURL + "/healthz", "ok"},
+			{s.HealthURL + "/readyz", "ok"},
+			{s.MetricsURL + "/metrics", `asrl_webhook_admissions_total{kind="Pod",result="mutated"}`},
+			{s.MetricsURL + "/metrics", `asrl_webhook_admissions_total{kind="SandboxTemplate",result="denied"}`},
+			{s.MetricsURL + "/metrics", `asrl_webhook_admission_duration_seconds_bucket{kind="Pod"`},
+		} {
+			resp, err := http.Get(tt.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b bytes.Buffer
+			_, _ = b.ReadFrom(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || !strings.Contains(b.String(), tt.want) {
+				t.Errorf("%s: %d, lacks %q", tt.url, resp.StatusCode, tt.want)
+			}
+		}
+	})
+
 	t.Run("with the webhook down only sandbox Pods are refused", func(t *testing.T) {
 		if err := s.Stop(); err != nil {
 			t.Fatal(err)
