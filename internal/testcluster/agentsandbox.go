@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -56,18 +57,34 @@ func (c *Cluster) installCRDs(ctx context.Context) error {
 		}
 		names = append(names, crd.Name)
 	}
+	// Established is not enough: discovery, which controllers map kinds
+	// through when they start, may serve a new CRD a moment later.
 	for _, name := range names {
-		err := poll(ctx, "CRD "+name+" to be established", func(ctx context.Context) error {
+		err := poll(ctx, "CRD "+name+" to be established and discoverable", func(ctx context.Context) error {
 			crd, err := crds.Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
+			established := false
 			for _, cond := range crd.Status.Conditions {
-				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-					return nil
+				established = established || cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue
+			}
+			if !established {
+				return fmt.Errorf("CRD %s is not established", name)
+			}
+			for _, v := range crd.Spec.Versions {
+				if !v.Served {
+					continue
+				}
+				list, err := ext.Discovery().ServerResourcesForGroupVersion(crd.Spec.Group + "/" + v.Name)
+				if err != nil {
+					return err
+				}
+				if !slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == crd.Spec.Names.Plural }) {
+					return fmt.Errorf("discovery does not serve %s in %s/%s yet", crd.Spec.Names.Plural, crd.Spec.Group, v.Name)
 				}
 			}
-			return fmt.Errorf("CRD %s is not established", name)
+			return nil
 		})
 		if err != nil {
 			return err

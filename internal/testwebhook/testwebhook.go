@@ -30,10 +30,10 @@ type Server struct {
 	// URL is where it serves, https://localhost:PORT; HealthURL and
 	// MetricsURL where /healthz, /readyz and /metrics are.
 	URL, HealthURL, MetricsURL string
-	client client.Client
-	name   string
-	dir    string
-	stop   context.CancelFunc
+	client                     client.Client
+	name                       string
+	dir                        string
+	stop                       context.CancelFunc
 	// done is closed when the webhook has stopped, with err its error.
 	done chan struct{}
 	err  error
