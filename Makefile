@@ -47,6 +47,10 @@ e2e: testbin node-deps ## run the end-to-end suite alone, on the local cluster's
 e2e-kind: testbin ## run the end-to-end suite on a kind cluster (needs Docker and kind)
 	e2e/kind/run.sh
 
+.PHONY: image
+image: ## build the asrl-webhook image as a docker archive, dist/asrl-webhook.tar (no Docker needed; IMAGE_ARCH=arm64 for arm)
+	go run ./hack/image -tag ghcr.io/sandbox-fleet/asrl-webhook:$(VERSION) -out dist/asrl-webhook.tar -arch $(or $(IMAGE_ARCH),amd64) -ldflags "$(LDFLAGS)"
+
 .PHONY: generate
 generate: ## regenerate api/'s deep-copy functions and manifests/crd/ with controller-gen
 	cd hack/tools/controller-gen && go tool controller-gen object paths=../../../api/... \

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// The image runs the webhook binary as the non-root user the Deployment
+// asks for.
+func TestBuild(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "asrl-webhook.tar")
+	if err := Build(Options{Root: "../..", Tag: "example.com/asrl-webhook:test", Out: out, Arch: "amd64"}); err != nil {
+		t.Fatal(err)
+	}
+	tag, _ := name.NewTag("example.com/asrl-webhook:test")
+	img, err := tarball.ImageFromPath(out, &tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cf.OS != "linux" || cf.Architecture != "amd64" || cf.Config.User != "65532:65532" || strings.Join(cf.Config.Entrypoint, " ") != "/asrl-webhook" {
+		t.Errorf("config %s/%s user %q entrypoint %v", cf.OS, cf.Architecture, cf.Config.User, cf.Config.Entrypoint)
+	}
+	deployment, err := os.ReadFile("../../manifests/webhook/deployment.yaml")
+	if err != nil || !bytes.Contains(deployment, []byte("runAsUser: 65532")) {
+		t.Errorf("the Deployment does not run as the image's user 65532 (%v)", err)
+	}
+
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("%d layers (%v), want 1", len(layers), err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	found := map[string]bool{}
+	tr := tar.NewReader(rc)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := make([]byte, 4)
+		_, _ = io.ReadFull(tr, head)
+		switch hdr.Name {
+		case "asrl-webhook":
+			found[hdr.Name] = hdr.Mode == 0o755 && string(head) == "\x7fELF"
+		case "etc/passwd":
+			found[hdr.Name] = true
+		}
+	}
+	if !found["asrl-webhook"] || !found["etc/passwd"] {
+		t.Errorf("the layer lacks an executable /asrl-webhook or /etc/passwd: %v", found)
+	}
+}

@@ -1,0 +1,135 @@
+// Command image builds the asrl-webhook container image without a Docker
+// engine: the static binary and a passwd entry for its non-root user on
+// an empty base, written as a docker archive (`docker load`, `kind load
+// image-archive`) — `make image`.
+//
+//	go run ./hack/image -tag ghcr.io/sandbox-fleet/asrl-webhook:v0.1.0 -out dist/asrl-webhook.tar [-arch arm64]
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// nonroot is the user the webhook runs as, matching the Deployment's
+// runAsUser.
+const nonroot = 65532
+
+func main() {
+	o := Options{Root: "."}
+	flag.StringVar(&o.Tag, "tag", "ghcr.io/sandbox-fleet/asrl-webhook:dev", "image reference")
+	flag.StringVar(&o.Out, "out", "dist/asrl-webhook.tar", "docker archive to write")
+	flag.StringVar(&o.Arch, "arch", "amd64", "GOARCH of the image")
+	flag.StringVar(&o.LDFlags, "ldflags", "", "go build -ldflags")
+	flag.Parse()
+	if err := Build(o); err != nil {
+		fmt.Fprintln(os.Stderr, "image:", err)
+		os.Exit(1)
+	}
+}
+
+// Options of an image build.
+type Options struct {
+	// Root is the module's directory; a relative Out is in it.
+	Root                    string
+	Tag, Out, Arch, LDFlags string
+}
+
+// Build compiles cmd/asrl-webhook for linux/Arch and writes its image to
+// Out. Files carry a fixed time, so a build is reproducible.
+func Build(o Options) error {
+	tag, err := name.NewTag(o.Tag)
+	if err != nil {
+		return fmt.Errorf("-tag %q: %w", o.Tag, err)
+	}
+	tmp, err := os.MkdirTemp("", "asrl-webhook-image-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	bin := filepath.Join(tmp, "asrl-webhook")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", o.LDFlags, "-o", bin, "./cmd/asrl-webhook")
+	build.Dir = o.Root
+	build.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+o.Arch, "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	binary, err := os.ReadFile(bin)
+	if err != nil {
+		return err
+	}
+	layer, err := layer([]file{
+		{"etc/passwd", []byte(fmt.Sprintf("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:%d:%d:nonroot:/home/nonroot:/sbin/nologin\n", nonroot, nonroot)), 0o644},
+		{"etc/group", []byte(fmt.Sprintf("root:x:0:\nnonroot:x:%d:\n", nonroot)), 0o644},
+		{"asrl-webhook", binary, 0o755},
+	})
+	if err != nil {
+		return err
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return err
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture, cf.Created = "linux", o.Arch, v1.Time{Time: time.Unix(0, 0)}
+	cf.Config = v1.Config{
+		Entrypoint: []string{"/asrl-webhook"},
+		User:       fmt.Sprintf("%d:%d", nonroot, nonroot),
+		WorkingDir: "/",
+		Labels:     map[string]string{"org.opencontainers.image.source": "https://github.com/sandbox-fleet/sandbox-fleet"},
+	}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		return err
+	}
+	out := o.Out
+	if !filepath.IsAbs(out) {
+		out = filepath.Join(o.Root, out)
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	return tarball.WriteToFile(out, tag, img)
+}
+
+type file struct {
+	path string
+	data []byte
+	mode int64
+}
+
+// layer is one image layer holding files.
+func layer(files []file) (v1.Layer, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, f := range files {
+		hdr := &tar.Header{Name: f.path, Mode: f.mode, Size: int64(len(f.data)), ModTime: time.Unix(0, 0), Typeflag: tar.TypeReg, Format: tar.FormatPAX}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(f.data); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	data := buf.Bytes()
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+}
