@@ -32,8 +32,7 @@ func main() {
 	klog.InitFlags(nil)
 	flag.Parse()
 
-	o.DNSName = fmt.Sprintf("%s.%s.svc", service, o.SecretNamespace)
-	o.ExtraDNSNames = []string{service, fmt.Sprintf("%s.%s", service, o.SecretNamespace), o.DNSName + ".cluster.local"}
+	o.DNSName, o.ExtraDNSNames = webhook.ServiceDNSNames(service, o.SecretNamespace)
 	if o.ManageCerts && o.SecretNamespace == "" {
 		fmt.Fprintln(os.Stderr, "asrl-webhook: --secret-namespace (or $POD_NAMESPACE) is needed to manage certificates")
 		os.Exit(2)

@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
@@ -57,7 +60,11 @@ func Start(ctx context.Context, c *testcluster.Cluster, ns string) (*Server, err
 	health, metrics := "127.0.0.1:"+strconv.Itoa(ports[1]), "127.0.0.1:"+strconv.Itoa(ports[2])
 	s := &Server{URL: "https://localhost:" + strconv.Itoa(ports[0]), HealthURL: "http://" + health, MetricsURL: "http://" + metrics,
 		client: clients.Client, name: "asrl-webhook-" + ns, dir: dir, done: make(chan struct{})}
-	for _, obj := range s.configurations(ns) {
+	configurations, err := s.configurations(ns)
+	if err != nil {
+		return nil, err
+	}
+	for _, obj := range configurations {
 		if err := clients.Client.Create(ctx, obj); err != nil {
 			s.removeConfigurations()
 			return nil, err
@@ -80,35 +87,64 @@ func Start(ctx context.Context, c *testcluster.Cluster, ns string) (*Server, err
 	return s, nil
 }
 
-// configurations are the webhook configurations of a deployment, with
-// the server's URL in place of its Service and a namespace selector
-// keeping them to ns.
-func (s *Server) configurations(ns string) []client.Object {
-	fail := admissionregistrationv1.Fail
-	sideEffects := admissionregistrationv1.SideEffectClassNoneOnDryRun
-	ifNeeded := admissionregistrationv1.IfNeededReinvocationPolicy
-	timeout := int32(5)
+// configurations are the webhook configurations the manifests ship
+// (manifests/webhook/webhooks.yaml), renamed for ns, with the server's URL
+// in place of the Service and a namespace selector keeping them to ns, so
+// the tests run the failure policy, selectors and rules users get.
+func (s *Server) configurations(ns string) ([]client.Object, error) {
+	path, err := manifest()
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	docs := strings.Split(string(b), "\n---\n")
+	if len(docs) != 2 {
+		return nil, fmt.Errorf("%s: want a MutatingWebhookConfiguration and a ValidatingWebhookConfiguration, found %d documents", path, len(docs))
+	}
+	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{}
+	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	for i, obj := range []any{mutating, validating} {
+		if err := yaml.UnmarshalStrict([]byte(docs[i]), obj); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
 	selectNS := &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}
-	sandboxPods := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: webhook.SandboxPodLabel, Operator: metav1.LabelSelectorOpExists}}}
-	url := func(path string) *string { u := s.URL + path; return &u }
-	return []client.Object{
-		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: s.name},
-			Webhooks: []admissionregistrationv1.MutatingWebhook{{
-				Name: "sandbox-pods.sandbox-fleet.io", ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: url(webhook.MutatePodsPath)},
-				Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-					Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}},
-				FailurePolicy: &fail, SideEffects: &sideEffects, ReinvocationPolicy: &ifNeeded, TimeoutSeconds: &timeout,
-				NamespaceSelector: selectNS, ObjectSelector: sandboxPods, AdmissionReviewVersions: []string{"v1"},
-			}}},
-		&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: s.name},
-			Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-				Name: "sandbox-templates.sandbox-fleet.io", ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: url(webhook.ValidateTemplatesPath)},
-				Rules: []admissionregistrationv1.RuleWithOperations{{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"extensions.agents.x-k8s.io"}, APIVersions: []string{"*"}, Resources: []string{"sandboxtemplates"}}}},
-				FailurePolicy: &fail, SideEffects: &sideEffects, TimeoutSeconds: &timeout,
-				NamespaceSelector: selectNS, AdmissionReviewVersions: []string{"v1"},
-			}}},
+	at := func(cc *admissionregistrationv1.WebhookClientConfig) {
+		url := s.URL + *cc.Service.Path
+		*cc = admissionregistrationv1.WebhookClientConfig{URL: &url}
+	}
+	mutating.Name, validating.Name = s.name, s.name
+	for i := range mutating.Webhooks {
+		at(&mutating.Webhooks[i].ClientConfig)
+		mutating.Webhooks[i].NamespaceSelector = selectNS
+	}
+	for i := range validating.Webhooks {
+		at(&validating.Webhooks[i].ClientConfig)
+		validating.Webhooks[i].NamespaceSelector = selectNS
+	}
+	return []client.Object{mutating, validating}, nil
+}
+
+// manifest finds manifests/webhook/webhooks.yaml above the working
+// directory: the package's for a test, the checkout's for a benchmark.
+func manifest() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		path := filepath.Join(dir, "manifests", "webhook", "webhooks.yaml")
+		if _, err := os.Stat(path); err == nil {
+			return path, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("manifests/webhook/webhooks.yaml not found above the working directory")
+		}
+		dir = parent
 	}
 }
 

@@ -471,7 +471,7 @@ func (f *Fleet) freeSandboxes(p *placed, pods []corev1.Pod) int {
 			continue
 		}
 		live[pod.Name] = true
-		if !p.held[pod.Name] && podReady(pod) {
+		if !p.held[pod.Name] && claim.PodReady(pod) {
 			free++
 		}
 	}
@@ -481,15 +481,6 @@ func (f *Fleet) freeSandboxes(p *placed, pods []corev1.Pod) int {
 		}
 	}
 	return free - p.pending
-}
-
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // Release gives a sandbox back: its claim, and with it the sandbox, is

@@ -78,27 +78,21 @@ func NewPlan(cfg config.Fleet, ts []tasks.Task) Plan {
 		p.Windows = append(p.Windows, w)
 	}
 
-	warm, peakAt := 0, 0
+	// The most warm at once: a window, and under pipelined the next one
+	// warming beside it.
+	warm := 0
 	for i, w := range p.Windows {
 		at := w.Replicas
 		if cfg.Strategy == "pipelined" && i+1 < len(p.Windows) {
 			at += p.Windows[i+1].Replicas
 		}
-		if at > warm {
-			warm, peakAt = at, i
-		}
+		warm = max(warm, at)
 	}
 	p.Peak.Pods = warm + min(p.Concurrency, len(ts))
 	requests := cfg.Template.Resources.Requests
 	p.Peak.CPU = times(requests[corev1.ResourceCPU], p.Peak.Pods)
 	p.Peak.Memory = times(requests[corev1.ResourceMemory], p.Peak.Pods)
-	if avg := cfg.Disk.AvgImageGB; avg > 0 && len(p.Windows) > 0 {
-		replicas := p.Windows[peakAt].Replicas
-		if cfg.Strategy == "pipelined" && peakAt+1 < len(p.Windows) {
-			replicas += p.Windows[peakAt+1].Replicas
-		}
-		p.Peak.DiskGB = float64(replicas) * avg
-	}
+	p.Peak.DiskGB = float64(warm) * cfg.Disk.AvgImageGB
 	if limit := cfg.MaxLiveSandboxes; limit > 0 && p.Peak.Pods > limit {
 		p.Warnings = append(p.Warnings, fmt.Sprintf(
 			"the run holds up to %d sandboxes at once but maxLiveSandboxes is %d: the runaway breaker would stop it; raise maxLiveSandboxes or lower maxConcurrent and concurrency",

@@ -88,21 +88,12 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 
 	certsReady := make(chan struct{})
 	if o.ManageCerts {
-		// The rotator fills the Secret in but does not create it; the
-		// manifests do, and so does this, for a webhook run without them.
-		// Read first: the manifests grant no create, and a create of an
-		// existing Secret would be refused for that, not for existing.
 		key := types.NamespacedName{Namespace: o.SecretNamespace, Name: o.SecretName}
-		if err := mgr.GetAPIReader().Get(ctx, key, &corev1.Secret{}); apierrors.IsNotFound(err) {
-			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: o.SecretNamespace, Name: o.SecretName}}
-			if err := mgr.GetClient().Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
-				return fmt.Errorf("creating the certificate Secret %s: %w", key, err)
-			}
-		} else if err != nil {
-			return fmt.Errorf("reading the certificate Secret %s: %w", key, err)
+		if err := ensureSecret(ctx, mgr, key); err != nil {
+			return err
 		}
 		if err := rotator.AddRotator(mgr, &rotator.CertRotator{
-			SecretKey:      types.NamespacedName{Namespace: o.SecretNamespace, Name: o.SecretName},
+			SecretKey:      key,
 			CertDir:        o.CertDir,
 			CAName:         "asrl-webhook-ca",
 			CAOrganization: "sandbox-fleet",
@@ -162,6 +153,32 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		}
 	}
 	return mgr.Start(ctx)
+}
+
+// ensureSecret creates the certificate Secret key unless it exists: the
+// rotator fills a Secret in but does not create it. It reads first, since
+// the manifests, which create the Secret, grant no create, and a create
+// of an existing Secret would then be refused as forbidden.
+func ensureSecret(ctx context.Context, mgr manager.Manager, key types.NamespacedName) error {
+	err := mgr.GetAPIReader().Get(ctx, key, &corev1.Secret{})
+	if apierrors.IsNotFound(err) {
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+		if err := mgr.GetClient().Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating the certificate Secret %s: %w", key, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading the certificate Secret %s: %w", key, err)
+	}
+	return nil
+}
+
+// ServiceDNSNames are the names a Service's clients may use for it: the
+// certificate's DNS name and the others it must also hold.
+func ServiceDNSNames(service, namespace string) (name string, extra []string) {
+	name = service + "." + namespace + ".svc"
+	return name, []string{service, service + "." + namespace, name + ".cluster.local"}
 }
 
 // writeCertDir keeps dir's tls.crt and tls.key equal to those of the Secret

@@ -6,7 +6,6 @@ package get
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -19,17 +18,17 @@ import (
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/output"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 )
 
 type options struct {
-	configFlags   *genericclioptions.ConfigFlags
-	streams       genericiooptions.IOStreams
-	print         PrintOptions
-	runID         string
-	allNamespaces bool
+	configFlags *genericclioptions.ConfigFlags
+	streams     genericiooptions.IOStreams
+	print       PrintOptions
+	runID       string
 }
 
 // kind is what a sub-verb lists.
@@ -82,7 +81,7 @@ columns), the objects as JSON or YAML, or their names.`,
 	pf := cmd.PersistentFlags()
 	pf.StringVarP(&o.print.Format, "output", "o", "table", "output format: "+strings.Join(Formats, ", "))
 	pf.StringVar(&o.runID, "run-id", "", "only this run's objects")
-	pf.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "list in every namespace")
+	pf.BoolVarP(&o.print.AllNamespaces, "all-namespaces", "A", false, "list in every namespace")
 	pf.BoolVar(&o.print.NoHeaders, "no-headers", false, "print tables without their header")
 	_ = cmd.RegisterFlagCompletionFunc("run-id", CompleteRunIDs(configFlags))
 	for _, k := range kinds {
@@ -99,18 +98,17 @@ columns), the objects as JSON or YAML, or their names.`,
 }
 
 func (o *options) run(ctx context.Context, k kind) error {
-	if !slices.Contains(Formats, o.print.Format) {
-		return usage.Errorf("unknown output format %q: use one of %s", o.print.Format, strings.Join(Formats, ", "))
+	if err := output.Validate(o.print.Format, Formats...); err != nil {
+		return err
 	}
 	clients, err := kube.FromFlags(o.configFlags)
 	if err != nil {
 		return err
 	}
 	namespace := clients.Namespace
-	if o.allNamespaces {
+	if o.print.AllNamespaces {
 		namespace = ""
 	}
-	o.print.AllNamespaces = o.allNamespaces
 	inv, err := inventory.List(ctx, clients.Client, namespace, o.runID)
 	if err != nil {
 		return fmt.Errorf("listing %s on %s: %w", k.plural, clients.Config.Host, err)

@@ -13,7 +13,6 @@ import (
 	"k8s.io/cli-runtime/pkg/printers"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/output"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
 )
 
@@ -51,7 +50,7 @@ func Print(w io.Writer, list runtime.Object, table *metav1.Table, opts PrintOpti
 			return (&printers.NamePrinter{}).PrintObj(item, w)
 		})
 	default:
-		return usage.Errorf("unknown output format %q: use one of %s", opts.Format, strings.Join(Formats, ", "))
+		return output.Validate(opts.Format, Formats...)
 	}
 	return (&printers.OmitManagedFieldsPrinter{Delegate: p}).PrintObj(list, w)
 }

@@ -91,3 +91,13 @@ func (p *Patience) Judge(t *Trouble) (giveUp bool, recheck time.Duration) {
 	}
 	return true, 0
 }
+
+// PodReady reports whether pod's Ready condition is true.
+func PodReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

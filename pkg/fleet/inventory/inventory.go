@@ -43,9 +43,12 @@ func List(ctx context.Context, c client.Client, namespace, runID string) (*Inven
 	pools := &extensionsv1beta1.SandboxWarmPoolList{}
 	claims := &extensionsv1beta1.SandboxClaimList{}
 	pods := &corev1.PodList{}
-	for _, list := range []client.ObjectList{templates, pools, claims, pods} {
-		if err := c.List(ctx, list, opts...); err != nil {
-			return nil, fmt.Errorf("listing %s: %w", kindOf(list), err)
+	for _, l := range []struct {
+		kind string
+		list client.ObjectList
+	}{{"SandboxTemplates", templates}, {"SandboxWarmPools", pools}, {"SandboxClaims", claims}, {"Pods", pods}} {
+		if err := c.List(ctx, l.list, opts...); err != nil {
+			return nil, fmt.Errorf("listing %s: %w", l.kind, err)
 		}
 	}
 	inv := &Inventory{Templates: templates.Items, Pools: pools.Items, Claims: claims.Items, Pods: pods.Items}
@@ -61,22 +64,8 @@ func List(ctx context.Context, c client.Client, namespace, runID string) (*Inven
 	return inv, nil
 }
 
-func kindOf(list client.ObjectList) string {
-	return strings.TrimSuffix(fmt.Sprintf("%T", list)[len("*"):], "List")
-}
-
 // RunOf is the run an object belongs to.
 func RunOf(o metav1.Object) string { return o.GetLabels()[labels.RunID] }
-
-// PodReady reports whether pod's Ready condition is true.
-func PodReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
 
 // ClaimReady reports whether c's sandbox is Ready.
 func ClaimReady(c *extensionsv1beta1.SandboxClaim) bool {

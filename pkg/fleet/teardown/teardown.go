@@ -8,8 +8,6 @@ import (
 	"slices"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -38,39 +36,25 @@ func Run(ctx context.Context, c client.Client, tr *tracker.Tracker, namespace, r
 	return tr.WaitEmpty(ctx)
 }
 
-// kind is a kind of object a run leaves, by name.
-type kind struct {
-	name string
-	list func() client.ObjectList
-}
-
-func kinds() []kind {
-	return []kind{
-		{"SandboxClaim", func() client.ObjectList { return &extensionsv1beta1.SandboxClaimList{} }},
-		{"SandboxWarmPool", func() client.ObjectList { return &extensionsv1beta1.SandboxWarmPoolList{} }},
-		{"SandboxTemplate", func() client.ObjectList { return &extensionsv1beta1.SandboxTemplateList{} }},
-		{"Pod", func() client.ObjectList { return &corev1.PodList{} }},
-	}
-}
-
 // Leftovers lists, as kind/name, what of run runID is still in the
 // namespace, read from the API server rather than a cache.
 func Leftovers(ctx context.Context, c client.Client, namespace, runID string) ([]string, error) {
+	inv, err := inventory.List(ctx, c, namespace, runID)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", runID, err)
+	}
 	var left []string
-	for _, k := range kinds() {
-		kind, list := k.name, k.list()
-		if err := c.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels(labels.ForRun(runID))); err != nil {
-			return nil, fmt.Errorf("listing %s objects of run %s: %w", kind, runID, err)
-		}
-		items, err := apimeta.ExtractList(list)
-		if err != nil {
-			return nil, err
-		}
-		for _, it := range items {
-			if o, ok := it.(client.Object); ok {
-				left = append(left, kind+"/"+o.GetName())
-			}
-		}
+	for _, t := range inv.Templates {
+		left = append(left, "SandboxTemplate/"+t.Name)
+	}
+	for _, p := range inv.Pools {
+		left = append(left, "SandboxWarmPool/"+p.Name)
+	}
+	for _, c := range inv.Claims {
+		left = append(left, "SandboxClaim/"+c.Name)
+	}
+	for _, p := range inv.Pods {
+		left = append(left, "Pod/"+p.Name)
 	}
 	slices.Sort(left)
 	return left, nil
