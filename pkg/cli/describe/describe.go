@@ -91,66 +91,41 @@ func Run(w io.Writer, r inventory.Run, inv *inventory.Inventory, events []corev1
 		return err
 	}
 
-	section(w, "Warm Pools", len(inv.Pools))
-	tw = indented(w)
-	if len(inv.Pools) > 0 {
-		fmt.Fprintln(tw, "  NAME\tREADY\tIMAGE\tNODES")
-	}
+	var pools, claims, troubled, happened [][]string
 	for i := range inv.Pools {
 		p := &inv.Pools[i]
-		fmt.Fprintf(tw, "  %s\t%d/%d\t%s\t%s\n", p.Name, p.Status.ReadyReplicas, inventory.Depth(p), inv.ImageOf(p), output.OrNone(inventory.Nodes(inv.PodsOf(p))))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-
-	section(w, "Claims", len(inv.Claims))
-	tw = indented(w)
-	if len(inv.Claims) > 0 {
-		fmt.Fprintln(tw, "  NAME\tTASK\tSTATUS\tNODE\tAGE")
+		pools = append(pools, []string{p.Name, fmt.Sprintf("%d/%d", p.Status.ReadyReplicas, inventory.Depth(p)),
+			inv.ImageOf(p), output.OrNone(inventory.Nodes(inv.PodsOf(p)))})
 	}
 	for i := range inv.Claims {
 		c := &inv.Claims[i]
-		node := "<none>"
-		if pod := inv.PodOf(c); pod != nil {
-			node = output.OrNone(pod.Spec.NodeName)
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", c.Name, output.OrNone(inventory.TaskOf(c)), inv.Status(c), node, get.Age(c.CreationTimestamp, now))
+		claims = append(claims, []string{c.Name, output.OrNone(inventory.TaskOf(c)), inv.Status(c),
+			output.OrNone(inv.NodeOf(c)), get.Age(c.CreationTimestamp, now)})
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-
-	var troubled []*corev1.Pod
 	for i := range inv.Pods {
-		if claim.Classify(&inv.Pods[i]) != nil {
-			troubled = append(troubled, &inv.Pods[i])
+		p := &inv.Pods[i]
+		if t := claim.Classify(p); t != nil {
+			troubled = append(troubled, []string{p.Name, t.Reason, output.OrNone(p.Spec.NodeName), oneLine(t.Message)})
 		}
 	}
-	section(w, "Pods in Trouble", len(troubled))
-	tw = indented(w)
-	if len(troubled) > 0 {
-		fmt.Fprintln(tw, "  POD\tREASON\tNODE\tMESSAGE")
+	for _, e := range about(events, inv) {
+		happened = append(happened, []string{e.Type, e.Reason, get.Age(e.LastTimestamp, now),
+			strings.ToLower(e.InvolvedObject.Kind) + "/" + e.InvolvedObject.Name, oneLine(e.Message)})
 	}
-	for _, p := range troubled {
-		t := claim.Classify(p)
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", p.Name, t.Reason, output.OrNone(p.Spec.NodeName), oneLine(t.Message))
+	for _, sec := range []struct {
+		title, header string
+		rows          [][]string
+	}{
+		{"Warm Pools", "NAME\tREADY\tIMAGE\tNODES", pools},
+		{"Claims", "NAME\tTASK\tSTATUS\tNODE\tAGE", claims},
+		{"Pods in Trouble", "POD\tREASON\tNODE\tMESSAGE", troubled},
+		{"Events", "TYPE\tREASON\tAGE\tOBJECT\tMESSAGE", happened},
+	} {
+		if err := section(w, sec.title, sec.header, sec.rows); err != nil {
+			return err
+		}
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-
-	mine := about(events, inv)
-	section(w, "Events", len(mine))
-	tw = indented(w)
-	if len(mine) > 0 {
-		fmt.Fprintln(tw, "  TYPE\tREASON\tAGE\tOBJECT\tMESSAGE")
-	}
-	for _, e := range mine {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s/%s\t%s\n", e.Type, e.Reason, get.Age(e.LastTimestamp, now),
-			strings.ToLower(e.InvolvedObject.Kind), e.InvolvedObject.Name, oneLine(e.Message))
-	}
-	return tw.Flush()
+	return nil
 }
 
 // about picks the latest events about the run's objects and sandboxes,
@@ -190,15 +165,21 @@ func about(events []corev1.Event, inv *inventory.Inventory) []corev1.Event {
 	return out
 }
 
-func section(w io.Writer, title string, n int) {
-	if n == 0 {
-		fmt.Fprintf(w, "%s:  <none>\n", title)
-		return
+// section writes a titled table of rows under a tab-separated header,
+// indented, or <none> when there are no rows, as kubectl describe does.
+func section(w io.Writer, title, header string, rows [][]string) error {
+	if len(rows) == 0 {
+		_, err := fmt.Fprintf(w, "%s:  <none>\n", title)
+		return err
 	}
 	fmt.Fprintf(w, "%s:\n", title)
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "  "+header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, "  "+strings.Join(r, "\t"))
+	}
+	return tw.Flush()
 }
-
-func indented(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 8, 2, ' ', 0) }
 
 func pointers(pods []corev1.Pod) []*corev1.Pod {
 	out := make([]*corev1.Pod, len(pods))

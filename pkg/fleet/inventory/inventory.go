@@ -90,6 +90,14 @@ func (inv *Inventory) PodOf(c *extensionsv1beta1.SandboxClaim) *corev1.Pod {
 	return nil
 }
 
+// NodeOf is the node of claim c's sandbox, "" while it has none.
+func (inv *Inventory) NodeOf(c *extensionsv1beta1.SandboxClaim) string {
+	if pod := inv.PodOf(c); pod != nil {
+		return pod.Spec.NodeName
+	}
+	return ""
+}
+
 // PodsOf returns the Pods of pool p: its warm sandboxes and those claimed
 // from it.
 func (inv *Inventory) PodsOf(p *extensionsv1beta1.SandboxWarmPool) []*corev1.Pod {
