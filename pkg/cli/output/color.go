@@ -2,26 +2,17 @@ package output
 
 import (
 	"io"
-	"os"
 
-	"golang.org/x/term"
+	"k8s.io/cli-runtime/pkg/printers"
 )
 
-// IsTerminal reports whether w is a terminal.
-func IsTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
-}
-
 // Palette colours words of human output. It is off unless the output is a
-// terminal, so files and pipes never receive escape sequences, and it
-// honours NO_COLOR (https://no-color.org) and TERM=dumb.
+// terminal that takes colour, as kubectl decides it: files and pipes never
+// receive escape sequences, and NO_COLOR and TERM=dumb are honoured.
 type Palette struct{ on bool }
 
 // Colors returns the palette for output written to w.
-func Colors(w io.Writer) Palette {
-	return Palette{on: IsTerminal(w) && os.Getenv("NO_COLOR") == "" && os.Getenv("TERM") != "dumb"}
-}
+func Colors(w io.Writer) Palette { return Palette{on: printers.AllowsColorOutput(w)} }
 
 // Good marks a success.
 func (p Palette) Good(s string) string { return p.paint("32", s) }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/cli-runtime/pkg/printers"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/inputs"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/output"
@@ -240,7 +241,7 @@ func (o *options) run(parent context.Context) error {
 		output.Count(len(f.Plan.Pools), "image"), o.cfg.Strategy, output.Count(len(f.Clusters), "cluster"))
 	var printer *progress.Printer
 	if !o.quiet {
-		printer = progress.Start(o.streams.ErrOut, output.IsTerminal(o.streams.ErrOut), o.progressInterval, f.Progress)
+		printer = progress.Start(o.streams.ErrOut, printers.IsTerminal(o.streams.ErrOut), o.progressInterval, f.Progress)
 	}
 	rep, runErr := f.Run(ctx, fleet.RunOptions{
 		Work:        o.workFn,
