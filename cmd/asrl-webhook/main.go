@@ -16,7 +16,7 @@ import (
 
 func main() {
 	o := webhook.Options{}
-	var service string
+	var service, dnsName string
 	flag.StringVar(&o.Host, "host", "", "address the TLS server listens on (default: all)")
 	flag.IntVar(&o.Port, "port", 9443, "port the TLS server listens on")
 	flag.StringVar(&o.CertDir, "cert-dir", "/certs", "directory of tls.crt and tls.key")
@@ -26,6 +26,8 @@ func main() {
 	flag.StringVar(&o.SecretNamespace, "secret-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the certificate Secret (default: $POD_NAMESPACE)")
 	flag.StringVar(&o.SecretName, "secret-name", "asrl-webhook-cert", "name of the certificate Secret")
 	flag.StringVar(&service, "service-name", "asrl-webhook", "the webhook's Service, whose DNS name the certificate is for")
+	flag.StringVar(&dnsName, "dns-name", "", "DNS name the serving certificate is for instead of the Service's, for a webhook called by URL")
+	flag.BoolVar(&o.WriteCertDir, "write-cert-dir", false, "copy the certificate from its Secret into --cert-dir, for a webhook that runs outside a Pod mounting it")
 	flag.StringVar(&o.MutatingWebhook, "mutating-webhook-configuration", "asrl-webhook", "MutatingWebhookConfiguration whose caBundle the rotator sets")
 	flag.StringVar(&o.ValidatingWebhook, "validating-webhook-configuration", "asrl-webhook", "ValidatingWebhookConfiguration whose caBundle the rotator sets")
 	flag.DurationVar(&o.StatusInterval, "status-interval", 10*time.Second, "how often policy statuses receive the mutation and denial counts")
@@ -33,6 +35,9 @@ func main() {
 	flag.Parse()
 
 	o.DNSName, o.ExtraDNSNames = webhook.ServiceDNSNames(service, o.SecretNamespace)
+	if dnsName != "" {
+		o.DNSName, o.ExtraDNSNames = dnsName, nil
+	}
 	if o.ManageCerts && o.SecretNamespace == "" {
 		fmt.Fprintln(os.Stderr, "asrl-webhook: --secret-namespace (or $POD_NAMESPACE) is needed to manage certificates")
 		os.Exit(2)

@@ -38,7 +38,7 @@ type Cluster struct {
 	dir    string
 	bins   binaries
 	pki    *pki
-	procs  []*process
+	procs  []*Process
 	config *rest.Config
 	kube   kubernetes.Interface
 	node   *realNode
@@ -149,13 +149,25 @@ func (c *Cluster) start(ctx context.Context) error {
 // waitFunc waits for a started component to be ready.
 type waitFunc func(context.Context) error
 
-func (c *Cluster) run(name string, args []string, env ...string) (*process, error) {
-	p, err := startProcess(name, c.bins.bin(name), args, env, c.LogDir(), c.opts.detached)
+func (c *Cluster) run(name string, args []string, env ...string) (*Process, error) {
+	p, err := startProcess(name, c.bins.bin(name), args, env, c.LogDir(), c.opts.detached, c.opts.cpus)
 	if err != nil {
 		return nil, err
 	}
 	c.procs = append(c.procs, p)
 	c.cleanups = append(c.cleanups, func() error { return p.stop(10 * time.Second) })
+	return p, nil
+}
+
+// StartProcess runs bin next to the cluster's components, on cpus if any
+// (nil: wherever the scheduler likes), logging to LogDir()/name.log. Like
+// them it dies with this process, and Stop stops it if it still runs.
+func (c *Cluster) StartProcess(name, bin string, args []string, cpus []int, env ...string) (*Process, error) {
+	p, err := startProcess(name, bin, args, env, c.LogDir(), c.opts.detached, cpus)
+	if err != nil {
+		return nil, err
+	}
+	c.cleanups = append(c.cleanups, p.Stop)
 	return p, nil
 }
 
@@ -215,7 +227,8 @@ func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error 
 		// The kubernetes Service's endpoint would be 127.0.0.1, which
 		// Endpoints reject; nothing in the cluster needs to reach it.
 		"--endpoint-reconciler-type=none",
-		"--profiling=false",
+		// Benchmarks read its CPU profile (/debug/pprof, for system:masters).
+		"--profiling=true",
 	})
 	if err != nil {
 		return err
@@ -318,7 +331,7 @@ func kubeconfigFlags(path string) []string {
 
 // healthz waits for a component's secure /healthz, which serves a
 // self-signed certificate and needs no client credentials.
-func healthz(p *process, port int) waitFunc {
+func healthz(p *Process, port int) waitFunc {
 	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: insecureTLS()}}
 	return func(ctx context.Context) error {
 		return p.waitFor(ctx, "healthz", httpOK(insecure, fmt.Sprintf("https://127.0.0.1:%d/healthz", port)))

@@ -16,6 +16,7 @@ type options struct {
 	dir          string
 	detached     bool
 	realNode     bool
+	cpus         []int
 }
 
 func defaultOptions() options {
@@ -85,4 +86,11 @@ func Detached() Option {
 // image pulls, exec, logs and disk usage are what they would be anywhere.
 func WithRealNode() Option {
 	return func(o *options) { o.realNode = true }
+}
+
+// WithCPUs runs every component on the given CPUs only, so that a
+// benchmark can keep the control plane apart from what it measures, as a
+// real cluster keeps it on nodes of its own.
+func WithCPUs(cpus ...int) Option {
+	return func(o *options) { o.cpus = cpus }
 }

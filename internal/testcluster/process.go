@@ -11,11 +11,14 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// process is one component the cluster started, with its output in a log
-// file of its own.
-type process struct {
+// Process is one component the cluster started, or a program a test
+// started next to them (StartProcess), with its output in a log file of
+// its own.
+type Process struct {
 	name    string
 	cmd     *exec.Cmd
 	logPath string
@@ -32,16 +35,40 @@ var spawnRequests = make(chan spawnRequest)
 
 type spawnRequest struct {
 	cmd *exec.Cmd
-	err chan error
+	// cpus, if any, are the CPUs the child may run on: it inherits the
+	// affinity of the thread that forks it.
+	cpus []int
+	err  chan error
 }
 
 func init() {
 	go func() {
 		runtime.LockOSThread()
+		var all unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &all); err != nil {
+			panic(fmt.Sprintf("reading the spawner thread's CPU affinity: %v", err))
+		}
 		for r := range spawnRequests {
-			r.err <- r.cmd.Start()
+			r.err <- startOn(r.cmd, r.cpus, &all)
 		}
 	}()
+}
+
+// startOn starts cmd from the calling, locked thread, on cpus if any,
+// and then gives the thread back its affinity all.
+func startOn(cmd *exec.Cmd, cpus []int, all *unix.CPUSet) error {
+	if len(cpus) == 0 {
+		return cmd.Start()
+	}
+	var set unix.CPUSet
+	for _, cpu := range cpus {
+		set.Set(cpu)
+	}
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return fmt.Errorf("running on CPUs %v: %w", cpus, err)
+	}
+	defer func() { _ = unix.SchedSetaffinity(0, all) }()
+	return cmd.Start()
 }
 
 // startProcess runs bin with args, logging to logDir/name.log. Unless
@@ -49,7 +76,7 @@ func init() {
 // stopping it (a panic, a test timeout, SIGKILL), so no test leaves a
 // component running. Either way it gets a process group of its own, so
 // stopping it also stops anything it started.
-func startProcess(name, bin string, args, env []string, logDir string, detached bool) (*process, error) {
+func startProcess(name, bin string, args, env []string, logDir string, detached bool, cpus []int) (*Process, error) {
 	logPath := filepath.Join(logDir, name+".log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -67,12 +94,12 @@ func startProcess(name, bin string, args, env []string, logDir string, detached 
 	} else {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
-	req := spawnRequest{cmd: cmd, err: make(chan error)}
+	req := spawnRequest{cmd: cmd, cpus: cpus, err: make(chan error)}
 	spawnRequests <- req
 	if err := <-req.err; err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	p := &process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	p := &Process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
 	go func() {
 		p.exitErr = cmd.Wait()
 		close(p.done)
@@ -80,7 +107,25 @@ func startProcess(name, bin string, args, env []string, logDir string, detached 
 	return p, nil
 }
 
-func (p *process) exited() bool {
+// Pid is the process's ID, for reading its use of CPU and memory.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Done is closed when the process has exited; Err then says how.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Err is the process's exit error once Done is closed, with the end of its
+// log if it failed.
+func (p *Process) Err() error {
+	if p.exitErr == nil {
+		return nil
+	}
+	return p.failure()
+}
+
+// Stop stops the process and its group: SIGTERM, then SIGKILL after 10 s.
+func (p *Process) Stop() error { return p.stop(10 * time.Second) }
+
+func (p *Process) exited() bool {
 	select {
 	case <-p.done:
 		return true
@@ -90,12 +135,12 @@ func (p *process) exited() bool {
 }
 
 // failure describes an unexpected exit, with the end of the log.
-func (p *process) failure() error {
+func (p *Process) failure() error {
 	return fmt.Errorf("%s exited (%v); last lines of %s:\n%s", p.name, p.exitErr, p.logPath, tail(p.logPath, 20))
 }
 
 // waitFor polls ready until it succeeds, the process exits, or ctx ends.
-func (p *process) waitFor(ctx context.Context, what string, ready func(context.Context) error) error {
+func (p *Process) waitFor(ctx context.Context, what string, ready func(context.Context) error) error {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	var last error
@@ -115,7 +160,7 @@ func (p *process) waitFor(ctx context.Context, what string, ready func(context.C
 }
 
 // stop sends SIGTERM to the process group and SIGKILL after grace.
-func (p *process) stop(grace time.Duration) error {
+func (p *Process) stop(grace time.Duration) error {
 	if p.exited() {
 		return nil
 	}

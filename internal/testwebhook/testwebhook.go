@@ -1,7 +1,7 @@
-// Package testwebhook runs asrl-webhook in the calling process against the
-// test cluster — its real TLS server, certificates from its rotator —
-// behind webhook configurations of its own that select one namespace, for
-// the webhook's tests and its benchmark.
+// Package testwebhook runs the built asrl-webhook against the test cluster
+// — its real TLS server, certificates from its rotator — behind webhook
+// configurations of its own that select one namespace, for the webhook's
+// tests and its benchmark.
 package testwebhook
 
 import (
@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -33,18 +34,27 @@ type Server struct {
 	// URL is where it serves, https://localhost:PORT; HealthURL and
 	// MetricsURL where /healthz, /readyz and /metrics are.
 	URL, HealthURL, MetricsURL string
-	client                     client.Client
-	name                       string
-	dir                        string
-	stop                       context.CancelFunc
-	// done is closed when the webhook has stopped, with err its error.
-	done chan struct{}
-	err  error
+	// Process is the webhook's.
+	Process *testcluster.Process
+	client  client.Client
+	name    string
+	dir     string
 }
 
-// Start starts the webhook for namespace ns and returns once the API
-// server can call it. Stop stops it and removes its configurations.
-func Start(ctx context.Context, c *testcluster.Cluster, ns string) (*Server, error) {
+// Build builds asrl-webhook into dir and returns its path.
+func Build(dir string) (string, error) {
+	bin := filepath.Join(dir, "asrl-webhook")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/sandbox-fleet/sandbox-fleet/cmd/asrl-webhook").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("building asrl-webhook: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// Start runs the built webhook bin (see Build) for namespace ns, on cpus
+// if any, and returns once the API server can call it. Stop stops it and
+// Close also removes its configurations.
+func Start(ctx context.Context, c *testcluster.Cluster, ns, bin string, cpus ...int) (*Server, error) {
 	clients, err := c.Clients(ns)
 	if err != nil {
 		return nil, err
@@ -59,30 +69,29 @@ func Start(ctx context.Context, c *testcluster.Cluster, ns string) (*Server, err
 	}
 	health, metrics := "127.0.0.1:"+strconv.Itoa(ports[1]), "127.0.0.1:"+strconv.Itoa(ports[2])
 	s := &Server{URL: "https://localhost:" + strconv.Itoa(ports[0]), HealthURL: "http://" + health, MetricsURL: "http://" + metrics,
-		client: clients.Client, name: "asrl-webhook-" + ns, dir: dir, done: make(chan struct{})}
+		client: clients.Client, name: "asrl-webhook-" + ns, dir: dir}
 	configurations, err := s.configurations(ns)
-	if err != nil {
-		return nil, err
-	}
 	for _, obj := range configurations {
-		if err := clients.Client.Create(ctx, obj); err != nil {
-			s.removeConfigurations()
-			return nil, err
+		if err != nil {
+			break
 		}
+		err = clients.Client.Create(ctx, obj)
 	}
-	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	s.stop = stop
-	go func() {
-		defer close(s.done)
-		s.err = webhook.Run(runCtx, c.RESTConfig(), webhook.Options{
-			Host: "127.0.0.1", Port: ports[0], CertDir: dir, MetricsAddr: metrics, HealthAddr: health,
-			ManageCerts: true, SecretNamespace: ns, SecretName: "asrl-webhook-cert", DNSName: "localhost",
-			MutatingWebhook: s.name, ValidatingWebhook: s.name, WriteCertDir: true, StatusInterval: 200 * time.Millisecond,
-		})
-	}()
-	if err := s.waitCallable(ctx); err != nil {
-		s.Stop()
-		return nil, err
+	if err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
+	s.Process, err = c.StartProcess(s.name, bin, []string{
+		"--kubeconfig", c.Kubeconfig(), "--host", "127.0.0.1", "--port", strconv.Itoa(ports[0]), "--cert-dir", dir,
+		"--metrics-addr", metrics, "--health-addr", health,
+		"--secret-namespace", ns, "--secret-name", "asrl-webhook-cert", "--dns-name", "localhost", "--write-cert-dir",
+		"--mutating-webhook-configuration", s.name, "--validating-webhook-configuration", s.name,
+		"--status-interval", "200ms",
+	}, cpus)
+	if err == nil {
+		err = s.waitCallable(ctx)
+	}
+	if err != nil {
+		return nil, errors.Join(err, s.Close())
 	}
 	return s, nil
 }
@@ -155,8 +164,8 @@ func (s *Server) waitCallable(ctx context.Context) error {
 	waiting := "the webhook"
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		select {
-		case <-s.done:
-			return false, fmt.Errorf("the webhook stopped: %w", s.err)
+		case <-s.Process.Done():
+			return false, fmt.Errorf("the webhook stopped: %w", s.Process.Err())
 		default:
 		}
 		m := &admissionregistrationv1.MutatingWebhookConfiguration{}
@@ -184,9 +193,14 @@ func (s *Server) waitCallable(ctx context.Context) error {
 // Stop stops the webhook, leaving its configurations, so that the API
 // server finds it down. It returns the webhook's error.
 func (s *Server) Stop() error {
-	s.stop()
-	<-s.done
-	return errors.Join(s.err, os.RemoveAll(s.dir))
+	var err error
+	if s.Process != nil {
+		err = s.Process.Stop()
+		if err == nil {
+			err = s.Process.Err()
+		}
+	}
+	return errors.Join(err, os.RemoveAll(s.dir))
 }
 
 // Close stops the webhook if it runs and removes its configurations.

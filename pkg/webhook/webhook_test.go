@@ -59,7 +59,11 @@ func sandboxTemplate(ns, name string, edit func(*corev1.PodSpec)) *extensionsv1b
 func TestWebhook(t *testing.T) {
 	ns := cluster.NewNamespace(t)
 	ctx := context.Background()
-	s, err := testwebhook.Start(ctx, cluster, ns)
+	bin, err := testwebhook.Build(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := testwebhook.Start(ctx, cluster, ns, bin)
 	if err != nil {
 		t.Fatal(err)
 	}
