@@ -36,6 +36,26 @@ func Normalize(image string) (string, error) {
 	return host + "/" + repo + suffix, nil
 }
 
+// Familiar is the shortest reference Normalize maps to the same image:
+// Docker Hub's host, its library/ namespace and the tag latest left out,
+// as docker prints references. References it cannot parse are returned
+// as they are.
+func Familiar(image string) string {
+	full, err := Normalize(image)
+	if err != nil {
+		return image
+	}
+	host, rest := splitHost(full)
+	repo, suffix := splitRepo(rest)
+	if suffix == ":latest" {
+		suffix = ""
+	}
+	if host != dockerHub {
+		return host + "/" + repo + suffix
+	}
+	return strings.TrimPrefix(repo, "library/") + suffix
+}
+
 // splitHost splits off the registry host: the first path segment is a host
 // if it contains a dot or a colon or is localhost (Docker's reference grammar).
 func splitHost(image string) (host, rest string) {

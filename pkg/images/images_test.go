@@ -31,6 +31,30 @@ func TestNormalize(t *testing.T) {
 	}
 }
 
+func TestFamiliar(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"docker.io/library/busybox:latest", "busybox"},
+		{"docker.io/library/busybox:1.36", "busybox:1.36"},
+		{"docker.io/swebench/sweb.eval.x86_64.django_1776_django-11099:latest", "swebench/sweb.eval.x86_64.django_1776_django-11099"},
+		{"index.docker.io/library/ubuntu:22.04", "ubuntu:22.04"},
+		{"docker.io/library/busybox@sha256:" + sha, "busybox@sha256:" + sha},
+		{"localhost:5000/team/img:v1", "localhost:5000/team/img:v1"},
+		{"ghcr.io/org/img:latest", "ghcr.io/org/img"},
+		{"Not A Reference", "Not A Reference"},
+	} {
+		got := Familiar(tt.in)
+		if got != tt.want {
+			t.Errorf("Familiar(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+		// Normalize undoes it.
+		if a, err := Normalize(tt.in); err == nil {
+			if b, err := Normalize(got); err != nil || a != b {
+				t.Errorf("Normalize(Familiar(%q)) = %q, %v; want %q", tt.in, b, err, a)
+			}
+		}
+	}
+}
+
 const sha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
 func TestRewrite(t *testing.T) {

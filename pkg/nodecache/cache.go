@@ -1,0 +1,210 @@
+// Package nodecache is the per-node image cache: what a node's runtime
+// holds, layer by layer, as the NodeImageCache its asrl-prepull-agent
+// publishes, and what placing an image on a node would cost — the bytes of
+// the image's layers the node lacks. Building the object and computing
+// the cost are pure functions of plain data.
+package nodecache
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
+)
+
+// RuntimeImage is an image as the runtime reports it.
+type RuntimeImage struct {
+	// RepoTags and RepoDigests are its references, as CRI lists them.
+	RepoTags, RepoDigests []string
+	// ManifestDigest is the digest of its manifest, "sha256:...".
+	ManifestDigest string
+	// Layers are its compressed layers, base first, with full digests.
+	Layers []RuntimeLayer
+}
+
+// RuntimeLayer is a compressed layer with its full "sha256:..." digest.
+type RuntimeLayer struct {
+	Digest string
+	Size   int64
+}
+
+// Short cuts a "sha256:..." digest to the prefix NodeImageCaches keep.
+func Short(digest string) string {
+	hex := digest[strings.IndexByte(digest, ':')+1:]
+	return hex[:min(len(hex), v1alpha1.LayerDigestLength)]
+}
+
+// MaxObjectBytes is what a NodeImageCache may take in JSON: the API
+// server's limit is 1.5 MiB, and etcd's a little more; staying at 1 MiB
+// leaves room for metadata and keeps each update cheap.
+const MaxObjectBytes = 1 << 20
+
+// Build fills cache's layer table, images and counts from what the runtime
+// holds, and its Complete condition. Images are listed largest first;
+// when they would not fit in maxBytes of JSON, the smaller ones are left
+// out and Complete is False with reason TooManyImages. The result does not
+// depend on the order images are given in.
+func Build(cache *v1alpha1.NodeImageCache, imgs []RuntimeImage, maxBytes int) {
+	type sized struct {
+		img  RuntimeImage
+		size int64
+	}
+	all := make([]sized, 0, len(imgs))
+	distinct := map[string]bool{}
+	for _, img := range imgs {
+		s := sized{img: img}
+		for _, l := range img.Layers {
+			s.size += l.Size
+			distinct[Short(l.Digest)] = true
+		}
+		all = append(all, s)
+	}
+	slices.SortFunc(all, func(a, b sized) int {
+		return cmp.Or(cmp.Compare(b.size, a.size), cmp.Compare(a.img.ManifestDigest, b.img.ManifestDigest),
+			slices.Compare(a.img.RepoTags, b.img.RepoTags))
+	})
+	cache.ImageCount, cache.LayerCount = int32(len(all)), int32(len(distinct))
+	cache.Layers, cache.Images = nil, nil
+	index := map[string]int32{}
+	// What the object takes besides the images and layers, and then each
+	// image and its new layers, counted as they are added.
+	size := baseSize(cache)
+	for _, s := range all {
+		entry := v1alpha1.CachedImage{Names: names(s.img), Digest: Short(s.img.ManifestDigest)}
+		var added []v1alpha1.Layer
+		for _, l := range s.img.Layers {
+			d := Short(l.Digest)
+			i, ok := index[d]
+			if !ok {
+				i = int32(len(cache.Layers) + len(added))
+				index[d] = i
+				added = append(added, v1alpha1.Layer{Digest: d, Size: l.Size})
+			}
+			entry.Layers = append(entry.Layers, i)
+		}
+		cost := jsonSize(entry) + 1
+		for _, l := range added {
+			cost += len(l.String()) + 3
+		}
+		if size+cost > maxBytes {
+			for _, l := range added {
+				delete(index, l.Digest)
+			}
+			break
+		}
+		size += cost
+		cache.Layers = append(cache.Layers, added...)
+		cache.Images = append(cache.Images, entry)
+	}
+	cond := metav1.Condition{Type: v1alpha1.ConditionComplete, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAllListed,
+		Message: fmt.Sprintf("all %d images are listed", len(all))}
+	if len(cache.Images) < len(all) {
+		cond.Status, cond.Reason = metav1.ConditionFalse, v1alpha1.ReasonTooManyImages
+		cond.Message = fmt.Sprintf("the %d largest of %d images are listed: the rest would take the object over %d bytes",
+			len(cache.Images), len(all), maxBytes)
+	}
+	meta.SetStatusCondition(&cache.Conditions, cond)
+}
+
+// names are the references an image is listed under, in their familiar
+// form: its tags, or its digest references when it has none.
+func names(img RuntimeImage) []string {
+	refs := img.RepoTags
+	if len(refs) == 0 {
+		refs = img.RepoDigests
+	}
+	out := make([]string, len(refs))
+	for i, ref := range refs {
+		out[i] = images.Familiar(ref)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// baseSize is what the object takes without images and layers, with room
+// for the Complete condition set after them.
+func baseSize(cache *v1alpha1.NodeImageCache) int {
+	const conditionRoom = 512
+	return jsonSize(cache) + len(`,"layers":[],"images":[]`) + conditionRoom
+}
+
+func jsonSize(v any) int {
+	b, _ := json.Marshal(v)
+	return len(b)
+}
+
+// Node is a node's cache, indexed to answer what a node has.
+type Node struct {
+	Name   string
+	layers map[string]int64
+	// images are the listed images' layers by normalised name and by
+	// manifest digest prefix.
+	byName, byDigest map[string][]v1alpha1.Layer
+	complete         bool
+}
+
+// NewNode indexes a NodeImageCache. Layer indices out of the table's range
+// are an error: the object is not what an agent writes.
+func NewNode(cache *v1alpha1.NodeImageCache) (*Node, error) {
+	n := &Node{Name: cache.Name, layers: make(map[string]int64, len(cache.Layers)),
+		byName: map[string][]v1alpha1.Layer{}, byDigest: map[string][]v1alpha1.Layer{},
+		complete: !meta.IsStatusConditionFalse(cache.Conditions, v1alpha1.ConditionComplete)}
+	for _, l := range cache.Layers {
+		n.layers[l.Digest] = l.Size
+	}
+	for i, img := range cache.Images {
+		layers := make([]v1alpha1.Layer, 0, len(img.Layers))
+		for _, li := range img.Layers {
+			if li < 0 || int(li) >= len(cache.Layers) {
+				return nil, fmt.Errorf("NodeImageCache %s: images[%d] names layer %d of %d", cache.Name, i, li, len(cache.Layers))
+			}
+			layers = append(layers, cache.Layers[li])
+		}
+		for _, name := range img.Names {
+			if full, err := images.Normalize(name); err == nil {
+				n.byName[full] = layers
+			}
+		}
+		if img.Digest != "" {
+			n.byDigest[img.Digest] = layers
+		}
+	}
+	return n, nil
+}
+
+// Image returns the layers of the image ref names, if the node has it.
+func (n *Node) Image(ref string) ([]v1alpha1.Layer, bool) {
+	full, err := images.Normalize(ref)
+	if err != nil {
+		return nil, false
+	}
+	if _, digest, ok := strings.Cut(full, "@"); ok {
+		layers, ok := n.byDigest[Short(digest)]
+		return layers, ok
+	}
+	layers, ok := n.byName[full]
+	return layers, ok
+}
+
+// Missing is the bytes of layers the node lacks: what it would pull to
+// run an image made of them.
+func (n *Node) Missing(layers []v1alpha1.Layer) int64 {
+	var missing int64
+	for _, l := range layers {
+		if _, ok := n.layers[l.Digest]; !ok {
+			missing += l.Size
+		}
+	}
+	return missing
+}
+
+// Complete reports whether the node's cache lists every image it holds;
+// when not, a layer it lacks by the list may still be there.
+func (n *Node) Complete() bool { return n.complete }
