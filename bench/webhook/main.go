@@ -10,22 +10,31 @@
 //   - the Pod create latency seen by the client at that rate, with and
 //     without the webhook;
 //   - Pod creates per second with -concurrency creators going flat out,
-//     as a ratio to no webhook.
+//     as a ratio to no webhook;
+//   - the CPU the API server and the webhook spend per Pod.
+//
+// The webhook runs as the built binary. A real cluster keeps its control
+// plane on nodes of its own and the webhook's replicas on workers; so,
+// unless -split=false, the control plane runs on CPU 0 and this process
+// (the creators) and the webhook on the other CPUs.
 //
 // Targets: decision p99 under 5 ms at 200 Pods/s, throughput ratio at
 // least 0.9.
 //
-//	go run ./bench/webhook [-rounds 2] [-pods 1000] [-rate 200] [-concurrency 32]
+//	go run ./bench/webhook [-rounds 2] [-pods 1000] [-rate 200] [-concurrency 32] [-split=true]
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,13 +43,15 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
@@ -54,10 +65,12 @@ func main() {
 	pods := flag.Int("pods", 1000, "Pods per trial")
 	rate := flag.Int("rate", 200, "Pods per second in the latency trials")
 	concurrency := flag.Int("concurrency", 32, "creators in the throughput trials")
+	split := flag.Bool("split", true, "run the control plane on CPU 0, the creators and the webhook on the others")
+	profile := flag.String("profile", "", "directory to write the API server's CPU profile of each flat-out trial to")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *rounds, *pods, *rate, *concurrency); err != nil {
+	if err := run(ctx, *rounds, *pods, *rate, *concurrency, *split, *profile); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/webhook:", err)
 		os.Exit(1)
 	}
@@ -77,10 +90,29 @@ type figures struct {
 	// API server's total time in webhook calls and their number.
 	decisions      []float64
 	callSum, calls float64
+	// apiCPU and webhookCPU are CPU seconds spent over created Pods.
+	apiCPU, webhookCPU, created float64
 }
 
-func run(ctx context.Context, rounds, pods, rate, concurrency int) error {
-	cluster, err := testcluster.Start(ctx, testcluster.WithNodes(testcluster.FakeNodes("kwok-node", 4, testcluster.DefaultCapacity(), nil)...))
+func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, profile string) error {
+	dir, err := os.MkdirTemp("", "bench-webhook-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	bin, err := testwebhook.Build(dir)
+	if err != nil {
+		return err
+	}
+	opts := []testcluster.Option{testcluster.WithNodes(testcluster.FakeNodes("kwok-node", 4, testcluster.DefaultCapacity(), nil)...)}
+	var workerCPUs []int
+	if split {
+		if workerCPUs, err = keepOffCPU0(); err != nil {
+			return err
+		}
+		opts = append(opts, testcluster.WithCPUs(0))
+	}
+	cluster, err := testcluster.Start(ctx, opts...)
 	if err != nil {
 		return err
 	}
@@ -100,7 +132,7 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int) error {
 		namespaces[mode] = ns.Name
 	}
 	namespaces[policied] = namespaces[bare]
-	server, err := testwebhook.Start(ctx, cluster, namespaces[bare])
+	server, err := testwebhook.Start(ctx, cluster, namespaces[bare], bin, workerCPUs...)
 	if err != nil {
 		return err
 	}
@@ -114,7 +146,11 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int) error {
 	}
 	modes := []string{none, bare, policied}
 	results := map[string]*figures{none: {}, bare: {}, policied: {}}
-	fmt.Printf("%d rounds: %d Pods at %d/s, then %d Pods by %d creators, in each mode\n", rounds, pods, rate, pods, concurrency)
+	fmt.Printf("%d rounds: %d Pods at %d/s, then %d Pods by %d creators, in each mode", rounds, pods, rate, pods, concurrency)
+	if split {
+		fmt.Printf("; control plane on CPU 0, creators and webhook on CPUs %v", workerCPUs)
+	}
+	fmt.Println()
 	for round := range rounds {
 		for k := range modes {
 			mode := modes[(round+k)%len(modes)]
@@ -122,25 +158,50 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int) error {
 				return err
 			}
 			f := results[mode]
-			before := decisionHistogram()
-			sum0, count0, err := webhookCalls(ctx, kc)
+			before, err := readCounters(ctx, kc, server)
 			if err != nil {
 				return err
 			}
-			lat, _, err := createPods(ctx, kc, clients.Client, namespaces[mode], pods, rate, 64)
+			lat, _, err := createPods(ctx, kc, namespaces[mode], pods, rate, 64)
 			if err != nil {
 				return err
 			}
-			sum1, count1, err := webhookCalls(ctx, kc)
+			after, err := readCounters(ctx, kc, server)
 			if err != nil {
 				return err
 			}
-			f.decisions = append(f.decisions, diff(decisionHistogram(), before)...)
-			f.callSum, f.calls = f.callSum+sum1-sum0, f.calls+count1-count0
-			_, perSec, err := createPods(ctx, kc, clients.Client, namespaces[mode], pods, 0, concurrency)
+			f.decisions = append(f.decisions, diff(after.decisions, before.decisions)...)
+			f.callSum, f.calls = f.callSum+after.callSum-before.callSum, f.calls+after.calls-before.calls
+			if err := deletePods(ctx, kc, clients.Client, namespaces[mode]); err != nil {
+				return err
+			}
+			if before, err = readCounters(ctx, kc, server); err != nil {
+				return err
+			}
+			profiled := make(chan error, 1)
+			if profile != "" {
+				go func() { profiled <- profileAPIServer(ctx, kc, profile, fmt.Sprintf("round%d-%s", round+1, mode)) }()
+			} else {
+				profiled <- nil
+			}
+			_, perSec, err := createPods(ctx, kc, namespaces[mode], pods, 0, concurrency)
 			if err != nil {
 				return err
 			}
+			if err := <-profiled; err != nil {
+				return err
+			}
+			if after, err = readCounters(ctx, kc, server); err != nil {
+				return err
+			}
+			if err := deletePods(ctx, kc, clients.Client, namespaces[mode]); err != nil {
+				return err
+			}
+			// CPU per Pod in the flat-out trial, when the API server is
+			// busiest.
+			f.apiCPU += after.apiCPU - before.apiCPU
+			f.webhookCPU += after.webhookCPU - before.webhookCPU
+			f.created += float64(pods)
 			f.p50 = append(f.p50, quantile(lat, 0.5))
 			f.p99 = append(f.p99, quantile(lat, 0.99))
 			f.podsPerSec = append(f.podsPerSec, perSec)
@@ -149,19 +210,66 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int) error {
 		}
 	}
 	fmt.Println()
-	base := mean(results[none].podsPerSec)
+	base := results[none]
 	for _, mode := range modes {
 		f := results[mode]
-		fmt.Printf("%-18s create p50 %7.2f ms  p99 %7.2f ms   %6.1f Pods/s (%.2f of no webhook)", mode,
-			mean(f.p50)*1e3, mean(f.p99)*1e3, mean(f.podsPerSec), mean(f.podsPerSec)/base)
+		fmt.Printf("%-18s create p50 %7.2f ms  p99 %7.2f ms   %6.1f Pods/s (%.2f of no webhook)   API server CPU %.2f ms/Pod (%.2fx)", mode,
+			mean(f.p50)*1e3, mean(f.p99)*1e3, mean(f.podsPerSec), mean(f.podsPerSec)/mean(base.podsPerSec),
+			f.apiCPU/f.created*1e3, (f.apiCPU/f.created)/(base.apiCPU/base.created))
 		if f.calls > 0 {
-			fmt.Printf("   decision p50 %.2f ms p99 %.2f ms, call mean %.2f ms", quantile(f.decisions, 0.5)*1e3,
-				quantile(f.decisions, 0.99)*1e3, f.callSum/f.calls*1e3)
+			fmt.Printf("   webhook CPU %.3f ms/Pod, decision p50 %.2f ms p99 %.2f ms, call mean %.2f ms", f.webhookCPU/f.created*1e3,
+				quantile(f.decisions, 0.5)*1e3, quantile(f.decisions, 0.99)*1e3, f.callSum/f.calls*1e3)
 		}
 		fmt.Println()
 	}
 	fmt.Println("(decision quantiles are bucket upper bounds; targets: decision p99 < 5 ms at 200 Pods/s, creates/s ratio ≥ 0.9)")
 	return nil
+}
+
+// profileAPIServer writes 2 s of the API server's CPU profile to
+// dir/name.pprof, for go tool pprof.
+func profileAPIServer(ctx context.Context, kc kubernetes.Interface, dir, name string) error {
+	b, err := kc.Discovery().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "2").DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("profiling the API server: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, strings.NewReplacer(" ", "-", ",", "", "+", "with").Replace(name)+".pprof"), b, 0o644)
+}
+
+// keepOffCPU0 moves this process's threads, and so the threads they start,
+// to every CPU but 0, and returns those CPUs.
+func keepOffCPU0() ([]int, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil, err
+	}
+	set.Clear(0)
+	var cpus []int
+	for cpu := range 1024 {
+		if set.IsSet(cpu) {
+			cpus = append(cpus, cpu)
+		}
+	}
+	if len(cpus) == 0 {
+		return nil, errors.New("-split needs at least two CPUs; use -split=false")
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := unix.SchedSetaffinity(tid, &set); err != nil && !errors.Is(err, unix.ESRCH) {
+			return nil, fmt.Errorf("moving thread %d off CPU 0: %w", tid, err)
+		}
+	}
+	return cpus, nil
 }
 
 func mean(xs []float64) float64 {
@@ -211,9 +319,12 @@ func benchPolicy(ns string) *v1alpha1.SandboxPolicy {
 }
 
 // createPods creates n sandbox Pods in ns with workers creators, at rate
-// per second (0: as fast as they go), returns each create's latency in
-// seconds and the Pods created per second, and deletes them.
-func createPods(ctx context.Context, kc kubernetes.Interface, c client.Client, ns string, n, rate, workers int) ([]float64, float64, error) {
+// per second (0: as fast as they go), and returns each create's latency in
+// seconds and the Pods created per second. The Pods name a scheduler that
+// does not run: what is measured is their creation, and the scheduler and
+// kwok, which share the control plane's CPU, then have the same (no) work
+// whatever the webhook did to them.
+func createPods(ctx context.Context, kc kubernetes.Interface, ns string, n, rate, workers int) ([]float64, float64, error) {
 	jobs := make(chan int)
 	var mu sync.Mutex
 	var lat []float64
@@ -224,7 +335,8 @@ func createPods(ctx context.Context, kc kubernetes.Interface, c client.Client, n
 			for i := range jobs {
 				pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%d", i), Namespace: ns,
 					Labels: map[string]string{webhook.SandboxPodLabel: fmt.Sprintf("h%d", i), policy.TemplateRefHashLabel: "bench"}},
-					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "docker.io/swebench/sweb.eval.x86_64.bench:latest"}}}}
+					Spec: corev1.PodSpec{SchedulerName: "bench-webhook-unscheduled",
+						Containers: []corev1.Container{{Name: "sandbox", Image: "docker.io/swebench/sweb.eval.x86_64.bench:latest"}}}}
 				start := time.Now()
 				_, err := kc.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 				d := time.Since(start).Seconds()
@@ -252,41 +364,27 @@ func createPods(ctx context.Context, kc kubernetes.Interface, c client.Client, n
 	}
 	close(jobs)
 	wg.Wait()
-	perSec := float64(n) / time.Since(start).Seconds()
+	return lat, float64(n) / time.Since(start).Seconds(), firstErr
+}
+
+// deletePods deletes the Pods in ns and waits until they are gone, so the
+// next trial starts from an empty namespace.
+func deletePods(ctx context.Context, kc kubernetes.Interface, c client.Client, ns string) error {
 	zero := int64(0)
-	if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(zero)); err != nil && firstErr == nil {
-		firstErr = err
+	if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(zero)); err != nil {
+		return err
 	}
-	// The next trial starts from an empty namespace.
-	for {
+	for ctx.Err() == nil {
 		list, err := kc.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		if err != nil || len(list.Items) == 0 || ctx.Err() != nil {
-			break
+		if err != nil {
+			return err
+		}
+		if len(list.Items) == 0 {
+			return nil
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	return lat, perSec, firstErr
-}
-
-// decisionHistogram reads the webhook's decision-time histogram for Pods.
-func decisionHistogram() *dto.Histogram {
-	families, err := ctrlmetrics.Registry.Gather()
-	if err != nil {
-		return nil
-	}
-	for _, f := range families {
-		if f.GetName() != "asrl_webhook_admission_duration_seconds" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "kind" && l.GetValue() == "Pod" {
-					return m.GetHistogram()
-				}
-			}
-		}
-	}
-	return nil
+	return ctx.Err()
 }
 
 // diff turns the observations between two readings of the histogram into
@@ -324,30 +422,73 @@ func quantile(xs []float64, q float64) float64 {
 	return s[max(0, min(i, len(s)-1))]
 }
 
-// webhookCalls reads the API server's total time in calls to the sandbox
-// Pod webhook and their number.
-func webhookCalls(ctx context.Context, kc kubernetes.Interface) (sum, count float64, err error) {
-	body, err := kc.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+// counters are the cumulative figures a trial is measured by.
+type counters struct {
+	// decisions is the webhook's decision-time histogram for Pods.
+	decisions *dto.Histogram
+	// callSum and calls are the API server's total time in calls to the
+	// sandbox Pod webhook and their number.
+	callSum, calls float64
+	// apiCPU and webhookCPU are the CPU seconds each process has used.
+	apiCPU, webhookCPU float64
+}
+
+func readCounters(ctx context.Context, kc kubernetes.Interface, server *testwebhook.Server) (counters, error) {
+	var c counters
+	api, err := kc.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
-		return 0, 0, fmt.Errorf("reading the API server's metrics: %w", err)
+		return c, fmt.Errorf("reading the API server's metrics: %w", err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.Contains(line, `name="sandbox-pods.sandbox-fleet.io"`) {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("metrics line %q: %w", line, err)
-		}
-		switch {
-		case strings.HasPrefix(line, "apiserver_admission_webhook_admission_duration_seconds_sum{"):
-			sum += v
-		case strings.HasPrefix(line, "apiserver_admission_webhook_admission_duration_seconds_count{"):
-			count += v
+	families, err := parseMetrics(api)
+	if err != nil {
+		return c, fmt.Errorf("the API server's metrics: %w", err)
+	}
+	for _, m := range families["apiserver_admission_webhook_admission_duration_seconds"].GetMetric() {
+		if label(m, "name") == "sandbox-pods.sandbox-fleet.io" {
+			c.callSum += m.GetHistogram().GetSampleSum()
+			c.calls += float64(m.GetHistogram().GetSampleCount())
 		}
 	}
-	return sum, count, sc.Err()
+	c.apiCPU = families["process_cpu_seconds_total"].GetMetric()[0].GetCounter().GetValue()
+
+	resp, err := http.Get(server.MetricsURL + "/metrics")
+	if err != nil {
+		return c, fmt.Errorf("reading the webhook's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return c, err
+	}
+	if families, err = parseMetrics(body); err != nil {
+		return c, fmt.Errorf("the webhook's metrics: %w", err)
+	}
+	for _, m := range families["asrl_webhook_admission_duration_seconds"].GetMetric() {
+		if label(m, "kind") == "Pod" {
+			c.decisions = m.GetHistogram()
+		}
+	}
+	c.webhookCPU = families["process_cpu_seconds_total"].GetMetric()[0].GetCounter().GetValue()
+	return c, nil
+}
+
+func parseMetrics(text []byte) (map[string]*dto.MetricFamily, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(text))
+	if err != nil {
+		return nil, err
+	}
+	if len(families["process_cpu_seconds_total"].GetMetric()) == 0 {
+		return nil, errors.New("no process_cpu_seconds_total")
+	}
+	return families, nil
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
 }
