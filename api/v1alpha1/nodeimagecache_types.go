@@ -60,8 +60,7 @@ type NodeImageCache struct {
 	// +optional
 	// +listType=atomic
 	Images []CachedImage `json:"images,omitempty"`
-	// Conditions: Complete (every image on the node is listed) and
-	// RuntimeReachable (the agent's last read of the runtime worked).
+	// Conditions: Complete (every image on the node is listed).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -148,13 +147,9 @@ func (l *Layer) UnmarshalJSON(b []byte) error {
 
 // NodeImageCache condition types and reasons.
 const (
-	ConditionComplete         = "Complete"
-	ConditionRuntimeReachable = "RuntimeReachable"
-	ReasonAllListed           = "AllListed"
-	ReasonTooManyImages       = "TooManyImages"
-	ReasonRead                = "Read"
-	ReasonUnreachable         = "Unreachable"
-	ReasonPartialData         = "PartialData"
+	ConditionComplete   = "Complete"
+	ReasonAllListed     = "AllListed"
+	ReasonTooManyImages = "TooManyImages"
 )
 
 // +kubebuilder:object:root=true

@@ -42,18 +42,19 @@ type Runtime struct {
 
 // Dial connects to the CRI socket at endpoint (unix:///run/containerd/containerd.sock).
 func Dial(ctx context.Context, endpoint string) (*Runtime, error) {
-	cri, err := remote.NewRemoteImageService(ctx, endpoint, 10*time.Second, noop.NewTracerProvider(), false)
-	if err != nil {
-		return nil, fmt.Errorf("connecting to the CRI image service at %s: %w", endpoint, err)
-	}
 	target := endpoint
 	if !strings.Contains(target, "://") {
 		target = "unix://" + target
 	}
+	// Made first: it fails only on a bad address, and leaves nothing open.
 	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
 	if err != nil {
 		return nil, fmt.Errorf("connecting to containerd at %s: %w", endpoint, err)
+	}
+	cri, err := remote.NewRemoteImageService(ctx, endpoint, 10*time.Second, noop.NewTracerProvider(), false)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("connecting to the CRI image service at %s: %w", endpoint, err), conn.Close())
 	}
 	return &Runtime{cri: cri, conn: conn}, nil
 }
