@@ -58,7 +58,7 @@ func TestRuntimeRead(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rt, err := nodecache.Dial(ctx, endpoint)
+	rt, err := nodecache.Dial(endpoint)
 	if err != nil {
 		t.Fatal(err)
 	}

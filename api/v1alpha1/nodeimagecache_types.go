@@ -60,7 +60,8 @@ type NodeImageCache struct {
 	// +optional
 	// +listType=atomic
 	Images []CachedImage `json:"images,omitempty"`
-	// Conditions: Complete (every image on the node is listed).
+	// Conditions: Complete (every image on the node is listed, with its
+	// layers) and RuntimeReachable (the last read of the runtime worked).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -147,9 +148,19 @@ func (l *Layer) UnmarshalJSON(b []byte) error {
 
 // NodeImageCache condition types and reasons.
 const (
+	// ConditionComplete is True when every image on the node is listed
+	// with its layers.
 	ConditionComplete   = "Complete"
 	ReasonAllListed     = "AllListed"
 	ReasonTooManyImages = "TooManyImages"
+	// ReasonPartialData: the runtime listed its images, but some of
+	// their layers or its image filesystem could not be read.
+	ReasonPartialData = "PartialData"
+	// ConditionRuntimeReachable is False when the agent cannot list the
+	// runtime's images; the object then shows what the last read found.
+	ConditionRuntimeReachable = "RuntimeReachable"
+	ReasonReachable           = "Reachable"
+	ReasonUnreachable         = "Unreachable"
 )
 
 // +kubebuilder:object:root=true

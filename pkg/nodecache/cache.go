@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -111,6 +112,45 @@ func Build(cache *v1alpha1.NodeImageCache, imgs []RuntimeImage, maxBytes int) {
 			len(cache.Images), len(all), maxBytes)
 	}
 	meta.SetStatusCondition(&cache.Conditions, cond)
+}
+
+// Observe fills cache from a read of the runtime at now: its images and
+// layers (Build), its image filesystem, RuntimeReachable True, and
+// Complete False with reason PartialData when part of the read failed.
+func Observe(cache *v1alpha1.NodeImageCache, snap Snapshot, now time.Time, maxBytes int) {
+	cache.ObservedTime = metav1.NewTime(now)
+	cache.ImageFilesystem = snap.Filesystem
+	Build(cache, snap.Images, maxBytes)
+	if len(snap.Partial) > 0 {
+		meta.SetStatusCondition(&cache.Conditions, metav1.Condition{Type: v1alpha1.ConditionComplete,
+			Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonPartialData, LastTransitionTime: metav1.NewTime(now),
+			Message: clip("the runtime listed its images, but could not give: " + strings.Join(snap.Partial, "; "))})
+	}
+	meta.SetStatusCondition(&cache.Conditions, metav1.Condition{Type: v1alpha1.ConditionRuntimeReachable,
+		Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonReachable, LastTransitionTime: metav1.NewTime(now),
+		Message: fmt.Sprintf("the runtime listed %d images", len(snap.Images))})
+}
+
+// Unreachable records on cache that the runtime could not be read at now.
+// What an earlier read found stays: an agent's restart or a runtime's
+// restart does not empty a node's cache.
+func Unreachable(cache *v1alpha1.NodeImageCache, err error, now time.Time) {
+	since := "no read has worked yet"
+	if !cache.ObservedTime.IsZero() {
+		since = "the images are as read at " + cache.ObservedTime.UTC().Format(time.RFC3339)
+	}
+	meta.SetStatusCondition(&cache.Conditions, metav1.Condition{Type: v1alpha1.ConditionRuntimeReachable,
+		Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonUnreachable,
+		LastTransitionTime: metav1.NewTime(now), Message: clip(fmt.Sprintf("%v; %s", err, since))})
+}
+
+// clip keeps a condition message readable and under the API's limit.
+func clip(msg string) string {
+	const max = 1024
+	if len(msg) <= max {
+		return msg
+	}
+	return msg[:max-3] + "..."
 }
 
 // names are the references an image is listed under, in their familiar

@@ -1,28 +1,25 @@
 package nodecache_test
 
 import (
-	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testcri"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
-// digest makes a sha256 digest from a name.
-func digest(name string) string {
-	return fmt.Sprintf("sha256:%x", sha256.Sum256([]byte(name)))
-}
-
-func layer(name string, size int64) nodecache.RuntimeLayer {
-	return nodecache.RuntimeLayer{Digest: digest(name), Size: size}
-}
+var (
+	digest = testcri.Digest
+	layer  = testcri.Layer
+)
 
 // node builds the indexed cache of a node holding imgs.
 func node(t *testing.T, imgs ...nodecache.RuntimeImage) *nodecache.Node {
@@ -125,33 +122,6 @@ func TestBuild(t *testing.T) {
 	}
 }
 
-// sweBench makes n images shaped like SWE-bench's: a Debian base shared by
-// all, a few environment layers shared by the images of one repository,
-// and two layers of each instance's own.
-func sweBench(n int) []nodecache.RuntimeImage {
-	r := rand.New(rand.NewPCG(1, 2))
-	var base []nodecache.RuntimeLayer
-	for i := range 4 {
-		base = append(base, layer(fmt.Sprintf("base-%d", i), 30<<20+r.Int64N(50<<20)))
-	}
-	imgs := make([]nodecache.RuntimeImage, n)
-	for i := range imgs {
-		repo := i % 50
-		layers := append([]nodecache.RuntimeLayer(nil), base...)
-		for k := range 3 {
-			layers = append(layers, layer(fmt.Sprintf("env-%d-%d", repo, k), 100<<20+int64(repo*k)<<10))
-		}
-		layers = append(layers, layer(fmt.Sprintf("instance-%d-a", i), r.Int64N(200<<20)), layer(fmt.Sprintf("instance-%d-b", i), r.Int64N(1<<20)))
-		imgs[i] = nodecache.RuntimeImage{
-			RepoTags:       []string{fmt.Sprintf("docker.io/swebench/sweb.eval.x86_64.repo%02d_1776_repo%02d-%05d:latest", repo, repo, i)},
-			RepoDigests:    []string{fmt.Sprintf("docker.io/swebench/sweb.eval.x86_64.repo%02d_1776_repo%02d-%05d@%s", repo, repo, i, digest(fmt.Sprint("m", i)))},
-			ManifestDigest: digest(fmt.Sprint("m", i)),
-			Layers:         layers,
-		}
-	}
-	return imgs
-}
-
 func TestBuildFits(t *testing.T) {
 	for _, tt := range []struct {
 		images, maxBytes int
@@ -163,7 +133,7 @@ func TestBuildFits(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%d images in %d bytes", tt.images, tt.maxBytes), func(t *testing.T) {
 			cache := &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
-			nodecache.Build(cache, sweBench(tt.images), tt.maxBytes)
+			nodecache.Build(cache, testcri.SWEBench(tt.images), tt.maxBytes)
 			b, err := json.Marshal(cache)
 			if err != nil {
 				t.Fatal(err)
@@ -217,5 +187,62 @@ func TestLayerJSON(t *testing.T) {
 				t.Errorf("%s written back as %s", tt.json, b)
 			}
 		}
+	}
+}
+
+func TestObserve(t *testing.T) {
+	img := nodecache.RuntimeImage{RepoTags: []string{"docker.io/library/busybox:1.36"}, ManifestDigest: digest("m"),
+		Layers: []nodecache.RuntimeLayer{layer("a", 10)}}
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	fs := v1alpha1.ImageFilesystem{UsedBytes: 10, CapacityBytes: 100, AvailableBytes: 90}
+	type want struct {
+		images             int
+		complete, reach    metav1.ConditionStatus
+		reason, reachMsgOf string
+	}
+	for _, tt := range []struct {
+		name  string
+		steps func(c *v1alpha1.NodeImageCache)
+		want  want
+	}{
+		{"a full read", func(c *v1alpha1.NodeImageCache) {
+			nodecache.Observe(c, nodecache.Snapshot{Images: []nodecache.RuntimeImage{img}, Filesystem: fs}, t0, nodecache.MaxObjectBytes)
+		}, want{1, metav1.ConditionTrue, metav1.ConditionTrue, v1alpha1.ReasonAllListed, "listed 1 images"}},
+		{"a partial read", func(c *v1alpha1.NodeImageCache) {
+			nodecache.Observe(c, nodecache.Snapshot{Images: []nodecache.RuntimeImage{img}, Filesystem: fs, Partial: []string{"layers of sha256:1: boom"}}, t0, nodecache.MaxObjectBytes)
+		}, want{1, metav1.ConditionFalse, metav1.ConditionTrue, v1alpha1.ReasonPartialData, "listed 1 images"}},
+		{"unreachable before any read", func(c *v1alpha1.NodeImageCache) {
+			nodecache.Unreachable(c, errors.New("dial unix /run/containerd/containerd.sock: no such file"), t0)
+		}, want{0, "", metav1.ConditionFalse, "", "no such file; no read has worked yet"}},
+		{"unreachable after a read keeps what it found", func(c *v1alpha1.NodeImageCache) {
+			nodecache.Observe(c, nodecache.Snapshot{Images: []nodecache.RuntimeImage{img}, Filesystem: fs}, t0, nodecache.MaxObjectBytes)
+			nodecache.Unreachable(c, errors.New("deadline exceeded"), t0.Add(time.Minute))
+		}, want{1, metav1.ConditionTrue, metav1.ConditionFalse, v1alpha1.ReasonAllListed, "deadline exceeded; the images are as read at 2026-11-29T12:00:00Z"}},
+		{"reachable again", func(c *v1alpha1.NodeImageCache) {
+			nodecache.Unreachable(c, errors.New("deadline exceeded"), t0)
+			nodecache.Observe(c, nodecache.Snapshot{Filesystem: fs}, t0.Add(time.Minute), nodecache.MaxObjectBytes)
+		}, want{0, metav1.ConditionTrue, metav1.ConditionTrue, v1alpha1.ReasonAllListed, "listed 0 images"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &v1alpha1.NodeImageCache{}
+			tt.steps(c)
+			if len(c.Images) != tt.want.images {
+				t.Errorf("%d images listed, want %d", len(c.Images), tt.want.images)
+			}
+			complete := meta.FindStatusCondition(c.Conditions, v1alpha1.ConditionComplete)
+			switch {
+			case tt.want.complete == "" && complete != nil:
+				t.Errorf("Complete %+v, want none before a read", complete)
+			case tt.want.complete != "" && (complete == nil || complete.Status != tt.want.complete || complete.Reason != tt.want.reason):
+				t.Errorf("Complete %+v, want %s/%s", complete, tt.want.complete, tt.want.reason)
+			}
+			reach := meta.FindStatusCondition(c.Conditions, v1alpha1.ConditionRuntimeReachable)
+			if reach == nil || reach.Status != tt.want.reach || !strings.Contains(reach.Message, tt.want.reachMsgOf) {
+				t.Errorf("RuntimeReachable %+v, want %s saying %q", reach, tt.want.reach, tt.want.reachMsgOf)
+			}
+			if tt.want.reach == metav1.ConditionTrue && c.ImageFilesystem != fs {
+				t.Errorf("image filesystem %+v, want %+v", c.ImageFilesystem, fs)
+			}
+		})
 	}
 }

@@ -2,27 +2,28 @@ package nodecache
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	contentapi "github.com/containerd/containerd/api/services/content/v1"
+	eventsapi "github.com/containerd/containerd/api/services/events/v1"
 	imagesapi "github.com/containerd/containerd/api/services/images/v1"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	internalapi "k8s.io/cri-api/pkg/apis"
 	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-	remote "k8s.io/cri-client/pkg"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 )
@@ -36,30 +37,49 @@ const containerdNamespace = "k8s.io"
 // image's compressed layers from the manifest in containerd's content
 // store, which CRI does not expose, on the same socket.
 type Runtime struct {
-	cri  internalapi.ImageManagerService
-	conn *grpc.ClientConn
+	endpoint string
+	conn     *grpc.ClientConn
+	cri      criapi.ImageServiceClient
+	store    imagesapi.ImagesClient
+	content  contentapi.ContentClient
+	events   eventsapi.EventsClient
+
+	mu sync.Mutex
+	// manifests are the layers read for each image ID, so a read after a
+	// pull fetches only the new image's manifest.
+	manifests map[string]manifest
 }
 
-// Dial connects to the CRI socket at endpoint (unix:///run/containerd/containerd.sock).
-func Dial(ctx context.Context, endpoint string) (*Runtime, error) {
+type manifest struct {
+	digest string
+	layers []RuntimeLayer
+}
+
+// callTimeout bounds each call to the runtime, so a hung runtime shows as
+// unreachable instead of stalling the agent.
+const callTimeout = 30 * time.Second
+
+// Dial makes a connection to the runtime's socket at endpoint
+// (unix:///run/containerd/containerd.sock). It connects lazily and
+// reconnects by itself: a runtime that is down shows as errors from Read.
+func Dial(endpoint string) (*Runtime, error) {
 	target := endpoint
 	if !strings.Contains(target, "://") {
 		target = "unix://" + target
 	}
-	// Made first: it fails only on a bad address, and leaves nothing open.
 	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+		// CRI lists every image in one message: 5,000 images are a few MiB.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)),
+		grpc.WithAuthority("localhost"))
 	if err != nil {
-		return nil, fmt.Errorf("connecting to containerd at %s: %w", endpoint, err)
+		return nil, fmt.Errorf("runtime endpoint %s: %w", endpoint, err)
 	}
-	cri, err := remote.NewRemoteImageService(ctx, endpoint, 10*time.Second, noop.NewTracerProvider(), false)
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("connecting to the CRI image service at %s: %w", endpoint, err), conn.Close())
-	}
-	return &Runtime{cri: cri, conn: conn}, nil
+	return &Runtime{endpoint: endpoint, conn: conn, cri: criapi.NewImageServiceClient(conn),
+		store: imagesapi.NewImagesClient(conn), content: contentapi.NewContentClient(conn),
+		events: eventsapi.NewEventsClient(conn), manifests: map[string]manifest{}}, nil
 }
 
-// Close closes the connection to containerd.
+// Close closes the connection.
 func (r *Runtime) Close() error { return r.conn.Close() }
 
 // Snapshot is what a read of the runtime found.
@@ -75,93 +95,189 @@ type Snapshot struct {
 // filesystem. It fails only when CRI cannot list the images; what else
 // fails is named in Snapshot.Partial.
 func (r *Runtime) Read(ctx context.Context) (Snapshot, error) {
-	listed, err := r.cri.ListImages(ctx, nil)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	listed, err := r.list(ctx)
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("listing images through CRI: %w", err)
+		return Snapshot{}, err
 	}
 	var s Snapshot
-	if fs, err := r.cri.ImageFsInfo(ctx); err != nil {
+	s.Filesystem, err = r.filesystem(ctx)
+	if err != nil {
 		s.Partial = append(s.Partial, fmt.Sprintf("image filesystem: %v", err))
-	} else {
-		for _, u := range fs.GetImageFilesystems() {
-			s.Filesystem.UsedBytes += int64(u.GetUsedBytes().GetValue())
-			// The filesystem's size, where this process sees its mount
-			// (an agent mounts it read-only at the same path).
-			var st unix.Statfs_t
-			if unix.Statfs(u.GetFsId().GetMountpoint(), &st) == nil {
-				s.Filesystem.CapacityBytes += int64(st.Blocks) * st.Bsize
-				s.Filesystem.AvailableBytes += int64(st.Bavail) * st.Bsize
-			}
-		}
 	}
-	store := imagesapi.NewImagesClient(r.conn)
-	content := contentapi.NewContentClient(r.conn)
 	ctx = metadata.AppendToOutgoingContext(ctx, "containerd-namespace", containerdNamespace)
+	seen := make(map[string]bool, len(listed))
 	var missing int
 	for _, img := range listed {
-		ri := RuntimeImage{RepoTags: img.GetRepoTags(), RepoDigests: img.GetRepoDigests()}
-		layers, manifest, err := readLayers(ctx, store, content, img)
-		if err != nil {
-			if missing == 0 {
-				s.Partial = append(s.Partial, fmt.Sprintf("layers of %s: %v", img.GetId(), err))
+		seen[img.GetId()] = true
+		m, ok := r.manifests[img.GetId()]
+		if !ok {
+			m, err = r.readManifest(ctx, img)
+			if err != nil {
+				if missing == 0 {
+					s.Partial = append(s.Partial, fmt.Sprintf("layers of %s: %v", img.GetId(), err))
+				}
+				missing++
+			} else {
+				r.manifests[img.GetId()] = m
 			}
-			missing++
 		}
-		ri.Layers, ri.ManifestDigest = layers, manifest
-		s.Images = append(s.Images, ri)
+		s.Images = append(s.Images, RuntimeImage{RepoTags: img.GetRepoTags(), RepoDigests: img.GetRepoDigests(),
+			ManifestDigest: m.digest, Layers: m.layers})
 	}
 	if missing > 1 {
 		s.Partial = append(s.Partial, fmt.Sprintf("and the layers of %d more images", missing-1))
 	}
+	for id := range r.manifests {
+		if !seen[id] {
+			delete(r.manifests, id)
+		}
+	}
 	return s, nil
 }
 
-// readLayers reads an image's manifest from containerd's content store.
+func (r *Runtime) list(ctx context.Context) ([]*criapi.Image, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := r.cri.ListImages(ctx, &criapi.ListImagesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("listing images through CRI at %s: %w", r.endpoint, err)
+	}
+	return resp.GetImages(), nil
+}
+
+// filesystem is the image filesystems' use, and their size and free space
+// where this process sees their mounts (an agent mounts the image
+// filesystem read-only at the same path).
+func (r *Runtime) filesystem(ctx context.Context) (v1alpha1.ImageFilesystem, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	var fs v1alpha1.ImageFilesystem
+	resp, err := r.cri.ImageFsInfo(ctx, &criapi.ImageFsInfoRequest{})
+	if err != nil {
+		return fs, err
+	}
+	for _, u := range resp.GetImageFilesystems() {
+		fs.UsedBytes += int64(u.GetUsedBytes().GetValue())
+		var st unix.Statfs_t
+		if unix.Statfs(u.GetFsId().GetMountpoint(), &st) == nil {
+			fs.CapacityBytes += int64(st.Blocks) * st.Bsize
+			fs.AvailableBytes += int64(st.Bavail) * st.Bsize
+		}
+	}
+	return fs, nil
+}
+
+// imageEvents selects containerd's image events (create, update, delete)
+// in the kubelet's namespace.
+const imageEvents = `namespace==` + containerdNamespace + `,topic~="^/images/"`
+
+// Watch calls changed soon after the runtime's images change, until ctx
+// ends or the watch fails. It follows containerd's event stream; a
+// runtime without one (CRI-O) is polled every poll for its image IDs
+// and tags, a light call next to a full read.
+func (r *Runtime) Watch(ctx context.Context, poll time.Duration, changed func()) error {
+	stream, err := r.events.Subscribe(ctx, &eventsapi.SubscribeRequest{Filters: []string{imageEvents}})
+	if err == nil {
+		for {
+			if _, err = stream.Recv(); err != nil {
+				break
+			}
+			changed()
+		}
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	if status.Code(err) != codes.Unimplemented {
+		return fmt.Errorf("following containerd's image events at %s: %w", r.endpoint, err)
+	}
+	var last string
+	for {
+		listed, err := r.list(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		now := fingerprint(listed)
+		if last != "" && now != last {
+			changed()
+		}
+		last = now
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(poll):
+		}
+	}
+}
+
+// fingerprint identifies a listing by its image IDs and tags.
+func fingerprint(listed []*criapi.Image) string {
+	h := sha256.New()
+	keys := make([]string, len(listed))
+	for i, img := range listed {
+		keys[i] = img.GetId() + "=" + strings.Join(img.GetRepoTags(), ",")
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		h.Write([]byte(k))
+		h.Write([]byte{0})
+	}
+	return string(h.Sum(nil))
+}
+
+// readManifest reads an image's manifest from containerd's content store.
 // An index is resolved to this machine's platform.
-func readLayers(ctx context.Context, store imagesapi.ImagesClient, content contentapi.ContentClient, img *criapi.Image) ([]RuntimeLayer, string, error) {
+func (r *Runtime) readManifest(ctx context.Context, img *criapi.Image) (manifest, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
 	names := append(append([]string{}, img.GetRepoDigests()...), img.GetRepoTags()...)
 	names = append(names, img.GetId())
 	target := ""
 	for _, name := range names {
-		resp, err := store.Get(ctx, &imagesapi.GetImageRequest{Name: name})
+		resp, err := r.store.Get(ctx, &imagesapi.GetImageRequest{Name: name})
 		if err != nil {
 			if status.Code(err) == codes.NotFound {
 				continue
 			}
-			return nil, "", fmt.Errorf("reading image %s from containerd: %w", name, err)
+			return manifest{}, fmt.Errorf("reading image %s from containerd: %w", name, err)
 		}
 		target = resp.GetImage().GetTarget().GetDigest()
 		break
 	}
 	if target == "" {
-		return nil, "", errors.New("containerd does not know the image under any of its names")
+		return manifest{}, errors.New("containerd does not know the image under any of its names")
 	}
 	for range 2 {
-		b, err := readBlob(ctx, content, target)
+		b, err := r.readBlob(ctx, target)
 		if err != nil {
-			return nil, "", err
+			return manifest{}, err
 		}
 		var m struct {
 			Manifests []ocispec.Descriptor `json:"manifests"`
 			Layers    []ocispec.Descriptor `json:"layers"`
 		}
 		if err := json.Unmarshal(b, &m); err != nil {
-			return nil, "", fmt.Errorf("manifest %s: %w", target, err)
+			return manifest{}, fmt.Errorf("manifest %s: %w", target, err)
 		}
 		if len(m.Manifests) == 0 {
 			layers := make([]RuntimeLayer, len(m.Layers))
 			for i, l := range m.Layers {
 				layers[i] = RuntimeLayer{Digest: l.Digest.String(), Size: l.Size}
 			}
-			return layers, target, nil
+			return manifest{digest: target, layers: layers}, nil
 		}
 		next := platformManifest(m.Manifests)
 		if next == nil {
-			return nil, "", fmt.Errorf("index %s has no manifest for %s/%s", target, runtime.GOOS, runtime.GOARCH)
+			return manifest{}, fmt.Errorf("index %s has no manifest for %s/%s", target, runtime.GOOS, runtime.GOARCH)
 		}
 		target = next.Digest.String()
 	}
-	return nil, "", fmt.Errorf("index %s points to another index", target)
+	return manifest{}, fmt.Errorf("index %s points to another index", target)
 }
 
 func platformManifest(ms []ocispec.Descriptor) *ocispec.Descriptor {
@@ -174,8 +290,8 @@ func platformManifest(ms []ocispec.Descriptor) *ocispec.Descriptor {
 }
 
 // readBlob reads a small blob (a manifest or index) from the content store.
-func readBlob(ctx context.Context, content contentapi.ContentClient, digest string) ([]byte, error) {
-	stream, err := content.Read(ctx, &contentapi.ReadContentRequest{Digest: digest})
+func (r *Runtime) readBlob(ctx context.Context, digest string) ([]byte, error) {
+	stream, err := r.content.Read(ctx, &contentapi.ReadContentRequest{Digest: digest})
 	if err != nil {
 		return nil, fmt.Errorf("reading %s from containerd's content store: %w", digest, err)
 	}

@@ -1,0 +1,206 @@
+package nodecache
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+)
+
+// Agent keeps one node's NodeImageCache current: it reads the runtime at
+// start, soon after each change of its images, and every Resync, and
+// writes the object when what it shows changed (or at Resync, which
+// refreshes its observed time). It never exits on a runtime or API error:
+// it says so in the object's conditions and retries with backoff, so a
+// broken runtime shows in the cluster instead of as a crash loop.
+type Agent struct {
+	// Node is the node's name, and the object's.
+	Node    string
+	Runtime *Runtime
+	Client  client.Client
+	// Version is written to the object's agentVersion.
+	Version string
+	// Resync is how often the runtime is read and the object written
+	// even when no change was seen.
+	Resync time.Duration
+	// Settle is how long the agent waits after a change for more before
+	// it reads: one pull sends several events.
+	Settle time.Duration
+	// Poll is how often a runtime without containerd's event stream is
+	// polled for changes.
+	Poll time.Duration
+	// MaxObjectBytes bounds the object's size (MaxObjectBytes if zero).
+	MaxObjectBytes int
+	Log            logr.Logger
+}
+
+// retryBackoff paces retries after a failed read, write or watch.
+func retryBackoff() wait.Backoff {
+	return wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.2, Steps: 7, Cap: time.Minute}
+}
+
+// Run keeps the object current until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	owner, err := a.nodeOwner(ctx)
+	if err != nil {
+		return err
+	}
+	changes := make(chan struct{}, 1)
+	go a.watch(ctx, changes)
+
+	cache := &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: a.Node, OwnerReferences: []metav1.OwnerReference{owner}}}
+	maxBytes := a.MaxObjectBytes
+	if maxBytes == 0 {
+		maxBytes = MaxObjectBytes
+	}
+	var written *v1alpha1.NodeImageCache
+	var writtenAt time.Time
+	backoff := retryBackoff()
+	for {
+		snap, readErr := a.Runtime.Read(ctx)
+		now := time.Now()
+		if readErr != nil {
+			a.Log.Error(readErr, "Reading the runtime")
+			Unreachable(cache, readErr, now)
+		} else {
+			Observe(cache, snap, now, maxBytes)
+		}
+		cache.AgentVersion = a.Version
+		failed := readErr != nil
+		if written == nil || !sameContent(written, cache) || now.Sub(writtenAt) >= a.Resync {
+			if err := a.write(ctx, cache); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				a.Log.Error(err, "Writing the NodeImageCache")
+				failed = true
+			} else {
+				written, writtenAt = cache.DeepCopy(), now
+				a.Log.V(1).Info("Wrote the NodeImageCache", "images", cache.ImageCount, "layers", cache.LayerCount)
+			}
+		}
+		next := a.Resync
+		if failed {
+			next = backoff.Step()
+		} else {
+			backoff = retryBackoff()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(next):
+		case <-changes:
+			if !sleep(ctx, a.Settle) {
+				return nil
+			}
+			// Changes seen while settling are in this read.
+			select {
+			case <-changes:
+			default:
+			}
+		}
+	}
+}
+
+// nodeOwner is the owner reference to the agent's Node. It waits for the
+// Node: an agent can start before its node is registered.
+func (a *Agent) nodeOwner(ctx context.Context) (metav1.OwnerReference, error) {
+	backoff := retryBackoff()
+	for {
+		node := &corev1.Node{}
+		err := a.Client.Get(ctx, client.ObjectKey{Name: a.Node}, node)
+		if err == nil {
+			return metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}, nil
+		}
+		a.Log.Error(err, "Reading the agent's Node; is --node-name (the downward API's spec.nodeName) right?", "node", a.Node)
+		if !sleep(ctx, backoff.Step()) {
+			return metav1.OwnerReference{}, fmt.Errorf("reading Node %s: %w", a.Node, err)
+		}
+	}
+}
+
+// watch signals changes of the runtime's images until ctx ends,
+// restarting the runtime's watch with backoff when it fails.
+func (a *Agent) watch(ctx context.Context, changes chan<- struct{}) {
+	notify := func() {
+		select {
+		case changes <- struct{}{}:
+		default:
+		}
+	}
+	backoff := retryBackoff()
+	for {
+		started := time.Now()
+		err := a.Runtime.Watch(ctx, a.Poll, notify)
+		if ctx.Err() != nil {
+			return
+		}
+		a.Log.Error(err, "Following the runtime's image changes")
+		// Changes may have been missed while the watch was down.
+		notify()
+		if time.Since(started) > time.Minute {
+			backoff = retryBackoff()
+		}
+		if !sleep(ctx, backoff.Step()) {
+			return
+		}
+	}
+}
+
+// write creates or updates the object.
+func (a *Agent) write(ctx context.Context, cache *v1alpha1.NodeImageCache) error {
+	if cache.ResourceVersion == "" {
+		err := a.Client.Create(ctx, cache)
+		if !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	} else {
+		err := a.Client.Update(ctx, cache)
+		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	// Someone else changed or removed the object (another writer, or the
+	// garbage collector with an old Node): start again from the server's.
+	current := &v1alpha1.NodeImageCache{}
+	err := a.Client.Get(ctx, client.ObjectKey{Name: cache.Name}, current)
+	switch {
+	case apierrors.IsNotFound(err):
+		cache.ResourceVersion = ""
+		return a.Client.Create(ctx, cache)
+	case err != nil:
+		return err
+	}
+	cache.ResourceVersion = current.ResourceVersion
+	return a.Client.Update(ctx, cache)
+}
+
+// sameContent reports whether two versions of the object show the same,
+// apart from when they were observed.
+func sameContent(a, b *v1alpha1.NodeImageCache) bool {
+	return a.AgentVersion == b.AgentVersion && a.ImageFilesystem == b.ImageFilesystem &&
+		a.ImageCount == b.ImageCount && a.LayerCount == b.LayerCount && slices.Equal(a.Layers, b.Layers) &&
+		equality.Semantic.DeepEqual(a.Images, b.Images) && equality.Semantic.DeepEqual(a.Conditions, b.Conditions)
+}
+
+// sleep waits d, and reports false if ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
