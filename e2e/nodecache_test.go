@@ -2,17 +2,27 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"go.opentelemetry.io/otel/trace/noop"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-	cri "k8s.io/cri-client/pkg"
+	criclient "k8s.io/cri-client/pkg"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
@@ -24,7 +34,7 @@ func TestRuntimeRead(t *testing.T) {
 	}
 	ctx := context.Background()
 	endpoint := "unix://" + local.CRISocket()
-	images, err := cri.NewRemoteImageService(ctx, endpoint, 10*time.Second, noop.NewTracerProvider(), false)
+	images, err := criclient.NewRemoteImageService(ctx, endpoint, 10*time.Second, noop.NewTracerProvider(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,15 +43,7 @@ func TestRuntimeRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	// As built and pushed to the node's registry.
-	upstream, err := name.ParseReference(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pushed, err := name.ParseReference(local.RegistryAddr()+"/"+upstream.Context().RepositoryStr()+":"+upstream.Identifier(), name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	built, err := remote.Image(pushed, remote.WithContext(ctx))
+	built, err := remote.Image(inRegistry(t, ref), remote.WithContext(ctx))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,4 +98,156 @@ func TestRuntimeRead(t *testing.T) {
 	if !found {
 		t.Errorf("%s is not among the %d images read", ref, len(snap.Images))
 	}
+}
+
+// inRegistry is where the node's registry on loopback keeps image ref.
+func inRegistry(t *testing.T, ref string) name.Reference {
+	t.Helper()
+	upstream, err := name.ParseReference(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushed, err := name.ParseReference(local.RegistryAddr()+"/"+upstream.Context().RepositoryStr()+":"+upstream.Identifier(), name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pushed
+}
+
+// The agent publishes the node's images as the runtime reads them, and a
+// pod's pull of a new image shows in the object within two seconds.
+func TestAgentPublishesTheNodesImages(t *testing.T) {
+	requireLocal(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	clients, err := kube.ForConfig(restConfig(), newNamespace(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := local.RealNodeName()
+	endpoint := "unix://" + local.CRISocket()
+	rt, err := nodecache.Dial(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	agentCtx, stopAgent := context.WithCancel(ctx)
+	agentDone := make(chan error, 1)
+	agent := &nodecache.Agent{Node: node, Runtime: rt, Client: clients.Client, Version: "e2e", Resync: time.Minute,
+		Settle: 300 * time.Millisecond, Poll: time.Second, Log: klog.NewKlogr().WithName("agent")}
+	go func() { agentDone <- agent.Run(agentCtx) }()
+	defer func() {
+		stopAgent()
+		if err := <-agentDone; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	}()
+
+	// What the runtime holds, read apart from the agent, is what it publishes.
+	snap, err := rt.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := waitForCache(t, ctx, clients, node, func(c *v1alpha1.NodeImageCache) bool { return int(c.ImageCount) == len(snap.Images) })
+	published, err := nodecache.NewNode(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, img := range snap.Images {
+		for _, tag := range img.RepoTags {
+			got, ok := published.Image(tag)
+			if !ok || !slices.Equal(got, shortLayers(img.Layers)) {
+				t.Errorf("%s published with layers %v, the runtime has %v", tag, got, img.Layers)
+			}
+		}
+	}
+
+	// A new image: busybox with a layer of its own, under a new name.
+	base, err := remote.Image(inRegistry(t, testimages.Busybox), remote.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := random.Layer(4096, types.DockerLayer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(base, own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := fmt.Sprintf("docker.io/sandbox-fleet/agent-e2e:%d", time.Now().UnixNano())
+	if err := remote.Write(inRegistry(t, ref), img, remote.WithContext(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "puller", Namespace: clients.Namespace},
+		Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: new(int64(0)),
+			Containers: []corev1.Container{{Name: "c", Image: ref, Command: []string{"sleep", "infinity"}}}}}
+	if err := clients.Client.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	cri, err := criclient.NewRemoteImageService(ctx, endpoint, 10*time.Second, noop.NewTracerProvider(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pulled time.Time
+	for pulled.IsZero() {
+		status, err := cri.ImageStatus(ctx, &criapi.ImageSpec{Image: ref}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if status.GetImage() != nil {
+			pulled = time.Now()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for {
+		cache = waitForCache(t, ctx, clients, node, func(*v1alpha1.NodeImageCache) bool { return true })
+		n, err := nodecache.NewNode(cache)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if layers, ok := n.Image(ref); ok {
+			t.Logf("the pull shows after %v", time.Since(pulled).Round(time.Millisecond))
+			manifest, err := img.Manifest()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := make([]nodecache.RuntimeLayer, len(manifest.Layers))
+			for i, l := range manifest.Layers {
+				want[i] = nodecache.RuntimeLayer{Digest: l.Digest.String(), Size: l.Size}
+			}
+			if !slices.Equal(layers, shortLayers(want)) {
+				t.Errorf("%s published with layers %v, pushed with %v", ref, layers, want)
+			}
+			break
+		}
+		if time.Since(pulled) > 2*time.Second {
+			t.Fatalf("%s was pulled %v ago and is not in the NodeImageCache", ref, time.Since(pulled).Round(time.Millisecond))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitForCache waits for node's NodeImageCache to satisfy ok.
+func waitForCache(t *testing.T, ctx context.Context, clients *kube.Clients, node string, ok func(*v1alpha1.NodeImageCache) bool) *v1alpha1.NodeImageCache {
+	t.Helper()
+	for {
+		cache := &v1alpha1.NodeImageCache{}
+		err := clients.Client.Get(ctx, client.ObjectKey{Name: node}, cache)
+		if err == nil && ok(cache) {
+			return cache
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("NodeImageCache %s: %v (last read: %d images, %+v)", node, err, cache.ImageCount, cache.Conditions)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func shortLayers(ls []nodecache.RuntimeLayer) []v1alpha1.Layer {
+	out := make([]v1alpha1.Layer, len(ls))
+	for i, l := range ls {
+		out[i] = v1alpha1.Layer{Digest: nodecache.Short(l.Digest), Size: l.Size}
+	}
+	return out
 }
