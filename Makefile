@@ -48,8 +48,10 @@ e2e-kind: testbin ## run the end-to-end suite on a kind cluster (needs Docker an
 	e2e/kind/run.sh
 
 .PHONY: image
-image: ## build the asrl-webhook image as a docker archive, dist/asrl-webhook.tar (no Docker needed; IMAGE_ARCH=arm64 for arm)
-	go run ./hack/image -tag ghcr.io/sandbox-fleet/asrl-webhook:$(VERSION) -out dist/asrl-webhook.tar -arch $(or $(IMAGE_ARCH),amd64) -ldflags "$(LDFLAGS)"
+image: ## build the asrl-webhook and asrl-prepull-agent images as docker archives in dist/ (no Docker needed; IMAGE_ARCH=arm64 for arm)
+	for cmd in asrl-webhook asrl-prepull-agent; do \
+		go run ./hack/image -cmd $$cmd -tag ghcr.io/sandbox-fleet/$$cmd:$(VERSION) -arch $(or $(IMAGE_ARCH),amd64) -ldflags "$(LDFLAGS)" || exit 1; \
+	done
 
 .PHONY: generate
 generate: ## regenerate api/'s deep-copy functions and manifests/crd/ with controller-gen

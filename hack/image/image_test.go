@@ -17,7 +17,7 @@ import (
 // asks for.
 func TestBuild(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "asrl-webhook.tar")
-	if err := Build(Options{Root: "../..", Tag: "example.com/asrl-webhook:test", Out: out, Arch: "amd64"}); err != nil {
+	if err := Build(Options{Root: "../..", Command: "asrl-webhook", Tag: "example.com/asrl-webhook:test", Out: out, Arch: "amd64"}); err != nil {
 		t.Fatal(err)
 	}
 	tag, _ := name.NewTag("example.com/asrl-webhook:test")

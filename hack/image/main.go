@@ -1,9 +1,10 @@
-// Command image builds the asrl-webhook container image without a Docker
-// engine: the static binary and a passwd entry for its non-root user on
-// an empty base, written as a docker archive (`docker load`, `kind load
+// Command image builds the container image of one of the project's
+// commands (asrl-webhook, asrl-prepull-agent) without a Docker engine: the
+// static binary and a passwd entry for its non-root user on an empty
+// base, written as a docker archive (`docker load`, `kind load
 // image-archive`) — `make image`.
 //
-//	go run ./hack/image -tag ghcr.io/sandbox-fleet/asrl-webhook:v0.1.0 -out dist/asrl-webhook.tar [-arch arm64]
+//	go run ./hack/image -cmd asrl-webhook -tag ghcr.io/sandbox-fleet/asrl-webhook:v0.1.0 -out dist/asrl-webhook.tar [-arch arm64]
 package main
 
 import (
@@ -24,17 +25,25 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
-// nonroot is the user the webhook runs as, matching the Deployment's
-// runAsUser.
+// nonroot is the image's user, matching the webhook Deployment's
+// runAsUser. (The node agent's DaemonSet runs it as root, which owns
+// the runtime's socket.)
 const nonroot = 65532
 
 func main() {
 	o := Options{Root: "."}
-	flag.StringVar(&o.Tag, "tag", "ghcr.io/sandbox-fleet/asrl-webhook:dev", "image reference")
-	flag.StringVar(&o.Out, "out", "dist/asrl-webhook.tar", "docker archive to write")
+	flag.StringVar(&o.Command, "cmd", "asrl-webhook", "the command under cmd/ the image runs")
+	flag.StringVar(&o.Tag, "tag", "", "image reference (default ghcr.io/sandbox-fleet/CMD:dev)")
+	flag.StringVar(&o.Out, "out", "", "docker archive to write (default dist/CMD.tar)")
 	flag.StringVar(&o.Arch, "arch", "amd64", "GOARCH of the image")
 	flag.StringVar(&o.LDFlags, "ldflags", "", "go build -ldflags")
 	flag.Parse()
+	if o.Tag == "" {
+		o.Tag = "ghcr.io/sandbox-fleet/" + o.Command + ":dev"
+	}
+	if o.Out == "" {
+		o.Out = filepath.Join("dist", o.Command+".tar")
+	}
 	if err := Build(o); err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
@@ -44,24 +53,26 @@ func main() {
 // Options of an image build.
 type Options struct {
 	// Root is the module's directory; a relative Out is in it.
-	Root                    string
+	Root string
+	// Command is the directory under cmd/ of the binary the image runs.
+	Command                 string
 	Tag, Out, Arch, LDFlags string
 }
 
-// Build compiles cmd/asrl-webhook for linux/Arch and writes its image to
+// Build compiles cmd/Command for linux/Arch and writes its image to
 // Out. Files carry a fixed time, so a build is reproducible.
 func Build(o Options) error {
 	tag, err := name.NewTag(o.Tag)
 	if err != nil {
 		return fmt.Errorf("-tag %q: %w", o.Tag, err)
 	}
-	tmp, err := os.MkdirTemp("", "asrl-webhook-image-")
+	tmp, err := os.MkdirTemp("", o.Command+"-image-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "asrl-webhook")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", o.LDFlags, "-o", bin, "./cmd/asrl-webhook")
+	bin := filepath.Join(tmp, o.Command)
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", o.LDFlags, "-o", bin, "./cmd/"+o.Command)
 	build.Dir = o.Root
 	build.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+o.Arch, "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -74,7 +85,7 @@ func Build(o Options) error {
 	layer, err := layer([]file{
 		{"etc/passwd", []byte(fmt.Sprintf("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:%d:%d:nonroot:/home/nonroot:/sbin/nologin\n", nonroot, nonroot)), 0o644},
 		{"etc/group", []byte(fmt.Sprintf("root:x:0:\nnonroot:x:%d:\n", nonroot)), 0o644},
-		{"asrl-webhook", binary, 0o755},
+		{o.Command, binary, 0o755},
 	})
 	if err != nil {
 		return err
@@ -90,7 +101,7 @@ func Build(o Options) error {
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture, cf.Created = "linux", o.Arch, v1.Time{Time: time.Unix(0, 0)}
 	cf.Config = v1.Config{
-		Entrypoint: []string{"/asrl-webhook"},
+		Entrypoint: []string{"/" + o.Command},
 		User:       fmt.Sprintf("%d:%d", nonroot, nonroot),
 		WorkingDir: "/",
 		Labels:     map[string]string{"org.opencontainers.image.source": "https://github.com/sandbox-fleet/sandbox-fleet"},

@@ -36,17 +36,20 @@ func TestManifests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sandbox-fleet-system"}}
-	if err := clients.Client.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"sandbox-fleet-system", "sandbox-fleet-agent"} {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if err := clients.Client.Create(context.Background(), ns); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = clients.Client.Delete(context.Background(), ns) })
 	}
-	t.Cleanup(func() { _ = clients.Client.Delete(context.Background(), ns) })
 
 	rendered := kubectl("", "kustomize", "../../manifests/default")
 	out := kubectl(rendered, "apply", "--dry-run=server", "-f", "-")
 	for _, want := range []string{"customresourcedefinition.apiextensions.k8s.io/sandboxpolicies.sandbox-fleet.io",
 		"deployment.apps/asrl-webhook", "poddisruptionbudget.policy/asrl-webhook",
-		"mutatingwebhookconfiguration.admissionregistration.k8s.io/asrl-webhook", "validatingwebhookconfiguration.admissionregistration.k8s.io/asrl-webhook"} {
+		"mutatingwebhookconfiguration.admissionregistration.k8s.io/asrl-webhook", "validatingwebhookconfiguration.admissionregistration.k8s.io/asrl-webhook",
+		"daemonset.apps/asrl-prepull-agent", "validatingadmissionpolicybinding.admissionregistration.k8s.io/asrl-prepull-agent-own-node"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the dry run of manifests/default lacks %s:\n%s", want, out)
 		}

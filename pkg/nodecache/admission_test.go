@@ -1,0 +1,145 @@
+package nodecache_test
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testcri"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
+)
+
+const agentNamespace, agentAccount = "sandbox-fleet-agent", "asrl-prepull-agent"
+
+// applyAgentManifests applies manifests/prepull-agent as users do, and
+// deletes it when the test ends.
+func applyAgentManifests(t *testing.T) {
+	t.Helper()
+	bin, err := testcluster.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl := func(args ...string) error {
+		out, err := exec.Command(filepath.Join(bin, "kubectl"), append([]string{"--kubeconfig", cluster.Kubeconfig()}, args...)...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	t.Cleanup(func() {
+		if err := kubectl("delete", "--wait=false", "--ignore-not-found", "-k", "../../manifests/prepull-agent"); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := kubectl("apply", "-k", "../../manifests/prepull-agent"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// agentClient is a client with the token of the DaemonSet's Pod on node,
+// as the agent there has it: bound to that Pod, so naming its node.
+func agentClient(t *testing.T, admin client.Client, node string) client.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var pod *corev1.Pod
+	for pod == nil {
+		pods := &corev1.PodList{}
+		if err := admin.List(ctx, pods, client.InNamespace(agentNamespace)); err != nil {
+			t.Fatal(err)
+		}
+		for i := range pods.Items {
+			if pods.Items[i].Spec.NodeName == node {
+				pod = &pods.Items[i]
+			}
+		}
+		if pod == nil {
+			if ctx.Err() != nil {
+				t.Fatalf("the DaemonSet has no Pod on %s", node)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(600)),
+		BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}}}
+	return tokenClient(t, admin, req)
+}
+
+// tokenClient is a client with a token of the agent's service account.
+func tokenClient(t *testing.T, admin client.Client, req *authenticationv1.TokenRequest) client.Client {
+	t.Helper()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: agentAccount}}
+	if err := admin.SubResource("token").Create(context.Background(), sa, req); err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.AnonymousClientConfig(cluster.RESTConfig())
+	cfg.BearerToken = req.Status.Token
+	clients, err := kube.ForConfig(cfg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clients.Client
+}
+
+// An agent writes its own node's NodeImageCache and no other's.
+func TestAgentWritesOnlyItsNode(t *testing.T) {
+	admin := clusterClient(t)
+	applyAgentManifests(t)
+	nodes := []string{"kwok-node-0", "kwok-node-1"}
+	for _, n := range nodes {
+		t.Cleanup(func() {
+			_ = admin.Delete(context.Background(), &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: n}})
+		})
+	}
+	agents := []client.Client{agentClient(t, admin, nodes[0]), agentClient(t, admin, nodes[1])}
+
+	// The agent of node 0 runs with its Pod's identity: the manifests'
+	// RBAC is all it needs.
+	rt, err := testcri.Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Stop()
+	rt.Add(testcri.SWEBench(2)...)
+	startAgent(t, agents[0], nodes[0], rt.Endpoint)
+	waitFor(t, admin, nodes[0], 20*time.Second, "published by its agent", func(c *v1alpha1.NodeImageCache) bool { return c.ImageCount == 2 })
+
+	ctx := context.Background()
+	other := &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: nodes[1]}}
+	denied := func(what string, err error) {
+		t.Helper()
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "the asrl-prepull-agent of node kwok-node-0 may write only NodeImageCache kwok-node-0, not kwok-node-1") {
+			t.Errorf("%s: %v, want it forbidden naming both nodes", what, err)
+		}
+	}
+	denied("creating another node's object", agents[0].Create(ctx, other.DeepCopy()))
+	if err := agents[1].Create(ctx, other); err != nil {
+		t.Fatalf("the agent of %s creating its own object: %v", nodes[1], err)
+	}
+	other.AgentVersion = "forged"
+	denied("updating another node's object", agents[0].Update(ctx, other))
+
+	// A token of the agent's account bound to no Pod names no node.
+	unbound := tokenClient(t, admin, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(600))}})
+	current := &v1alpha1.NodeImageCache{}
+	if err := admin.Get(ctx, client.ObjectKey{Name: nodes[0]}, current); err != nil {
+		t.Fatal(err)
+	}
+	current.AgentVersion = "forged"
+	if err := unbound.Update(ctx, current); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "this token names no node") {
+		t.Errorf("updating with a token bound to no Pod: %v, want it forbidden", err)
+	}
+}
