@@ -100,7 +100,7 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 		return err
 	}
 	defer os.RemoveAll(dir)
-	bin, err := testwebhook.Build(dir)
+	bin, err := testcluster.BuildCommand(dir, "asrl-webhook")
 	if err != nil {
 		return err
 	}

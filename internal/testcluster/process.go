@@ -190,3 +190,14 @@ func tail(path string, lines int) string {
 	}
 	return strings.Join(all, "\n")
 }
+
+// BuildCommand builds the project's command cmd/name into dir and
+// returns its path, for tests that run it as users do.
+func BuildCommand(dir, name string) (string, error) {
+	bin := filepath.Join(dir, name)
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/sandbox-fleet/sandbox-fleet/cmd/"+name).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("building %s: %w\n%s", name, err, out)
+	}
+	return bin, nil
+}

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -41,17 +40,7 @@ type Server struct {
 	dir     string
 }
 
-// Build builds asrl-webhook into dir and returns its path.
-func Build(dir string) (string, error) {
-	bin := filepath.Join(dir, "asrl-webhook")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/sandbox-fleet/sandbox-fleet/cmd/asrl-webhook").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("building asrl-webhook: %w\n%s", err, out)
-	}
-	return bin, nil
-}
-
-// Start runs the built webhook bin (see Build) for namespace ns, on cpus
+// Start runs the built webhook bin (testcluster.BuildCommand) for namespace ns, on cpus
 // if any, and returns once the API server can call it. Stop stops it and
 // Close also removes its configurations.
 func Start(ctx context.Context, c *testcluster.Cluster, ns, bin string, cpus ...int) (*Server, error) {

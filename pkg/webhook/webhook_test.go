@@ -59,7 +59,7 @@ func sandboxTemplate(ns, name string, edit func(*corev1.PodSpec)) *extensionsv1b
 func TestWebhook(t *testing.T) {
 	ns := cluster.NewNamespace(t)
 	ctx := context.Background()
-	bin, err := testwebhook.Build(t.TempDir())
+	bin, err := testcluster.BuildCommand(t.TempDir(), "asrl-webhook")
 	if err != nil {
 		t.Fatal(err)
 	}
