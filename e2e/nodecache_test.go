@@ -131,9 +131,13 @@ func TestAgentPublishesTheNodesImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rt.Close()
+	api, err := nodecache.NewClient(restConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
 	agentCtx, stopAgent := context.WithCancel(ctx)
 	agentDone := make(chan error, 1)
-	agent := &nodecache.Agent{Node: node, Runtime: rt, Client: clients.Client, Version: "e2e", Resync: time.Minute,
+	agent := &nodecache.Agent{Node: node, Runtime: rt, Client: api, Version: "e2e", Resync: time.Minute,
 		Settle: 300 * time.Millisecond, Poll: time.Second, Log: klog.NewKlogr().WithName("agent")}
 	go func() { agentDone <- agent.Run(agentCtx) }()
 	defer func() {

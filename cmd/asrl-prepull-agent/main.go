@@ -3,24 +3,28 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
-	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/version"
 )
 
 func main() {
 	a := nodecache.Agent{Version: version.Get().GitVersion, Log: klog.NewKlogr()}
-	var endpoint string
+	var endpoint, kubeconfig string
 	flag.StringVar(&a.Node, "node-name", os.Getenv("NODE_NAME"), "the node this agent runs on (default: $NODE_NAME)")
 	flag.StringVar(&endpoint, "runtime-endpoint", "unix:///run/containerd/containerd.sock", "the container runtime's CRI socket")
+	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (default: the Pod's service account)")
 	flag.DurationVar(&a.Resync, "resync", 5*time.Minute, "how often the runtime is read in full and the object refreshed without a change")
 	flag.DurationVar(&a.Settle, "settle", 300*time.Millisecond, "how long to wait after an image change for more before reading")
 	flag.DurationVar(&a.Poll, "poll", time.Second, "how often a runtime without containerd's event stream is polled for changes")
@@ -30,26 +34,28 @@ func main() {
 		fmt.Fprintln(os.Stderr, "asrl-prepull-agent: --node-name (or $NODE_NAME, from the downward API's spec.nodeName) is needed")
 		os.Exit(2)
 	}
-	if err := run(&a, endpoint); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, &a, endpoint, kubeconfig); err != nil {
 		fmt.Fprintf(os.Stderr, "asrl-prepull-agent: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(a *nodecache.Agent, endpoint string) error {
-	cfg, err := ctrl.GetConfig()
+func run(ctx context.Context, a *nodecache.Agent, endpoint, kubeconfig string) error {
+	cfg, err := rest.InClusterConfig()
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
 	if err != nil {
 		return err
 	}
-	clients, err := kube.ForConfig(cfg, "")
-	if err != nil {
+	if a.Client, err = nodecache.NewClient(cfg); err != nil {
 		return err
 	}
-	rt, err := nodecache.Dial(endpoint)
-	if err != nil {
+	if a.Runtime, err = nodecache.Dial(endpoint); err != nil {
 		return err
 	}
-	defer rt.Close()
-	a.Runtime, a.Client = rt, clients.Client
-	return a.Run(ctrl.SetupSignalHandler())
+	defer a.Runtime.Close()
+	return a.Run(ctx)
 }

@@ -42,9 +42,11 @@ type Server struct {
 	// images by ID (the digest of the manifest here), in insertion order.
 	images map[string]image
 	order  []string
-	blobs  map[string][]byte
-	subs   map[chan struct{}]bool
-	fault  Fault
+	// names are the images' IDs by tag and digest reference.
+	names map[string]string
+	blobs map[string][]byte
+	subs  map[chan struct{}]bool
+	fault Fault
 }
 
 type image struct {
@@ -71,7 +73,7 @@ func Start(dir string) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{Endpoint: "unix://" + socket, socket: socket, grpc: grpc.NewServer(),
-		images: map[string]image{}, blobs: map[string][]byte{}, subs: map[chan struct{}]bool{}}
+		images: map[string]image{}, names: map[string]string{}, blobs: map[string][]byte{}, subs: map[chan struct{}]bool{}}
 	criapi.RegisterImageServiceServer(s.grpc, criImages{s: s})
 	imagesapi.RegisterImagesServer(s.grpc, ctrImages{s: s})
 	contentapi.RegisterContentServer(s.grpc, content{s: s})
@@ -118,6 +120,9 @@ func (s *Server) Add(imgs ...nodecache.RuntimeImage) {
 			s.order = append(s.order, manifest)
 		}
 		s.images[manifest] = image{tags: img.RepoTags, digests: img.RepoDigests, manifest: manifest, size: uint64(size)}
+		for _, ref := range append(slices.Clone(img.RepoTags), img.RepoDigests...) {
+			s.names[ref] = manifest
+		}
 	}
 	s.notify()
 }
@@ -144,17 +149,11 @@ func (s *Server) notify() {
 
 // find is the image known by a name: tag, digest reference or ID.
 func (s *Server) find(name string) (image, bool) {
-	if img, ok := s.images[name]; ok {
-		return img, true
+	if id, ok := s.names[name]; ok {
+		name = id
 	}
-	for _, img := range s.images {
-		for _, ref := range append(append([]string{}, img.tags...), img.digests...) {
-			if ref == name {
-				return img, true
-			}
-		}
-	}
-	return image{}, false
+	img, ok := s.images[name]
+	return img, ok
 }
 
 type criImages struct {

@@ -49,9 +49,10 @@ func applyAgentManifests(t *testing.T) {
 	}
 }
 
-// agentClient is a client with the token of the DaemonSet's Pod on node,
-// as the agent there has it: bound to that Pod, so naming its node.
-func agentClient(t *testing.T, admin client.Client, node string) client.Client {
+// agentConfig is a client configuration with the token of the DaemonSet's
+// Pod on node, as the agent there has it: bound to that Pod, so naming
+// its node.
+func agentConfig(t *testing.T, admin client.Client, node string) *rest.Config {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -75,11 +76,12 @@ func agentClient(t *testing.T, admin client.Client, node string) client.Client {
 	}
 	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(600)),
 		BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}}}
-	return tokenClient(t, admin, req)
+	return tokenConfig(t, admin, req)
 }
 
-// tokenClient is a client with a token of the agent's service account.
-func tokenClient(t *testing.T, admin client.Client, req *authenticationv1.TokenRequest) client.Client {
+// tokenConfig is a client configuration with a token of the agent's
+// service account.
+func tokenConfig(t *testing.T, admin client.Client, req *authenticationv1.TokenRequest) *rest.Config {
 	t.Helper()
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: agentAccount}}
 	if err := admin.SubResource("token").Create(context.Background(), sa, req); err != nil {
@@ -87,6 +89,12 @@ func tokenClient(t *testing.T, admin client.Client, req *authenticationv1.TokenR
 	}
 	cfg := rest.AnonymousClientConfig(cluster.RESTConfig())
 	cfg.BearerToken = req.Status.Token
+	return cfg
+}
+
+// asClient is a client with the identity of cfg.
+func asClient(t *testing.T, cfg *rest.Config) client.Client {
+	t.Helper()
 	clients, err := kube.ForConfig(cfg, "")
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +112,23 @@ func TestAgentWritesOnlyItsNode(t *testing.T) {
 			_ = admin.Delete(context.Background(), &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: n}})
 		})
 	}
-	agents := []client.Client{agentClient(t, admin, nodes[0]), agentClient(t, admin, nodes[1])}
+	configs := []*rest.Config{agentConfig(t, admin, nodes[0]), agentConfig(t, admin, nodes[1])}
+	agents := []client.Client{asClient(t, configs[0]), asClient(t, configs[1])}
+
+	// The API server puts a new policy in force a moment after it is
+	// created; a dry run tells when.
+	ctx := context.Background()
+	other := &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: nodes[1]}}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		err := agents[0].Create(ctx, other.DeepCopy(), client.DryRunAll)
+		if apierrors.IsForbidden(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the admission policy is not in force after 30 s: a dry run of another node's object gave %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 
 	// The agent of node 0 runs with its Pod's identity: the manifests'
 	// RBAC is all it needs.
@@ -114,11 +138,9 @@ func TestAgentWritesOnlyItsNode(t *testing.T) {
 	}
 	defer rt.Stop()
 	rt.Add(testcri.SWEBench(2)...)
-	startAgent(t, agents[0], nodes[0], rt.Endpoint)
+	startAgent(t, configs[0], nodes[0], rt.Endpoint)
 	waitFor(t, admin, nodes[0], 20*time.Second, "published by its agent", func(c *v1alpha1.NodeImageCache) bool { return c.ImageCount == 2 })
 
-	ctx := context.Background()
-	other := &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: nodes[1]}}
 	denied := func(what string, err error) {
 		t.Helper()
 		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "the asrl-prepull-agent of node kwok-node-0 may write only NodeImageCache kwok-node-0, not kwok-node-1") {
@@ -133,7 +155,7 @@ func TestAgentWritesOnlyItsNode(t *testing.T) {
 	denied("updating another node's object", agents[0].Update(ctx, other))
 
 	// A token of the agent's account bound to no Pod names no node.
-	unbound := tokenClient(t, admin, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(600))}})
+	unbound := asClient(t, tokenConfig(t, admin, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(600))}}))
 	current := &v1alpha1.NodeImageCache{}
 	if err := admin.Get(ctx, client.ObjectKey{Name: nodes[0]}, current); err != nil {
 		t.Fatal(err)

@@ -2,17 +2,14 @@ package nodecache
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 )
@@ -27,7 +24,7 @@ type Agent struct {
 	// Node is the node's name, and the object's.
 	Node    string
 	Runtime *Runtime
-	Client  client.Client
+	Client  *Client
 	// Version is written to the object's agentVersion.
 	Version string
 	// Resync is how often the runtime is read and the object written
@@ -58,39 +55,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	changes := make(chan struct{}, 1)
 	go a.watch(ctx, changes)
 
-	cache := &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: a.Node, OwnerReferences: []metav1.OwnerReference{owner}}}
-	maxBytes := a.MaxObjectBytes
-	if maxBytes == 0 {
-		maxBytes = MaxObjectBytes
-	}
-	var written *v1alpha1.NodeImageCache
-	var writtenAt time.Time
+	state := &published{cache: &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: a.Node, OwnerReferences: []metav1.OwnerReference{owner}}}}
 	backoff := retryBackoff()
 	for {
-		snap, readErr := a.Runtime.Read(ctx)
-		now := time.Now()
-		if readErr != nil {
-			a.Log.Error(readErr, "Reading the runtime")
-			Unreachable(cache, readErr, now)
-		} else {
-			Observe(cache, snap, now, maxBytes)
-		}
-		cache.AgentVersion = a.Version
-		failed := readErr != nil
-		if written == nil || !sameContent(written, cache) || now.Sub(writtenAt) >= a.Resync {
-			if err := a.write(ctx, cache); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				a.Log.Error(err, "Writing the NodeImageCache")
-				failed = true
-			} else {
-				written, writtenAt = cache.DeepCopy(), now
-				a.Log.V(1).Info("Wrote the NodeImageCache", "images", cache.ImageCount, "layers", cache.LayerCount)
+		failed, err := a.refresh(ctx, state)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
 			}
+			a.Log.Error(err, "Writing the NodeImageCache")
 		}
 		next := a.Resync
-		if failed {
+		if failed || err != nil {
 			next = backoff.Step()
 		} else {
 			backoff = retryBackoff()
@@ -112,15 +88,63 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
+// published is what the agent last wrote.
+type published struct {
+	// cache is the object without its images and layers: the server has
+	// them, and holding them between reads would double the agent's
+	// memory.
+	cache *v1alpha1.NodeImageCache
+	// hash is the content hash of the last write, at time at.
+	hash [sha256.Size]byte
+	at   time.Time
+}
+
+// refresh reads the runtime and writes what changed since the last write.
+// It reports whether the read failed, and the write's error.
+func (a *Agent) refresh(ctx context.Context, last *published) (bool, error) {
+	cache := last.cache
+	cache.AgentVersion = a.Version
+	maxBytes := a.MaxObjectBytes
+	if maxBytes == 0 {
+		maxBytes = MaxObjectBytes
+	}
+	snap, readErr := a.Runtime.Read(ctx)
+	now := time.Now()
+	if readErr != nil {
+		a.Log.Error(readErr, "Reading the runtime")
+		Unreachable(cache, readErr, now)
+		content := contentHash(cache)
+		if content == last.hash {
+			return true, nil
+		}
+		// Only the conditions: what the last read found stays on the server.
+		if err := a.Client.patchConditions(ctx, cache); err != nil {
+			return true, err
+		}
+		last.hash = content
+		return true, nil
+	}
+	Observe(cache, snap, now, maxBytes)
+	defer func() { cache.Layers, cache.Images = nil, nil }()
+	content := contentHash(cache)
+	if content != last.hash || now.Sub(last.at) >= a.Resync {
+		if err := a.write(ctx, cache); err != nil {
+			return false, err
+		}
+		last.hash, last.at = content, now
+		a.Log.V(1).Info("Wrote the NodeImageCache", "images", cache.ImageCount, "layers", cache.LayerCount)
+	}
+	return false, nil
+}
+
 // nodeOwner is the owner reference to the agent's Node. It waits for the
 // Node: an agent can start before its node is registered.
 func (a *Agent) nodeOwner(ctx context.Context) (metav1.OwnerReference, error) {
 	backoff := retryBackoff()
 	for {
-		node := &corev1.Node{}
-		err := a.Client.Get(ctx, client.ObjectKey{Name: a.Node}, node)
+		uid, err := a.Client.nodeUID(ctx, a.Node)
 		if err == nil {
-			return metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}, nil
+			return metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: a.Node, UID: uid}, nil
 		}
 		a.Log.Error(err, "Reading the agent's Node; is --node-name (the downward API's spec.nodeName) right?", "node", a.Node)
 		if !sleep(ctx, backoff.Step()) {
@@ -160,37 +184,41 @@ func (a *Agent) watch(ctx context.Context, changes chan<- struct{}) {
 // write creates or updates the object.
 func (a *Agent) write(ctx context.Context, cache *v1alpha1.NodeImageCache) error {
 	if cache.ResourceVersion == "" {
-		err := a.Client.Create(ctx, cache)
+		err := a.Client.create(ctx, cache)
 		if !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 	} else {
-		err := a.Client.Update(ctx, cache)
+		err := a.Client.update(ctx, cache)
 		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
 			return err
 		}
 	}
 	// Someone else changed or removed the object (another writer, or the
 	// garbage collector with an old Node): start again from the server's.
-	current := &v1alpha1.NodeImageCache{}
-	err := a.Client.Get(ctx, client.ObjectKey{Name: cache.Name}, current)
+	rv, err := a.Client.resourceVersion(ctx, cache.Name)
 	switch {
 	case apierrors.IsNotFound(err):
 		cache.ResourceVersion = ""
-		return a.Client.Create(ctx, cache)
+		return a.Client.create(ctx, cache)
 	case err != nil:
 		return err
 	}
-	cache.ResourceVersion = current.ResourceVersion
-	return a.Client.Update(ctx, cache)
+	cache.ResourceVersion = rv
+	return a.Client.update(ctx, cache)
 }
 
-// sameContent reports whether two versions of the object show the same,
-// apart from when they were observed.
-func sameContent(a, b *v1alpha1.NodeImageCache) bool {
-	return a.AgentVersion == b.AgentVersion && a.ImageFilesystem == b.ImageFilesystem &&
-		a.ImageCount == b.ImageCount && a.LayerCount == b.LayerCount && slices.Equal(a.Layers, b.Layers) &&
-		equality.Semantic.DeepEqual(a.Images, b.Images) && equality.Semantic.DeepEqual(a.Conditions, b.Conditions)
+// contentHash is a hash of what the object shows, apart from its
+// metadata and when it was observed.
+func contentHash(cache *v1alpha1.NodeImageCache) [sha256.Size]byte {
+	content := *cache
+	content.ObjectMeta, content.ObservedTime = metav1.ObjectMeta{}, metav1.Time{}
+	h := sha256.New()
+	// Writing to a hash cannot fail.
+	_ = Encode(h, &content)
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
 }
 
 // sleep waits d, and reports false if ctx ended first.

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -46,11 +47,15 @@ func newNode(t *testing.T, c client.Client) *corev1.Node {
 	return node
 }
 
-// startAgent runs an agent for node on the runtime at endpoint until the
-// test ends, and fails the test if it returns early.
-func startAgent(t *testing.T, c client.Client, node, endpoint string) {
+// startAgent runs an agent for node on the runtime at endpoint, with the
+// API identity of cfg, until the test ends.
+func startAgent(t *testing.T, cfg *rest.Config, node, endpoint string) {
 	t.Helper()
 	rt, err := nodecache.Dial(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := nodecache.NewClient(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +132,7 @@ func TestAgentFollowsTheRuntime(t *testing.T) {
 			rt.SetFault(tt.fault)
 			imgs := testcri.SWEBench(4)
 			rt.Add(imgs[:3]...)
-			startAgent(t, c, node.Name, rt.Endpoint)
+			startAgent(t, cluster.RESTConfig(), node.Name, rt.Endpoint)
 
 			cache := waitFor(t, c, node.Name, 10*time.Second, "published", func(c *v1alpha1.NodeImageCache) bool { return c.ImageCount == 3 })
 			if len(cache.OwnerReferences) != 1 || cache.OwnerReferences[0].UID != node.UID || cache.OwnerReferences[0].Kind != "Node" {
@@ -189,7 +194,7 @@ func TestAgentWithoutARuntime(t *testing.T) {
 	c := clusterClient(t)
 	node := newNode(t, c)
 	dir := t.TempDir()
-	startAgent(t, c, node.Name, "unix://"+dir+"/cri.sock")
+	startAgent(t, cluster.RESTConfig(), node.Name, "unix://"+dir+"/cri.sock")
 	cache := waitFor(t, c, node.Name, 10*time.Second, "unreachable", condition(v1alpha1.ConditionRuntimeReachable, metav1.ConditionFalse, v1alpha1.ReasonUnreachable))
 	if msg := meta.FindStatusCondition(cache.Conditions, v1alpha1.ConditionRuntimeReachable).Message; !strings.Contains(msg, dir) || !strings.Contains(msg, "no read has worked yet") {
 		t.Errorf("Unreachable message %q should name the socket and say nothing was read", msg)

@@ -6,9 +6,11 @@
 package nodecache
 
 import (
+	"bufio"
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -151,6 +153,42 @@ func clip(msg string) string {
 		return msg
 	}
 	return msg[:max-3] + "..."
+}
+
+// Encode writes cache as JSON to w, a layer and an image at a time: a
+// 5,000-image object is a MiB of JSON, which encoding/json would build
+// in memory (with its growth, three times over) on every write.
+func Encode(w io.Writer, cache *v1alpha1.NodeImageCache) error {
+	head := *cache
+	head.Layers, head.Images = nil, nil
+	b, err := json.Marshal(&head)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriter(w)
+	bw.Write(b[:len(b)-1])
+	bw.WriteString(`,"layers":[`)
+	for i, l := range cache.Layers {
+		if i > 0 {
+			bw.WriteByte(',')
+		}
+		// Hex digits, a colon and digits: nothing to escape.
+		bw.WriteByte('"')
+		bw.WriteString(l.String())
+		bw.WriteByte('"')
+	}
+	bw.WriteString(`],"images":[`)
+	enc := json.NewEncoder(bw)
+	for i := range cache.Images {
+		if i > 0 {
+			bw.WriteByte(',')
+		}
+		if err := enc.Encode(&cache.Images[i]); err != nil {
+			return err
+		}
+	}
+	bw.WriteString("]}")
+	return bw.Flush()
 }
 
 // names are the references an image is listed under, in their familiar

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -244,5 +245,37 @@ func TestObserve(t *testing.T) {
 				t.Errorf("image filesystem %+v, want %+v", c.ImageFilesystem, fs)
 			}
 		})
+	}
+}
+
+// Encode writes what encoding/json writes, a piece at a time.
+func TestEncode(t *testing.T) {
+	for _, n := range []int{0, 1, 50} {
+		cache := &v1alpha1.NodeImageCache{TypeMeta: metav1.TypeMeta{APIVersion: "sandbox-fleet.io/v1alpha1", Kind: "NodeImageCache"},
+			ObjectMeta: metav1.ObjectMeta{Name: "node-a", ResourceVersion: "7"}}
+		nodecache.Observe(cache, nodecache.Snapshot{Images: testcri.SWEBench(n), Partial: []string{`a "quoted" <reason>`}},
+			time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC), nodecache.MaxObjectBytes)
+		var streamed strings.Builder
+		if err := nodecache.Encode(&streamed, cache); err != nil {
+			t.Fatal(err)
+		}
+		var got, want any
+		if err := json.Unmarshal([]byte(streamed.String()), &got); err != nil {
+			t.Fatalf("%d images: %v\n%s", n, err, streamed.String())
+		}
+		marshalled, err := json.Marshal(cache)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(marshalled, &want); err != nil {
+			t.Fatal(err)
+		}
+		// An empty table is written as [], which encoding/json leaves out.
+		if n == 0 {
+			want.(map[string]any)["layers"], want.(map[string]any)["images"] = []any{}, []any{}
+		}
+		if !equality.Semantic.DeepEqual(got, want) {
+			t.Errorf("%d images: Encode wrote\n%s\nencoding/json\n%s", n, streamed.String(), marshalled)
+		}
 	}
 }

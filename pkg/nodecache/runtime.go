@@ -45,14 +45,17 @@ type Runtime struct {
 	events   eventsapi.EventsClient
 
 	mu sync.Mutex
-	// manifests are the layers read for each image ID, so a read after a
-	// pull fetches only the new image's manifest.
-	manifests map[string]manifest
+	// manifests are what was read of each image ID's manifest, so a read
+	// after a pull fetches only the new image's. Images share most of
+	// their layers, so the manifests name them by index into layers.
+	manifests  map[string]manifest
+	layers     []RuntimeLayer
+	layerIndex map[string]int32
 }
 
 type manifest struct {
 	digest string
-	layers []RuntimeLayer
+	layers []int32
 }
 
 // callTimeout bounds each call to the runtime, so a hung runtime shows as
@@ -76,7 +79,7 @@ func Dial(endpoint string) (*Runtime, error) {
 	}
 	return &Runtime{endpoint: endpoint, conn: conn, cri: criapi.NewImageServiceClient(conn),
 		store: imagesapi.NewImagesClient(conn), content: contentapi.NewContentClient(conn),
-		events: eventsapi.NewEventsClient(conn), manifests: map[string]manifest{}}, nil
+		events: eventsapi.NewEventsClient(conn), manifests: map[string]manifest{}, layerIndex: map[string]int32{}}, nil
 }
 
 // Close closes the connection.
@@ -123,18 +126,51 @@ func (r *Runtime) Read(ctx context.Context) (Snapshot, error) {
 				r.manifests[img.GetId()] = m
 			}
 		}
-		s.Images = append(s.Images, RuntimeImage{RepoTags: img.GetRepoTags(), RepoDigests: img.GetRepoDigests(),
-			ManifestDigest: m.digest, Layers: m.layers})
+		ri := RuntimeImage{RepoTags: img.GetRepoTags(), RepoDigests: img.GetRepoDigests(), ManifestDigest: m.digest,
+			Layers: make([]RuntimeLayer, len(m.layers))}
+		for i, l := range m.layers {
+			ri.Layers[i] = r.layers[l]
+		}
+		s.Images = append(s.Images, ri)
 	}
 	if missing > 1 {
 		s.Partial = append(s.Partial, fmt.Sprintf("and the layers of %d more images", missing-1))
 	}
+	r.forget(seen)
+	return s, nil
+}
+
+// forget drops the manifests of images no longer listed, and the layers
+// no remaining manifest names.
+func (r *Runtime) forget(listed map[string]bool) {
+	removed := false
 	for id := range r.manifests {
-		if !seen[id] {
+		if !listed[id] {
 			delete(r.manifests, id)
+			removed = true
 		}
 	}
-	return s, nil
+	if !removed {
+		return
+	}
+	old := r.layers
+	r.layers, r.layerIndex = nil, make(map[string]int32, len(r.layerIndex))
+	for _, m := range r.manifests {
+		for i, l := range m.layers {
+			m.layers[i] = r.layerAt(old[l])
+		}
+	}
+}
+
+// layerAt is the index of layer l in the table, added if new.
+func (r *Runtime) layerAt(l RuntimeLayer) int32 {
+	if i, ok := r.layerIndex[l.Digest]; ok {
+		return i
+	}
+	i := int32(len(r.layers))
+	r.layers = append(r.layers, l)
+	r.layerIndex[l.Digest] = i
+	return i
 }
 
 func (r *Runtime) list(ctx context.Context) ([]*criapi.Image, error) {
@@ -265,9 +301,9 @@ func (r *Runtime) readManifest(ctx context.Context, img *criapi.Image) (manifest
 			return manifest{}, fmt.Errorf("manifest %s: %w", target, err)
 		}
 		if len(m.Manifests) == 0 {
-			layers := make([]RuntimeLayer, len(m.Layers))
+			layers := make([]int32, len(m.Layers))
 			for i, l := range m.Layers {
-				layers[i] = RuntimeLayer{Digest: l.Digest.String(), Size: l.Size}
+				layers[i] = r.layerAt(RuntimeLayer{Digest: l.Digest.String(), Size: l.Size})
 			}
 			return manifest{digest: target, layers: layers}, nil
 		}

@@ -1,0 +1,155 @@
+package nodecache
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/version"
+)
+
+// Client is the agent's API client: a REST client for NodeImageCaches
+// and its Node's metadata. The agent runs on every node with a 30 MiB
+// memory target, and its resident size grows with its binary: client-go's
+// clientset or controller-runtime (pkg/kube, the other tools' client
+// factory) would triple the code it maps and take it over the target on
+// their own.
+type Client struct {
+	rest *rest.RESTClient
+}
+
+// NewClient builds the agent's client from cfg.
+func NewClient(cfg *rest.Config) (*Client, error) {
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.APIPath = "/apis"
+	cfg.GroupVersion = &v1alpha1.GroupVersion
+	cfg.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "asrl-prepull-agent/" + version.Get().GitVersion
+	}
+	rc, err := rest.RESTClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("building the API client: %w", err)
+	}
+	return &Client{rest: rc}, nil
+}
+
+// nodeUID is the UID of Node name.
+func (c *Client) nodeUID(ctx context.Context, name string) (types.UID, error) {
+	raw, err := c.rest.Get().AbsPath("/api/v1/nodes", name).DoRaw(ctx)
+	if err != nil {
+		return "", err
+	}
+	var node metav1.PartialObjectMetadata
+	if err := json.Unmarshal(raw, &node); err != nil {
+		return "", fmt.Errorf("reading Node %s: %w", name, err)
+	}
+	return node.UID, nil
+}
+
+// resourceVersion reads the resourceVersion of NodeImageCache name.
+func (c *Client) resourceVersion(ctx context.Context, name string) (string, error) {
+	resp, err := c.rest.Get().Resource("nodeimagecaches").Name(name).Stream(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Close()
+	return readResourceVersion(resp)
+}
+
+// create and update write cache and set its resourceVersion to the
+// written one. The object is streamed, and of the response, as large as
+// the object, only the metadata is read.
+func (c *Client) create(ctx context.Context, cache *v1alpha1.NodeImageCache) error {
+	return c.write(ctx, cache, c.rest.Post().Resource("nodeimagecaches"))
+}
+
+func (c *Client) update(ctx context.Context, cache *v1alpha1.NodeImageCache) error {
+	return c.write(ctx, cache, c.rest.Put().Resource("nodeimagecaches").Name(cache.Name))
+}
+
+func (c *Client) write(ctx context.Context, cache *v1alpha1.NodeImageCache, req *rest.Request) error {
+	cache.APIVersion, cache.Kind = v1alpha1.GroupVersion.String(), "NodeImageCache"
+	body, w := io.Pipe()
+	// Closing body ends the encoding if the request ends before reading it all.
+	defer body.Close()
+	go func() { w.CloseWithError(Encode(w, cache)) }()
+	resp, err := req.SetHeader("Content-Type", "application/json").Body(body).Stream(ctx)
+	if err != nil {
+		return err
+	}
+	defer resp.Close()
+	if cache.ResourceVersion, err = readResourceVersion(resp); err != nil {
+		return err
+	}
+	// Read to the end, so the connection can be used again.
+	_, err = io.Copy(io.Discard, resp)
+	return err
+}
+
+// patchConditions sets the conditions of cache's object, or creates it
+// (with what cache holds) if there is none; the rest of the object stays
+// as it was.
+func (c *Client) patchConditions(ctx context.Context, cache *v1alpha1.NodeImageCache) error {
+	patch, err := json.Marshal(map[string]any{"conditions": cache.Conditions, "agentVersion": cache.AgentVersion})
+	if err != nil {
+		return err
+	}
+	resp, err := c.rest.Patch(types.MergePatchType).Resource("nodeimagecaches").Name(cache.Name).Body(patch).Stream(ctx)
+	if apierrors.IsNotFound(err) {
+		return c.create(ctx, cache)
+	}
+	if err != nil {
+		return err
+	}
+	defer resp.Close()
+	if cache.ResourceVersion, err = readResourceVersion(resp); err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, resp)
+	return err
+}
+
+// readResourceVersion reads an object's resourceVersion from its JSON,
+// without holding the rest of it.
+func readResourceVersion(r io.Reader) (string, error) {
+	dec := json.NewDecoder(r)
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return "", fmt.Errorf("reading a NodeImageCache: not a JSON object (%v)", err)
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return "", fmt.Errorf("reading a NodeImageCache: %w", err)
+		}
+		if key != "metadata" {
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return "", fmt.Errorf("reading a NodeImageCache: %w", err)
+			}
+			continue
+		}
+		var meta struct {
+			ResourceVersion string `json:"resourceVersion"`
+		}
+		if err := dec.Decode(&meta); err != nil {
+			return "", fmt.Errorf("reading a NodeImageCache's metadata: %w", err)
+		}
+		return meta.ResourceVersion, nil
+	}
+	return "", errors.New("reading a NodeImageCache: no metadata")
+}
