@@ -87,6 +87,10 @@ bench: testbin ## benchmark the claim path against a bare client on a local kwok
 bench-webhook: testbin ## benchmark asrl-webhook against no webhook and a policy-free webhook: latency at 200 Pods/s, creates/s ratios (~10 min)
 	go run ./bench/webhook -rounds 3
 
+.PHONY: bench-nodecache
+bench-nodecache: testbin ## benchmark asrl-prepull-agent with 5,000 images on its node: object size, RSS, CPU per change (~2 min)
+	go run ./bench/nodecache
+
 .PHONY: cluster-up cluster-down
 cluster-up: testbin ## start the local cluster and leave it running
 	$(LOCALCLUSTER) up
