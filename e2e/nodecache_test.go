@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -126,27 +127,7 @@ func TestAgentPublishesTheNodesImages(t *testing.T) {
 	}
 	node := local.RealNodeName()
 	endpoint := "unix://" + local.CRISocket()
-	rt, err := nodecache.Dial(endpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
-	api, err := nodecache.NewClient(restConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentCtx, stopAgent := context.WithCancel(ctx)
-	agentDone := make(chan error, 1)
-	agent := &nodecache.Agent{Node: node, Runtime: rt, Client: api, Version: "e2e", Resync: time.Minute,
-		Settle: 300 * time.Millisecond, Poll: time.Second, Log: klog.NewKlogr().WithName("agent")}
-	go func() { agentDone <- agent.Run(agentCtx) }()
-	defer func() {
-		stopAgent()
-		if err := <-agentDone; err != nil {
-			t.Errorf("agent: %v", err)
-		}
-	}()
-
+	rt := startAgent(t, ctx)
 	// What the runtime holds, read apart from the agent, is what it publishes.
 	snap, err := rt.Read(ctx)
 	if err != nil {
@@ -166,23 +147,7 @@ func TestAgentPublishesTheNodesImages(t *testing.T) {
 		}
 	}
 
-	// A new image: busybox with a layer of its own, under a new name.
-	base, err := remote.Image(inRegistry(t, testimages.Busybox), remote.WithContext(ctx))
-	if err != nil {
-		t.Fatal(err)
-	}
-	own, err := random.Layer(4096, types.DockerLayer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := mutate.AppendLayers(base, own)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := fmt.Sprintf("docker.io/sandbox-fleet/agent-e2e:%d", time.Now().UnixNano())
-	if err := remote.Write(inRegistry(t, ref), img, remote.WithContext(ctx)); err != nil {
-		t.Fatal(err)
-	}
+	ref, img := pushNewImage(t, ctx, "agent-e2e")
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "puller", Namespace: clients.Namespace},
 		Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: new(int64(0)),
 			Containers: []corev1.Container{{Name: "c", Image: ref, Command: []string{"sleep", "infinity"}}}}}
@@ -254,4 +219,54 @@ func shortLayers(ls []nodecache.RuntimeLayer) []v1alpha1.Layer {
 		out[i] = v1alpha1.Layer{Digest: nodecache.Short(l.Digest), Size: l.Size}
 	}
 	return out
+}
+
+// startAgent runs the node agent for the real node until the test ends,
+// and returns its runtime connection.
+func startAgent(t *testing.T, ctx context.Context) *nodecache.Runtime {
+	t.Helper()
+	rt, err := nodecache.Dial("unix://" + local.CRISocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := nodecache.NewClient(restConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentCtx, stopAgent := context.WithCancel(ctx)
+	agentDone := make(chan error, 1)
+	agent := &nodecache.Agent{Node: local.RealNodeName(), Runtime: rt, Client: api, Version: "e2e", Resync: time.Minute,
+		Settle: 300 * time.Millisecond, Poll: time.Second, Log: klog.NewKlogr().WithName("agent")}
+	go func() { agentDone <- agent.Run(agentCtx) }()
+	t.Cleanup(func() {
+		stopAgent()
+		if err := <-agentDone; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+		rt.Close()
+	})
+	return rt
+}
+
+// pushNewImage pushes an image no node has: busybox with a layer of its
+// own, under a new name in repository docker.io/sandbox-fleet/NAME.
+func pushNewImage(t *testing.T, ctx context.Context, name string) (string, v1.Image) {
+	t.Helper()
+	base, err := remote.Image(inRegistry(t, testimages.Busybox), remote.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := random.Layer(4096, types.DockerLayer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(base, own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := fmt.Sprintf("docker.io/sandbox-fleet/%s:%d", name, time.Now().UnixNano())
+	if err := remote.Write(inRegistry(t, ref), img, remote.WithContext(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	return ref, img
 }

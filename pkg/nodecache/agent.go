@@ -14,7 +14,8 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 )
 
-// Agent keeps one node's NodeImageCache current: it reads the runtime at
+// Agent keeps one node's NodeImageCache current, and pulls the images of
+// the PrepullJobs that select its node. It reads the runtime at
 // start, soon after each change of its images, and every Resync, and
 // writes the object when what it shows changed (or at Resync, which
 // refreshes its observed time). It never exits on a runtime or API error:
@@ -54,6 +55,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	changes := make(chan struct{}, 1)
 	go a.watch(ctx, changes)
+	jobsDone := make(chan struct{})
+	go func() {
+		defer close(jobsDone)
+		a.runJobs(ctx)
+	}()
+	defer func() { <-jobsDone }()
 
 	state := &published{cache: &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: a.Node, OwnerReferences: []metav1.OwnerReference{owner}}}}
 	backoff := retryBackoff()
@@ -142,9 +149,9 @@ func (a *Agent) refresh(ctx context.Context, last *published) (bool, error) {
 func (a *Agent) nodeOwner(ctx context.Context) (metav1.OwnerReference, error) {
 	backoff := retryBackoff()
 	for {
-		uid, err := a.Client.nodeUID(ctx, a.Node)
+		node, err := a.Client.node(ctx, a.Node)
 		if err == nil {
-			return metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: a.Node, UID: uid}, nil
+			return metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: a.Node, UID: node.UID}, nil
 		}
 		a.Log.Error(err, "Reading the agent's Node; is --node-name (the downward API's spec.nodeName) right?", "node", a.Node)
 		if !sleep(ctx, backoff.Step()) {

@@ -12,7 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/version"
@@ -48,17 +50,48 @@ func NewClient(cfg *rest.Config) (*Client, error) {
 	return &Client{rest: rc}, nil
 }
 
-// nodeUID is the UID of Node name.
-func (c *Client) nodeUID(ctx context.Context, name string) (types.UID, error) {
+// node reads the metadata of Node name.
+func (c *Client) node(ctx context.Context, name string) (*metav1.ObjectMeta, error) {
 	raw, err := c.rest.Get().AbsPath("/api/v1/nodes", name).DoRaw(ctx)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	var node metav1.PartialObjectMetadata
 	if err := json.Unmarshal(raw, &node); err != nil {
-		return "", fmt.Errorf("reading Node %s: %w", name, err)
+		return nil, fmt.Errorf("reading Node %s: %w", name, err)
 	}
-	return node.UID, nil
+	return &node.ObjectMeta, nil
+}
+
+// jobs lists and watches PrepullJobs in every namespace.
+func (c *Client) jobs() cache.ListerWatcher {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			list := &v1alpha1.PrepullJobList{}
+			err := c.rest.Get().Resource("prepulljobs").VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(list)
+			return list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.Watch = true
+			return c.rest.Get().Resource("prepulljobs").VersionedParams(&opts, metav1.ParameterCodec).Watch(ctx)
+		},
+	}
+}
+
+// applyNodeStatus writes a node's entry in a PrepullJob's status. Each
+// node's agent applies its own entry under a field manager of its own,
+// so the agents of a thousand nodes write one job without conflicts.
+func (c *Client) applyNodeStatus(ctx context.Context, job *v1alpha1.PrepullJob, entry v1alpha1.NodePrepullStatus) error {
+	patch, err := json.Marshal(map[string]any{
+		"apiVersion": v1alpha1.GroupVersion.String(), "kind": "PrepullJob",
+		"metadata": map[string]string{"name": job.Name, "namespace": job.Namespace},
+		"status":   map[string]any{"nodes": []v1alpha1.NodePrepullStatus{entry}},
+	})
+	if err != nil {
+		return err
+	}
+	return c.rest.Patch(types.ApplyPatchType).Namespace(job.Namespace).Resource("prepulljobs").Name(job.Name).SubResource("status").
+		Param("fieldManager", "asrl-prepull-agent-"+entry.Node).Param("force", "true").Body(patch).Do(ctx).Error()
 }
 
 // resourceVersion reads the resourceVersion of NodeImageCache name.

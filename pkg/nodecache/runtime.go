@@ -37,6 +37,12 @@ const containerdNamespace = "k8s.io"
 // image's compressed layers from the manifest in containerd's content
 // store, which CRI does not expose, on the same socket.
 type Runtime struct {
+	// ImageFSPath is where this process sees the runtime's image
+	// filesystem, when not at the runtime's own mountpoint (an agent in a
+	// Pod mounts a directory of the same filesystem): its size and free
+	// space are read there.
+	ImageFSPath string
+
 	endpoint string
 	conn     *grpc.ClientConn
 	cri      criapi.ImageServiceClient
@@ -196,13 +202,71 @@ func (r *Runtime) filesystem(ctx context.Context) (v1alpha1.ImageFilesystem, err
 	}
 	for _, u := range resp.GetImageFilesystems() {
 		fs.UsedBytes += int64(u.GetUsedBytes().GetValue())
+		mount := u.GetFsId().GetMountpoint()
+		if r.ImageFSPath != "" {
+			mount = r.ImageFSPath
+		}
 		var st unix.Statfs_t
-		if unix.Statfs(u.GetFsId().GetMountpoint(), &st) == nil {
+		if unix.Statfs(mount, &st) == nil {
 			fs.CapacityBytes += int64(st.Blocks) * st.Bsize
 			fs.AvailableBytes += int64(st.Bavail) * st.Bsize
 		}
 	}
 	return fs, nil
+}
+
+// Filesystem reads the runtime's image filesystem: its use, and its size
+// and free space where this process can see it.
+func (r *Runtime) Filesystem(ctx context.Context) (v1alpha1.ImageFilesystem, error) {
+	return r.filesystem(ctx)
+}
+
+// ImageID is the ID of image ref on the runtime, "" if it has none.
+func (r *Runtime) ImageID(ctx context.Context, ref string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := r.cri.ImageStatus(ctx, &criapi.ImageStatusRequest{Image: &criapi.ImageSpec{Image: ref}})
+	if err != nil {
+		return "", fmt.Errorf("image status of %s through CRI: %w", ref, err)
+	}
+	return resp.GetImage().GetId(), nil
+}
+
+// ImagesInUse are the IDs of the images the runtime's containers run.
+func (r *Runtime) ImagesInUse(ctx context.Context) (map[string]bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := criapi.NewRuntimeServiceClient(r.conn).ListContainers(ctx, &criapi.ListContainersRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("listing containers through CRI: %w", err)
+	}
+	used := map[string]bool{}
+	for _, c := range resp.GetContainers() {
+		used[c.GetImageRef()] = true
+		used[c.GetImageId()] = true
+	}
+	return used, nil
+}
+
+// Pull pulls image ref through CRI, with the runtime's own credentials
+// and mirrors. It waits as long as ctx lets it: a multi-GB image takes
+// minutes.
+func (r *Runtime) Pull(ctx context.Context, ref string) error {
+	_, err := r.cri.PullImage(ctx, &criapi.PullImageRequest{Image: &criapi.ImageSpec{Image: ref}})
+	if err != nil {
+		return errors.New(status.Convert(err).Message())
+	}
+	return nil
+}
+
+// Remove removes image ref from the runtime.
+func (r *Runtime) Remove(ctx context.Context, ref string) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	if _, err := r.cri.RemoveImage(ctx, &criapi.RemoveImageRequest{Image: &criapi.ImageSpec{Image: ref}}); err != nil {
+		return fmt.Errorf("removing %s through CRI: %w", ref, err)
+	}
+	return nil
 }
 
 // imageEvents selects containerd's image events (create, update, delete)

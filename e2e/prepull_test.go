@@ -1,0 +1,143 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
+)
+
+// A PrepullJob pulls its images onto the node through the agent, shows
+// its progress, and with deleteWhenDone removes them when it is deleted;
+// an image that does not exist fails with the registry's reason, and a
+// disk budget the node is past stops the pulls and says why.
+func TestPrepullJob(t *testing.T) {
+	requireLocal(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	clients, err := kube.ForConfig(restConfig(), newNamespace(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := startAgent(t, ctx)
+	node := local.RealNodeName()
+	onTheNode := map[string]string{corev1.LabelHostname: node}
+
+	t.Run("pulls, reports, and removes when deleted", func(t *testing.T) {
+		a, _ := pushNewImage(t, ctx, "prepull-a")
+		b, _ := pushNewImage(t, ctx, "prepull-b")
+		job := newJob(clients.Namespace, "two-images", []string{a, b}, onTheNode)
+		job.Spec.DeleteWhenDone = true
+		if err := clients.Client.Create(ctx, job); err != nil {
+			t.Fatal(err)
+		}
+		phases := map[v1alpha1.PrepullPhase]bool{}
+		entry := waitForEntry(t, ctx, clients, job, node, func(e v1alpha1.NodePrepullStatus) bool {
+			phases[e.Phase] = true
+			return e.Phase != v1alpha1.PrepullPulling
+		})
+		if entry.Phase != v1alpha1.PrepullSucceeded || entry.Pulled != 2 || entry.Pending != 0 || entry.Failed != 0 {
+			t.Fatalf("node entry %+v, want both images pulled", entry)
+		}
+		if !phases[v1alpha1.PrepullPulling] {
+			t.Errorf("no progress was shown before the job completed: phases %v", phases)
+		}
+		for _, img := range []string{a, b} {
+			if id, err := rt.ImageID(ctx, img); err != nil || id == "" {
+				t.Errorf("%s is not on the node after the job (%v)", img, err)
+			}
+		}
+		if err := clients.Client.Delete(ctx, job); err != nil {
+			t.Fatal(err)
+		}
+		for _, img := range []string{a, b} {
+			for {
+				id, err := rt.ImageID(ctx, img)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if id == "" {
+					break
+				}
+				if ctx.Err() != nil {
+					t.Fatalf("%s is still on the node after its job was deleted", img)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	})
+
+	t.Run("a nonexistent image fails with why", func(t *testing.T) {
+		missing := "docker.io/sandbox-fleet/does-not-exist:1"
+		if err := rt.Pull(ctx, testimages.Busybox); err != nil {
+			t.Fatal(err)
+		}
+		job := newJob(clients.Namespace, "missing-image", []string{testimages.Busybox, missing}, onTheNode)
+		if err := clients.Client.Create(ctx, job); err != nil {
+			t.Fatal(err)
+		}
+		entry := waitForEntry(t, ctx, clients, job, node, func(e v1alpha1.NodePrepullStatus) bool { return e.Phase != v1alpha1.PrepullPulling })
+		if entry.Phase != v1alpha1.PrepullFailed || entry.Present != 1 || entry.Failed != 1 || len(entry.Failures) != 1 ||
+			entry.Failures[0].Image != missing || !strings.Contains(entry.Failures[0].Message, "not found") {
+			t.Errorf("node entry %+v, want busybox present and %s failed as not found", entry, missing)
+		}
+	})
+
+	t.Run("a disk budget the node is past stops the pulls", func(t *testing.T) {
+		fs, err := rt.Filesystem(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		over, _ := nodecache.OverBudget(fs, 1)
+		if !over {
+			t.Skipf("the image filesystem is under 1%% full: %+v", fs)
+		}
+		c, _ := pushNewImage(t, ctx, "prepull-c")
+		job := newJob(clients.Namespace, "over-budget", []string{c}, onTheNode)
+		job.Spec.DiskHighWaterPercent = 1
+		if err := clients.Client.Create(ctx, job); err != nil {
+			t.Fatal(err)
+		}
+		entry := waitForEntry(t, ctx, clients, job, node, func(e v1alpha1.NodePrepullStatus) bool { return e.Phase != v1alpha1.PrepullPulling })
+		if entry.Phase != v1alpha1.PrepullStopped || entry.Pending != 1 || !strings.Contains(entry.Message, "high-water mark of 1%") {
+			t.Errorf("node entry %+v, want it stopped before pulling, saying why", entry)
+		}
+		if id, _ := rt.ImageID(ctx, c); id != "" {
+			t.Errorf("%s was pulled past the disk budget", c)
+		}
+	})
+}
+
+func newJob(ns, name string, images []string, nodeSelector map[string]string) *v1alpha1.PrepullJob {
+	return &v1alpha1.PrepullJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: v1alpha1.PrepullJobSpec{Images: images, NodeSelector: nodeSelector, PerNodeParallelism: 2, DiskHighWaterPercent: 95}}
+}
+
+// waitForEntry polls job until its entry for node satisfies ok.
+func waitForEntry(t *testing.T, ctx context.Context, clients *kube.Clients, job *v1alpha1.PrepullJob, node string, ok func(v1alpha1.NodePrepullStatus) bool) v1alpha1.NodePrepullStatus {
+	t.Helper()
+	for {
+		current := &v1alpha1.PrepullJob{}
+		if err := clients.Client.Get(ctx, client.ObjectKeyFromObject(job), current); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range current.Status.Nodes {
+			if e.Node == node && ok(e) {
+				return e
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("PrepullJob %s: node %s's entry never got there: %+v", job.Name, node, current.Status.Nodes)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

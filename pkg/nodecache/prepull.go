@@ -1,0 +1,112 @@
+package nodecache
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+)
+
+// OverBudget reports whether an image filesystem is at or past a
+// PrepullJob's high-water mark, with why. A filesystem whose size the
+// agent cannot see is never over: the message then says the budget is
+// not enforced.
+func OverBudget(fs v1alpha1.ImageFilesystem, highWaterPercent int32) (bool, string) {
+	if fs.CapacityBytes <= 0 {
+		return false, "the disk budget is not enforced: the agent cannot see the image filesystem's size"
+	}
+	used := fs.CapacityBytes - fs.AvailableBytes
+	percent := float64(used) * 100 / float64(fs.CapacityBytes)
+	if percent < float64(highWaterPercent) {
+		return false, ""
+	}
+	return true, fmt.Sprintf("the image filesystem is %.0f%% full (%s of %s), at or past the job's high-water mark of %d%%; no more pulls",
+		percent, quantity(used), quantity(fs.CapacityBytes), highWaterPercent)
+}
+
+func quantity(bytes int64) string {
+	return resource.NewQuantity(bytes, resource.BinarySI).String()
+}
+
+// imageState is where one image of a job is on a node.
+type imageState int
+
+const (
+	statePending imageState = iota
+	statePulled
+	statePresent
+	stateFailed
+)
+
+// maxFailuresListed bounds the failures a node lists, to keep a job with
+// many nodes small; the counts say how many there were.
+const maxFailuresListed = 10
+
+// progress is one node's progress on a job.
+type progress struct {
+	images   []string
+	state    map[string]imageState
+	failures []v1alpha1.ImagePullFailure
+	// stopped says why the node stopped pulling, if it did.
+	stopped string
+	// note is said while nothing is wrong (a budget not enforced).
+	note string
+}
+
+// newProgress is a node's progress on images, each once.
+func newProgress(images []string) *progress {
+	p := &progress{state: map[string]imageState{}}
+	for _, img := range images {
+		if _, dup := p.state[img]; !dup {
+			p.state[img] = statePending
+			p.images = append(p.images, img)
+		}
+	}
+	return p
+}
+
+func (p *progress) fail(image, msg string) {
+	p.state[image] = stateFailed
+	if len(p.failures) < maxFailuresListed {
+		p.failures = append(p.failures, v1alpha1.ImagePullFailure{Image: image, Message: msg})
+	}
+}
+
+// status is the node's entry in the job's status at now.
+func (p *progress) status(node string, now time.Time) v1alpha1.NodePrepullStatus {
+	s := v1alpha1.NodePrepullStatus{Node: node, UpdateTime: metav1.NewTime(now), Failures: slices.Clone(p.failures)}
+	for _, img := range p.images {
+		switch p.state[img] {
+		case statePending:
+			s.Pending++
+		case statePulled:
+			s.Pulled++
+		case statePresent:
+			s.Present++
+		case stateFailed:
+			s.Failed++
+		}
+	}
+	switch {
+	case p.stopped != "":
+		s.Phase, s.Message = v1alpha1.PrepullStopped, p.stopped
+	case s.Pending > 0:
+		s.Phase, s.Message = v1alpha1.PrepullPulling, p.note
+	case s.Failed > 0:
+		s.Phase = v1alpha1.PrepullFailed
+		s.Message = fmt.Sprintf("%d of %d images failed to pull", s.Failed, len(p.images))
+	default:
+		s.Phase, s.Message = v1alpha1.PrepullSucceeded, p.note
+	}
+	return s
+}
+
+// done reports whether a node's entry is final: a job whose entry for
+// the node is final is not run again when the agent restarts.
+func done(s v1alpha1.NodePrepullStatus) bool {
+	return s.Phase == v1alpha1.PrepullSucceeded || s.Phase == v1alpha1.PrepullFailed || s.Phase == v1alpha1.PrepullStopped
+}
