@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -153,6 +154,35 @@ func TestAgentWritesOnlyItsNode(t *testing.T) {
 	}
 	other.AgentVersion = "forged"
 	denied("updating another node's object", agents[0].Update(ctx, other))
+
+	// In a PrepullJob's status, an agent writes its own node's entry only.
+	job := &v1alpha1.PrepullJob{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.NewNamespace(t), Name: "job"},
+		Spec: v1alpha1.PrepullJobSpec{Images: []string{"busybox:1.36"}, NodeSelector: map[string]string{"selects": "nothing"}}}
+	if err := admin.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	progress := func(agent client.Client, node string, opts ...client.SubResourcePatchOption) error {
+		entry := fmt.Sprintf(`{"apiVersion":"sandbox-fleet.io/v1alpha1","kind":"PrepullJob","metadata":{"name":%q,"namespace":%q},`+
+			`"status":{"nodes":[{"node":%q,"phase":"Pulling","pulled":0,"present":0,"failed":0,"pending":1,"updateTime":%q}]}}`,
+			job.Name, job.Namespace, node, time.Now().UTC().Format(time.RFC3339Nano))
+		return agent.Status().Patch(ctx, job.DeepCopy(), client.RawPatch(types.ApplyPatchType, []byte(entry)),
+			append(opts, client.FieldOwner("asrl-prepull-agent-"+node), client.ForceOwnership)...)
+	}
+	for deadline := time.Now().Add(30 * time.Second); !apierrors.IsForbidden(progress(agents[0], nodes[1], client.DryRunAll)); {
+		if time.Now().After(deadline) {
+			t.Fatal("the progress policy is not in force after 30 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for i, node := range nodes {
+		if err := progress(agents[i], node); err != nil {
+			t.Errorf("the agent of %s writing its own progress: %v", node, err)
+		}
+	}
+	time.Sleep(time.Second) // a later updateTime: a change
+	if err := progress(agents[0], nodes[1]); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may write only its own node's entry") {
+		t.Errorf("the agent of %s writing %s's progress: %v, want it forbidden", nodes[0], nodes[1], err)
+	}
 
 	// A token of the agent's account bound to no Pod names no node.
 	unbound := asClient(t, tokenConfig(t, admin, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(600))}}))
