@@ -2,17 +2,26 @@ package cli_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testcri"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/version"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/preflight"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
 var cluster *testcluster.Cluster
@@ -114,4 +123,53 @@ func TestEveryVerbHasExamples(t *testing.T) {
 		}
 	}
 	walk(cli.NewCommand(genericiooptions.NewTestIOStreamsDiscard()))
+}
+
+// cache shows the nodes' NodeImageCaches, and how much of a task file's
+// images each node has.
+func TestCache(t *testing.T) {
+	code, _, stderr := execute("cache")
+	if code != cli.ExitFailure || !strings.Contains(stderr, "is asrl-prepull-agent running?") {
+		t.Fatalf("cache without NodeImageCaches: exit %d, %s", code, stderr)
+	}
+	clients, err := cluster.Clients("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	imgs := testcri.SWEBench(2)
+	for i, held := range [][]nodecache.RuntimeImage{imgs[:1], nil} {
+		nic := &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("kwok-node-%d", i)}}
+		nodecache.Observe(nic, nodecache.Snapshot{Images: held}, time.Now(), nodecache.MaxObjectBytes)
+		if err := clients.Client.Create(context.Background(), nic); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = clients.Client.Delete(context.Background(), nic) })
+	}
+
+	code, out, stderr := execute("cache")
+	if code != cli.ExitOK || !strings.Contains(out, "kwok-node-0  1 ") || !strings.Contains(out, "kwok-node-1  0 ") {
+		t.Fatalf("cache: exit %d\n%s%s", code, out, stderr)
+	}
+
+	taskFile := filepath.Join(t.TempDir(), "tasks.jsonl")
+	rows := fmt.Sprintf("{\"id\": \"a\", \"image\": %q}\n{\"id\": \"b\", \"image\": %q}\n", imgs[0].RepoTags[0], imgs[1].RepoTags[0])
+	if err := os.WriteFile(taskFile, []byte(rows), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr = execute("cache", "--images", taskFile, "-o", "json")
+	var presences []nodecache.Presence
+	if code != cli.ExitOK || json.Unmarshal([]byte(out), &presences) != nil || len(presences) != 2 {
+		t.Fatalf("cache --images -o json: exit %d\n%s%s", code, out, stderr)
+	}
+	if p := presences[0]; !p.Known || p.Nodes[0].Node != "kwok-node-0" || p.Nodes[0].MissingBytes != 0 || p.Nodes[1].PresentBytes != 0 {
+		t.Errorf("the image on kwok-node-0: %+v", p)
+	}
+	if p := presences[1]; p.Known {
+		t.Errorf("an image no node has is known: %+v", p)
+	}
+
+	code, _, stderr = execute("cache", "--images", filepath.Join(t.TempDir(), "missing.jsonl"))
+	if code != cli.ExitUsage || !strings.Contains(stderr, "missing.jsonl") {
+		t.Errorf("cache --images of a missing file: exit %d, %s", code, stderr)
+	}
 }

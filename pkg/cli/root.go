@@ -12,6 +12,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/klog/v2"
 
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/cache"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/describe"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/get"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/plan"
@@ -62,6 +63,7 @@ Agent Sandboxes, claims one per task, runs work in it and cleans up.`,
 		describe.NewCommand(configFlags, streams),
 		reap.NewCommand(configFlags, streams),
 		teardown.NewCommand(configFlags, streams),
+		cache.NewCommand(configFlags, streams),
 	)
 	// Cobra adds its completion verb to a root with verbs; give it examples.
 	cmd.InitDefaultCompletionCmd()

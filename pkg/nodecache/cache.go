@@ -286,3 +286,57 @@ func (n *Node) Missing(layers []v1alpha1.Layer) int64 {
 // Complete reports whether the node's cache lists every image it holds;
 // when not, a layer it lacks by the list may still be there.
 func (n *Node) Complete() bool { return n.complete }
+
+// Presence is how much of an image each node holds.
+type Presence struct {
+	Image string `json:"image"`
+	// SizeBytes is the image's compressed size. Its layers are learnt from
+	// a node that has it; when none has, they are unknown (Known false)
+	// and every node lacks the whole image.
+	SizeBytes int64 `json:"sizeBytes"`
+	Known     bool  `json:"known"`
+	// Nodes are every node, those holding most of the image first.
+	Nodes []NodePresence `json:"nodes"`
+}
+
+// NodePresence is how much of an image a node holds.
+type NodePresence struct {
+	Node         string `json:"node"`
+	PresentBytes int64  `json:"presentBytes"`
+	MissingBytes int64  `json:"missingBytes"`
+	// Complete is false when the node's cache does not list all it holds
+	// (TooManyImages), so it may hold more than it shows.
+	Complete bool `json:"complete"`
+}
+
+// Presences computes, for each image, how many of its bytes each node
+// holds.
+func Presences(nodes []*Node, images []string) []Presence {
+	sorted := slices.Clone(nodes)
+	slices.SortFunc(sorted, func(a, b *Node) int { return cmp.Compare(a.Name, b.Name) })
+	out := make([]Presence, 0, len(images))
+	for _, img := range images {
+		p := Presence{Image: img}
+		var layers []v1alpha1.Layer
+		for _, n := range sorted {
+			if l, ok := n.Image(img); ok {
+				layers, p.Known = l, true
+				break
+			}
+		}
+		for _, l := range layers {
+			p.SizeBytes += l.Size
+		}
+		for _, n := range sorted {
+			np := NodePresence{Node: n.Name, Complete: n.Complete(), MissingBytes: p.SizeBytes}
+			if p.Known {
+				np.MissingBytes = n.Missing(layers)
+				np.PresentBytes = p.SizeBytes - np.MissingBytes
+			}
+			p.Nodes = append(p.Nodes, np)
+		}
+		slices.SortStableFunc(p.Nodes, func(a, b NodePresence) int { return cmp.Compare(b.PresentBytes, a.PresentBytes) })
+		out = append(out, p)
+	}
+	return out
+}

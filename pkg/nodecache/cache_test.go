@@ -279,3 +279,33 @@ func TestEncode(t *testing.T) {
 		}
 	}
 }
+
+func TestPresences(t *testing.T) {
+	base, env := layer("debian", 900), layer("env", 90)
+	full := nodecache.RuntimeImage{RepoTags: []string{"docker.io/swebench/django-1:latest"}, ManifestDigest: digest("m1"),
+		Layers: []nodecache.RuntimeLayer{base, env, layer("django-1", 10)}}
+	sibling := nodecache.RuntimeImage{RepoTags: []string{"docker.io/swebench/django-2:latest"}, ManifestDigest: digest("m2"),
+		Layers: []nodecache.RuntimeLayer{base, env, layer("django-2", 10)}}
+	index := func(name string, imgs ...nodecache.RuntimeImage) *nodecache.Node {
+		cache := &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		nodecache.Build(cache, imgs, nodecache.MaxObjectBytes)
+		n, err := nodecache.NewNode(cache)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	nodes := []*nodecache.Node{index("node-c"), index("node-b", sibling), index("node-a", full)}
+	got := nodecache.Presences(nodes, []string{"swebench/django-1", "swebench/nowhere:1"})
+	want := []nodecache.Presence{
+		{Image: "swebench/django-1", SizeBytes: 1000, Known: true, Nodes: []nodecache.NodePresence{
+			{Node: "node-a", PresentBytes: 1000, Complete: true},
+			{Node: "node-b", PresentBytes: 990, MissingBytes: 10, Complete: true},
+			{Node: "node-c", MissingBytes: 1000, Complete: true}}},
+		{Image: "swebench/nowhere:1", Nodes: []nodecache.NodePresence{
+			{Node: "node-a", Complete: true}, {Node: "node-b", Complete: true}, {Node: "node-c", Complete: true}}},
+	}
+	if !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("Presences =\n%+v\nwant\n%+v", got, want)
+	}
+}

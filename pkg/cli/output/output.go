@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -73,4 +74,20 @@ func Count(n int, noun string) string {
 		}
 	}
 	return fmt.Sprintf("%d %s%s", n, noun, suffix)
+}
+
+// Bytes is n in binary units, as kubectl and df -h print sizes: "0 B",
+// "512 KiB", "1.5 GiB".
+func Bytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	value, exp := float64(n), 0
+	for value >= unit && exp < 6 {
+		value /= unit
+		exp++
+	}
+	s := strconv.FormatFloat(value, 'f', 1, 64)
+	return strings.TrimSuffix(s, ".0") + " " + "KMGTPE"[exp-1:exp] + "iB"
 }

@@ -23,6 +23,15 @@ func TestCount(t *testing.T) {
 	}
 }
 
+func TestBytes(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1 KiB", 1536: "1.5 KiB",
+		100 << 20: "100 MiB", 3 << 30: "3 GiB", 1<<40 + 1<<39: "1.5 TiB"} {
+		if got := Bytes(n); got != want {
+			t.Errorf("Bytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
 // Colours are off unless the output is a terminal.
 func TestPalette(t *testing.T) {
 	if got := Colors(&bytes.Buffer{}).Bad("failed"); got != "failed" {

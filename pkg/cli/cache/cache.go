@@ -1,0 +1,221 @@
+// Package cache implements `kubectl sandbox-fleet cache`: what the nodes'
+// runtimes hold, from the NodeImageCaches their asrl-prepull-agents
+// publish, and how much of each image of a task file every node has.
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/output"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/usage"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
+)
+
+type options struct {
+	configFlags *genericclioptions.ConfigFlags
+	streams     genericiooptions.IOStreams
+	imagesFile  string
+	output      string
+}
+
+// NewCommand returns the cache verb.
+func NewCommand(configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+	o := &options{configFlags: configFlags, streams: streams}
+	cmd := &cobra.Command{
+		Use:   "cache [--images FILE] [-o json|yaml]",
+		Short: "Show the images the nodes hold, or how much of each image every node has",
+		Long: `Cache reads the NodeImageCaches that asrl-prepull-agent publishes for each node.
+
+Without --images it lists the nodes: how many images and layers each holds,
+its image filesystem, and whether its agent reads the runtime. With --images
+(a task file: JSONL rows or a list of images; - reads stdin) it shows, for
+each image, how many of its bytes every node already has: images share most
+of their layers, so a node without an image may still hold nearly all of it.
+An image no node has is listed as unknown: its layers are learnt from a node
+that pulled it.`,
+		Example: `  # the nodes and what they hold
+  kubectl sandbox-fleet cache
+
+  # how much of each task's image every node has, as JSON
+  kubectl sandbox-fleet cache --images swe-bench-lite.jsonl -o json`,
+		Args: usage.Args(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := output.Validate(o.output, output.Human, output.JSON, output.YAML); err != nil {
+				return err
+			}
+			var images []string
+			if o.imagesFile != "" {
+				loaded, err := tasks.Load([]string{o.imagesFile}, o.streams.In, tasks.Options{})
+				if err != nil {
+					return usage.Errorf("%w", err)
+				}
+				for _, t := range loaded {
+					if !slices.Contains(images, t.Image) {
+						images = append(images, t.Image)
+					}
+				}
+			}
+			clients, err := kube.FromFlags(o.configFlags)
+			if err != nil {
+				return err
+			}
+			return o.run(cmd.Context(), clients.Client, images)
+		},
+	}
+	cmd.Flags().StringVar(&o.imagesFile, "images", "", "task file whose images to look up: JSONL rows or a list of images; - reads stdin")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: json or yaml (default: a table)")
+	return cmd
+}
+
+func (o *options) run(ctx context.Context, c client.Client, images []string) error {
+	var summaries []NodeSummary
+	var nodes []*nodecache.Node
+	err := eachCache(ctx, c, func(nic *v1alpha1.NodeImageCache) error {
+		summaries = append(summaries, summarize(nic))
+		if len(images) == 0 {
+			return nil
+		}
+		n, err := nodecache.NewNode(nic)
+		if err != nil {
+			return err
+		}
+		nodes = append(nodes, n)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(summaries) == 0 {
+		return errors.New("no node publishes a NodeImageCache: is asrl-prepull-agent running? (kubectl apply -k manifests/prepull-agent)")
+	}
+	if len(images) == 0 {
+		if o.output != output.Human {
+			return output.Machine(o.streams.Out, o.output, summaries)
+		}
+		return printNodes(o.streams.Out, summaries, time.Now())
+	}
+	presences := nodecache.Presences(nodes, images)
+	if o.output != output.Human {
+		return output.Machine(o.streams.Out, o.output, presences)
+	}
+	return printPresences(o.streams.Out, presences)
+}
+
+// eachCache calls fn with every NodeImageCache, reading them a page at a
+// time: each can be a MiB.
+func eachCache(ctx context.Context, c client.Client, fn func(*v1alpha1.NodeImageCache) error) error {
+	const page = 50
+	list := &v1alpha1.NodeImageCacheList{}
+	for {
+		if err := c.List(ctx, list, client.Limit(page), client.Continue(list.Continue)); err != nil {
+			return fmt.Errorf("listing NodeImageCaches: %w", err)
+		}
+		for i := range list.Items {
+			if err := fn(&list.Items[i]); err != nil {
+				return err
+			}
+		}
+		if list.Continue == "" {
+			return nil
+		}
+	}
+}
+
+// NodeSummary is what one node holds.
+type NodeSummary struct {
+	Node            string                   `json:"node"`
+	Images          int32                    `json:"images"`
+	Layers          int32                    `json:"layers"`
+	ImageFilesystem v1alpha1.ImageFilesystem `json:"imageFilesystem"`
+	ObservedTime    metav1.Time              `json:"observedTime"`
+	// Problem says what is wrong with the node's cache, if anything:
+	// its runtime unreachable, a partial read, too many images to list.
+	Problem string `json:"problem,omitempty"`
+}
+
+func summarize(nic *v1alpha1.NodeImageCache) NodeSummary {
+	s := NodeSummary{Node: nic.Name, Images: nic.ImageCount, Layers: nic.LayerCount,
+		ImageFilesystem: nic.ImageFilesystem, ObservedTime: nic.ObservedTime}
+	for _, typ := range []string{v1alpha1.ConditionRuntimeReachable, v1alpha1.ConditionComplete} {
+		if c := meta.FindStatusCondition(nic.Conditions, typ); c != nil && c.Status != metav1.ConditionTrue && s.Problem == "" {
+			s.Problem = c.Reason + ": " + c.Message
+		}
+	}
+	return s
+}
+
+func printNodes(w io.Writer, nodes []NodeSummary, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tIMAGES\tLAYERS\tIMAGE FS\tOBSERVED\tSTATUS")
+	for _, n := range nodes {
+		fs := output.Bytes(n.ImageFilesystem.UsedBytes)
+		if n.ImageFilesystem.CapacityBytes > 0 {
+			fs += " of " + output.Bytes(n.ImageFilesystem.CapacityBytes)
+		}
+		observed := "<never>"
+		if !n.ObservedTime.IsZero() {
+			observed = duration.HumanDuration(now.Sub(n.ObservedTime.Time)) + " ago"
+		}
+		status := n.Problem
+		if status == "" {
+			status = "ok"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", n.Node, n.Images, n.Layers, fs, observed, status)
+	}
+	return tw.Flush()
+}
+
+func printPresences(w io.Writer, presences []nodecache.Presence) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "IMAGE\tSIZE\tNODE\tPRESENT\tMISSING")
+	unknown := 0
+	for _, p := range presences {
+		size := output.Bytes(p.SizeBytes)
+		if !p.Known {
+			size, unknown = "unknown", unknown+1
+		}
+		image := p.Image
+		for _, n := range p.Nodes {
+			present := output.Bytes(n.PresentBytes)
+			if p.SizeBytes > 0 {
+				present += fmt.Sprintf(" (%d%%)", n.PresentBytes*100/p.SizeBytes)
+			}
+			missing := output.Bytes(n.MissingBytes)
+			if !p.Known {
+				present, missing = "-", "all"
+			}
+			if !n.Complete {
+				missing += " or less"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", image, size, n.Node, present, missing)
+			image, size = "", ""
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	switch {
+	case unknown == 1:
+		fmt.Fprintln(w, "\n1 image is on no node: its size is known once a node pulls it.")
+	case unknown > 1:
+		fmt.Fprintf(w, "\n%d images are on no node: their sizes are known once a node pulls them.\n", unknown)
+	}
+	return nil
+}
