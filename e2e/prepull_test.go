@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -115,6 +118,53 @@ func TestPrepullJob(t *testing.T) {
 			t.Errorf("%s was pulled past the disk budget", c)
 		}
 	})
+}
+
+// kubectl sandbox-fleet prepull --wait creates the job, shows progress and
+// the nodes' results, and fails when a node could not pull everything.
+func TestPrepullVerb(t *testing.T) {
+	requireLocal(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ns := newNamespace(t)
+	rt := startAgent(t, ctx)
+	// The agent publishes its NodeImageCache, which marks its node as one
+	// that pulls.
+	clients, err := kube.ForConfig(restConfig(), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForCache(t, ctx, clients, local.RealNodeName(), func(*v1alpha1.NodeImageCache) bool { return true })
+
+	a, _ := pushNewImage(t, ctx, "verb-a")
+	b, _ := pushNewImage(t, ctx, "verb-b")
+	taskFile := filepath.Join(t.TempDir(), "images.txt")
+	if err := os.WriteFile(taskFile, []byte(a+"\n"+b+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	onTheNode := corev1.LabelHostname + "=" + local.RealNodeName()
+	code, out, stderr := plugin("prepull", "-n", ns, "--tasks", taskFile, "-l", onTheNode, "--wait", "-o", "json")
+	var p nodecache.JobProgress
+	if code != 0 || json.Unmarshal([]byte(out), &p) != nil {
+		t.Fatalf("prepull --wait: exit %d\n%s%s", code, out, stderr)
+	}
+	if !p.Finished() || p.Succeeded != 1 || p.Pulled != 2 || !strings.Contains(stderr, "1/1 nodes done: 2 pulled") {
+		t.Errorf("prepull --wait: %+v\n%s", p, stderr)
+	}
+	for _, img := range []string{a, b} {
+		if id, err := rt.ImageID(ctx, img); err != nil || id == "" {
+			t.Errorf("%s is not on the node after prepull --wait (%v)", img, err)
+		}
+	}
+
+	c, _ := pushNewImage(t, ctx, "verb-c")
+	if err := os.WriteFile(taskFile, []byte(c+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr = plugin("prepull", "-n", ns, "--tasks", taskFile, "-l", onTheNode, "--high-water", "1", "--wait")
+	if code != 1 || !strings.Contains(out, "Stopped") || !strings.Contains(out, "high-water mark of 1%") || !strings.Contains(stderr, "1 node did not get every image") {
+		t.Errorf("prepull --wait past the disk budget: exit %d\n%s%s", code, out, stderr)
+	}
 }
 
 func newJob(ns, name string, images []string, nodeSelector map[string]string) *v1alpha1.PrepullJob {

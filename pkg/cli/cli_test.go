@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
@@ -171,5 +172,42 @@ func TestCache(t *testing.T) {
 	code, _, stderr = execute("cache", "--images", filepath.Join(t.TempDir(), "missing.jsonl"))
 	if code != cli.ExitUsage || !strings.Contains(stderr, "missing.jsonl") {
 		t.Errorf("cache --images of a missing file: exit %d, %s", code, stderr)
+	}
+}
+
+// prepull checks its input before it creates anything.
+func TestPrepullRejectsBadInput(t *testing.T) {
+	ns := cluster.NewNamespace(t)
+	images := filepath.Join(t.TempDir(), "images.txt")
+	if err := os.WriteFile(images, []byte("busybox:1.36\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{}, "give a task file with --tasks FILE"},
+		{[]string{"--tasks", images, "--parallelism", "0"}, "--parallelism 0: must be 1 to 16"},
+		{[]string{"--tasks", images, "--high-water", "120"}, "--high-water 120: must be a percentage"},
+		{[]string{"--tasks", images, "-l", "pool in (a,b)"}, "PrepullJobs select nodes by key=value pairs"},
+		{[]string{"--tasks", filepath.Join(t.TempDir(), "none.txt")}, "none.txt"},
+	} {
+		code, _, stderr := execute(append([]string{"prepull", "-n", ns}, tt.args...)...)
+		if code != cli.ExitUsage || !strings.Contains(stderr, tt.says) {
+			t.Errorf("prepull %v: exit %d, %s; want a usage error saying %q", tt.args, code, stderr, tt.says)
+		}
+	}
+	// --wait with no node running an agent creates nothing.
+	code, _, stderr := execute("prepull", "-n", ns, "--tasks", images, "-l", "pool=none", "--wait")
+	if code != cli.ExitFailure || !strings.Contains(stderr, "nothing would pull") {
+		t.Errorf("prepull --wait onto no agent: exit %d, %s", code, stderr)
+	}
+	clients, err := cluster.Clients(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := &v1alpha1.PrepullJobList{}
+	if err := clients.Client.List(context.Background(), jobs, client.InNamespace(ns)); err != nil || len(jobs.Items) != 0 {
+		t.Errorf("a rejected prepull left %d PrepullJobs (%v)", len(jobs.Items), err)
 	}
 }

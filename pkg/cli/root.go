@@ -17,6 +17,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/get"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/plan"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/preflight"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/prepull"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/reap"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/run"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/teardown"
@@ -64,6 +65,7 @@ Agent Sandboxes, claims one per task, runs work in it and cleans up.`,
 		reap.NewCommand(configFlags, streams),
 		teardown.NewCommand(configFlags, streams),
 		cache.NewCommand(configFlags, streams),
+		prepull.NewCommand(configFlags, streams),
 	)
 	// Cobra adds its completion verb to a root with verbs; give it examples.
 	cmd.InitDefaultCompletionCmd()

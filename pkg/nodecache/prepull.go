@@ -110,3 +110,51 @@ func (p *progress) status(node string, now time.Time) v1alpha1.NodePrepullStatus
 func done(s v1alpha1.NodePrepullStatus) bool {
 	return s.Phase == v1alpha1.PrepullSucceeded || s.Phase == v1alpha1.PrepullFailed || s.Phase == v1alpha1.PrepullStopped
 }
+
+// JobProgress is a PrepullJob's progress over the nodes it targets.
+type JobProgress struct {
+	// Nodes are the targeted nodes' entries, by name; a node whose agent
+	// has not written yet is Pulling with everything pending.
+	Nodes []v1alpha1.NodePrepullStatus `json:"nodes"`
+	// Pulled, Present, Failed and Pending sum the nodes' counts.
+	Pulled  int32 `json:"pulled"`
+	Present int32 `json:"present"`
+	Failed  int32 `json:"failed"`
+	Pending int32 `json:"pending"`
+	// Done counts the nodes whose entry is final; Succeeded those where
+	// every image is on the node.
+	Done      int `json:"done"`
+	Succeeded int `json:"succeeded"`
+}
+
+// Finished reports whether every targeted node is done.
+func (p JobProgress) Finished() bool { return p.Done == len(p.Nodes) }
+
+// Progress sums job's entries for the targeted nodes. Entries of other
+// nodes (no longer targeted, or an agent's mistake) are left out.
+func Progress(job *v1alpha1.PrepullJob, targets []string) JobProgress {
+	entries := map[string]v1alpha1.NodePrepullStatus{}
+	for _, e := range job.Status.Nodes {
+		entries[e.Node] = e
+	}
+	images := int32(len(newProgress(job.Spec.Images).images))
+	sorted := slices.Clone(targets)
+	slices.Sort(sorted)
+	var p JobProgress
+	for _, node := range slices.Compact(sorted) {
+		e, ok := entries[node]
+		if !ok {
+			e = v1alpha1.NodePrepullStatus{Node: node, Phase: v1alpha1.PrepullPulling, Pending: images,
+				Message: "its agent has not started on the job yet"}
+		}
+		p.Nodes = append(p.Nodes, e)
+		p.Pulled, p.Present, p.Failed, p.Pending = p.Pulled+e.Pulled, p.Present+e.Present, p.Failed+e.Failed, p.Pending+e.Pending
+		if done(e) {
+			p.Done++
+		}
+		if e.Phase == v1alpha1.PrepullSucceeded {
+			p.Succeeded++
+		}
+	}
+	return p
+}

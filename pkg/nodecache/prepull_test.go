@@ -87,3 +87,31 @@ func TestProgressListsFewFailures(t *testing.T) {
 		t.Errorf("%d failed, %d listed; want 50 and %d", s.Failed, len(s.Failures), maxFailuresListed)
 	}
 }
+
+func TestJobProgress(t *testing.T) {
+	job := &v1alpha1.PrepullJob{Spec: v1alpha1.PrepullJobSpec{Images: []string{"a", "b", "c"}},
+		Status: v1alpha1.PrepullJobStatus{Nodes: []v1alpha1.NodePrepullStatus{
+			{Node: "n1", Phase: v1alpha1.PrepullSucceeded, Pulled: 2, Present: 1},
+			{Node: "n2", Phase: v1alpha1.PrepullPulling, Pulled: 1, Pending: 2},
+			{Node: "n3", Phase: v1alpha1.PrepullStopped, Pulled: 1, Pending: 2, Message: "90% full"},
+			{Node: "gone", Phase: v1alpha1.PrepullFailed, Failed: 3},
+		}}}
+	p := Progress(job, []string{"n3", "n1", "n2", "n4", "n1"})
+	names := make([]string, len(p.Nodes))
+	for i, n := range p.Nodes {
+		names[i] = n.Node
+	}
+	if strings.Join(names, ",") != "n1,n2,n3,n4" {
+		t.Errorf("nodes %v, want the targets once each, by name", names)
+	}
+	if p.Pulled != 4 || p.Present != 1 || p.Failed != 0 || p.Pending != 7 || p.Done != 2 || p.Succeeded != 1 || p.Finished() {
+		t.Errorf("progress %+v", p)
+	}
+	if n4 := p.Nodes[3]; n4.Phase != v1alpha1.PrepullPulling || n4.Pending != 3 || !strings.Contains(n4.Message, "not started") {
+		t.Errorf("a node without an entry: %+v", n4)
+	}
+	done := Progress(job, []string{"n1", "n3"})
+	if !done.Finished() || done.Succeeded != 1 {
+		t.Errorf("n1 and n3 are final: %+v", done)
+	}
+}

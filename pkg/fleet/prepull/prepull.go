@@ -1,0 +1,78 @@
+// Package prepull starts PrepullJobs and waits for them: the client side
+// of pre-pulling, which the nodes' asrl-prepull-agents carry out.
+package prepull
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
+)
+
+// Targets are the nodes a node selector picks that run an agent (publish
+// a NodeImageCache), and those it picks that do not: they will never
+// pull, so a wait leaves them out.
+func Targets(ctx context.Context, c client.Client, selector map[string]string) (withAgent, without []string, err error) {
+	nodes := &metav1.PartialObjectMetadataList{}
+	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	if err := c.List(ctx, nodes, client.MatchingLabels(selector)); err != nil {
+		return nil, nil, fmt.Errorf("listing the nodes the selector picks: %w", err)
+	}
+	caches := &metav1.PartialObjectMetadataList{}
+	caches.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("NodeImageCacheList"))
+	if err := c.List(ctx, caches); err != nil {
+		return nil, nil, fmt.Errorf("listing NodeImageCaches to find the nodes with an agent: %w", err)
+	}
+	agents := map[string]bool{}
+	for _, nic := range caches.Items {
+		agents[nic.Name] = true
+	}
+	for _, n := range nodes.Items {
+		if agents[n.Name] {
+			withAgent = append(withAgent, n.Name)
+		} else {
+			without = append(without, n.Name)
+		}
+	}
+	slices.Sort(withAgent)
+	slices.Sort(without)
+	return withAgent, without, nil
+}
+
+// Wait polls job every interval until every target node is done, and
+// calls onChange with its progress whenever that changes. It returns the
+// final progress, or the last one with an error when ctx ends first.
+func Wait(ctx context.Context, c client.Client, job *v1alpha1.PrepullJob, targets []string, interval time.Duration, onChange func(nodecache.JobProgress)) (nodecache.JobProgress, error) {
+	var last nodecache.JobProgress
+	first := true
+	for {
+		current := &v1alpha1.PrepullJob{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(job), current); err != nil {
+			return last, fmt.Errorf("reading PrepullJob %s/%s: %w", job.Namespace, job.Name, err)
+		}
+		p := nodecache.Progress(current, targets)
+		if first || counts(p) != counts(last) {
+			onChange(p)
+		}
+		first, last = false, p
+		if p.Finished() {
+			return p, nil
+		}
+		select {
+		case <-ctx.Done():
+			return last, ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+}
+
+func counts(p nodecache.JobProgress) [6]int32 {
+	return [6]int32{p.Pulled, p.Present, p.Failed, p.Pending, int32(p.Done), int32(p.Succeeded)}
+}
