@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
@@ -189,5 +190,46 @@ func waitForEntry(t *testing.T, ctx context.Context, clients *kube.Clients, job 
 			t.Fatalf("PrepullJob %s: node %s's entry never got there: %+v", job.Name, node, current.Status.Nodes)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// run --prepull has the node pull the run's images before warming, and
+// deletes its PrepullJob at the end.
+func TestRunPrepull(t *testing.T) {
+	requireLocal(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ns := newNamespace(t)
+	startAgent(t, ctx)
+	clients, err := kube.ForConfig(restConfig(), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForCache(t, ctx, clients, local.RealNodeName(), func(*v1alpha1.NodeImageCache) bool { return true })
+	img, _ := pushNewImage(t, ctx, "run-prepull")
+	taskFile := filepath.Join(t.TempDir(), "tasks.jsonl")
+	rows := `{"id": "t1", "image": "` + img + `"}` + "\n" + `{"id": "t2", "image": "` + img + `"}` + "\n"
+	if err := os.WriteFile(taskFile, []byte(rows), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := plugin("run", "-n", ns, "--tasks", taskFile, "--prepull", "--max-concurrent", "1",
+		"--ready-timeout", "3m", "-o", "json", "--", "true")
+	var rep report.Report
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.TasksOK != 2 {
+		t.Fatalf("run --prepull: exit %d\n%s%s", code, out, stderr)
+	}
+	if !strings.Contains(stderr, "pre-pulling 1 image") || strings.Contains(stderr, "Warning: prepull") {
+		t.Errorf("run --prepull did not pre-pull cleanly:\n%s", stderr)
+	}
+	prepulled := false
+	for _, p := range rep.Phases {
+		prepulled = prepulled || p.Name == "prepull"
+	}
+	if !prepulled {
+		t.Errorf("the report has no prepull phase: %+v", rep.Phases)
+	}
+	jobs := &v1alpha1.PrepullJobList{}
+	if err := clients.Client.List(ctx, jobs, client.InNamespace(ns)); err != nil || len(jobs.Items) != 0 {
+		t.Errorf("the run left %d PrepullJobs (%v)", len(jobs.Items), err)
 	}
 }

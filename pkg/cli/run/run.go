@@ -49,7 +49,7 @@ type options struct {
 	timeout                                      time.Duration
 	resultsFile, reportFile, output, metricsAddr string
 	progressInterval                             time.Duration
-	quiet                                        bool
+	quiet, prepull                               bool
 
 	// Filled in by complete.
 	command []string
@@ -120,6 +120,7 @@ run failed, 2 for bad flags or input.`,
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at this address, e.g. 127.0.0.1:9095")
 	f.DurationVar(&o.progressInterval, "progress-interval", 10*time.Second, "how often progress is logged when stderr is not a terminal")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print no progress and no report table")
+	f.BoolVar(&o.prepull, "prepull", false, "before warming, have the nodes with asrl-prepull-agent pull the run's images (a PrepullJob per cluster, deleted at the end)")
 	return cmd
 }
 
@@ -220,6 +221,20 @@ func (o *options) run(parent context.Context) error {
 	defer f.Close()
 	if err := f.Preflight(ctx); err != nil {
 		return fmt.Errorf("%w\nNothing was created", err)
+	}
+	if o.prepull {
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if err := f.Unprepull(ctx); err != nil {
+				fmt.Fprintf(o.streams.ErrOut, "Warning: %v\n", err)
+			}
+		}()
+		fmt.Fprintf(o.streams.ErrOut, "run %s: pre-pulling %s\n", o.runID, output.Count(len(f.Plan.Pools), "image"))
+		warn := func(msg string) { fmt.Fprintf(o.streams.ErrOut, "Warning: %s\n", msg) }
+		if err := f.Prepull(ctx, o.cfg.ReadyTimeout.Duration, warn); err != nil {
+			return fmt.Errorf("run %s: %w", o.runID, err)
+		}
 	}
 	f.Metrics = metrics.New(o.cfg.Strategy)
 	if o.metricsAddr != "" {

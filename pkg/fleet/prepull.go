@@ -1,0 +1,89 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/prepull"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
+)
+
+// Prepull has the nodes each cluster may put the run's sandboxes on pull
+// the run's images before any pool is warmed: one PrepullJob per cluster,
+// labelled with the run, for the nodes the cluster's node selector picks
+// that run asrl-prepull-agent. It waits up to timeout. What keeps a node
+// from pulling everything — no agent, the disk budget, an image that
+// fails — is told to warn and does not stop the run: the sandboxes then
+// pull for themselves. The jobs stay until Unprepull deletes them.
+func (f *Fleet) Prepull(ctx context.Context, timeout time.Duration, warn func(string)) error {
+	start := time.Now()
+	defer func() { f.phase("prepull", "", time.Since(start)) }()
+	images := make([]string, 0, len(f.Plan.Pools))
+	for _, p := range f.Plan.Pools {
+		images = append(images, p.Image)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	errs := make([]error, len(f.Clusters))
+	var wg sync.WaitGroup
+	for i, c := range f.Clusters {
+		wg.Go(func() { errs[i] = f.prepullOn(ctx, c, images, warn) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (f *Fleet) prepullOn(ctx context.Context, c *Cluster, images []string, warn func(string)) error {
+	targets, without, err := prepull.Targets(ctx, c.Clients.Client, c.spec.NodeSelector)
+	if err != nil {
+		return fmt.Errorf("prepull on cluster %s: %w", c.Name, err)
+	}
+	if len(without) > 0 {
+		warn(fmt.Sprintf("prepull on cluster %s: %d nodes run no asrl-prepull-agent and will pull as sandboxes land", c.Name, len(without)))
+	}
+	if len(targets) == 0 {
+		return nil
+	}
+	job := &v1alpha1.PrepullJob{
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace(), GenerateName: f.RunID + "-prepull-", Labels: labels.ForRun(f.RunID)},
+		Spec: v1alpha1.PrepullJobSpec{Images: images, NodeSelector: c.spec.NodeSelector,
+			PerNodeParallelism: 2, DiskHighWaterPercent: 80},
+	}
+	if err := c.Clients.Client.Create(ctx, job); err != nil {
+		return fmt.Errorf("prepull on cluster %s: creating the PrepullJob: %w", c.Name, err)
+	}
+	p, err := prepull.Wait(ctx, c.Clients.Client, job, targets, time.Second, func(nodecache.JobProgress) {})
+	if errors.Is(err, context.DeadlineExceeded) {
+		warn(fmt.Sprintf("prepull on cluster %s: %d of %d nodes not done in time; the run goes on", c.Name, len(p.Nodes)-p.Done, len(p.Nodes)))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("prepull on cluster %s: %w", c.Name, err)
+	}
+	for _, n := range p.Nodes {
+		if n.Phase != v1alpha1.PrepullSucceeded {
+			warn(fmt.Sprintf("prepull on cluster %s: node %s %s: %s", c.Name, n.Node, n.Phase, n.Message))
+		}
+	}
+	return nil
+}
+
+// Unprepull deletes the run's PrepullJobs on every cluster.
+func (f *Fleet) Unprepull(ctx context.Context) error {
+	var errs []error
+	for _, c := range f.Clusters {
+		err := c.Clients.Client.DeleteAllOf(ctx, &v1alpha1.PrepullJob{}, client.InNamespace(c.Namespace()), client.MatchingLabels(labels.ForRun(f.RunID)))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("deleting the PrepullJobs of run %s on cluster %s: %w", f.RunID, c.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
