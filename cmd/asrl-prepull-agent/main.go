@@ -21,9 +21,10 @@ import (
 
 func main() {
 	a := nodecache.Agent{Version: version.Get().GitVersion, Log: klog.NewKlogr()}
-	var endpoint, kubeconfig string
+	var endpoint, kubeconfig, imageFS string
 	flag.StringVar(&a.Node, "node-name", os.Getenv("NODE_NAME"), "the node this agent runs on (default: $NODE_NAME)")
 	flag.StringVar(&endpoint, "runtime-endpoint", "unix:///run/containerd/containerd.sock", "the container runtime's CRI socket")
+	flag.StringVar(&imageFS, "image-fs-path", "", "a directory on the runtime's image filesystem, where its size and free space are read (default: the runtime's own mountpoint)")
 	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (default: the Pod's service account)")
 	flag.DurationVar(&a.Resync, "resync", 5*time.Minute, "how often the runtime is read in full and the object refreshed without a change")
 	flag.DurationVar(&a.Settle, "settle", 300*time.Millisecond, "how long to wait after an image change for more before reading")
@@ -36,13 +37,13 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, &a, endpoint, kubeconfig); err != nil {
+	if err := run(ctx, &a, endpoint, kubeconfig, imageFS); err != nil {
 		fmt.Fprintf(os.Stderr, "asrl-prepull-agent: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, a *nodecache.Agent, endpoint, kubeconfig string) error {
+func run(ctx context.Context, a *nodecache.Agent, endpoint, kubeconfig, imageFS string) error {
 	cfg, err := rest.InClusterConfig()
 	if kubeconfig != "" {
 		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
@@ -57,5 +58,6 @@ func run(ctx context.Context, a *nodecache.Agent, endpoint, kubeconfig string) e
 		return err
 	}
 	defer a.Runtime.Close()
+	a.Runtime.ImageFSPath = imageFS
 	return a.Run(ctx)
 }

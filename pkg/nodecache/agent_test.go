@@ -225,3 +225,29 @@ func TestAgentWithoutARuntime(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// An agent in a Pod sees the image filesystem through a directory of its
+// own on it; without one, the size is unknown and the disk budget says so.
+func TestImageFSPath(t *testing.T) {
+	srv, err := testcri.Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	rt, err := nodecache.Dial(srv.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	fs, err := rt.Filesystem(context.Background())
+	if err != nil || fs.CapacityBytes != 0 {
+		t.Fatalf("the fake runtime's mountpoint is not visible, yet: %+v %v", fs, err)
+	}
+	if _, msg := nodecache.OverBudget(fs, 80); !strings.Contains(msg, "not enforced") {
+		t.Errorf("a budget on an unseen filesystem: %q", msg)
+	}
+	rt.ImageFSPath = t.TempDir()
+	if fs, err = rt.Filesystem(context.Background()); err != nil || fs.CapacityBytes <= 0 || fs.AvailableBytes <= 0 {
+		t.Errorf("through --image-fs-path: %+v %v", fs, err)
+	}
+}
