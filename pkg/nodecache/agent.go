@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -53,14 +54,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The watch and the jobs end with ctx; Run returns after them, so
+	// its caller may close the runtime.
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	changes := make(chan struct{}, 1)
-	go a.watch(ctx, changes)
-	jobsDone := make(chan struct{})
-	go func() {
-		defer close(jobsDone)
-		a.runJobs(ctx)
-	}()
-	defer func() { <-jobsDone }()
+	wg.Go(func() { a.watch(ctx, changes) })
+	wg.Go(func() { a.runJobs(ctx) })
 
 	state := &published{cache: &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: a.Node, OwnerReferences: []metav1.OwnerReference{owner}}}}
 	backoff := retryBackoff()

@@ -100,7 +100,6 @@ func (c *Client) resourceVersion(ctx context.Context, name string) (string, erro
 	if err != nil {
 		return "", err
 	}
-	defer resp.Close()
 	return readResourceVersion(resp)
 }
 
@@ -125,12 +124,7 @@ func (c *Client) write(ctx context.Context, cache *v1alpha1.NodeImageCache, req 
 	if err != nil {
 		return err
 	}
-	defer resp.Close()
-	if cache.ResourceVersion, err = readResourceVersion(resp); err != nil {
-		return err
-	}
-	// Read to the end, so the connection can be used again.
-	_, err = io.Copy(io.Discard, resp)
+	cache.ResourceVersion, err = readResourceVersion(resp)
 	return err
 }
 
@@ -149,17 +143,24 @@ func (c *Client) patchConditions(ctx context.Context, cache *v1alpha1.NodeImageC
 	if err != nil {
 		return err
 	}
-	defer resp.Close()
-	if cache.ResourceVersion, err = readResourceVersion(resp); err != nil {
-		return err
-	}
-	_, err = io.Copy(io.Discard, resp)
+	cache.ResourceVersion, err = readResourceVersion(resp)
 	return err
 }
 
-// readResourceVersion reads an object's resourceVersion from its JSON,
-// without holding the rest of it.
-func readResourceVersion(r io.Reader) (string, error) {
+// readResourceVersion reads an object's resourceVersion from a response
+// holding its JSON, without holding the rest of it, and closes the
+// response having read it to the end, so the connection is used again.
+func readResourceVersion(resp io.ReadCloser) (string, error) {
+	defer resp.Close()
+	rv, err := resourceVersionIn(resp)
+	if err != nil {
+		return "", err
+	}
+	_, err = io.Copy(io.Discard, resp)
+	return rv, err
+}
+
+func resourceVersionIn(r io.Reader) (string, error) {
 	dec := json.NewDecoder(r)
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return "", fmt.Errorf("reading a NodeImageCache: not a JSON object (%v)", err)
