@@ -1,8 +1,10 @@
 // Command webhook benchmarks asrl-webhook on the local test cluster (kwok
-// nodes): sandbox Pods are created in three modes, rotating in one run —
+// nodes): sandbox Pods are created in four modes, rotating in one run —
 // in a namespace no webhook sees; in one the webhook serves with no policy
-// in force, which is the cost of being called at all; and there with a
-// policy (a mirror, allowed registries, a limit cap) — and it reports
+// in force, which is the cost of being called at all; there with a policy
+// (a mirror, allowed registries, a limit cap) that patches every Pod; and
+// there with the policy and Pods that already follow it, as a template
+// the webhook mutated makes them — and it reports
 //
 //   - the webhook's own decision time per Pod (p50, p99), from its
 //     asrl_webhook_admission_duration_seconds histogram, with Pods created
@@ -81,6 +83,9 @@ const (
 	none     = "no webhook"
 	bare     = "webhook, no policy"
 	policied = "webhook + policy"
+	// compliant Pods are what a template the webhook mutated makes: the
+	// policy is in force and they already follow it.
+	compliant = "policy, compliant"
 )
 
 // figures are a mode's measurements over the rounds.
@@ -131,7 +136,7 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 		}
 		namespaces[mode] = ns.Name
 	}
-	namespaces[policied] = namespaces[bare]
+	namespaces[policied], namespaces[compliant] = namespaces[bare], namespaces[bare]
 	server, err := testwebhook.Start(ctx, cluster, namespaces[bare], bin, workerCPUs...)
 	if err != nil {
 		return err
@@ -144,8 +149,12 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 	if err != nil {
 		return err
 	}
-	modes := []string{none, bare, policied}
-	results := map[string]*figures{none: {}, bare: {}, policied: {}}
+	modes := []string{none, bare, policied, compliant}
+	results := map[string]*figures{none: {}, bare: {}, policied: {}, compliant: {}}
+	specs, err := podSpecs(namespaces[bare])
+	if err != nil {
+		return err
+	}
 	fmt.Printf("%d rounds: %d Pods at %d/s, then %d Pods by %d creators, in each mode", rounds, pods, rate, pods, concurrency)
 	if split {
 		fmt.Printf("; control plane on CPU 0, creators and webhook on CPUs %v", workerCPUs)
@@ -154,7 +163,7 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 	for round := range rounds {
 		for k := range modes {
 			mode := modes[(round+k)%len(modes)]
-			if err := setPolicy(ctx, clients.Client, namespaces[bare], mode == policied); err != nil {
+			if err := setPolicy(ctx, clients.Client, namespaces[bare], mode == policied || mode == compliant); err != nil {
 				return err
 			}
 			f := results[mode]
@@ -162,7 +171,7 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 			if err != nil {
 				return err
 			}
-			lat, _, err := createPods(ctx, kc, namespaces[mode], pods, rate, 64)
+			lat, _, err := createPods(ctx, kc, namespaces[mode], specs[mode], pods, rate, 64)
 			if err != nil {
 				return err
 			}
@@ -184,7 +193,7 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 			} else {
 				profiled <- nil
 			}
-			_, perSec, err := createPods(ctx, kc, namespaces[mode], pods, 0, concurrency)
+			_, perSec, err := createPods(ctx, kc, namespaces[mode], specs[mode], pods, 0, concurrency)
 			if err != nil {
 				return err
 			}
@@ -318,13 +327,27 @@ func benchPolicy(ns string) *v1alpha1.SandboxPolicy {
 	}}
 }
 
-// createPods creates n sandbox Pods in ns with workers creators, at rate
-// per second (0: as fast as they go), and returns each create's latency in
-// seconds and the Pods created per second. The Pods name a scheduler that
-// does not run: what is measured is their creation, and the scheduler and
+// podSpecs are the Pods each mode creates: a sandbox Pod as a template
+// without policy makes it, and for compliant, as one the webhook mutated
+// under the bench policy makes it. The Pods name a scheduler that does
+// not run: what is measured is their creation, and the scheduler and
 // kwok, which share the control plane's CPU, then have the same (no) work
 // whatever the webhook did to them.
-func createPods(ctx context.Context, kc kubernetes.Interface, ns string, n, rate, workers int) ([]float64, float64, error) {
+func podSpecs(ns string) (map[string]*corev1.Pod, error) {
+	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{policy.TemplateRefHashLabel: "bench"}},
+		Spec: corev1.PodSpec{SchedulerName: "bench-webhook-unscheduled",
+			Containers: []corev1.Container{{Name: "sandbox", Image: "docker.io/swebench/sweb.eval.x86_64.bench:latest"}}}}
+	mutated := plain.DeepCopy()
+	if _, err := policy.Mutate(mutated, policy.Set{*benchPolicy(ns)}, ""); err != nil {
+		return nil, err
+	}
+	return map[string]*corev1.Pod{none: plain, bare: plain, policied: plain, compliant: mutated}, nil
+}
+
+// createPods creates n sandbox Pods like spec in ns with workers creators,
+// at rate per second (0: as fast as they go), and returns each create's
+// latency in seconds and the Pods created per second.
+func createPods(ctx context.Context, kc kubernetes.Interface, ns string, spec *corev1.Pod, n, rate, workers int) ([]float64, float64, error) {
 	jobs := make(chan int)
 	var mu sync.Mutex
 	var lat []float64
@@ -333,10 +356,9 @@ func createPods(ctx context.Context, kc kubernetes.Interface, ns string, n, rate
 	for range workers {
 		wg.Go(func() {
 			for i := range jobs {
-				pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%d", i), Namespace: ns,
-					Labels: map[string]string{webhook.SandboxPodLabel: fmt.Sprintf("h%d", i), policy.TemplateRefHashLabel: "bench"}},
-					Spec: corev1.PodSpec{SchedulerName: "bench-webhook-unscheduled",
-						Containers: []corev1.Container{{Name: "sandbox", Image: "docker.io/swebench/sweb.eval.x86_64.bench:latest"}}}}
+				pod := spec.DeepCopy()
+				pod.Name, pod.Namespace = fmt.Sprintf("pod-%d", i), ns
+				pod.Labels[webhook.SandboxPodLabel] = fmt.Sprintf("h%d", i)
 				start := time.Now()
 				_, err := kc.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 				d := time.Since(start).Seconds()

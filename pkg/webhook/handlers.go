@@ -30,6 +30,7 @@ const SandboxPodLabel = "agents.x-k8s.io/sandbox-name-hash"
 // Paths the handlers are served at.
 const (
 	MutatePodsPath        = "/mutate-sandbox-pods"
+	MutateTemplatesPath   = "/mutate-sandbox-templates"
 	ValidateTemplatesPath = "/validate-sandbox-templates"
 )
 
@@ -173,6 +174,69 @@ func (m *PodMutator) get(ctx context.Context, key types.NamespacedName, obj clie
 	return err == nil, err
 }
 
+// TemplateMutator applies the SandboxPolicies of a SandboxTemplate's
+// namespace to its Pod template when it is applied, so the Pods made from
+// it already comply and PodMutator lets them through unchanged: a Pod the
+// API server need not patch costs it a third less. Colocation stays with
+// PodMutator, as it keys on a label the controller puts on each Pod; the
+// run-id label comes from the template's own.
+type TemplateMutator struct {
+	Reader client.Reader
+}
+
+// Handle implements admission.Handler.
+func (m *TemplateMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	return timed("SandboxTemplate", func() (admission.Response, string) { return m.handle(ctx, req) })
+}
+
+func (m *TemplateMutator) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
+	tmpl, resp, result := decodeTemplate(req)
+	if tmpl == nil {
+		return resp, result
+	}
+	set, err := policies(ctx, m.Reader, req.Namespace)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), resultErrored
+	}
+	pt := &tmpl.Spec.PodTemplate
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: pt.ObjectMeta.Labels, Annotations: pt.ObjectMeta.Annotations}, Spec: pt.Spec}
+	changes, err := policy.Mutate(pod, set, tmpl.Labels[labels.RunID])
+	var denial *policy.Denial
+	if errors.As(err, &denial) {
+		// TemplateValidator denies it, and counts it, with the field's
+		// path in the template.
+		return admission.Allowed("left to the validating webhook: " + denial.Error()), resultAllowed
+	}
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), resultErrored
+	}
+	if len(changes) == 0 {
+		return admission.Allowed("complies with the SandboxPolicies"), resultAllowed
+	}
+	pt.ObjectMeta.Labels, pt.ObjectMeta.Annotations, pt.Spec = pod.Labels, pod.Annotations, pod.Spec
+	mutated, err := json.Marshal(tmpl)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), resultErrored
+	}
+	return admission.PatchResponseFromRaw(req.Object.Raw, mutated), resultMutated
+}
+
+// decodeTemplate reads the SandboxTemplate a review carries; when there
+// is none to act on it returns the response to give instead.
+func decodeTemplate(req admission.Request) (*extensionsv1beta1.SandboxTemplate, admission.Response, string) {
+	if req.Kind.Kind != "SandboxTemplate" || len(req.Object.Raw) == 0 {
+		return nil, admission.Errored(http.StatusBadRequest, fmt.Errorf("the review carries no SandboxTemplate (kind %q): check the webhook configuration's rules", req.Kind.Kind)), resultErrored
+	}
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return nil, admission.Allowed(""), resultAllowed
+	}
+	tmpl := &extensionsv1beta1.SandboxTemplate{}
+	if err := json.Unmarshal(req.Object.Raw, tmpl); err != nil {
+		return nil, admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the SandboxTemplate: %w", err)), resultErrored
+	}
+	return tmpl, admission.Response{}, ""
+}
+
 // TemplateValidator refuses SandboxTemplates whose Pods the SandboxPolicies
 // of their namespace would refuse, so a bad template fails when it is
 // applied rather than when its first sandbox starts.
@@ -187,15 +251,9 @@ func (v *TemplateValidator) Handle(ctx context.Context, req admission.Request) a
 }
 
 func (v *TemplateValidator) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
-	if req.Kind.Kind != "SandboxTemplate" || len(req.Object.Raw) == 0 {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the review carries no SandboxTemplate (kind %q): check the webhook configuration's rules", req.Kind.Kind)), resultErrored
-	}
-	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
-		return admission.Allowed(""), resultAllowed
-	}
-	tmpl := &extensionsv1beta1.SandboxTemplate{}
-	if err := json.Unmarshal(req.Object.Raw, tmpl); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the SandboxTemplate: %w", err)), resultErrored
+	tmpl, resp, result := decodeTemplate(req)
+	if tmpl == nil {
+		return resp, result
 	}
 	set, err := policies(ctx, v.Reader, req.Namespace)
 	if err != nil {

@@ -83,6 +83,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	srv := webhook.NewServer(webhook.Options{Host: o.Host, Port: o.Port, CertDir: o.CertDir})
 	srv.Register(MutatePodsPath, &webhook.Admission{Handler: &PodMutator{
 		Reader: mgr.GetCache(), APIReader: mgr.GetAPIReader(), Counts: counts}})
+	srv.Register(MutateTemplatesPath, &webhook.Admission{Handler: &TemplateMutator{Reader: mgr.GetCache()}})
 	srv.Register(ValidateTemplatesPath, &webhook.Admission{Handler: &TemplateValidator{
 		Reader: mgr.GetCache(), Counts: counts}})
 

@@ -6,9 +6,11 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -142,6 +144,36 @@ func TestWebhook(t *testing.T) {
 			if spec.Affinity == nil || spec.Affinity.PodAffinity == nil || len(spec.Affinity.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 {
 				t.Errorf("Pod %s: no colocation affinity: %+v", p.Name, spec.Affinity)
 			}
+		}
+	})
+
+	t.Run("templates are mutated, so their Pods need no patch", func(t *testing.T) {
+		tmpl := sandboxTemplate(ns, "mutated", nil)
+		if err := c.Create(ctx, tmpl); err != nil {
+			t.Fatal(err)
+		}
+		pt := tmpl.Spec.PodTemplate
+		if pt.Spec.Containers[0].Image != "mirror.example.com/hub/library/busybox:1.36" || pt.ObjectMeta.Annotations[labels.OriginalImage] != "busybox:1.36" ||
+			pt.Spec.RuntimeClassName == nil || pt.Spec.SecurityContext == nil || pt.Spec.SecurityContext.SeccompProfile == nil ||
+			pt.ObjectMeta.Labels[labels.RunID] != "other-client-run" {
+			t.Errorf("the stored template's Pod template does not follow the policy: %+v", pt)
+		}
+		if pt.Spec.Affinity != nil {
+			t.Errorf("colocation, which keys on each Pod's template hash, was put on the template: %+v", pt.Spec.Affinity)
+		}
+		// A Pod made from it (without the controller's hash label, so no
+		// colocation is due) is allowed as it is.
+		before := admissions(t, s.MetricsURL, "Pod", "allowed")
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "compliant", Namespace: ns,
+			Labels: map[string]string{webhook.SandboxPodLabel: "compliant"}, Annotations: pt.ObjectMeta.Annotations}, Spec: pt.Spec}
+		for k, v := range pt.ObjectMeta.Labels {
+			pod.Labels[k] = v
+		}
+		if err := c.Create(ctx, pod, client.DryRunAll); err != nil {
+			t.Fatal(err)
+		}
+		if after := admissions(t, s.MetricsURL, "Pod", "allowed"); after != before+1 {
+			t.Errorf("a Pod from the mutated template was not let through unchanged: allowed %v → %v", before, after)
 		}
 	})
 
@@ -281,4 +313,29 @@ func review(ns string, pod []byte) string {
 		},
 	})
 	return string(b)
+}
+
+// admissions reads the webhook's count of admissions of kind with result.
+func admissions(t *testing.T, metricsURL, kind, result string) float64 {
+	t.Helper()
+	resp, err := http.Get(metricsURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	series := fmt.Sprintf(`asrl_webhook_admissions_total{kind=%q,result=%q} `, kind, result)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, series); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	return 0
 }
