@@ -25,6 +25,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/agent"
 )
 
 // The node cache reads the runtime's images with the layers they were
@@ -61,7 +62,7 @@ func TestRuntimeRead(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rt, err := nodecache.Dial(endpoint)
+	rt, err := agent.Dial(endpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,21 +224,21 @@ func shortLayers(ls []nodecache.RuntimeLayer) []v1alpha1.Layer {
 
 // startAgent runs the node agent for the real node until the test ends,
 // and returns its runtime connection.
-func startAgent(t *testing.T, ctx context.Context) *nodecache.Runtime {
+func startAgent(t *testing.T, ctx context.Context) *agent.Runtime {
 	t.Helper()
-	rt, err := nodecache.Dial("unix://" + local.CRISocket())
+	rt, err := agent.Dial("unix://" + local.CRISocket())
 	if err != nil {
 		t.Fatal(err)
 	}
-	api, err := nodecache.NewClient(restConfig())
+	api, err := agent.NewClient(restConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	agentCtx, stopAgent := context.WithCancel(ctx)
 	agentDone := make(chan error, 1)
-	agent := &nodecache.Agent{Node: local.RealNodeName(), Runtime: rt, Client: api, Version: "e2e", Resync: time.Minute,
+	a := &agent.Agent{Node: local.RealNodeName(), Runtime: rt, Client: api, Version: "e2e", Resync: time.Minute,
 		Settle: 300 * time.Millisecond, Poll: time.Second, Log: klog.NewKlogr().WithName("agent")}
-	go func() { agentDone <- agent.Run(agentCtx) }()
+	go func() { agentDone <- a.Run(agentCtx) }()
 	t.Cleanup(func() {
 		stopAgent()
 		if err := <-agentDone; err != nil {

@@ -15,12 +15,12 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/agent"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/version"
 )
 
 func main() {
-	a := nodecache.Agent{Version: version.Get().GitVersion, Log: klog.NewKlogr()}
+	a := agent.Agent{Version: version.Get().GitVersion, Log: klog.NewKlogr()}
 	var endpoint, kubeconfig, imageFS string
 	flag.StringVar(&a.Node, "node-name", os.Getenv("NODE_NAME"), "the node this agent runs on (default: $NODE_NAME)")
 	flag.StringVar(&endpoint, "runtime-endpoint", "unix:///run/containerd/containerd.sock", "the container runtime's CRI socket")
@@ -43,7 +43,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, a *nodecache.Agent, endpoint, kubeconfig, imageFS string) error {
+func run(ctx context.Context, a *agent.Agent, endpoint, kubeconfig, imageFS string) error {
 	cfg, err := rest.InClusterConfig()
 	if kubeconfig != "" {
 		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
@@ -51,10 +51,10 @@ func run(ctx context.Context, a *nodecache.Agent, endpoint, kubeconfig, imageFS 
 	if err != nil {
 		return err
 	}
-	if a.Client, err = nodecache.NewClient(cfg); err != nil {
+	if a.Client, err = agent.NewClient(cfg); err != nil {
 		return err
 	}
-	if a.Runtime, err = nodecache.Dial(endpoint); err != nil {
+	if a.Runtime, err = agent.Dial(endpoint); err != nil {
 		return err
 	}
 	defer a.Runtime.Close()

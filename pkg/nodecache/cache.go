@@ -38,6 +38,15 @@ type RuntimeLayer struct {
 	Size   int64
 }
 
+// Snapshot is what a read of the runtime found.
+type Snapshot struct {
+	Images     []RuntimeImage
+	Filesystem v1alpha1.ImageFilesystem
+	// Partial says what could not be read, when something could not;
+	// the images are then listed without some or all of their layers.
+	Partial []string
+}
+
 // Short cuts a "sha256:..." digest to the prefix NodeImageCaches keep.
 func Short(digest string) string {
 	hex := digest[strings.IndexByte(digest, ':')+1:]

@@ -46,8 +46,8 @@ const (
 // many nodes small; the counts say how many there were.
 const maxFailuresListed = 10
 
-// progress is one node's progress on a job.
-type progress struct {
+// NodeProgress is one node's progress on a job, kept by the node's agent.
+type NodeProgress struct {
 	images   []string
 	state    map[string]imageState
 	failures []v1alpha1.ImagePullFailure
@@ -57,9 +57,9 @@ type progress struct {
 	note string
 }
 
-// newProgress is a node's progress on images, each once.
-func newProgress(images []string) *progress {
-	p := &progress{state: map[string]imageState{}}
+// NewNodeProgress is a node's progress on images, each once, all pending.
+func NewNodeProgress(images []string) *NodeProgress {
+	p := &NodeProgress{state: map[string]imageState{}}
 	for _, img := range images {
 		if _, dup := p.state[img]; !dup {
 			p.state[img] = statePending
@@ -69,15 +69,34 @@ func newProgress(images []string) *progress {
 	return p
 }
 
-func (p *progress) fail(image, msg string) {
+// Images are the job's images, each once, in the job's order.
+func (p *NodeProgress) Images() []string { return p.images }
+
+// Pulled records that the node pulled image.
+func (p *NodeProgress) Pulled(image string) { p.state[image] = statePulled }
+
+// Present records that the node had image already.
+func (p *NodeProgress) Present(image string) { p.state[image] = statePresent }
+
+// Stop records why the node stopped pulling.
+func (p *NodeProgress) Stop(why string) { p.stopped = why }
+
+// Stopped reports whether the node stopped pulling.
+func (p *NodeProgress) Stopped() bool { return p.stopped != "" }
+
+// Note records what to say while nothing is wrong.
+func (p *NodeProgress) Note(note string) { p.note = note }
+
+// Fail records that image failed to pull, and why.
+func (p *NodeProgress) Fail(image, msg string) {
 	p.state[image] = stateFailed
 	if len(p.failures) < maxFailuresListed {
 		p.failures = append(p.failures, v1alpha1.ImagePullFailure{Image: image, Message: msg})
 	}
 }
 
-// status is the node's entry in the job's status at now.
-func (p *progress) status(node string, now time.Time) v1alpha1.NodePrepullStatus {
+// Status is the node's entry in the job's status at now.
+func (p *NodeProgress) Status(node string, now time.Time) v1alpha1.NodePrepullStatus {
 	s := v1alpha1.NodePrepullStatus{Node: node, UpdateTime: metav1.NewTime(now), Failures: slices.Clone(p.failures)}
 	for _, img := range p.images {
 		switch p.state[img] {
@@ -105,9 +124,9 @@ func (p *progress) status(node string, now time.Time) v1alpha1.NodePrepullStatus
 	return s
 }
 
-// done reports whether a node's entry is final: a job whose entry for
+// Final reports whether a node's entry is final: a job whose entry for
 // the node is final is not run again when the agent restarts.
-func done(s v1alpha1.NodePrepullStatus) bool {
+func Final(s v1alpha1.NodePrepullStatus) bool {
 	return s.Phase == v1alpha1.PrepullSucceeded || s.Phase == v1alpha1.PrepullFailed || s.Phase == v1alpha1.PrepullStopped
 }
 
@@ -137,7 +156,7 @@ func Progress(job *v1alpha1.PrepullJob, targets []string) JobProgress {
 	for _, e := range job.Status.Nodes {
 		entries[e.Node] = e
 	}
-	images := int32(len(newProgress(job.Spec.Images).images))
+	images := int32(len(NewNodeProgress(job.Spec.Images).images))
 	sorted := slices.Clone(targets)
 	slices.Sort(sorted)
 	var p JobProgress
@@ -149,7 +168,7 @@ func Progress(job *v1alpha1.PrepullJob, targets []string) JobProgress {
 		}
 		p.Nodes = append(p.Nodes, e)
 		p.Pulled, p.Present, p.Failed, p.Pending = p.Pulled+e.Pulled, p.Present+e.Present, p.Failed+e.Failed, p.Pending+e.Pending
-		if done(e) {
+		if Final(e) {
 			p.Done++
 		}
 		if e.Phase == v1alpha1.PrepullSucceeded {

@@ -33,40 +33,40 @@ func TestProgressStatus(t *testing.T) {
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	for _, tt := range []struct {
 		name   string
-		steps  func(p *progress)
+		steps  func(p *NodeProgress)
 		phase  v1alpha1.PrepullPhase
 		counts [4]int32 // pulled, present, failed, pending
 		says   string
 	}{
-		{"nothing done yet", func(*progress) {}, v1alpha1.PrepullPulling, [4]int32{0, 0, 0, 3}, ""},
-		{"some pulled", func(p *progress) { p.state["a"] = statePulled; p.state["b"] = statePresent },
+		{"nothing done yet", func(*NodeProgress) {}, v1alpha1.PrepullPulling, [4]int32{0, 0, 0, 3}, ""},
+		{"some pulled", func(p *NodeProgress) { p.state["a"] = statePulled; p.state["b"] = statePresent },
 			v1alpha1.PrepullPulling, [4]int32{1, 1, 0, 1}, ""},
-		{"all on the node", func(p *progress) {
+		{"all on the node", func(p *NodeProgress) {
 			p.state["a"], p.state["b"], p.state["c"] = statePulled, statePresent, statePulled
 		}, v1alpha1.PrepullSucceeded, [4]int32{2, 1, 0, 0}, ""},
-		{"one failed", func(p *progress) {
+		{"one failed", func(p *NodeProgress) {
 			p.state["a"], p.state["b"] = statePulled, statePulled
-			p.fail("c", "not found")
+			p.Fail("c", "not found")
 		}, v1alpha1.PrepullFailed, [4]int32{2, 0, 1, 0}, "1 of 3 images failed to pull"},
-		{"stopped by the budget", func(p *progress) {
+		{"stopped by the budget", func(p *NodeProgress) {
 			p.state["a"] = statePulled
 			p.stopped = "the image filesystem is 90% full"
 		}, v1alpha1.PrepullStopped, [4]int32{1, 0, 0, 2}, "90% full"},
-		{"a budget not enforced is said", func(p *progress) {
+		{"a budget not enforced is said", func(p *NodeProgress) {
 			p.state["a"], p.state["b"], p.state["c"] = statePulled, statePulled, statePulled
 			p.note = "the disk budget is not enforced"
 		}, v1alpha1.PrepullSucceeded, [4]int32{3, 0, 0, 0}, "not enforced"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			p := newProgress([]string{"a", "b", "c", "a"})
+			p := NewNodeProgress([]string{"a", "b", "c", "a"})
 			tt.steps(p)
-			s := p.status("node-a", now)
+			s := p.Status("node-a", now)
 			got := [4]int32{s.Pulled, s.Present, s.Failed, s.Pending}
 			if s.Phase != tt.phase || got != tt.counts || !strings.Contains(s.Message, tt.says) || s.Node != "node-a" || !s.UpdateTime.Time.Equal(now) {
 				t.Errorf("status %+v, want %s with counts %v saying %q", s, tt.phase, tt.counts, tt.says)
 			}
-			if done(s) == (tt.phase == v1alpha1.PrepullPulling) {
-				t.Errorf("done(%s) = %v", s.Phase, done(s))
+			if Final(s) == (tt.phase == v1alpha1.PrepullPulling) {
+				t.Errorf("Final(%s) = %v", s.Phase, Final(s))
 			}
 		})
 	}
@@ -78,11 +78,11 @@ func TestProgressListsFewFailures(t *testing.T) {
 	for i := range 50 {
 		images = append(images, fmt.Sprintf("img-%d", i))
 	}
-	p := newProgress(images)
+	p := NewNodeProgress(images)
 	for _, img := range images {
-		p.fail(img, "not found")
+		p.Fail(img, "not found")
 	}
-	s := p.status("node-a", time.Now())
+	s := p.Status("node-a", time.Now())
 	if s.Failed != 50 || len(s.Failures) != maxFailuresListed {
 		t.Errorf("%d failed, %d listed; want 50 and %d", s.Failed, len(s.Failures), maxFailuresListed)
 	}

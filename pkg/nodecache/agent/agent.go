@@ -1,4 +1,4 @@
-package nodecache
+package agent
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
 // Agent keeps one node's NodeImageCache current, and pulls the images of
@@ -113,13 +114,13 @@ func (a *Agent) refresh(ctx context.Context, last *published) (bool, error) {
 	cache.AgentVersion = a.Version
 	maxBytes := a.MaxObjectBytes
 	if maxBytes == 0 {
-		maxBytes = MaxObjectBytes
+		maxBytes = nodecache.MaxObjectBytes
 	}
 	snap, readErr := a.Runtime.Read(ctx)
 	now := time.Now()
 	if readErr != nil {
 		a.Log.Error(readErr, "Reading the runtime")
-		Unreachable(cache, readErr, now)
+		nodecache.Unreachable(cache, readErr, now)
 		content := contentHash(cache)
 		if content == last.hash {
 			return true, nil
@@ -131,7 +132,7 @@ func (a *Agent) refresh(ctx context.Context, last *published) (bool, error) {
 		last.hash = content
 		return true, nil
 	}
-	Observe(cache, snap, now, maxBytes)
+	nodecache.Observe(cache, snap, now, maxBytes)
 	defer func() { cache.Layers, cache.Images = nil, nil }()
 	content := contentHash(cache)
 	if content != last.hash || now.Sub(last.at) >= a.Resync {
@@ -222,7 +223,7 @@ func contentHash(cache *v1alpha1.NodeImageCache) [sha256.Size]byte {
 	content.ObjectMeta, content.ObservedTime = metav1.ObjectMeta{}, metav1.Time{}
 	h := sha256.New()
 	// Writing to a hash cannot fail.
-	_ = Encode(h, &content)
+	_ = nodecache.Encode(h, &content)
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
 	return sum

@@ -1,4 +1,4 @@
-package nodecache_test
+package agent_test
 
 import (
 	"context"
@@ -41,11 +41,11 @@ func applyAgentManifests(t *testing.T) {
 		return nil
 	}
 	t.Cleanup(func() {
-		if err := kubectl("delete", "--wait=false", "--ignore-not-found", "-k", "../../manifests/prepull-agent"); err != nil {
+		if err := kubectl("delete", "--wait=false", "--ignore-not-found", "-k", "../../../manifests/prepull-agent"); err != nil {
 			t.Error(err)
 		}
 	})
-	if err := kubectl("apply", "-k", "../../manifests/prepull-agent"); err != nil {
+	if err := kubectl("apply", "-k", "../../../manifests/prepull-agent"); err != nil {
 		t.Fatal(err)
 	}
 }

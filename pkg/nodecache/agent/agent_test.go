@@ -1,4 +1,4 @@
-package nodecache_test
+package agent_test
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcri"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/agent"
 )
 
 var cluster *testcluster.Cluster
@@ -51,17 +52,17 @@ func newNode(t *testing.T, c client.Client) *corev1.Node {
 // API identity of cfg, until the test ends.
 func startAgent(t *testing.T, cfg *rest.Config, node, endpoint string) {
 	t.Helper()
-	rt, err := nodecache.Dial(endpoint)
+	rt, err := agent.Dial(endpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := nodecache.NewClient(cfg)
+	c, err := agent.NewClient(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	a := &nodecache.Agent{Node: node, Runtime: rt, Client: c, Version: "test", Resync: time.Minute,
+	a := &agent.Agent{Node: node, Runtime: rt, Client: c, Version: "test", Resync: time.Minute,
 		Settle: 300 * time.Millisecond, Poll: 200 * time.Millisecond, Log: klog.NewKlogr().WithName(node)}
 	go func() { done <- a.Run(ctx) }()
 	t.Cleanup(func() {
@@ -234,7 +235,7 @@ func TestImageFSPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Stop()
-	rt, err := nodecache.Dial(srv.Endpoint)
+	rt, err := agent.Dial(srv.Endpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,4 +251,13 @@ func TestImageFSPath(t *testing.T) {
 	if fs, err = rt.Filesystem(context.Background()); err != nil || fs.CapacityBytes <= 0 || fs.AvailableBytes <= 0 {
 		t.Errorf("through --image-fs-path: %+v %v", fs, err)
 	}
+}
+
+// toLayers are layers as a NodeImageCache lists them.
+func toLayers(ls ...nodecache.RuntimeLayer) []v1alpha1.Layer {
+	out := make([]v1alpha1.Layer, len(ls))
+	for i, l := range ls {
+		out[i] = v1alpha1.Layer{Digest: nodecache.Short(l.Digest), Size: l.Size}
+	}
+	return out
 }

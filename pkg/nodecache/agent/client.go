@@ -1,4 +1,4 @@
-package nodecache
+package agent
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/version"
 )
 
@@ -119,7 +120,7 @@ func (c *Client) write(ctx context.Context, cache *v1alpha1.NodeImageCache, req 
 	body, w := io.Pipe()
 	// Closing body ends the encoding if the request ends before reading it all.
 	defer body.Close()
-	go func() { w.CloseWithError(Encode(w, cache)) }()
+	go func() { w.CloseWithError(nodecache.Encode(w, cache)) }()
 	resp, err := req.SetHeader("Content-Type", "application/json").Body(body).Stream(ctx)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package nodecache
+package agent
 
 import (
 	"context"
@@ -26,6 +26,7 @@ import (
 	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
 // containerdNamespace is where containerd's CRI plugin keeps the
@@ -55,7 +56,7 @@ type Runtime struct {
 	// after a pull fetches only the new image's. Images share most of
 	// their layers, so the manifests name them by index into layers.
 	manifests  map[string]manifest
-	layers     []RuntimeLayer
+	layers     []nodecache.RuntimeLayer
 	layerIndex map[string]int32
 }
 
@@ -91,26 +92,17 @@ func Dial(endpoint string) (*Runtime, error) {
 // Close closes the connection.
 func (r *Runtime) Close() error { return r.conn.Close() }
 
-// Snapshot is what a read of the runtime found.
-type Snapshot struct {
-	Images     []RuntimeImage
-	Filesystem v1alpha1.ImageFilesystem
-	// Partial says what could not be read, when something could not;
-	// the images are then listed without some or all of their layers.
-	Partial []string
-}
-
 // Read lists the runtime's images with their layers and its image
 // filesystem. It fails only when CRI cannot list the images; what else
 // fails is named in Snapshot.Partial.
-func (r *Runtime) Read(ctx context.Context) (Snapshot, error) {
+func (r *Runtime) Read(ctx context.Context) (nodecache.Snapshot, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	listed, err := r.list(ctx)
 	if err != nil {
-		return Snapshot{}, err
+		return nodecache.Snapshot{}, err
 	}
-	var s Snapshot
+	var s nodecache.Snapshot
 	s.Filesystem, err = r.filesystem(ctx)
 	if err != nil {
 		s.Partial = append(s.Partial, fmt.Sprintf("image filesystem: %v", err))
@@ -132,8 +124,8 @@ func (r *Runtime) Read(ctx context.Context) (Snapshot, error) {
 				r.manifests[img.GetId()] = m
 			}
 		}
-		ri := RuntimeImage{RepoTags: img.GetRepoTags(), RepoDigests: img.GetRepoDigests(), ManifestDigest: m.digest,
-			Layers: make([]RuntimeLayer, len(m.layers))}
+		ri := nodecache.RuntimeImage{RepoTags: img.GetRepoTags(), RepoDigests: img.GetRepoDigests(), ManifestDigest: m.digest,
+			Layers: make([]nodecache.RuntimeLayer, len(m.layers))}
 		for i, l := range m.layers {
 			ri.Layers[i] = r.layers[l]
 		}
@@ -169,7 +161,7 @@ func (r *Runtime) forget(listed map[string]bool) {
 }
 
 // layerAt is the index of layer l in the table, added if new.
-func (r *Runtime) layerAt(l RuntimeLayer) int32 {
+func (r *Runtime) layerAt(l nodecache.RuntimeLayer) int32 {
 	if i, ok := r.layerIndex[l.Digest]; ok {
 		return i
 	}
@@ -367,7 +359,7 @@ func (r *Runtime) readManifest(ctx context.Context, img *criapi.Image) (manifest
 		if len(m.Manifests) == 0 {
 			layers := make([]int32, len(m.Layers))
 			for i, l := range m.Layers {
-				layers[i] = r.layerAt(RuntimeLayer{Digest: l.Digest.String(), Size: l.Size})
+				layers[i] = r.layerAt(nodecache.RuntimeLayer{Digest: l.Digest.String(), Size: l.Size})
 			}
 			return manifest{digest: target, layers: layers}, nil
 		}

@@ -1,4 +1,4 @@
-package nodecache
+package agent
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
 // reportInterval is how often a node's progress on a job is written
@@ -69,7 +70,7 @@ func (j *jobs) start(ctx context.Context, job *v1alpha1.PrepullJob) {
 		return
 	}
 	for _, n := range job.Status.Nodes {
-		if n.Node == j.a.Node && done(n) {
+		if n.Node == j.a.Node && nodecache.Final(n) {
 			return
 		}
 	}
@@ -127,7 +128,7 @@ func (a *Agent) prepull(ctx context.Context, run *jobRun) {
 		return
 	}
 	log.Info("Pulling", "images", len(job.Spec.Images))
-	p := newProgress(job.Spec.Images)
+	p := nodecache.NewNodeProgress(job.Spec.Images)
 	parallelism := max(int(job.Spec.PerNodeParallelism), 1)
 	work := make(chan string)
 	results := make(chan pullResult)
@@ -141,18 +142,18 @@ func (a *Agent) prepull(ctx context.Context, run *jobRun) {
 	defer close(work)
 
 	report := func() {
-		if err := a.Client.applyNodeStatus(ctx, job, p.status(a.Node, time.Now())); err != nil && ctx.Err() == nil {
+		if err := a.Client.applyNodeStatus(ctx, job, p.Status(a.Node, time.Now())); err != nil && ctx.Err() == nil {
 			log.Error(err, "Writing the node's progress")
 		}
 	}
 	report()
 	ticker := time.NewTicker(reportInterval)
 	defer ticker.Stop()
-	queue, inFlight, dirty := p.images, 0, false
-	for len(queue) > 0 && p.stopped == "" || inFlight > 0 {
+	queue, inFlight, dirty := p.Images(), 0, false
+	for len(queue) > 0 && !p.Stopped() || inFlight > 0 {
 		var send chan string
 		var next string
-		if len(queue) > 0 && p.stopped == "" {
+		if len(queue) > 0 && !p.Stopped() {
 			send, next = work, queue[0]
 		}
 		select {
@@ -172,17 +173,17 @@ func (a *Agent) prepull(ctx context.Context, run *jobRun) {
 			dirty = true
 			switch {
 			case r.stop != "":
-				p.stopped = r.stop
+				p.Stop(r.stop)
 			case r.err != "":
-				p.fail(r.image, r.err)
+				p.Fail(r.image, r.err)
 			case r.present:
-				p.state[r.image] = statePresent
+				p.Present(r.image)
 			default:
-				p.state[r.image] = statePulled
+				p.Pulled(r.image)
 				run.pulled = append(run.pulled, r.image)
 			}
 			if r.note != "" {
-				p.note = r.note
+				p.Note(r.note)
 			}
 		case <-ticker.C:
 			if dirty {
@@ -192,7 +193,7 @@ func (a *Agent) prepull(ctx context.Context, run *jobRun) {
 		}
 	}
 	report()
-	s := p.status(a.Node, time.Now())
+	s := p.Status(a.Node, time.Now())
 	log.Info("Done", "phase", s.Phase, "pulled", s.Pulled, "present", s.Present, "failed", s.Failed, "pending", s.Pending)
 }
 
@@ -224,7 +225,7 @@ func (a *Agent) pullOne(ctx context.Context, img string, highWaterPercent int32)
 		r.err = "reading the image filesystem before pulling: " + err.Error()
 		return r
 	}
-	over, msg := OverBudget(fs, highWaterPercent)
+	over, msg := nodecache.OverBudget(fs, highWaterPercent)
 	if over {
 		r.stop = msg
 		return r
