@@ -5,12 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -137,8 +142,8 @@ func TestCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	imgs := testcri.SWEBench(2)
-	for i, held := range [][]nodecache.RuntimeImage{imgs[:1], nil} {
+	imgs := testcri.SWEBench(1)
+	for i, held := range [][]nodecache.RuntimeImage{imgs, nil} {
 		nic := &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("kwok-node-%d", i)}}
 		nodecache.Observe(nic, nodecache.Snapshot{Images: held}, time.Now(), nodecache.MaxObjectBytes)
 		if err := clients.Client.Create(context.Background(), nic); err != nil {
@@ -152,8 +157,33 @@ func TestCache(t *testing.T) {
 		t.Fatalf("cache: exit %d\n%s%s", code, out, stderr)
 	}
 
+	// An image no node has, in a registry on loopback (go-containerregistry's,
+	// in memory).
+	reg := httptest.NewServer(ggcrregistry.New())
+	defer reg.Close()
+	onNoNode := strings.TrimPrefix(reg.URL, "http://") + "/swebench/django-9:latest"
+	pushed, err := random.Image(2048, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag, err := name.NewTag(onNoNode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(tag, pushed); err != nil {
+		t.Fatal(err)
+	}
+	m, err := pushed.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushedSize := int64(0)
+	for _, l := range m.Layers {
+		pushedSize += l.Size
+	}
+
 	taskFile := filepath.Join(t.TempDir(), "tasks.jsonl")
-	rows := fmt.Sprintf("{\"id\": \"a\", \"image\": %q}\n{\"id\": \"b\", \"image\": %q}\n", imgs[0].RepoTags[0], imgs[1].RepoTags[0])
+	rows := fmt.Sprintf("{\"id\": \"a\", \"image\": %q}\n{\"id\": \"b\", \"image\": %q}\n", imgs[0].RepoTags[0], onNoNode)
 	if err := os.WriteFile(taskFile, []byte(rows), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -165,8 +195,12 @@ func TestCache(t *testing.T) {
 	if p := presences[0]; !p.Known || p.Nodes[0].Node != "kwok-node-0" || p.Nodes[0].MissingBytes != 0 || p.Nodes[1].PresentBytes != 0 {
 		t.Errorf("the image on kwok-node-0: %+v", p)
 	}
-	if p := presences[1]; p.Known {
-		t.Errorf("an image no node has is known: %+v", p)
+	if p := presences[1]; !p.Known || p.SizeBytes != pushedSize || p.Nodes[0].MissingBytes != pushedSize {
+		t.Errorf("an image no node has, read from its registry (%d bytes): %+v", pushedSize, p)
+	}
+	code, out, _ = execute("cache", "--images", taskFile, "--registry=false")
+	if code != cli.ExitOK || !strings.Contains(out, "1 image is on no node and was not read from its registry") {
+		t.Errorf("cache --registry=false: exit %d\n%s", code, out)
 	}
 
 	code, _, stderr = execute("cache", "--images", filepath.Join(t.TempDir(), "missing.jsonl"))

@@ -296,12 +296,23 @@ func (n *Node) Missing(layers []v1alpha1.Layer) int64 {
 // when not, a layer it lacks by the list may still be there.
 func (n *Node) Complete() bool { return n.complete }
 
+// ImageLayers are the layers of image ref, from the first node that has
+// it.
+func ImageLayers(nodes []*Node, ref string) ([]v1alpha1.Layer, bool) {
+	for _, n := range nodes {
+		if l, ok := n.Image(ref); ok {
+			return l, true
+		}
+	}
+	return nil, false
+}
+
 // Presence is how much of an image each node holds.
 type Presence struct {
 	Image string `json:"image"`
 	// SizeBytes is the image's compressed size. Its layers are learnt from
-	// a node that has it; when none has, they are unknown (Known false)
-	// and every node lacks the whole image.
+	// a node that has it, else from its registry; when neither tells,
+	// they are unknown (Known false) and every node lacks the whole image.
 	SizeBytes int64 `json:"sizeBytes"`
 	Known     bool  `json:"known"`
 	// Nodes are every node, those holding most of the image first.
@@ -319,19 +330,18 @@ type NodePresence struct {
 }
 
 // Presences computes, for each image, how many of its bytes each node
-// holds.
-func Presences(nodes []*Node, images []string) []Presence {
+// holds. The layers of an image no node has come from registry, when it
+// has them.
+func Presences(nodes []*Node, images []string, registry map[string][]v1alpha1.Layer) []Presence {
 	sorted := slices.Clone(nodes)
 	slices.SortFunc(sorted, func(a, b *Node) int { return cmp.Compare(a.Name, b.Name) })
 	out := make([]Presence, 0, len(images))
 	for _, img := range images {
 		p := Presence{Image: img}
 		var layers []v1alpha1.Layer
-		for _, n := range sorted {
-			if l, ok := n.Image(img); ok {
-				layers, p.Known = l, true
-				break
-			}
+		layers, p.Known = ImageLayers(sorted, img)
+		if !p.Known {
+			layers, p.Known = registry[img]
 		}
 		for _, l := range layers {
 			p.SizeBytes += l.Size

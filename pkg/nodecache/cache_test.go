@@ -296,7 +296,8 @@ func TestPresences(t *testing.T) {
 		return n
 	}
 	nodes := []*nodecache.Node{index("node-c"), index("node-b", sibling), index("node-a", full)}
-	got := nodecache.Presences(nodes, []string{"swebench/django-1", "swebench/nowhere:1"})
+	fromRegistry := map[string][]v1alpha1.Layer{"swebench/django-3": toLayers(base, env, layer("django-3", 10))}
+	got := nodecache.Presences(nodes, []string{"swebench/django-1", "swebench/nowhere:1", "swebench/django-3"}, fromRegistry)
 	want := []nodecache.Presence{
 		{Image: "swebench/django-1", SizeBytes: 1000, Known: true, Nodes: []nodecache.NodePresence{
 			{Node: "node-a", PresentBytes: 1000, Complete: true},
@@ -304,6 +305,10 @@ func TestPresences(t *testing.T) {
 			{Node: "node-c", MissingBytes: 1000, Complete: true}}},
 		{Image: "swebench/nowhere:1", Nodes: []nodecache.NodePresence{
 			{Node: "node-a", Complete: true}, {Node: "node-b", Complete: true}, {Node: "node-c", Complete: true}}},
+		{Image: "swebench/django-3", SizeBytes: 1000, Known: true, Nodes: []nodecache.NodePresence{
+			{Node: "node-a", PresentBytes: 990, MissingBytes: 10, Complete: true},
+			{Node: "node-b", PresentBytes: 990, MissingBytes: 10, Complete: true},
+			{Node: "node-c", MissingBytes: 1000, Complete: true}}},
 	}
 	if !equality.Semantic.DeepEqual(got, want) {
 		t.Errorf("Presences =\n%+v\nwant\n%+v", got, want)

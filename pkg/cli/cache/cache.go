@@ -26,6 +26,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/registry"
 )
 
 type options struct {
@@ -33,6 +34,7 @@ type options struct {
 	streams     genericiooptions.IOStreams
 	imagesFile  string
 	output      string
+	registry    bool
 }
 
 // NewCommand returns the cache verb.
@@ -48,8 +50,9 @@ its image filesystem, and whether its agent reads the runtime. With --images
 (a task file: JSONL rows or a list of images; - reads stdin) it shows, for
 each image, how many of its bytes every node already has: images share most
 of their layers, so a node without an image may still hold nearly all of it.
-An image no node has is listed as unknown: its layers are learnt from a node
-that pulled it.`,
+An image's layers are learnt from a node that has it; for an image no node
+has, from its registry (with the docker config's credentials), unless
+--registry=false, which lists it as unknown.`,
 		Example: `  # the nodes and what they hold
   kubectl sandbox-fleet cache
 
@@ -81,6 +84,7 @@ that pulled it.`,
 	}
 	cmd.Flags().StringVar(&o.imagesFile, "images", "", "task file whose images to look up: JSONL rows or a list of images; - reads stdin")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: json or yaml (default: a table)")
+	cmd.Flags().BoolVar(&o.registry, "registry", true, "read the layers of images no node has from their registries")
 	return cmd
 }
 
@@ -111,11 +115,34 @@ func (o *options) run(ctx context.Context, c client.Client, images []string) err
 		}
 		return printNodes(o.streams.Out, summaries, time.Now())
 	}
-	presences := nodecache.Presences(nodes, images)
+	presences := nodecache.Presences(nodes, images, o.fromRegistries(ctx, nodes, images))
 	if o.output != output.Human {
 		return output.Machine(o.streams.Out, o.output, presences)
 	}
 	return printPresences(o.streams.Out, presences)
+}
+
+// fromRegistries reads the layers of the images no node has from their
+// registries. An image that cannot be read is warned about, and shown as
+// unknown.
+func (o *options) fromRegistries(ctx context.Context, nodes []*nodecache.Node, images []string) map[string][]v1alpha1.Layer {
+	if !o.registry {
+		return nil
+	}
+	found := map[string][]v1alpha1.Layer{}
+	reader := &registry.Layers{}
+	for _, img := range images {
+		if _, onANode := nodecache.ImageLayers(nodes, img); onANode {
+			continue
+		}
+		layers, err := reader.Get(ctx, img)
+		if err != nil {
+			fmt.Fprintf(o.streams.ErrOut, "Warning: %v\n", err)
+			continue
+		}
+		found[img] = layers
+	}
+	return found
 }
 
 // eachCache calls fn with every NodeImageCache, reading them a page at a
@@ -213,9 +240,9 @@ func printPresences(w io.Writer, presences []nodecache.Presence) error {
 	}
 	switch {
 	case unknown == 1:
-		fmt.Fprintln(w, "\n1 image is on no node: its size is known once a node pulls it.")
+		fmt.Fprintln(w, "\n1 image is on no node and was not read from its registry: its size is unknown.")
 	case unknown > 1:
-		fmt.Fprintf(w, "\n%d images are on no node: their sizes are known once a node pulls them.\n", unknown)
+		fmt.Fprintf(w, "\n%d images are on no node and were not read from their registries: their sizes are unknown.\n", unknown)
 	}
 	return nil
 }

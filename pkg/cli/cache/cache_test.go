@@ -43,7 +43,7 @@ func TestPrintPresences(t *testing.T) {
 		return n
 	}
 	nodes := []*nodecache.Node{index("node-a", imgs[0]), index("node-b", imgs[1]), index("node-c")}
-	presences := nodecache.Presences(nodes, []string{imgs[0].RepoTags[0], "docker.io/swebench/unknown:1"})
+	presences := nodecache.Presences(nodes, []string{imgs[0].RepoTags[0], "docker.io/swebench/unknown:1"}, nil)
 	var out bytes.Buffer
 	if err := printPresences(&out, presences); err != nil {
 		t.Fatal(err)
