@@ -106,9 +106,6 @@ func Build(cache *v1alpha1.NodeImageCache, imgs []RuntimeImage, maxBytes int) {
 			cost += len(l.String()) + 3
 		}
 		if size+cost > maxBytes {
-			for _, l := range added {
-				delete(index, l.Digest)
-			}
 			break
 		}
 		size += cost
@@ -157,11 +154,11 @@ func Unreachable(cache *v1alpha1.NodeImageCache, err error, now time.Time) {
 
 // clip keeps a condition message readable and under the API's limit.
 func clip(msg string) string {
-	const max = 1024
-	if len(msg) <= max {
+	const limit = 1024
+	if len(msg) <= limit {
 		return msg
 	}
-	return msg[:max-3] + "..."
+	return msg[:limit-3] + "..."
 }
 
 // Encode writes cache as JSON to w, a layer and an image at a time: a
@@ -338,21 +335,18 @@ func Presences(nodes []*Node, images []string, registry map[string][]v1alpha1.La
 	out := make([]Presence, 0, len(images))
 	for _, img := range images {
 		p := Presence{Image: img}
-		var layers []v1alpha1.Layer
-		layers, p.Known = ImageLayers(sorted, img)
-		if !p.Known {
-			layers, p.Known = registry[img]
+		layers, known := ImageLayers(sorted, img)
+		if !known {
+			layers, known = registry[img]
 		}
+		p.Known = known
 		for _, l := range layers {
 			p.SizeBytes += l.Size
 		}
 		for _, n := range sorted {
-			np := NodePresence{Node: n.Name, Complete: n.Complete(), MissingBytes: p.SizeBytes}
-			if p.Known {
-				np.MissingBytes = n.Missing(layers)
-				np.PresentBytes = p.SizeBytes - np.MissingBytes
-			}
-			p.Nodes = append(p.Nodes, np)
+			missing := n.Missing(layers)
+			p.Nodes = append(p.Nodes, NodePresence{Node: n.Name, Complete: n.Complete(),
+				PresentBytes: p.SizeBytes - missing, MissingBytes: missing})
 		}
 		slices.SortStableFunc(p.Nodes, func(a, b NodePresence) int { return cmp.Compare(b.PresentBytes, a.PresentBytes) })
 		out = append(out, p)

@@ -21,8 +21,8 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/version"
 )
 
-// Client is the agent's API client: a REST client for NodeImageCaches
-// and its Node's metadata. The agent runs on every node with a 30 MiB
+// Client is the agent's API client: a REST client for NodeImageCaches,
+// PrepullJobs and its Node's metadata. The agent runs on every node with a 30 MiB
 // memory target, and its resident size grows with its binary: client-go's
 // clientset or controller-runtime (pkg/kube, the other tools' client
 // factory) would triple the code it maps and take it over the target on

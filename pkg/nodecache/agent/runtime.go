@@ -103,7 +103,7 @@ func (r *Runtime) Read(ctx context.Context) (nodecache.Snapshot, error) {
 		return nodecache.Snapshot{}, err
 	}
 	var s nodecache.Snapshot
-	s.Filesystem, err = r.filesystem(ctx)
+	s.Filesystem, err = r.Filesystem(ctx)
 	if err != nil {
 		s.Partial = append(s.Partial, fmt.Sprintf("image filesystem: %v", err))
 	}
@@ -181,10 +181,10 @@ func (r *Runtime) list(ctx context.Context) ([]*criapi.Image, error) {
 	return resp.GetImages(), nil
 }
 
-// filesystem is the image filesystems' use, and their size and free space
-// where this process sees their mounts (an agent mounts the image
-// filesystem read-only at the same path).
-func (r *Runtime) filesystem(ctx context.Context) (v1alpha1.ImageFilesystem, error) {
+// Filesystem reads the runtime's image filesystems: their use, and their
+// size and free space where this process sees them (at the runtime's
+// mountpoint, or at ImageFSPath).
+func (r *Runtime) Filesystem(ctx context.Context) (v1alpha1.ImageFilesystem, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	var fs v1alpha1.ImageFilesystem
@@ -205,12 +205,6 @@ func (r *Runtime) filesystem(ctx context.Context) (v1alpha1.ImageFilesystem, err
 		}
 	}
 	return fs, nil
-}
-
-// Filesystem reads the runtime's image filesystem: its use, and its size
-// and free space where this process can see it.
-func (r *Runtime) Filesystem(ctx context.Context) (v1alpha1.ImageFilesystem, error) {
-	return r.filesystem(ctx)
 }
 
 // ImageID is the ID of image ref on the runtime, "" if it has none.
