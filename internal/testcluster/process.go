@@ -192,10 +192,14 @@ func tail(path string, lines int) string {
 }
 
 // BuildCommand builds the project's command cmd/name into dir and
-// returns its path, for tests that run it as users do.
+// returns its path, for tests that run it as users do. It builds it as
+// hack/image does — static, without cgo — so what tests and benchmarks
+// run (and measure) is the binary the images ship.
 func BuildCommand(dir, name string) (string, error) {
 	bin := filepath.Join(dir, name)
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/sandbox-fleet/sandbox-fleet/cmd/"+name).CombinedOutput()
+	build := exec.Command("go", "build", "-trimpath", "-o", bin, "github.com/sandbox-fleet/sandbox-fleet/cmd/"+name)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := build.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("building %s: %w\n%s", name, err, out)
 	}

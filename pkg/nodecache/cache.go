@@ -69,12 +69,15 @@ func Build(cache *v1alpha1.NodeImageCache, imgs []RuntimeImage, maxBytes int) {
 		size int64
 	}
 	all := make([]sized, 0, len(imgs))
-	distinct := map[string]bool{}
+	// index is each layer's place in the table, or -1 until an image
+	// that uses it is listed: the node's layers are counted even when
+	// not all are listed.
+	index := map[string]int32{}
 	for _, img := range imgs {
 		s := sized{img: img}
 		for _, l := range img.Layers {
 			s.size += l.Size
-			distinct[Short(l.Digest)] = true
+			index[Short(l.Digest)] = -1
 		}
 		all = append(all, s)
 	}
@@ -82,19 +85,19 @@ func Build(cache *v1alpha1.NodeImageCache, imgs []RuntimeImage, maxBytes int) {
 		return cmp.Or(cmp.Compare(b.size, a.size), cmp.Compare(a.img.ManifestDigest, b.img.ManifestDigest),
 			slices.Compare(a.img.RepoTags, b.img.RepoTags))
 	})
-	cache.ImageCount, cache.LayerCount = int32(len(all)), int32(len(distinct))
+	cache.ImageCount, cache.LayerCount = int32(len(all)), int32(len(index))
 	cache.Layers, cache.Images = nil, nil
-	index := map[string]int32{}
 	// What the object takes besides the images and layers, and then each
 	// image and its new layers, counted as they are added.
 	size := baseSize(cache)
 	for _, s := range all {
-		entry := v1alpha1.CachedImage{Names: names(s.img), Digest: Short(s.img.ManifestDigest)}
+		entry := v1alpha1.CachedImage{Names: names(s.img), Digest: Short(s.img.ManifestDigest),
+			Layers: make([]int32, 0, len(s.img.Layers))}
 		var added []v1alpha1.Layer
 		for _, l := range s.img.Layers {
 			d := Short(l.Digest)
-			i, ok := index[d]
-			if !ok {
+			i := index[d]
+			if i < 0 {
 				i = int32(len(cache.Layers) + len(added))
 				index[d] = i
 				added = append(added, v1alpha1.Layer{Digest: d, Size: l.Size})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -39,6 +40,10 @@ type Agent struct {
 	// Poll is how often a runtime without containerd's event stream is
 	// polled for changes.
 	Poll time.Duration
+	// StateDir is a directory on the node the agent keeps across
+	// restarts: what it pulled for deleteWhenDone jobs, to remove it even
+	// if it restarted before the job was deleted. Empty keeps nothing.
+	StateDir string
 	// MaxObjectBytes bounds the object's size (MaxObjectBytes if zero).
 	MaxObjectBytes int
 	Log            logr.Logger
@@ -133,7 +138,14 @@ func (a *Agent) refresh(ctx context.Context, last *published) (bool, error) {
 		return true, nil
 	}
 	nodecache.Observe(cache, snap, now, maxBytes)
-	defer func() { cache.Layers, cache.Images = nil, nil }()
+	defer func() {
+		cache.Layers, cache.Images = nil, nil
+		// A read of a node with thousands of images takes several MiB
+		// for a moment; the agent runs on every node and idles between
+		// reads, so it hands that memory back now rather than over the
+		// Go runtime's next minutes.
+		debug.FreeOSMemory()
+	}()
 	content := contentHash(cache)
 	if content != last.hash || now.Sub(last.at) >= a.Resync {
 		if err := a.write(ctx, cache); err != nil {
