@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -226,6 +227,15 @@ func shortLayers(ls []nodecache.RuntimeLayer) []v1alpha1.Layer {
 // and returns its runtime connection.
 func startAgent(t *testing.T, ctx context.Context) *agent.Runtime {
 	t.Helper()
+	rt, _ := runAgent(t, ctx, t.TempDir())
+	return rt
+}
+
+// runAgent runs the node agent for the real node with stateDir, and
+// returns its runtime connection and a function that stops it (at the
+// latest when the test ends).
+func runAgent(t *testing.T, ctx context.Context, stateDir string) (*agent.Runtime, func()) {
+	t.Helper()
 	rt, err := agent.Dial("unix://" + local.CRISocket())
 	if err != nil {
 		t.Fatal(err)
@@ -237,16 +247,17 @@ func startAgent(t *testing.T, ctx context.Context) *agent.Runtime {
 	agentCtx, stopAgent := context.WithCancel(ctx)
 	agentDone := make(chan error, 1)
 	a := &agent.Agent{Node: local.RealNodeName(), Runtime: rt, Client: api, Version: "e2e", Resync: time.Minute,
-		Settle: 300 * time.Millisecond, Poll: time.Second, Log: klog.NewKlogr().WithName("agent")}
+		Settle: 300 * time.Millisecond, Poll: time.Second, StateDir: stateDir, Log: klog.NewKlogr().WithName("agent")}
 	go func() { agentDone <- a.Run(agentCtx) }()
-	t.Cleanup(func() {
+	stop := sync.OnceFunc(func() {
 		stopAgent()
 		if err := <-agentDone; err != nil {
 			t.Errorf("agent: %v", err)
 		}
 		rt.Close()
 	})
-	return rt
+	t.Cleanup(stop)
+	return rt, stop
 }
 
 // pushNewImage pushes an image no node has: busybox with a layer of its

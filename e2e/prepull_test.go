@@ -10,7 +10,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
@@ -18,6 +20,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/agent"
 )
 
 // A PrepullJob pulls its images onto the node through the agent, shows
@@ -63,21 +66,35 @@ func TestPrepullJob(t *testing.T) {
 		if err := clients.Client.Delete(ctx, job); err != nil {
 			t.Fatal(err)
 		}
-		for _, img := range []string{a, b} {
-			for {
-				id, err := rt.ImageID(ctx, img)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if id == "" {
-					break
-				}
-				if ctx.Err() != nil {
-					t.Fatalf("%s is still on the node after its job was deleted", img)
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
+		waitUntilGone(t, ctx, rt, a, b)
+	})
+
+	t.Run("a finished job is deleted after its TTL, and its images removed", func(t *testing.T) {
+		d, _ := pushNewImage(t, ctx, "prepull-d")
+		job := newJob(clients.Namespace, "with-ttl", []string{d}, onTheNode)
+		job.Spec.DeleteWhenDone = true
+		job.Spec.TTLSecondsAfterFinished = ptr.To[int32](1)
+		if err := clients.Client.Create(ctx, job); err != nil {
+			t.Fatal(err)
 		}
+		entry := waitForEntry(t, ctx, clients, job, node, func(e v1alpha1.NodePrepullStatus) bool { return e.Phase != v1alpha1.PrepullPulling })
+		if entry.Phase != v1alpha1.PrepullSucceeded {
+			t.Fatalf("node entry %+v, want the image pulled", entry)
+		}
+		for {
+			err := clients.Client.Get(ctx, client.ObjectKeyFromObject(job), &v1alpha1.PrepullJob{})
+			if apierrors.IsNotFound(err) {
+				break
+			}
+			if err != nil || ctx.Err() != nil {
+				t.Fatalf("the job is still there %v after it finished, with ttlSecondsAfterFinished 1 (%v)", time.Since(entry.UpdateTime.Time), err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if late := time.Since(entry.UpdateTime.Time); late < time.Second {
+			t.Errorf("the job was deleted %v after it finished, before its TTL of 1s", late)
+		}
+		waitUntilGone(t, ctx, rt, d)
 	})
 
 	t.Run("a nonexistent image fails with why", func(t *testing.T) {
@@ -119,6 +136,49 @@ func TestPrepullJob(t *testing.T) {
 			t.Errorf("%s was pulled past the disk budget", c)
 		}
 	})
+}
+
+// An agent that restarts still removes what it pulled for deleteWhenDone
+// jobs: those deleted while it was down when it starts, and those deleted
+// after.
+func TestPrepullAcrossAgentRestart(t *testing.T) {
+	requireLocal(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	clients, err := kube.ForConfig(restConfig(), newNamespace(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	_, stop := runAgent(t, ctx, state)
+	node := local.RealNodeName()
+	var jobs []*v1alpha1.PrepullJob
+	var images []string
+	for _, name := range []string{"deleted-while-down", "deleted-after"} {
+		img, _ := pushNewImage(t, ctx, "restart-"+name)
+		job := newJob(clients.Namespace, name, []string{img}, map[string]string{corev1.LabelHostname: node})
+		job.Spec.DeleteWhenDone = true
+		if err := clients.Client.Create(ctx, job); err != nil {
+			t.Fatal(err)
+		}
+		if e := waitForEntry(t, ctx, clients, job, node, func(e v1alpha1.NodePrepullStatus) bool { return e.Phase != v1alpha1.PrepullPulling }); e.Phase != v1alpha1.PrepullSucceeded {
+			t.Fatalf("node entry %+v, want the image pulled", e)
+		}
+		jobs, images = append(jobs, job), append(images, img)
+	}
+	stop()
+	if err := clients.Client.Delete(ctx, jobs[0]); err != nil {
+		t.Fatal(err)
+	}
+	rt, _ := runAgent(t, ctx, state)
+	waitUntilGone(t, ctx, rt, images[0])
+	if id, err := rt.ImageID(ctx, images[1]); err != nil || id == "" {
+		t.Fatalf("%s, whose job is still there, is gone (%v)", images[1], err)
+	}
+	if err := clients.Client.Delete(ctx, jobs[1]); err != nil {
+		t.Fatal(err)
+	}
+	waitUntilGone(t, ctx, rt, images[1])
 }
 
 // kubectl sandbox-fleet prepull --wait creates the job, shows progress and
@@ -165,6 +225,26 @@ func TestPrepullVerb(t *testing.T) {
 	code, out, stderr = plugin("prepull", "-n", ns, "--tasks", taskFile, "-l", onTheNode, "--high-water", "1", "--wait")
 	if code != 1 || !strings.Contains(out, "Stopped") || !strings.Contains(out, "high-water mark of 1%") || !strings.Contains(stderr, "1 node did not get every image") {
 		t.Errorf("prepull --wait past the disk budget: exit %d\n%s%s", code, out, stderr)
+	}
+}
+
+// waitUntilGone waits for the runtime to have removed images.
+func waitUntilGone(t *testing.T, ctx context.Context, rt *agent.Runtime, images ...string) {
+	t.Helper()
+	for _, img := range images {
+		for {
+			id, err := rt.ImageID(ctx, img)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id == "" {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%s is still on the node after its job was deleted", img)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 }
 

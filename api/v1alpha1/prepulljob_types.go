@@ -16,6 +16,7 @@ import (
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="High-Water",type=integer,JSONPath=`.spec.diskHighWaterPercent`,priority=1
 // +kubebuilder:printcolumn:name="Delete When Done",type=boolean,JSONPath=`.spec.deleteWhenDone`,priority=1
+// +kubebuilder:printcolumn:name="TTL",type=integer,JSONPath=`.spec.ttlSecondsAfterFinished`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type PrepullJob struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -63,6 +64,14 @@ type PrepullJobSpec struct {
 	// ends, which then frees the disk.
 	// +optional
 	DeleteWhenDone bool `json:"deleteWhenDone,omitempty"`
+
+	// TTLSecondsAfterFinished has the job deleted this long after every
+	// node that took part finished (its last entry's updateTime), as a
+	// Job's field of the same name; with DeleteWhenDone the nodes then
+	// remove the images. Unset keeps the job until someone deletes it.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 }
 
 // PrepullJobStatus is each selected node's progress.

@@ -25,6 +25,7 @@ func main() {
 	flag.StringVar(&a.Node, "node-name", os.Getenv("NODE_NAME"), "the node this agent runs on (default: $NODE_NAME)")
 	flag.StringVar(&endpoint, "runtime-endpoint", "unix:///run/containerd/containerd.sock", "the container runtime's CRI socket")
 	flag.StringVar(&imageFS, "image-fs-path", "", "a directory on the runtime's image filesystem, where its size and free space are read (default: the runtime's own mountpoint)")
+	flag.StringVar(&a.StateDir, "state-dir", "", "a directory kept across restarts, where the agent records what it pulled for jobs that remove it (default: none; a restarted agent then removes nothing)")
 	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (default: the Pod's service account)")
 	flag.DurationVar(&a.Resync, "resync", 5*time.Minute, "how often the runtime is read in full and the object refreshed without a change")
 	flag.DurationVar(&a.Settle, "settle", 300*time.Millisecond, "how long to wait after an image change for more before reading")

@@ -224,6 +224,7 @@ func TestPrepullRejectsBadInput(t *testing.T) {
 		{[]string{"--tasks", images, "--parallelism", "0"}, "--parallelism 0: must be 1 to 16"},
 		{[]string{"--tasks", images, "--high-water", "120"}, "--high-water 120: must be a percentage"},
 		{[]string{"--tasks", images, "-l", "pool in (a,b)"}, "PrepullJobs select nodes by key=value pairs"},
+		{[]string{"--tasks", images, "--ttl", "1.5s"}, "--ttl 1.5s: must be whole seconds"},
 		{[]string{"--tasks", filepath.Join(t.TempDir(), "none.txt")}, "none.txt"},
 	} {
 		code, _, stderr := execute(append([]string{"prepull", "-n", ns}, tt.args...)...)
@@ -243,5 +244,14 @@ func TestPrepullRejectsBadInput(t *testing.T) {
 	jobs := &v1alpha1.PrepullJobList{}
 	if err := clients.Client.List(context.Background(), jobs, client.InNamespace(ns)); err != nil || len(jobs.Items) != 0 {
 		t.Errorf("a rejected prepull left %d PrepullJobs (%v)", len(jobs.Items), err)
+	}
+	// A good one: --ttl is the job's ttlSecondsAfterFinished.
+	if code, out, stderr := execute("prepull", "-n", ns, "--tasks", images, "--name", "with-ttl", "--ttl", "1h"); code != 0 || out != "with-ttl\n" {
+		t.Fatalf("prepull --ttl 1h: exit %d, %q %s", code, out, stderr)
+	}
+	job := &v1alpha1.PrepullJob{}
+	if err := clients.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "with-ttl"}, job); err != nil ||
+		job.Spec.TTLSecondsAfterFinished == nil || *job.Spec.TTLSecondsAfterFinished != 3600 {
+		t.Errorf("prepull --ttl 1h made %+v (%v), want ttlSecondsAfterFinished 3600", job.Spec, err)
 	}
 }

@@ -177,3 +177,43 @@ func Progress(job *v1alpha1.PrepullJob, targets []string) JobProgress {
 	}
 	return p
 }
+
+// DeleteStagger spaces the agents that may delete an expired PrepullJob:
+// the first node by name deletes it when it expires, the next one
+// DeleteStagger later if it is still there, and so on, so one request
+// deletes it however many nodes took part, and a node that is gone
+// holds nothing up for long.
+const DeleteStagger = 5 * time.Second
+
+// DeleteAt is when node's agent is to delete job: TTLSecondsAfterFinished
+// after the last of its nodes finished (the latest updateTime), plus the
+// node's turn. It reports false while the job has no TTL, a node is still
+// pulling, or node took no part in it.
+func DeleteAt(job *v1alpha1.PrepullJob, node string) (time.Time, bool) {
+	ttl := job.Spec.TTLSecondsAfterFinished
+	if ttl == nil {
+		return time.Time{}, false
+	}
+	var finished time.Time
+	turn := -1
+	for _, e := range job.Status.Nodes {
+		if !Final(e) {
+			return time.Time{}, false
+		}
+		if e.UpdateTime.After(finished) {
+			finished = e.UpdateTime.Time
+		}
+		if e.Node == node {
+			turn = 0
+		}
+	}
+	if turn < 0 {
+		return time.Time{}, false
+	}
+	for _, e := range job.Status.Nodes {
+		if e.Node < node {
+			turn++
+		}
+	}
+	return finished.Add(time.Duration(*ttl)*time.Second + time.Duration(turn)*DeleteStagger), true
+}

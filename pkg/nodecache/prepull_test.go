@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 )
 
@@ -113,5 +115,43 @@ func TestJobProgress(t *testing.T) {
 	done := Progress(job, []string{"n1", "n3"})
 	if !done.Finished() || done.Succeeded != 1 {
 		t.Errorf("n1 and n3 are final: %+v", done)
+	}
+}
+
+func TestDeleteAt(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	entry := func(node string, phase v1alpha1.PrepullPhase, at time.Duration) v1alpha1.NodePrepullStatus {
+		return v1alpha1.NodePrepullStatus{Node: node, Phase: phase, UpdateTime: metav1.NewTime(t0.Add(at))}
+	}
+	ttl := int32(60)
+	finished := []v1alpha1.NodePrepullStatus{
+		entry("n2", v1alpha1.PrepullSucceeded, 30*time.Second),
+		entry("n1", v1alpha1.PrepullFailed, 10*time.Second),
+		entry("n3", v1alpha1.PrepullStopped, 20*time.Second),
+	}
+	tests := []struct {
+		name  string
+		ttl   *int32
+		nodes []v1alpha1.NodePrepullStatus
+		node  string
+		want  time.Duration // after t0
+		ok    bool
+	}{
+		{"no TTL", nil, finished, "n1", 0, false},
+		{"first node by name deletes at the TTL after the last finished", &ttl, finished, "n1", 90 * time.Second, true},
+		{"the next node waits its turn", &ttl, finished, "n3", 90*time.Second + 2*DeleteStagger, true},
+		{"a node that took no part does not delete", &ttl, finished, "n4", 0, false},
+		{"a node still pulling", &ttl, append(finished[:2:2], entry("n3", v1alpha1.PrepullPulling, 0)), "n1", 0, false},
+		{"no entries", &ttl, nil, "n1", 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			job := &v1alpha1.PrepullJob{Spec: v1alpha1.PrepullJobSpec{TTLSecondsAfterFinished: tt.ttl},
+				Status: v1alpha1.PrepullJobStatus{Nodes: tt.nodes}}
+			at, ok := DeleteAt(job, tt.node)
+			if ok != tt.ok || ok && !at.Equal(t0.Add(tt.want)) {
+				t.Errorf("DeleteAt = %v, %v; want %v, %v", at, ok, t0.Add(tt.want), tt.ok)
+			}
+		})
 	}
 }

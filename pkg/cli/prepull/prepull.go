@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/utils/ptr"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/output"
@@ -35,6 +37,7 @@ type options struct {
 	selector    string
 	name        string
 	spec        v1alpha1.PrepullJobSpec
+	ttl         time.Duration
 	wait        bool
 	timeout     time.Duration
 	output      string
@@ -51,7 +54,8 @@ the selector picks, asrl-prepull-agent pulls them through the node's runtime
 (with its own registry credentials and mirrors), a few at a time, skipping
 what the node has, and starts no pull once the image filesystem is at the
 --high-water mark. --delete-when-done has the nodes remove the images they
-pulled when the job is deleted.
+pulled when the job is deleted; --ttl has the nodes delete the job that long
+after all of them finished it.
 
 --wait follows the job until every picked node with an agent is done, showing
 progress, then prints each node's result; it fails if a node could not pull
@@ -60,7 +64,10 @@ every image. Interrupting the wait leaves the job running.`,
   kubectl sandbox-fleet prepull --tasks swe-bench-lite.jsonl -l pool=eval --wait -n rl
 
   # as JSON, stopping at 70% disk, removing the images when the job is deleted
-  kubectl sandbox-fleet prepull --tasks images.txt --high-water 70 --delete-when-done --wait -o json`,
+  kubectl sandbox-fleet prepull --tasks images.txt --high-water 70 --delete-when-done --wait -o json
+
+  # keep the images a day after the nodes are done, then free the disk
+  kubectl sandbox-fleet prepull --tasks images.txt --delete-when-done --ttl 24h`,
 		Args: usage.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.validate(); err != nil {
@@ -85,6 +92,7 @@ every image. Interrupting the wait leaves the job running.`,
 	f.Int32Var(&o.spec.PerNodeParallelism, "parallelism", 2, "images a node pulls at once (1-16)")
 	f.Int32Var(&o.spec.DiskHighWaterPercent, "high-water", 80, "start no pull once a node's image filesystem is this full, in percent (1-100)")
 	f.BoolVar(&o.spec.DeleteWhenDone, "delete-when-done", false, "nodes remove the images they pulled when the job is deleted")
+	f.DurationVar(&o.ttl, "ttl", 0, "delete the job this long after every node finished it (whole seconds; default: keep it)")
 	f.BoolVar(&o.wait, "wait", false, "wait until every node is done, showing progress")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Minute, "with --wait, how long to wait")
 	f.StringVarP(&o.output, "output", "o", "", "with --wait, the result as json or yaml (default: a table)")
@@ -103,6 +111,12 @@ func (o *options) validate() error {
 	}
 	if o.timeout <= 0 {
 		return usage.Errorf("--timeout %s: must be positive", o.timeout)
+	}
+	if o.ttl < 0 || o.ttl > math.MaxInt32*time.Second || o.ttl%time.Second != 0 {
+		return usage.Errorf("--ttl %s: must be whole seconds, 0s to %s", o.ttl, math.MaxInt32*time.Second)
+	}
+	if o.ttl > 0 {
+		o.spec.TTLSecondsAfterFinished = ptr.To(int32(o.ttl / time.Second))
 	}
 	if o.selector != "" {
 		set, err := labels.ConvertSelectorToLabelsMap(o.selector)

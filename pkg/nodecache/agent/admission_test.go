@@ -156,15 +156,18 @@ func TestAgentWritesOnlyItsNode(t *testing.T) {
 	denied("updating another node's object", agents[0].Update(ctx, other))
 
 	// In a PrepullJob's status, an agent writes its own node's entry only.
+	// The TTL is long: the running agent of node 0 must not delete it.
 	job := &v1alpha1.PrepullJob{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.NewNamespace(t), Name: "job"},
-		Spec: v1alpha1.PrepullJobSpec{Images: []string{"busybox:1.36"}, NodeSelector: map[string]string{"selects": "nothing"}}}
+		Spec: v1alpha1.PrepullJobSpec{Images: []string{"busybox:1.36"}, NodeSelector: map[string]string{"selects": "nothing"},
+			TTLSecondsAfterFinished: new(int32(3600))}}
 	if err := admin.Create(ctx, job); err != nil {
 		t.Fatal(err)
 	}
+	phase := v1alpha1.PrepullPulling
 	progress := func(agent client.Client, node string, opts ...client.SubResourcePatchOption) error {
 		entry := fmt.Sprintf(`{"apiVersion":"sandbox-fleet.io/v1alpha1","kind":"PrepullJob","metadata":{"name":%q,"namespace":%q},`+
-			`"status":{"nodes":[{"node":%q,"phase":"Pulling","pulled":0,"present":0,"failed":0,"pending":1,"updateTime":%q}]}}`,
-			job.Name, job.Namespace, node, time.Now().UTC().Format(time.RFC3339Nano))
+			`"status":{"nodes":[{"node":%q,"phase":%q,"pulled":0,"present":0,"failed":0,"pending":1,"updateTime":%q}]}}`,
+			job.Name, job.Namespace, node, phase, time.Now().UTC().Format(time.RFC3339Nano))
 		return agent.Status().Patch(ctx, job.DeepCopy(), client.RawPatch(types.ApplyPatchType, []byte(entry)),
 			append(opts, client.FieldOwner("asrl-prepull-agent-"+node), client.ForceOwnership)...)
 	}
@@ -182,6 +185,28 @@ func TestAgentWritesOnlyItsNode(t *testing.T) {
 	time.Sleep(time.Second) // a later updateTime: a change
 	if err := progress(agents[0], nodes[1]); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "may write only its own node's entry") {
 		t.Errorf("the agent of %s writing %s's progress: %v, want it forbidden", nodes[0], nodes[1], err)
+	}
+
+	// An agent deletes a job only once every node finished it, its own
+	// among them (its TTL having passed is the agent's to check).
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		err := agents[0].Delete(ctx, job.DeepCopy(), client.DryRunAll)
+		if apierrors.IsForbidden(err) && strings.Contains(err.Error(), "may delete only PrepullJobs with a ttlSecondsAfterFinished") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("deleting a job still pulling: %v after 30 s, want it forbidden by the finished-jobs policy", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	phase = v1alpha1.PrepullSucceeded
+	for i, node := range nodes {
+		if err := progress(agents[i], node); err != nil {
+			t.Errorf("the agent of %s finishing: %v", node, err)
+		}
+	}
+	if err := agents[0].Delete(ctx, job.DeepCopy()); err != nil {
+		t.Errorf("the agent of %s deleting a job every node finished: %v", nodes[0], err)
 	}
 
 	// A token of the agent's account bound to no Pod names no node.

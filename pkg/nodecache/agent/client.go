@@ -95,6 +95,17 @@ func (c *Client) applyNodeStatus(ctx context.Context, job *v1alpha1.PrepullJob, 
 		Param("fieldManager", "asrl-prepull-agent-"+entry.Node).Param("force", "true").Body(patch).Do(ctx).Error()
 }
 
+// deleteJob deletes job, but not another job created since under its
+// name; that it is gone already is no error.
+func (c *Client) deleteJob(ctx context.Context, job *v1alpha1.PrepullJob) error {
+	opts := metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(job.UID))}
+	err := c.rest.Delete().Namespace(job.Namespace).Resource("prepulljobs").Name(job.Name).Body(&opts).Do(ctx).Error()
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}
+
 // resourceVersion reads the resourceVersion of NodeImageCache name.
 func (c *Client) resourceVersion(ctx context.Context, name string) (string, error) {
 	resp, err := c.rest.Get().Resource("nodeimagecaches").Name(name).Stream(ctx)

@@ -2,9 +2,13 @@ package agent
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
@@ -20,13 +24,20 @@ import (
 const reportInterval = 2 * time.Second
 
 // jobs runs the PrepullJobs that select the agent's node, one goroutine
-// per job, and removes a deleted job's images when it says to.
+// per job, removes a deleted job's images when it says to, and deletes
+// finished jobs whose TTL has passed.
 type jobs struct {
-	a  *Agent
-	wg sync.WaitGroup
+	a      *Agent
+	store  cache.Store
+	pulled pulledRecord
+	wg     sync.WaitGroup
 
 	mu   sync.Mutex
 	runs map[types.UID]*jobRun
+	// expiries delete jobs when their TTL after finishing has passed.
+	expiries map[types.UID]*time.Timer
+	// closed is set when the jobs stop: no expiry starts a deletion then.
+	closed bool
 }
 
 // jobRun is a job on this node, running or finished, until it is deleted.
@@ -38,15 +49,33 @@ type jobRun struct {
 	pulled []string
 }
 
+// pulledDir is where, under the agent's StateDir, it records the images
+// it pulled for jobs that remove them.
+const pulledDir = "pulled"
+
 // runJobs follows PrepullJobs until ctx ends, and waits for their runs.
 func (a *Agent) runJobs(ctx context.Context) {
-	j := &jobs{a: a, runs: map[types.UID]*jobRun{}}
-	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
+	j := &jobs{a: a, runs: map[types.UID]*jobRun{}, expiries: map[types.UID]*time.Timer{}}
+	if a.StateDir != "" {
+		dir := filepath.Join(a.StateDir, pulledDir)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			a.Log.Error(err, "Not recording pulled images: a restarted agent will not remove those of deleteWhenDone jobs")
+		} else {
+			j.pulled.dir = dir
+		}
+	}
+	changed := func(obj any) {
+		job := obj.(*v1alpha1.PrepullJob)
+		j.start(ctx, job)
+		j.expire(ctx, job)
+	}
+	var informer cache.Controller
+	j.store, informer = cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: a.Client.jobs(),
 		ObjectType:    &v1alpha1.PrepullJob{},
 		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { j.start(ctx, obj.(*v1alpha1.PrepullJob)) },
-			UpdateFunc: func(_, obj any) { j.start(ctx, obj.(*v1alpha1.PrepullJob)) },
+			AddFunc:    changed,
+			UpdateFunc: func(_, obj any) { changed(obj) },
 			DeleteFunc: func(obj any) {
 				if gone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 					obj = gone.Obj
@@ -57,8 +86,64 @@ func (a *Agent) runJobs(ctx context.Context) {
 			},
 		},
 	})
-	informer.RunWithContext(ctx)
+	informed := make(chan struct{})
+	go func() {
+		defer close(informed)
+		informer.RunWithContext(ctx)
+	}()
+	if cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		j.removeForgotten(ctx)
+	}
+	<-informed
+	j.mu.Lock()
+	j.closed = true
+	for _, t := range j.expiries {
+		t.Stop()
+	}
+	j.mu.Unlock()
 	j.wg.Wait()
+}
+
+// expire (re)sets when this node deletes job: after its TTL, in the
+// node's turn (nodecache.DeleteAt), if the job is still there and the
+// same then; an agent deletes it once its own run is over, so a node
+// that takes its time does not lose the job.
+func (j *jobs) expire(ctx context.Context, job *v1alpha1.PrepullJob) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if t, ok := j.expiries[job.UID]; ok {
+		t.Stop()
+		delete(j.expiries, job.UID)
+	}
+	at, ok := nodecache.DeleteAt(job, j.a.Node)
+	if !ok || job.DeletionTimestamp != nil {
+		return
+	}
+	j.expiries[job.UID] = time.AfterFunc(time.Until(at), func() {
+		j.mu.Lock()
+		if j.closed {
+			j.mu.Unlock()
+			return
+		}
+		j.wg.Add(1)
+		j.mu.Unlock()
+		defer j.wg.Done()
+		// The job as the informer has it now: DeleteAt again, for a
+		// job that changed since without this timer being reset yet.
+		obj, exists, _ := j.store.Get(job)
+		now, _ := obj.(*v1alpha1.PrepullJob)
+		if !exists || now == nil || now.UID != job.UID {
+			return
+		}
+		if at, ok := nodecache.DeleteAt(now, j.a.Node); !ok || time.Now().Before(at) {
+			return
+		}
+		if err := j.a.Client.deleteJob(ctx, now); err != nil {
+			j.a.Log.Error(err, "Deleting a PrepullJob past its ttlSecondsAfterFinished", "prepulljob", job.Namespace+"/"+job.Name)
+			return
+		}
+		j.a.Log.Info("Deleted a PrepullJob past its ttlSecondsAfterFinished", "prepulljob", job.Namespace+"/"+job.Name)
+	})
 }
 
 // start runs job on this node unless it runs already or the node's entry
@@ -81,40 +166,85 @@ func (j *jobs) start(ctx context.Context, job *v1alpha1.PrepullJob) {
 	go func() {
 		defer j.wg.Done()
 		defer close(run.done)
-		j.a.prepull(runCtx, run)
+		j.prepull(runCtx, run)
 	}()
 }
 
 // stop ends a deleted job's run and, if it asks, removes the images it
-// pulled that no other job on the node wants and no container uses.
+// pulled that no other job wants and no container uses — those of this
+// run, and those recorded before the agent restarted.
 func (j *jobs) stop(ctx context.Context, job *v1alpha1.PrepullJob) {
 	j.mu.Lock()
 	run, ok := j.runs[job.UID]
 	delete(j.runs, job.UID)
-	wanted := map[string]bool{}
-	for _, other := range j.runs {
-		for _, img := range other.job.Spec.Images {
-			wanted[img] = true
-		}
+	if t, ok := j.expiries[job.UID]; ok {
+		t.Stop()
+		delete(j.expiries, job.UID)
 	}
 	j.mu.Unlock()
-	if !ok {
-		return
+	if ok {
+		run.cancel()
 	}
-	run.cancel()
 	if !job.Spec.DeleteWhenDone {
 		return
 	}
-	j.wg.Add(1)
-	go func() {
-		defer j.wg.Done()
-		<-run.done
-		j.a.removeImages(ctx, job, run.pulled, wanted)
-	}()
+	j.wg.Go(func() {
+		var pulled []string
+		if ok {
+			<-run.done
+			pulled = run.pulled
+		}
+		j.remove(ctx, job.UID, job.Namespace+"/"+job.Name, pulled)
+	})
+}
+
+// removeForgotten removes the recorded images of jobs deleted while the
+// agent was not running.
+func (j *jobs) removeForgotten(ctx context.Context) {
+	uids, err := j.pulled.jobs()
+	if err != nil {
+		j.a.Log.Error(err, "Reading the record of pulled images")
+		return
+	}
+	for _, uid := range uids {
+		if !slices.ContainsFunc(j.store.List(), func(obj any) bool { return obj.(*v1alpha1.PrepullJob).UID == uid }) {
+			j.wg.Go(func() { j.remove(ctx, uid, "deleted while the agent was down, UID "+string(uid), nil) })
+		}
+	}
+}
+
+// remove removes the images pulled for job uid — pulled, and those
+// recorded — that no other job wants, and forgets the record.
+func (j *jobs) remove(ctx context.Context, uid types.UID, job string, pulled []string) {
+	log := j.a.Log.WithValues("prepulljob", job)
+	recorded, err := j.pulled.images(uid)
+	if err != nil {
+		log.Error(err, "Reading the record of the job's pulled images")
+	}
+	images := slices.Compact(slices.Sorted(slices.Values(append(pulled, recorded...))))
+	if len(images) == 0 {
+		return
+	}
+	wanted := map[string]bool{}
+	for _, obj := range j.store.List() {
+		if other := obj.(*v1alpha1.PrepullJob); other.UID != uid && other.DeletionTimestamp == nil {
+			for _, img := range other.Spec.Images {
+				wanted[img] = true
+			}
+		}
+	}
+	if !j.a.removeImages(ctx, log, images, wanted) || ctx.Err() != nil {
+		// The record stays for the agent's next start.
+		return
+	}
+	if err := j.pulled.forget(uid); err != nil {
+		log.Error(err, "Forgetting the record of the job's pulled images")
+	}
 }
 
 // prepull pulls a job's images on this node, reporting its progress.
-func (a *Agent) prepull(ctx context.Context, run *jobRun) {
+func (j *jobs) prepull(ctx context.Context, run *jobRun) {
+	a := j.a
 	job := run.job
 	log := a.Log.WithValues("prepulljob", job.Namespace+"/"+job.Name)
 	node, err := a.Client.node(ctx, a.Node)
@@ -181,6 +311,11 @@ func (a *Agent) prepull(ctx context.Context, run *jobRun) {
 			default:
 				p.Pulled(r.image)
 				run.pulled = append(run.pulled, r.image)
+				if job.Spec.DeleteWhenDone {
+					if err := j.pulled.add(job.UID, r.image); err != nil {
+						log.Error(err, "Recording a pulled image: a restarted agent would not remove it", "image", r.image)
+					}
+				}
 			}
 			if r.note != "" {
 				p.Note(r.note)
@@ -238,13 +373,13 @@ func (a *Agent) pullOne(ctx context.Context, img string, highWaterPercent int32)
 }
 
 // removeImages removes a deleted job's pulled images from the node,
-// but not those another job wants or a container uses.
-func (a *Agent) removeImages(ctx context.Context, job *v1alpha1.PrepullJob, pulled []string, wanted map[string]bool) {
-	log := a.Log.WithValues("prepulljob", job.Namespace+"/"+job.Name)
+// but not those another job wants or a container uses. It reports false
+// if it could not tell which are in use, and removed none.
+func (a *Agent) removeImages(ctx context.Context, log logr.Logger, pulled []string, wanted map[string]bool) bool {
 	inUse, err := a.Runtime.ImagesInUse(ctx)
 	if err != nil {
 		log.Error(err, "Not removing the job's images: the runtime's containers cannot be listed")
-		return
+		return false
 	}
 	for _, img := range pulled {
 		if wanted[img] {
@@ -260,4 +395,5 @@ func (a *Agent) removeImages(ctx context.Context, job *v1alpha1.PrepullJob, pull
 		}
 		log.Info("Removed", "image", img)
 	}
+	return true
 }
