@@ -231,17 +231,17 @@ func jsonSize(v any) int {
 type Node struct {
 	Name   string
 	layers map[string]int64
-	// images are the listed images' layers by normalised name and by
-	// manifest digest prefix.
-	byName, byDigest map[string][]v1alpha1.Layer
-	complete         bool
+	// images are the listed images' layers by imageKey: by normalised
+	// name, and by manifest digest prefix.
+	images   map[string][]v1alpha1.Layer
+	complete bool
 }
 
 // NewNode indexes a NodeImageCache. Layer indices out of the table's range
 // are an error: the object is not what an agent writes.
 func NewNode(cache *v1alpha1.NodeImageCache) (*Node, error) {
 	n := &Node{Name: cache.Name, layers: make(map[string]int64, len(cache.Layers)),
-		byName: map[string][]v1alpha1.Layer{}, byDigest: map[string][]v1alpha1.Layer{},
+		images:   make(map[string][]v1alpha1.Layer, 2*len(cache.Images)),
 		complete: !meta.IsStatusConditionFalse(cache.Conditions, v1alpha1.ConditionComplete)}
 	for _, l := range cache.Layers {
 		n.layers[l.Digest] = l.Size
@@ -255,12 +255,12 @@ func NewNode(cache *v1alpha1.NodeImageCache) (*Node, error) {
 			layers = append(layers, cache.Layers[li])
 		}
 		for _, name := range img.Names {
-			if full, err := images.Normalize(name); err == nil {
-				n.byName[full] = layers
+			if key, ok := imageKey(name); ok {
+				n.images[key] = layers
 			}
 		}
 		if img.Digest != "" {
-			n.byDigest[img.Digest] = layers
+			n.images["@"+img.Digest] = layers
 		}
 	}
 	return n, nil
@@ -268,15 +268,11 @@ func NewNode(cache *v1alpha1.NodeImageCache) (*Node, error) {
 
 // Image returns the layers of the image ref names, if the node has it.
 func (n *Node) Image(ref string) ([]v1alpha1.Layer, bool) {
-	full, err := images.Normalize(ref)
-	if err != nil {
+	key, ok := imageKey(ref)
+	if !ok {
 		return nil, false
 	}
-	if _, digest, ok := strings.Cut(full, "@"); ok {
-		layers, ok := n.byDigest[Short(digest)]
-		return layers, ok
-	}
-	layers, ok := n.byName[full]
+	layers, ok := n.images[key]
 	return layers, ok
 }
 

@@ -25,7 +25,13 @@ var (
 // node builds the indexed cache of a node holding imgs.
 func node(t *testing.T, imgs ...nodecache.RuntimeImage) *nodecache.Node {
 	t.Helper()
-	cache := &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: "node-a"}}
+	return namedNode(t, "node-a", imgs...)
+}
+
+// namedNode builds the indexed cache of node name holding imgs.
+func namedNode(t *testing.T, name string, imgs ...nodecache.RuntimeImage) *nodecache.Node {
+	t.Helper()
+	cache := &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	nodecache.Build(cache, imgs, nodecache.MaxObjectBytes)
 	// Through JSON, as readers get it from the API server.
 	b, err := json.Marshal(cache)
