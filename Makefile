@@ -48,8 +48,8 @@ e2e-kind: testbin ## run the end-to-end suite on a kind cluster (needs Docker an
 	e2e/kind/run.sh
 
 .PHONY: image
-image: ## build the asrl-webhook and asrl-prepull-agent images as docker archives in dist/ (no Docker needed; IMAGE_ARCH=arm64 for arm)
-	for cmd in asrl-webhook asrl-prepull-agent; do \
+image: ## build the asrl-webhook, asrl-prepull-agent and asrl-scheduler images as docker archives in dist/ (no Docker needed; IMAGE_ARCH=arm64 for arm)
+	for cmd in asrl-webhook asrl-prepull-agent asrl-scheduler; do \
 		go run ./hack/image -cmd $$cmd -tag ghcr.io/sandbox-fleet/$$cmd:$(VERSION) -arch $(or $(IMAGE_ARCH),amd64) -ldflags "$(LDFLAGS)" || exit 1; \
 	done
 
@@ -59,9 +59,10 @@ generate: ## regenerate api/'s deep-copy functions and manifests/crd/ with contr
 		crd:crdVersions=v1 output:crd:artifacts:config=../../../manifests/crd
 
 .PHONY: lint
-lint: ## gofmt and go vet
+lint: ## gofmt and go vet (the main module and asrl-scheduler's)
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n $$bad ]]; then echo "gofmt would change: $$bad"; exit 1; fi
 	go vet ./...
+	cd cmd/asrl-scheduler && go vet ./...
 
 .PHONY: demo
 DEMO := examples/demo

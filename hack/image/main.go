@@ -72,8 +72,13 @@ func Build(o Options) error {
 	}
 	defer os.RemoveAll(tmp)
 	bin := filepath.Join(tmp, o.Command)
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", o.LDFlags, "-o", bin, "./cmd/"+o.Command)
-	build.Dir = o.Root
+	// asrl-scheduler is a module of its own (it links k8s.io/kubernetes).
+	pkg, module := "./cmd/"+o.Command, o.Root
+	if _, err := os.Stat(filepath.Join(o.Root, "cmd", o.Command, "go.mod")); err == nil {
+		pkg, module = ".", filepath.Join(o.Root, "cmd", o.Command)
+	}
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", o.LDFlags, "-o", bin, pkg)
+	build.Dir = module
 	build.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+o.Arch, "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build: %w\n%s", err, out)

@@ -193,11 +193,24 @@ func tail(path string, lines int) string {
 
 // BuildCommand builds the project's command cmd/name into dir and
 // returns its path, for tests that run it as users do. It builds it as
-// hack/image does — static, without cgo — so what tests and benchmarks
-// run (and measure) is the binary the images ship.
+// hack/image does — static, without cgo, in its own module if it has one
+// (asrl-scheduler) — so what tests and benchmarks run (and measure) is
+// the binary the images ship.
 func BuildCommand(dir, name string) (string, error) {
-	bin := filepath.Join(dir, name)
-	build := exec.Command("go", "build", "-trimpath", "-o", bin, "github.com/sandbox-fleet/sandbox-fleet/cmd/"+name)
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	bin, err := filepath.Abs(filepath.Join(dir, name))
+	if err != nil {
+		return "", err
+	}
+	pkg, module := "./cmd/"+name, root
+	if _, err := os.Stat(filepath.Join(root, "cmd", name, "go.mod")); err == nil {
+		pkg, module = ".", filepath.Join(root, "cmd", name)
+	}
+	build := exec.Command("go", "build", "-trimpath", "-o", bin, pkg)
+	build.Dir = module
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	out, err := build.CombinedOutput()
 	if err != nil {

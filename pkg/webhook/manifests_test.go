@@ -14,8 +14,8 @@ import (
 )
 
 // The kustomizations render with kubectl's kustomize and the API server
-// accepts every object of the default one (a server-side dry run, so the
-// test cluster keeps its own webhook setup).
+// accepts every object of the default one and of the scheduler's (a
+// server-side dry run, so the test cluster keeps its own setup).
 func TestManifests(t *testing.T) {
 	bin, err := testcluster.BinDir()
 	if err != nil {
@@ -63,5 +63,15 @@ func TestManifests(t *testing.T) {
 	}
 	if strings.Contains(certManager, "--manage-certs=true") {
 		t.Error("manifests/cert-manager still has the webhook manage its certificates")
+	}
+
+	// asrl-scheduler is not in the default set: it is for clusters that
+	// can run a second scheduler.
+	scheduler := kubectl(kubectl("", "kustomize", "../../manifests/scheduler"), "apply", "--dry-run=server", "-f", "-")
+	for _, want := range []string{"deployment.apps/asrl-scheduler", "configmap/asrl-scheduler-config-",
+		"clusterrolebinding.rbac.authorization.k8s.io/asrl-scheduler-node-caches", "role.rbac.authorization.k8s.io/asrl-scheduler-leader-election"} {
+		if !strings.Contains(scheduler, want) {
+			t.Errorf("the dry run of manifests/scheduler lacks %s:\n%s", want, scheduler)
+		}
 	}
 }

@@ -1,0 +1,128 @@
+// Package testscheduler runs the built asrl-scheduler beside the test
+// cluster's own kube-scheduler, with the configuration the manifests ship
+// (manifests/scheduler/scheduler-config.yaml), for the plugin's tests,
+// the end-to-end suite and the scheduling benchmark.
+package testscheduler
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	configv1 "k8s.io/kube-scheduler/config/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+)
+
+// SchedulerName is the profile with NodeCacheLocality in the shipped
+// configuration.
+const SchedulerName = "sandbox-fleet-scheduler"
+
+// Build builds asrl-scheduler into dir.
+func Build(dir string) (string, error) {
+	return testcluster.BuildCommand(dir, "asrl-scheduler")
+}
+
+// Start runs the built scheduler bin for cluster c with the shipped
+// configuration — with the cluster's admin credentials, without leader
+// election, and with profiles added if any — on cpus if any, and returns
+// once it serves /readyz. It stops with the cluster, or with the returned
+// Process's Stop.
+func Start(ctx context.Context, c *testcluster.Cluster, bin string, profiles []configv1.KubeSchedulerProfile, cpus ...int) (*testcluster.Process, error) {
+	shipped, err := Config()
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(shipped)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &configv1.KubeSchedulerConfiguration{}
+	if err := yaml.UnmarshalStrict(b, cfg); err != nil {
+		return nil, fmt.Errorf("%s: %w", shipped, err)
+	}
+	cfg.ClientConnection.Kubeconfig = c.Kubeconfig()
+	cfg.LeaderElection.LeaderElect = ptr.To(false)
+	cfg.Profiles = append(cfg.Profiles, profiles...)
+	if b, err = yaml.Marshal(cfg); err != nil {
+		return nil, err
+	}
+	config := filepath.Join(c.Dir(), "asrl-scheduler.yaml")
+	if err := os.WriteFile(config, b, 0o600); err != nil {
+		return nil, err
+	}
+	ports, err := testcluster.FreePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	// Its self-signed serving certificate goes with the cluster's files.
+	certs, err := os.MkdirTemp(c.Dir(), "asrl-scheduler-")
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig := c.Kubeconfig()
+	p, err := c.StartProcess("asrl-scheduler", bin, []string{
+		"--config=" + config,
+		"--authentication-kubeconfig=" + kubeconfig, "--authorization-kubeconfig=" + kubeconfig,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(ports[0]), "--cert-dir=" + certs,
+	}, cpus)
+	if err != nil {
+		return nil, err
+	}
+	if err := ready(ctx, "https://127.0.0.1:"+strconv.Itoa(ports[0])+"/readyz"); err != nil {
+		err = fmt.Errorf("asrl-scheduler not ready (its log: %s): %w", filepath.Join(c.LogDir(), "asrl-scheduler.log"), err)
+		return nil, errors.Join(err, p.Stop())
+	}
+	return p, nil
+}
+
+// Config finds manifests/scheduler/scheduler-config.yaml above the
+// working directory: the package's for a test, the checkout's for a
+// benchmark.
+func Config() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		path := filepath.Join(dir, "manifests", "scheduler", "scheduler-config.yaml")
+		if _, err := os.Stat(path); err == nil {
+			return path, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("manifests/scheduler/scheduler-config.yaml not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// ready waits for url to answer 200.
+func ready(ctx context.Context, url string) error {
+	// The scheduler's serving certificate is self-signed; only that it
+	// answers matters here.
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+}

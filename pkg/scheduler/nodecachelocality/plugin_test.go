@@ -1,0 +1,107 @@
+package nodecachelocality
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
+)
+
+// GiB-sized layers of SWE-bench-style images: a shared base, an
+// environment per repository, and each instance's own.
+var (
+	base      = v1alpha1.Layer{Digest: "0000000000000001", Size: 8 << 30}
+	djangoEnv = v1alpha1.Layer{Digest: "0000000000000002", Size: 1 << 30}
+	flaskEnv  = v1alpha1.Layer{Digest: "0000000000000003", Size: 1 << 30}
+	django1   = v1alpha1.Layer{Digest: "0000000000000004", Size: 100 << 20}
+	django2   = v1alpha1.Layer{Digest: "0000000000000005", Size: 100 << 20}
+	sidecar   = v1alpha1.Layer{Digest: "0000000000000006", Size: 10 << 20}
+)
+
+// nodeCache is a NodeImageCache of node holding images (name → layers).
+func nodeCache(node string, images map[string][]v1alpha1.Layer) *v1alpha1.NodeImageCache {
+	c := &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	index := map[v1alpha1.Layer]int32{}
+	for _, name := range slices.Sorted(maps.Keys(images)) {
+		img := v1alpha1.CachedImage{Names: []string{name}}
+		for _, l := range images[name] {
+			i, ok := index[l]
+			if !ok {
+				i = int32(len(c.Layers))
+				index[l] = i
+				c.Layers = append(c.Layers, l)
+			}
+			img.Layers = append(img.Layers, i)
+		}
+		c.Images = append(c.Images, img)
+	}
+	return c
+}
+
+func TestScore(t *testing.T) {
+	index := nodecache.NewIndex()
+	for _, c := range []*v1alpha1.NodeImageCache{
+		nodeCache("has-django-1", map[string][]v1alpha1.Layer{"swebench/django-1:v1": {base, djangoEnv, django1}}),
+		nodeCache("has-django-2", map[string][]v1alpha1.Layer{"swebench/django-2:v1": {base, djangoEnv, django2}}),
+		nodeCache("has-flask", map[string][]v1alpha1.Layer{"swebench/flask-1:v1": {base, flaskEnv}}),
+		nodeCache("has-sidecar", map[string][]v1alpha1.Layer{"sidecar:1": {sidecar}}),
+		nodeCache("empty", nil),
+	} {
+		n, err := nodecache.NewNode(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		index.Set(n)
+	}
+	all := []string{"has-django-1", "has-django-2", "has-flask", "has-sidecar", "empty", "no-agent"}
+	for _, tt := range []struct {
+		name   string
+		images []string
+		nodes  []string
+		want   string // the scores in the nodes' order, or "skip"
+	}{
+		{"the node with the image first, then its siblings by what they share",
+			[]string{"docker.io/swebench/django-1:v1"}, all, "[100 98 87 0 0 0]"},
+		{"an image known only from a sibling's node scores the same way",
+			[]string{"docker.io/swebench/django-2:v1"}, all, "[98 100 87 0 0 0]"},
+		{"a Pod's images count together: the sidecar's node holds little of them",
+			[]string{"docker.io/swebench/django-1:v1", "docker.io/library/sidecar:1"}, all, "[100 98 87 0 0 0]"},
+		{"an image no node lists: no preference", []string{"docker.io/swebench/astropy-1:v1"}, all, "skip"},
+		{"every candidate lacks the same: no preference", []string{"docker.io/swebench/django-1:v1"}, []string{"empty", "no-agent"}, "skip"},
+		{"only the feasible nodes are scored", []string{"docker.io/swebench/flask-1:v1"}, []string{"has-django-1", "empty"}, "[100 0]"},
+		{"no nodes", []string{"docker.io/swebench/django-1:v1"}, nil, "skip"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, ok := score(index, tt.images, tt.nodes)
+			got := "skip"
+			if ok {
+				ordered := make([]int64, len(tt.nodes))
+				for i, n := range tt.nodes {
+					ordered[i] = s[n]
+				}
+				got = fmt.Sprint(ordered)
+			}
+			if got != tt.want {
+				t.Errorf("scores %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestPodImages(t *testing.T) {
+	pod := &corev1.Pod{Spec: corev1.PodSpec{
+		InitContainers: []corev1.Container{{Image: "busybox:1.36"}},
+		Containers:     []corev1.Container{{Image: "swebench/django-1:v1"}, {Image: "docker.io/library/busybox:1.36"}, {Image: "Not A Reference"}},
+		Volumes:        []corev1.Volume{{VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "registry.example.com/data"}}}},
+	}}
+	want := []string{"Not A Reference", "docker.io/library/busybox:1.36", "docker.io/swebench/django-1:v1", "registry.example.com/data:latest"}
+	if got := podImages(pod); !slices.Equal(got, want) {
+		t.Errorf("podImages = %q, want %q", got, want)
+	}
+}
