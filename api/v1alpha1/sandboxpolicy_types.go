@@ -74,15 +74,17 @@ type SandboxPolicySpec struct {
 	// +optional
 	Colocation *ColocationPolicy `json:"colocation,omitempty"`
 
-	// NodeCache prefers nodes that already hold a Pod's image, as the node
-	// agent reports them. Defined now; applied by the node-cache scheduler
-	// work.
+	// NodeCache prefers, for each sandbox Pod, the nodes that already hold
+	// most of its images' bytes, as the nodes' asrl-prepull-agents report
+	// them: preferred node affinity, for clusters that run no
+	// asrl-scheduler (which does this better, in its NodeCacheLocality
+	// plugin).
 	// +optional
 	NodeCache *NodeCachePolicy `json:"nodeCache,omitempty"`
 
-	// SchedulerName is the scheduler sandbox Pods are handed to, e.g. the
-	// node-cache scheduler asrl-scheduler. Defined now; applied once it
-	// exists.
+	// SchedulerName is the scheduler sandbox Pods are handed to, e.g.
+	// sandbox-fleet-scheduler (asrl-scheduler, manifests/scheduler). A Pod
+	// that names a scheduler other than the cluster's default keeps it.
 	// +optional
 	SchedulerName string `json:"schedulerName,omitempty"`
 }
@@ -151,7 +153,9 @@ type ColocationPolicy struct {
 
 // NodeCachePolicy prefers nodes holding a Pod's image.
 type NodeCachePolicy struct {
-	// Weight of the preference, 1 to 100.
+	// Weight of the preference, 1 to 100: each node holding at least half
+	// of the Pod's image bytes (the 20 holding most) is preferred with
+	// this weight times the share it holds.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	// +kubebuilder:default=50

@@ -68,6 +68,27 @@ func (x *Index) Layers(ref string) ([]v1alpha1.Layer, bool) {
 	return e.layers, ok
 }
 
+// PodLayers are the distinct layers of those of a Pod's images some node
+// lists; nil when none is.
+func (x *Index) PodLayers(images []string) []v1alpha1.Layer {
+	var known [][]v1alpha1.Layer
+	for _, img := range images {
+		if layers, ok := x.Layers(img); ok {
+			known = append(known, layers)
+		}
+	}
+	return PodLayers(known...)
+}
+
+// Lacking is what each node with a cache lacks of layers.
+func (x *Index) Lacking(layers []v1alpha1.Layer) map[string]int64 {
+	missing := make(map[string]int64, len(x.nodes))
+	for name, n := range x.nodes {
+		missing[name] = n.Missing(layers)
+	}
+	return missing
+}
+
 // Missing is the bytes of layers node name lacks; a node without a cache
 // in the index (no agent runs there) is taken to lack them all.
 func (x *Index) Missing(name string, layers []v1alpha1.Layer) int64 {

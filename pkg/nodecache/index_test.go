@@ -47,6 +47,14 @@ func TestIndex(t *testing.T) {
 		}
 	}
 
+	layers := x.PodLayers([]string{"swebench/django-1", "swebench/flask-1:v1", "unknown:1"})
+	if want := toLayers(base, layer("django", 100), layer("flask", 50)); fmt.Sprint(layers) != fmt.Sprint(want) {
+		t.Errorf("PodLayers = %v, want %v (each layer once, unknown images left out)", layers, want)
+	}
+	if got := fmt.Sprint(x.Lacking(layers)); got != "map[a:0 b:100]" {
+		t.Errorf("Lacking = %s, want a lacking nothing and b django's own layer", got)
+	}
+
 	// Node a removes flask: b still lists it. Then b goes: nobody does.
 	x.Set(namedNode(t, "a", django))
 	check("after a removed it", "swebench/flask-1:v1", flask.Layers)

@@ -18,7 +18,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/informer"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/webhook/policy"
 )
 
@@ -66,6 +69,10 @@ type PodMutator struct {
 	// created moments before its Pod.
 	APIReader client.Reader
 	Counts    *Counts
+	// NodeCaches are the nodes' image caches, for policies with
+	// nodeCache; nil turns that off. It is called when such a policy is
+	// first met, and the affinity is left out until they are listed.
+	NodeCaches func() *informer.Caches
 }
 
 // Handle implements admission.Handler.
@@ -111,6 +118,9 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err), resultErrored
 	}
+	if weight, ok := set.NodeCacheWeight(); ok && m.preferCachingNodes(pod, weight) {
+		changes = append(changes, "spec.affinity.nodeAffinity: prefer the nodes holding the image")
+	}
 	if len(changes) == 0 {
 		return admission.Allowed("complies with the SandboxPolicies"), resultAllowed
 	}
@@ -122,6 +132,29 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 		m.Counts.mutated(set)
 	}
 	return admission.PatchResponseFromRaw(req.Object.Raw, mutated), resultMutated
+}
+
+// preferCachingNodes adds node affinity toward the nodes holding most of
+// the Pod's images (as the policies rewrote them), and reports whether it
+// did.
+func (m *PodMutator) preferCachingNodes(pod *corev1.Pod, weight int32) bool {
+	if m.NodeCaches == nil {
+		return false
+	}
+	caches := m.NodeCaches()
+	if caches == nil || !caches.Synced() {
+		return false
+	}
+	var missing map[string]int64
+	var total int64
+	caches.Read(func(x *nodecache.Index) {
+		layers := x.PodLayers(images.OfPod(&pod.Spec))
+		for _, l := range layers {
+			total += l.Size
+		}
+		missing = x.Lacking(layers)
+	})
+	return policy.AddNodeCacheAffinity(pod, weight, missing, total)
 }
 
 // runID finds the run a sandbox Pod belongs to: its own label, else its

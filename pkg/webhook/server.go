@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
@@ -34,6 +35,7 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/informer"
 )
 
 // Options configure the webhook server.
@@ -81,8 +83,19 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}
 	counts := &Counts{Client: mgr.GetClient(), Interval: o.StatusInterval}
 	srv := webhook.NewServer(webhook.Options{Host: o.Host, Port: o.Port, CertDir: o.CertDir})
+	// The nodes' caches are followed only once a policy asks for them: a
+	// cluster's worth of layer indexes is memory a webhook whose policies
+	// never use it should not hold.
+	nodeCaches := sync.OnceValue(func() *informer.Caches {
+		clients, err := kube.ForConfig(cfg, "")
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Not following NodeImageCaches: policies' nodeCache is not applied")
+			return nil
+		}
+		return informer.Start(ctx, clients.Client)
+	})
 	srv.Register(MutatePodsPath, &webhook.Admission{Handler: &PodMutator{
-		Reader: mgr.GetCache(), APIReader: mgr.GetAPIReader(), Counts: counts}})
+		Reader: mgr.GetCache(), APIReader: mgr.GetAPIReader(), Counts: counts, NodeCaches: nodeCaches}})
 	srv.Register(MutateTemplatesPath, &webhook.Admission{Handler: &TemplateMutator{Reader: mgr.GetCache()}})
 	srv.Register(ValidateTemplatesPath, &webhook.Admission{Handler: &TemplateValidator{
 		Reader: mgr.GetCache(), Counts: counts}})

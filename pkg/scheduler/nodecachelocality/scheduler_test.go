@@ -16,6 +16,8 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testscheduler"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testwebhook"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
 )
 
 var cluster *testcluster.Cluster
@@ -50,65 +52,121 @@ func nodeCache(node, image string, layers ...v1alpha1.Layer) *v1alpha1.NodeImage
 // goes to the node lacking the fewest bytes of its image; without a
 // preference (an image no node has), or with the plugin left out of a
 // profile, it chooses as the cluster's stock kube-scheduler does; a node
-// without room is passed over for the next best.
+// without room is passed over for the next best. The webhook's node-cache
+// affinity makes the stock scheduler choose the same nodes.
 func TestNodeCacheLocality(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	bin, err := testscheduler.Build(t.TempDir())
+	dir := t.TempDir()
+	schedulerBin, err := testscheduler.Build(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	clients, err := cluster.Clients(cluster.NewNamespace(t))
+	webhookBin, err := testcluster.BuildCommand(dir, "asrl-webhook")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := clients.Client
+	admin, err := cluster.Clients("")
+	if err != nil {
+		t.Fatal(err)
+	}
 	// node-0 runs no agent; each other node holds one image.
 	for _, nc := range []*v1alpha1.NodeImageCache{
 		nodeCache("node-1", "swebench/flask-1:v1", base, flaskEnv),
 		nodeCache("node-2", "swebench/django-1:v1", base, djangoEnv, django1),
 		nodeCache("node-3", "swebench/django-2:v1", base, djangoEnv, django2),
 	} {
-		if err := c.Create(ctx, nc); err != nil {
+		if err := admin.Client.Create(ctx, nc); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = c.Delete(context.Background(), nc) })
+		t.Cleanup(func() { _ = admin.Client.Delete(context.Background(), nc) })
 	}
 	// The same binary with a profile that leaves the plugin out.
 	off := configv1.KubeSchedulerProfile{SchedulerName: ptr.To("without-node-cache")}
-	if _, err := testscheduler.Start(ctx, cluster, bin, []configv1.KubeSchedulerProfile{off}); err != nil {
+	if _, err := testscheduler.Start(ctx, cluster, schedulerBin, []configv1.KubeSchedulerProfile{off}); err != nil {
 		t.Fatal(err)
 	}
 
-	// Nodes 1 to 3 run a Pod of 4 CPUs each, so the resource plugins
-	// prefer node-0 when nothing else counts.
+	t.Run("asrl-scheduler", func(t *testing.T) {
+		place(t, ctx, cluster.NewNamespace(t), "", []step{
+			{"the stock scheduler prefers the least allocated node", "default-scheduler", "swebench/django-1:v1", "1", "node-0"},
+			{"an image no node has: the same choice", testscheduler.SchedulerName, "swebench/astropy-1:v1", "1", "node-0"},
+			{"the plugin off: the same choice", *off.SchedulerName, "swebench/django-1:v1", "1", "node-0"},
+			{"the node that has the image", testscheduler.SchedulerName, "docker.io/swebench/django-1:v1", "1", "node-2"},
+			{"another image, another node", testscheduler.SchedulerName, "swebench/flask-1:v1", "1", "node-1"},
+			// node-2 has 27 CPUs free, node-3 (the image's sibling, lacking
+			// 100 MiB of it) and node-0 (lacking all of it) have room.
+			{"the node with the image is full: the one lacking least of it", testscheduler.SchedulerName, "swebench/django-1:v1", "28", "node-3"},
+		})
+	})
+
+	t.Run("webhook node-cache affinity, stock scheduler", func(t *testing.T) {
+		ns := cluster.NewNamespace(t)
+		if _, err := testwebhook.Start(ctx, cluster, ns, webhookBin); err != nil {
+			t.Fatal(err)
+		}
+		p := &v1alpha1.SandboxPolicy{ObjectMeta: metav1.ObjectMeta{Name: "node-cache-" + ns}, Spec: v1alpha1.SandboxPolicySpec{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
+			NodeCache:         &v1alpha1.NodeCachePolicy{Weight: 100}}}
+		if err := admin.Client.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.Client.Delete(context.Background(), p) })
+		const stock = "default-scheduler"
+		place(t, ctx, ns, webhook.SandboxPodLabel, []step{
+			{"an image no node has: the stock choice", stock, "swebench/astropy-1:v1", "1", "node-0"},
+			{"the node that has the image", stock, "docker.io/swebench/django-1:v1", "1", "node-2"},
+			{"another image, another node", stock, "swebench/flask-1:v1", "1", "node-1"},
+			{"the node with the image is full: the one holding most of it", stock, "swebench/django-1:v1", "28", "node-3"},
+		})
+	})
+}
+
+// step is a Pod to schedule and the node it must go to.
+type step struct {
+	what, scheduler, image, cpu, want string
+}
+
+// place runs a Pod of 4 CPUs on each of nodes 1 to 3 — so the resource
+// plugins prefer node-0 when nothing else counts — then schedules the
+// steps' Pods one by one in ns, each labelled label if not empty, and
+// checks where they go; it deletes them all at the end, freeing the
+// nodes for the next test.
+func place(t *testing.T, ctx context.Context, ns, label string, steps []step) {
+	clients, err := cluster.Clients(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := clients.Client
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(0)); err != nil {
+			t.Error(err)
+		}
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			pods := &corev1.PodList{}
+			if err := c.List(ctx, pods, client.InNamespace(ns)); err != nil || len(pods.Items) == 0 || time.Now().After(deadline) {
+				return
+			}
+		}
+	})
 	for i := 1; i <= 3; i++ {
-		filler := pod(clients.Namespace, fmt.Sprintf("filler-%d", i), "", "registry.k8s.io/pause:3.10", "4")
+		filler := pod(ns, fmt.Sprintf("filler-%d", i), "", "registry.k8s.io/pause:3.10", "4")
 		filler.Spec.NodeName = fmt.Sprintf("node-%d", i)
 		if err := c.Create(ctx, filler); err != nil {
 			t.Fatal(err)
 		}
 	}
-
-	for i, step := range []struct {
-		what, scheduler, image, cpu, want string
-	}{
-		{"the stock scheduler prefers the least allocated node", "default-scheduler", "swebench/django-1:v1", "1", "node-0"},
-		{"an image no node has: the same choice", testscheduler.SchedulerName, "swebench/astropy-1:v1", "1", "node-0"},
-		{"the plugin off: the same choice", *off.SchedulerName, "swebench/django-1:v1", "1", "node-0"},
-		{"the node that has the image", testscheduler.SchedulerName, "docker.io/swebench/django-1:v1", "1", "node-2"},
-		{"another image, another node", testscheduler.SchedulerName, "swebench/flask-1:v1", "1", "node-1"},
-		// node-2 has 27 CPUs free, node-3 (the image's sibling, lacking
-		// 100 MiB of it) and node-0 (lacking all of it) have room.
-		{"the node with the image is full: the one lacking least of it", testscheduler.SchedulerName, "swebench/django-1:v1", "28", "node-3"},
-	} {
-		name := fmt.Sprintf("step-%d", i)
-		p := pod(clients.Namespace, name, step.scheduler, step.image, step.cpu)
+	for i, step := range steps {
+		p := pod(ns, fmt.Sprintf("step-%d", i), step.scheduler, step.image, step.cpu)
+		if label != "" {
+			p.Labels = map[string]string{label: p.Name}
+		}
 		if err := c.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 		if got := boundTo(t, ctx, c, p); got != step.want {
-			t.Errorf("%s: %s went to %s, want %s", step.what, name, got, step.want)
+			t.Errorf("%s: %s went to %s, want %s", step.what, p.Name, got, step.want)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 
@@ -139,6 +140,9 @@ func containersOf(spec *corev1.PodSpec, at string) []container {
 // are checked as the rewrite rules will make them.
 func Check(spec *corev1.PodSpec, at string, set Set) *Denial {
 	if _, d := set.single(at+".runtimeClassName", func(s v1alpha1.SandboxPolicySpec) string { return s.RuntimeClassName }); d != nil {
+		return d
+	}
+	if _, d := set.single(at+".schedulerName", func(s v1alpha1.SandboxPolicySpec) string { return s.SchedulerName }); d != nil {
 		return d
 	}
 	rules := set.rules()
@@ -299,6 +303,15 @@ func Mutate(pod *corev1.Pod, set Set, runID string) ([]string, error) {
 		changed("spec.runtimeClassName %s", runtimeClass.value)
 	}
 
+	// The API server defaults an unset scheduler to the cluster's own
+	// before admission; a Pod that names another keeps it.
+	scheduler, _ := set.single("spec.schedulerName", func(s v1alpha1.SandboxPolicySpec) string { return s.SchedulerName })
+	if scheduler.value != "" && (pod.Spec.SchedulerName == "" || pod.Spec.SchedulerName == corev1.DefaultSchedulerName) &&
+		pod.Spec.SchedulerName != scheduler.value {
+		pod.Spec.SchedulerName = scheduler.value
+		changed("spec.schedulerName %s", scheduler.value)
+	}
+
 	caps := maxLimits(set)
 	for _, c := range containersOf(&pod.Spec, "spec") {
 		for _, name := range slices.Sorted(maps.Keys(caps)) {
@@ -352,6 +365,70 @@ func colocationWeight(set Set) (int32, bool) {
 		}
 	}
 	return 0, false
+}
+
+// NodeCacheWeight is the weight of the highest-priority policy asking to
+// prefer the nodes that hold a Pod's image.
+func (s Set) NodeCacheWeight() (int32, bool) {
+	for _, p := range s {
+		if c := p.Spec.NodeCache; c != nil {
+			return cmp.Or(c.Weight, 50), true
+		}
+	}
+	return 0, false
+}
+
+// nodeNameField selects nodes by name, which NodeImageCaches carry (the
+// hostname label need not equal it). The API allows one name per field
+// requirement, so each node is a term of its own.
+const nodeNameField = "metadata.name"
+
+// maxNodeTerms bounds the terms added: a Pod's size must not grow with
+// the cluster. The nodes holding most come first.
+const maxNodeTerms = 20
+
+// AddNodeCacheAffinity prefers the nodes that hold at least half of a
+// Pod's image bytes, each with weight times the share it holds, as
+// NodeCacheLocality's score grows with what a node holds: missing is the
+// bytes of the Pod's images' layers each node with a cache lacks, of
+// total. It adds nothing if no node holds half, or the Pod already
+// prefers nodes by name. It reports whether it added terms.
+func AddNodeCacheAffinity(pod *corev1.Pod, weight int32, missing map[string]int64, total int64) bool {
+	if total <= 0 {
+		return false
+	}
+	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+		for _, t := range a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+			for _, f := range t.Preference.MatchFields {
+				if f.Key == nodeNameField {
+					return false
+				}
+			}
+		}
+	}
+	nodes := slices.SortedFunc(maps.Keys(missing), func(a, b string) int { return cmp.Or(cmp.Compare(missing[a], missing[b]), cmp.Compare(a, b)) })
+	var terms []corev1.PreferredSchedulingTerm
+	for _, n := range nodes {
+		held := float64(total-missing[n]) / float64(total)
+		if held < 0.5 || len(terms) == maxNodeTerms {
+			break
+		}
+		terms = append(terms, corev1.PreferredSchedulingTerm{Weight: max(1, int32(math.Round(float64(weight)*held))),
+			Preference: corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{
+				{Key: nodeNameField, Operator: corev1.NodeSelectorOpIn, Values: []string{n}}}}})
+	}
+	if len(terms) == 0 {
+		return false
+	}
+	if pod.Spec.Affinity == nil {
+		pod.Spec.Affinity = &corev1.Affinity{}
+	}
+	if pod.Spec.Affinity.NodeAffinity == nil {
+		pod.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := pod.Spec.Affinity.NodeAffinity
+	na.PreferredDuringSchedulingIgnoredDuringExecution = append(na.PreferredDuringSchedulingIgnoredDuringExecution, terms...)
+	return true
 }
 
 // addColocation prefers, with weight, the node of Pods whose template

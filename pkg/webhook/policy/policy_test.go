@@ -2,6 +2,7 @@ package policy
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -80,6 +81,14 @@ func TestMutate(t *testing.T) {
 		}), set: Set{policy("caps", 0, func(s *v1alpha1.SandboxPolicySpec) {
 			s.Security = &v1alpha1.SecurityPolicy{AllowedCapabilities: []corev1.Capability{"NET_BIND_SERVICE"}}
 		})}, runID: "theirs"},
+		{name: "scheduler-name", pod: sandboxPod(func(p *corev1.Pod) { p.Spec.SchedulerName = corev1.DefaultSchedulerName }),
+			set: Set{policy("node-cache", 0, func(s *v1alpha1.SandboxPolicySpec) { s.SchedulerName = "sandbox-fleet-scheduler" })}},
+		{name: "own-scheduler-kept", pod: sandboxPod(func(p *corev1.Pod) { p.Spec.SchedulerName = "gang-scheduler" }),
+			set: Set{policy("node-cache", 0, func(s *v1alpha1.SandboxPolicySpec) { s.SchedulerName = "sandbox-fleet-scheduler" })}},
+		{name: "scheduler-conflict", pod: sandboxPod(), set: Set{
+			policy("a", 5, func(s *v1alpha1.SandboxPolicySpec) { s.SchedulerName = "sandbox-fleet-scheduler" }),
+			policy("b", 5, func(s *v1alpha1.SandboxPolicySpec) { s.SchedulerName = "volcano" }),
+		}, denied: `denied by SandboxPolicy "a" and "b": spec.schedulerName: the policies conflict`},
 		{name: "host-network", pod: sandboxPod(func(p *corev1.Pod) { p.Spec.HostNetwork = true }), set: Set{policy("baseline", 0)},
 			denied: `denied by SandboxPolicy "baseline": spec.hostNetwork: host namespaces are not allowed for sandboxes (spec.security.allowHostNamespaces)`},
 		{name: "host-path", pod: sandboxPod(func(p *corev1.Pod) {
@@ -201,4 +210,61 @@ func FuzzMutate(f *testing.F) {
 			t.Errorf("a second admission of %s changed %v (%v)", data, more, err)
 		}
 	})
+}
+
+func TestAddNodeCacheAffinity(t *testing.T) {
+	const gib = 1 << 30
+	// terms are one per node, with its weight.
+	terms := func(nodes ...any) []corev1.PreferredSchedulingTerm {
+		var out []corev1.PreferredSchedulingTerm
+		for i := 0; i < len(nodes); i += 2 {
+			out = append(out, corev1.PreferredSchedulingTerm{Weight: int32(nodes[i+1].(int)), Preference: corev1.NodeSelectorTerm{
+				MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{nodes[i].(string)}}}}})
+		}
+		return out
+	}
+	many := map[string]int64{}
+	var first20 []any
+	for i := range 25 {
+		name := fmt.Sprintf("node-%02d", i)
+		many[name] = 0
+		if i < 20 {
+			first20 = append(first20, name, 40)
+		}
+	}
+	for _, tt := range []struct {
+		name    string
+		pod     *corev1.Pod
+		weight  int32
+		missing map[string]int64
+		total   int64
+		want    []corev1.PreferredSchedulingTerm // nil: nothing added
+	}{
+		{"each node holding half or more, weighted by its share, most first", sandboxPod(), 60,
+			map[string]int64{"has-it": 0, "sibling": gib / 5, "base-only": 4 * gib, "empty": 10 * gib}, 10 * gib,
+			terms("has-it", 60, "sibling", 59, "base-only", 36)},
+		{"no node holds half: nothing", sandboxPod(), 60, map[string]int64{"a": 6 * gib, "b": 10 * gib}, 10 * gib, nil},
+		{"no node has a cache: nothing", sandboxPod(), 60, nil, 10 * gib, nil},
+		{"an image without layers: nothing", sandboxPod(), 60, map[string]int64{"a": 0}, 0, nil},
+		{"a small weight still counts", sandboxPod(), 1, map[string]int64{"a": gib / 2}, gib, terms("a", 1)},
+		{"at most 20 nodes, by name among equals", sandboxPod(), 40, many, gib, terms(first20...)},
+		{"a Pod preferring nodes by name already keeps its own", sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: terms("mine", 5)}}
+		}), 60, map[string]int64{"a": 0}, gib, terms("mine", 5)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := tt.pod.DeepCopy()
+			added := AddNodeCacheAffinity(pod, tt.weight, tt.missing, tt.total)
+			var got []corev1.PreferredSchedulingTerm
+			if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+				got = a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution
+			}
+			if !equality.Semantic.DeepEqual(got, tt.want) {
+				t.Errorf("terms %+v, want %+v", got, tt.want)
+			}
+			if wantAdded := tt.want != nil && (tt.pod.Spec.Affinity == nil); added != wantAdded {
+				t.Errorf("added %v, want %v", added, wantAdded)
+			}
+		})
+	}
 }
