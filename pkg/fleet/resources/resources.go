@@ -180,7 +180,19 @@ func mergePodSpec(base, extra corev1.PodSpec) (corev1.PodSpec, error) {
 	if err != nil {
 		return base, err
 	}
-	patch, err := json.Marshal(extra)
+	// A PodSpec marshals its containers as null when it has none, which
+	// a merge patch reads as "delete them": leave out what extra does
+	// not set.
+	var fields map[string]any
+	raw, err := json.Marshal(extra)
+	if err == nil {
+		err = json.Unmarshal(raw, &fields)
+	}
+	if err != nil {
+		return base, err
+	}
+	maps.DeleteFunc(fields, func(_ string, v any) bool { return v == nil })
+	patch, err := json.Marshal(fields)
 	if err != nil {
 		return base, err
 	}

@@ -109,3 +109,15 @@ func TestTemplatePodSpec(t *testing.T) {
 		t.Errorf("template labels %v: want object labels only", tmpl.Labels)
 	}
 }
+
+// An extraPodSpec that sets no containers leaves the sandbox container be.
+func TestExtraPodSpecWithoutContainers(t *testing.T) {
+	tmpl, err := Template("ns", "run-7", "busybox:1.36", PodSpec{Extra: &corev1.PodSpec{SchedulerName: "sandbox-fleet-scheduler"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := tmpl.Spec.PodTemplate.Spec
+	if len(spec.Containers) != 1 || spec.Containers[0].Image != "busybox:1.36" || spec.SchedulerName != "sandbox-fleet-scheduler" {
+		t.Errorf("pod spec %+v: want the sandbox container and the extra scheduler name", spec)
+	}
+}
