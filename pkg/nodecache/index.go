@@ -1,18 +1,27 @@
 package nodecache
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
 )
 
-// Index is the caches of a cluster's nodes, kept for scoring Pods: each
-// node's layers, and every image some node lists with its layers, so a
-// Pod's images are looked up once, not once per node. It is not safe for
-// concurrent use.
+// Index is the caches of a cluster's nodes, kept for scoring Pods: every
+// image some node lists with its layers, so a Pod's images are looked up
+// once, not once per node; and for each layer the nodes holding it, so
+// what every node lacks of a Pod's layers is summed over the few layers'
+// lists of holders rather than looked up node by node. It is not safe
+// for concurrent use.
 type Index struct {
 	nodes map[string]*Node
+	// ids number the nodes densely, for holders; free are ids of nodes
+	// gone, to use again.
+	ids  map[string]int32
+	free []int32
+	// holders are the ids of the nodes holding each layer.
+	holders map[string][]int32
 	// images are the layers of each image some node lists, by normalised
 	// name and by manifest digest prefix ("@" + digest), with how many
 	// nodes list it.
@@ -26,13 +35,21 @@ type indexedImage struct {
 
 // NewIndex is an empty index.
 func NewIndex() *Index {
-	return &Index{nodes: map[string]*Node{}, images: map[string]indexedImage{}}
+	return &Index{nodes: map[string]*Node{}, ids: map[string]int32{}, holders: map[string][]int32{}, images: map[string]indexedImage{}}
 }
 
 // Set puts node's cache in the index, in place of what it held of it.
 func (x *Index) Set(node *Node) {
 	x.Delete(node.Name)
 	x.nodes[node.Name] = node
+	id := int32(len(x.ids))
+	if n := len(x.free); n > 0 {
+		id, x.free = x.free[n-1], x.free[:n-1]
+	}
+	x.ids[node.Name] = id
+	for digest := range node.layers {
+		x.holders[digest] = append(x.holders[digest], id)
+	}
 	for key, layers := range node.images {
 		x.images[key] = indexedImage{layers: layers, nodes: x.images[key].nodes + 1}
 	}
@@ -44,7 +61,22 @@ func (x *Index) Delete(name string) {
 	if !ok {
 		return
 	}
+	id := x.ids[name]
 	delete(x.nodes, name)
+	delete(x.ids, name)
+	x.free = append(x.free, id)
+	for digest := range old.layers {
+		holders := x.holders[digest]
+		if i := slices.Index(holders, id); i >= 0 {
+			holders[i] = holders[len(holders)-1]
+			holders = holders[:len(holders)-1]
+		}
+		if len(holders) == 0 {
+			delete(x.holders, digest)
+		} else {
+			x.holders[digest] = holders
+		}
+	}
 	for key := range old.images {
 		if e := x.images[key]; e.nodes > 1 {
 			e.nodes--
@@ -82,24 +114,39 @@ func (x *Index) PodLayers(images []string) []v1alpha1.Layer {
 
 // Lacking is what each node with a cache lacks of layers.
 func (x *Index) Lacking(layers []v1alpha1.Layer) map[string]int64 {
-	missing := make(map[string]int64, len(x.nodes))
-	for name, n := range x.nodes {
-		missing[name] = n.Missing(layers)
+	held, total := x.held(layers)
+	missing := make(map[string]int64, len(x.ids))
+	for name, id := range x.ids {
+		missing[name] = total - held[id]
 	}
 	return missing
 }
 
-// Missing is the bytes of layers node name lacks; a node without a cache
+// MissingOn is what each of nodes lacks of layers; a node without a cache
 // in the index (no agent runs there) is taken to lack them all.
-func (x *Index) Missing(name string, layers []v1alpha1.Layer) int64 {
-	if n := x.nodes[name]; n != nil {
-		return n.Missing(layers)
+func (x *Index) MissingOn(layers []v1alpha1.Layer, nodes []string) []int64 {
+	held, total := x.held(layers)
+	missing := make([]int64, len(nodes))
+	for i, name := range nodes {
+		missing[i] = total
+		if id, ok := x.ids[name]; ok {
+			missing[i] -= held[id]
+		}
 	}
-	var all int64
+	return missing
+}
+
+// held is the bytes of layers each node holds, by id, and their total.
+func (x *Index) held(layers []v1alpha1.Layer) ([]int64, int64) {
+	held := make([]int64, len(x.ids)+len(x.free))
+	var total int64
 	for _, l := range layers {
-		all += l.Size
+		total += l.Size
+		for _, id := range x.holders[l.Digest] {
+			held[id] += l.Size
+		}
 	}
-	return all
+	return held, total
 }
 
 // imageKey is how the index and Node name an image ref: by its

@@ -41,10 +41,8 @@ func TestIndex(t *testing.T) {
 	check("not a reference", "Not A Reference", nil)
 
 	djangoLayers := toLayers(django.Layers...)
-	for node, want := range map[string]int64{"a": 0, "b": 100, "no-agent": 1000} {
-		if got := x.Missing(node, djangoLayers); got != want {
-			t.Errorf("Missing(%s, django) = %d, want %d", node, got, want)
-		}
+	if got := x.MissingOn(djangoLayers, []string{"a", "b", "no-agent"}); fmt.Sprint(got) != "[0 100 1000]" {
+		t.Errorf("MissingOn(django, a, b, no-agent) = %v, want [0 100 1000]", got)
 	}
 
 	layers := x.PodLayers([]string{"swebench/django-1", "swebench/flask-1:v1", "unknown:1"})
@@ -63,6 +61,14 @@ func TestIndex(t *testing.T) {
 	check("a's other image", "swebench/django-1", django.Layers)
 	if x.Node("b") != nil || x.Node("a") == nil {
 		t.Errorf("Node: a %v, b %v", x.Node("a"), x.Node("b"))
+	}
+	if got := fmt.Sprint(x.Lacking(djangoLayers)); got != "map[a:0]" {
+		t.Errorf("after b went, Lacking(django) = %s, want map[a:0]", got)
+	}
+	// A node coming back takes b's freed place in the layers' holders.
+	x.Set(namedNode(t, "c", flask))
+	if got := fmt.Sprint(x.Lacking(toLayers(flask.Layers...))); got != "map[a:50 c:0]" {
+		t.Errorf("with c, Lacking(flask) = %s, want map[a:50 c:0]", got)
 	}
 	x.Delete("a")
 	x.Delete("a")

@@ -118,10 +118,7 @@ func score(index *nodecache.Index, podImages []string, nodes []string) (scores, 
 	if len(layers) == 0 || len(nodes) == 0 {
 		return nil, false
 	}
-	missing := make([]int64, len(nodes))
-	for i, n := range nodes {
-		missing[i] = index.Missing(n, layers)
-	}
+	missing := index.MissingOn(layers, nodes)
 	if slices.Min(missing) == slices.Max(missing) {
 		return nil, false
 	}
