@@ -39,7 +39,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -278,20 +277,7 @@ func keepOffCPU0() ([]int, error) {
 	if len(cpus) == 0 {
 		return nil, errors.New("-split needs at least two CPUs; use -split=false")
 	}
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return nil, err
-	}
-	for _, t := range tasks {
-		tid, err := strconv.Atoi(t.Name())
-		if err != nil {
-			continue
-		}
-		if err := unix.SchedSetaffinity(tid, &set); err != nil && !errors.Is(err, unix.ESRCH) {
-			return nil, fmt.Errorf("moving thread %d off CPU 0: %w", tid, err)
-		}
-	}
-	return cpus, nil
+	return cpus, testcluster.PinThisProcess(cpus...)
 }
 
 func mean(xs []float64) float64 {

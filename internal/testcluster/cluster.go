@@ -29,8 +29,12 @@ import (
 )
 
 // startTimeout bounds the whole bring-up; on this project's 2-core machines
-// it takes about 10 s.
-const startTimeout = 2 * time.Minute
+// it takes about 10 s. Each kwok node adds perNodeStartTimeout: a scale
+// test's thousand nodes take minutes to register and become Ready.
+const (
+	startTimeout        = 2 * time.Minute
+	perNodeStartTimeout = 300 * time.Millisecond
+)
 
 // Cluster is a running test cluster.
 type Cluster struct {
@@ -83,7 +87,7 @@ func Start(ctx context.Context, opts ...Option) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	ctx, cancel := context.WithTimeout(ctx, startTimeout+time.Duration(len(o.nodes))*perNodeStartTimeout)
 	defer cancel()
 	if err := c.start(ctx); err != nil {
 		return nil, err
@@ -133,7 +137,7 @@ func (c *Cluster) start(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := c.createNodes(ctx); err != nil {
+	if err := c.createNodes(ctx, c.opts.nodes); err != nil {
 		return err
 	}
 	if c.opts.realNode {
@@ -246,7 +250,12 @@ func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error 
 	if err := writeKubeconfig(c.Kubeconfig(), c.config); err != nil {
 		return err
 	}
-	if c.kube, err = kubernetes.NewForConfig(c.config); err != nil {
+	// The cluster's own client registers and watches over its nodes, a
+	// thousand of them in a scale test: client-go's 5 requests a second
+	// would take minutes.
+	own := rest.CopyConfig(c.config)
+	own.QPS, own.Burst = 500, 1000
+	if c.kube, err = kubernetes.NewForConfig(own); err != nil {
 		return err
 	}
 	return p.waitFor(ctx, "readyz", func(ctx context.Context) error {

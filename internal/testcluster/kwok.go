@@ -2,12 +2,14 @@ package testcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,44 +63,104 @@ func (c *Cluster) startKwok(port int) (waitFunc, error) {
 	}, nil
 }
 
-// createNodes registers the kwok nodes and waits until kwok reports each Ready.
-func (c *Cluster) createNodes(ctx context.Context) error {
-	for _, n := range c.opts.nodes {
-		labels := map[string]string{
-			corev1.LabelHostname:   n.Name,
-			corev1.LabelOSStable:   "linux",
-			corev1.LabelArchStable: "amd64",
-			"type":                 "kwok",
-		}
-		maps.Copy(labels, n.Labels)
-		node := &corev1.Node{
-			ObjectMeta: metav1.ObjectMeta{
-				Name:        n.Name,
-				Labels:      labels,
-				Annotations: map[string]string{kwokNodeAnnotation: "fake"},
-			},
-			Spec: corev1.NodeSpec{Taints: n.Taints},
-			Status: corev1.NodeStatus{Capacity: n.Capacity, Allocatable: n.Capacity,
-				// The apiserver dials nodes by Hostname first (for the
-				// real node); kwok's server is on loopback.
-				Addresses: []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: "localhost"}, {Type: corev1.NodeInternalIP, Address: "127.0.0.1"}}},
-		}
-		if _, err := c.kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
-			return fmt.Errorf("creating node %s: %w", n.Name, err)
-		}
-	}
-	for _, n := range c.opts.nodes {
-		err := poll(ctx, "node "+n.Name+" to be Ready with a lease", func(ctx context.Context) error {
-			if err := c.nodeReady(ctx, n.Name); err != nil {
-				return err
+// AddNodes registers more kwok nodes, for a test that needs nodes the
+// rest of its package must not see, and waits until they are Ready. The
+// test deletes them when done.
+func (c *Cluster) AddNodes(ctx context.Context, nodes ...Node) error {
+	return c.createNodes(ctx, nodes)
+}
+
+// createNodes registers kwok nodes, a few at a time (a scale test has a
+// thousand), and waits until kwok reports them all Ready with a lease,
+// and Pods may go there.
+func (c *Cluster) createNodes(ctx context.Context, all []Node) error {
+	const creators = 16
+	nodes := make(chan Node)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for range creators {
+		wg.Go(func() {
+			for n := range nodes {
+				if err := c.createNode(ctx, n); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
 			}
-			// Without a renewed lease the node would be declared dead.
-			_, err := c.kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, n.Name, metav1.GetOptions{})
-			return err
 		})
+	}
+	for _, n := range all {
+		nodes <- n
+	}
+	close(nodes)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return poll(ctx, fmt.Sprintf("%d kwok nodes to be Ready with a lease", len(all)), func(ctx context.Context) error {
+		nodes, err := c.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
 		}
+		// Without a renewed lease a node would be declared dead.
+		leases, err := c.kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		ready, leased := map[string]bool{}, map[string]bool{}
+		for _, n := range nodes.Items {
+			for _, cond := range n.Status.Conditions {
+				ready[n.Name] = ready[n.Name] || cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue
+			}
+			// A node tainted not-ready or unreachable takes no Pods.
+			for _, t := range n.Spec.Taints {
+				if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
+					ready[n.Name] = false
+				}
+			}
+		}
+		for _, l := range leases.Items {
+			leased[l.Name] = true
+		}
+		for _, n := range all {
+			if !ready[n.Name] || !leased[n.Name] {
+				return fmt.Errorf("node %s is not Ready with a lease yet", n.Name)
+			}
+		}
+		return nil
+	})
+}
+
+// createNode registers one kwok node.
+func (c *Cluster) createNode(ctx context.Context, n Node) error {
+	labels := map[string]string{
+		corev1.LabelHostname:   n.Name,
+		corev1.LabelOSStable:   "linux",
+		corev1.LabelArchStable: "amd64",
+		"type":                 "kwok",
+	}
+	maps.Copy(labels, n.Labels)
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        n.Name,
+			Labels:      labels,
+			Annotations: map[string]string{kwokNodeAnnotation: "fake"},
+		},
+		Spec: corev1.NodeSpec{Taints: n.Taints},
+		Status: corev1.NodeStatus{Capacity: n.Capacity, Allocatable: n.Capacity,
+			// The apiserver dials nodes by Hostname first (for the
+			// real node); kwok's server is on loopback.
+			Addresses: []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: "localhost"}, {Type: corev1.NodeInternalIP, Address: "127.0.0.1"}},
+			// Ready from the start, as kwok keeps it: a node the node
+			// lifecycle controller first sees without it is tainted
+			// not-ready until it sees it Ready, a race with a test that
+			// schedules onto it at once.
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+				LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}},
+	}
+	if _, err := c.kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating node %s: %w", n.Name, err)
 	}
 	return nil
 }

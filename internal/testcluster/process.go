@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -189,6 +190,31 @@ func tail(path string, lines int) string {
 		all = all[len(all)-lines:]
 	}
 	return strings.Join(all, "\n")
+}
+
+// PinThisProcess moves every thread of this process, and so the threads
+// they start, to cpus: a benchmark keeps itself apart from what it
+// measures, as StartProcess keeps a component on the CPUs it is given.
+func PinThisProcess(cpus ...int) error {
+	var set unix.CPUSet
+	for _, cpu := range cpus {
+		set.Set(cpu)
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		// A thread may end between the listing and here.
+		if err := unix.SchedSetaffinity(tid, &set); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("moving thread %d to CPUs %v: %w", tid, cpus, err)
+		}
+	}
+	return nil
 }
 
 // BuildCommand builds the project's command cmd/name into dir and
