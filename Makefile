@@ -88,6 +88,10 @@ bench: testbin ## benchmark the claim path against a bare client on a local kwok
 bench-webhook: testbin ## benchmark asrl-webhook against no webhook and a policy-free webhook: latency at 200 Pods/s, creates/s ratios (~10 min)
 	go run ./bench/webhook -rounds 3
 
+.PHONY: bench-scheduler
+bench-scheduler: testbin ## benchmark asrl-scheduler on 1,000 kwok nodes: Pods/s against the default profile, cache-optimal placements (~15 min)
+	go run ./bench/scheduler
+
 .PHONY: bench-nodecache
 bench-nodecache: testbin ## benchmark asrl-prepull-agent with 5,000 images on its node: object size, RSS, CPU per change (~2 min)
 	go run ./bench/nodecache

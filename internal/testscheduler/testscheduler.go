@@ -32,12 +32,20 @@ func Build(dir string) (string, error) {
 	return testcluster.BuildCommand(dir, "asrl-scheduler")
 }
 
+// Scheduler is a running asrl-scheduler.
+type Scheduler struct {
+	*testcluster.Process
+	// URL is where it serves /healthz, /readyz and /metrics over TLS
+	// (a self-signed certificate; /metrics wants the cluster's admin
+	// credentials).
+	URL string
+}
+
 // Start runs the built scheduler bin for cluster c with the shipped
 // configuration — with the cluster's admin credentials, without leader
-// election, and with profiles added if any — on cpus if any, and returns
-// once it serves /readyz. It stops with the cluster, or with the returned
-// Process's Stop.
-func Start(ctx context.Context, c *testcluster.Cluster, bin string, profiles []configv1.KubeSchedulerProfile, cpus ...int) (*testcluster.Process, error) {
+// election, and changed by edit if not nil — on cpus if any, and returns
+// once it serves /readyz. It stops with the cluster, or with Stop.
+func Start(ctx context.Context, c *testcluster.Cluster, bin string, edit func(*configv1.KubeSchedulerConfiguration), cpus ...int) (*Scheduler, error) {
 	shipped, err := Config()
 	if err != nil {
 		return nil, err
@@ -52,7 +60,9 @@ func Start(ctx context.Context, c *testcluster.Cluster, bin string, profiles []c
 	}
 	cfg.ClientConnection.Kubeconfig = c.Kubeconfig()
 	cfg.LeaderElection.LeaderElect = ptr.To(false)
-	cfg.Profiles = append(cfg.Profiles, profiles...)
+	if edit != nil {
+		edit(cfg)
+	}
 	if b, err = yaml.Marshal(cfg); err != nil {
 		return nil, err
 	}
@@ -78,11 +88,12 @@ func Start(ctx context.Context, c *testcluster.Cluster, bin string, profiles []c
 	if err != nil {
 		return nil, err
 	}
-	if err := ready(ctx, "https://127.0.0.1:"+strconv.Itoa(ports[0])+"/readyz"); err != nil {
+	url := "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	if err := ready(ctx, url+"/readyz"); err != nil {
 		err = fmt.Errorf("asrl-scheduler not ready (its log: %s): %w", filepath.Join(c.LogDir(), "asrl-scheduler.log"), err)
 		return nil, errors.Join(err, p.Stop())
 	}
-	return p, nil
+	return &Scheduler{Process: p, URL: url}, nil
 }
 
 // Config finds manifests/scheduler/scheduler-config.yaml above the

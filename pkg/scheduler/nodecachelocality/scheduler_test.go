@@ -83,7 +83,8 @@ func TestNodeCacheLocality(t *testing.T) {
 	}
 	// The same binary with a profile that leaves the plugin out.
 	off := configv1.KubeSchedulerProfile{SchedulerName: ptr.To("without-node-cache")}
-	if _, err := testscheduler.Start(ctx, cluster, schedulerBin, []configv1.KubeSchedulerProfile{off}); err != nil {
+	addOff := func(cfg *configv1.KubeSchedulerConfiguration) { cfg.Profiles = append(cfg.Profiles, off) }
+	if _, err := testscheduler.Start(ctx, cluster, schedulerBin, addOff); err != nil {
 		t.Fatal(err)
 	}
 

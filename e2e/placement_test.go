@@ -1,0 +1,123 @@
+package e2e
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testscheduler"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/warm"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
+)
+
+// After a PrepullJob warms the real node, a warm pool of that image
+// scheduled by asrl-scheduler lands there, though the stock scheduler
+// prefers the emptier kwok nodes beside it.
+func TestPoolLandsWherePrepulled(t *testing.T) {
+	requireLocal(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bin, err := testscheduler.Build(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testscheduler.Start(ctx, local, bin, nil); err != nil {
+		t.Fatal(err)
+	}
+	const runID = "e2e-placement"
+	clients, tr := startRun(t, ctx, runID)
+	// Two kwok nodes beside the real one, for this test only: emptier
+	// and larger, the stock scheduler prefers them.
+	fake := testcluster.FakeNodes("fake-node", 2, testcluster.DefaultCapacity(), nil)
+	t.Cleanup(func() {
+		for _, n := range fake {
+			_ = clients.Kube.CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{})
+		}
+	})
+	if err := local.AddNodes(ctx, fake...); err != nil {
+		t.Fatal(err)
+	}
+	startAgent(t, ctx)
+	node := local.RealNodeName()
+
+	img, _ := pushNewImage(t, ctx, "placement")
+	job := newJob(clients.Namespace, "warm-the-node", []string{img}, map[string]string{corev1.LabelHostname: node})
+	if err := clients.Client.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	if e := waitForEntry(t, ctx, clients, job, node, func(e v1alpha1.NodePrepullStatus) bool { return e.Phase != v1alpha1.PrepullPulling }); e.Phase != v1alpha1.PrepullSucceeded {
+		t.Fatalf("the PrepullJob did not pull %s: %+v", img, e)
+	}
+	waitForCache(t, ctx, clients, node, func(c *v1alpha1.NodeImageCache) bool {
+		n, err := nodecache.NewNode(c)
+		if err != nil {
+			return false
+		}
+		_, ok := n.Image(img)
+		return ok
+	})
+
+	// The stock scheduler's choice for a Pod of the image: a kwok node,
+	// emptier and larger than the real one.
+	probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: clients.Namespace, Name: "stock-choice"}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "main", Image: img, Command: []string{"sleep", "3600"},
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}}}},
+	}}
+	if err := clients.Client.Create(ctx, probe); err != nil {
+		t.Fatal(err)
+	}
+	if got := scheduledTo(t, ctx, clients.Client, probe); got == node {
+		t.Fatalf("the stock scheduler put %s on the real node already: this test shows nothing", probe.Name)
+	}
+
+	template, err := resources.Template(clients.Namespace, runID, img, resources.PodSpec{
+		Extra: &corev1.PodSpec{SchedulerName: testscheduler.SchedulerName}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := resources.WarmPool(template, 2)
+	if err := (&warm.Filler{Client: clients.Client, Tracker: tr}).Fill(ctx, []warm.Pool{{Template: template, Pool: pool}}); err != nil {
+		t.Fatal(err)
+	}
+	pods := &corev1.PodList{}
+	if err := clients.Client.List(ctx, pods, client.InNamespace(clients.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	var placed []string
+	for _, p := range pods.Items {
+		if p.Spec.SchedulerName == testscheduler.SchedulerName {
+			placed = append(placed, p.Spec.NodeName)
+		}
+	}
+	if len(placed) != 2 || slices.ContainsFunc(placed, func(n string) bool { return n != node }) {
+		t.Errorf("the pool's Pods went to %v, want both on %s, which holds %s", placed, node, img)
+	}
+}
+
+// scheduledTo waits for p to be bound and returns its node.
+func scheduledTo(t *testing.T, ctx context.Context, c client.Client, p *corev1.Pod) string {
+	t.Helper()
+	for {
+		got := &corev1.Pod{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Spec.NodeName != "" {
+			return got.Spec.NodeName
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("Pod %s was not scheduled: %+v", p.Name, got.Status.Conditions)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
