@@ -27,7 +27,7 @@ func (c *Cluster) installCRDs(ctx context.Context) error {
 	if err != nil || len(files) == 0 {
 		return fmt.Errorf("agent Sandbox CRDs missing from %s: rerun `make testbin`", c.bins.dir)
 	}
-	root, err := repoRoot()
+	root, err := RepoRoot()
 	if err != nil {
 		return err
 	}

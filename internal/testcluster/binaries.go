@@ -16,7 +16,7 @@ type binaries struct{ dir string }
 func findBinaries() (binaries, error) {
 	dir := os.Getenv(BinDirEnv)
 	if dir == "" {
-		root, err := repoRoot()
+		root, err := RepoRoot()
 		if err != nil {
 			return binaries{}, err
 		}
@@ -49,9 +49,10 @@ func (b binaries) kwokStageFiles() ([]string, error) {
 	return filepath.Glob(filepath.Join(b.dir, "kwok-stages", "*.yaml"))
 }
 
-// repoRoot finds the checkout by walking up from the working directory,
-// which for `go test` is the package's directory.
-func repoRoot() (string, error) {
+// RepoRoot finds the checkout by walking up from the working directory
+// — the package's for a test, the checkout's for a benchmark — for the
+// helpers that run what it ships (its manifests, its commands).
+func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err

@@ -152,7 +152,7 @@ func (c *Cluster) startRegistry(ctx context.Context) error {
 // buildTestImages builds the test images, caching their layers in
 // .cache/images of the checkout.
 func buildTestImages(ctx context.Context) ([]testimages.Image, error) {
-	root, err := repoRoot()
+	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
 	}

@@ -223,7 +223,7 @@ func PinThisProcess(cpus ...int) error {
 // (asrl-scheduler) — so what tests and benchmarks run (and measure) is
 // the binary the images ship.
 func BuildCommand(dir, name string) (string, error) {
-	root, err := repoRoot()
+	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}

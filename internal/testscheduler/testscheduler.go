@@ -15,9 +15,11 @@ import (
 	"strconv"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	configv1 "k8s.io/kube-scheduler/config/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
@@ -96,25 +98,30 @@ func Start(ctx context.Context, c *testcluster.Cluster, bin string, edit func(*c
 	return &Scheduler{Process: p, URL: url}, nil
 }
 
-// Config finds manifests/scheduler/scheduler-config.yaml above the
-// working directory: the package's for a test, the checkout's for a
-// benchmark.
+// Config is the shipped configuration, manifests/scheduler/scheduler-config.yaml.
 func Config() (string, error) {
-	dir, err := os.Getwd()
+	root, err := testcluster.RepoRoot()
 	if err != nil {
 		return "", err
 	}
-	for {
-		path := filepath.Join(dir, "manifests", "scheduler", "scheduler-config.yaml")
-		if _, err := os.Stat(path); err == nil {
-			return path, nil
+	return filepath.Join(root, "manifests", "scheduler", "scheduler-config.yaml"), nil
+}
+
+// BoundTo waits for pod to be bound and returns its node.
+func BoundTo(ctx context.Context, c client.Client, pod *corev1.Pod) (string, error) {
+	var node string
+	err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		got := &corev1.Pod{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
+			return false, err
 		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("manifests/scheduler/scheduler-config.yaml not found above the working directory")
-		}
-		dir = parent
+		node = got.Spec.NodeName
+		return node != "", nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("Pod %s was not scheduled: %w", pod.Name, err)
 	}
+	return node, nil
 }
 
 // ready waits for url to answer 200.

@@ -90,10 +90,11 @@ func Start(ctx context.Context, c *testcluster.Cluster, ns, bin string, cpus ...
 // in place of the Service and a namespace selector keeping them to ns, so
 // the tests run the failure policy, selectors and rules users get.
 func (s *Server) configurations(ns string) ([]client.Object, error) {
-	path, err := manifest()
+	root, err := testcluster.RepoRoot()
 	if err != nil {
 		return nil, err
 	}
+	path := filepath.Join(root, "manifests", "webhook", "webhooks.yaml")
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -124,26 +125,6 @@ func (s *Server) configurations(ns string) ([]client.Object, error) {
 		validating.Webhooks[i].NamespaceSelector = selectNS
 	}
 	return []client.Object{mutating, validating}, nil
-}
-
-// manifest finds manifests/webhook/webhooks.yaml above the working
-// directory: the package's for a test, the checkout's for a benchmark.
-func manifest() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		path := filepath.Join(dir, "manifests", "webhook", "webhooks.yaml")
-		if _, err := os.Stat(path); err == nil {
-			return path, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("manifests/webhook/webhooks.yaml not found above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // waitCallable waits until the CA is in both configurations and the

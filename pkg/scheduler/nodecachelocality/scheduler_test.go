@@ -166,7 +166,11 @@ func place(t *testing.T, ctx context.Context, ns, label string, steps []step) {
 		if err := c.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		if got := boundTo(t, ctx, c, p); got != step.want {
+		got, err := testscheduler.BoundTo(ctx, c, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != step.want {
 			t.Errorf("%s: %s went to %s, want %s", step.what, p.Name, got, step.want)
 		}
 	}
@@ -178,23 +182,4 @@ func pod(ns, name, scheduler, image, cpu string) *corev1.Pod {
 		Containers: []corev1.Container{{Name: "main", Image: image,
 			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}},
 	}}
-}
-
-// boundTo waits for p to be bound and returns its node.
-func boundTo(t *testing.T, ctx context.Context, c client.Client, p *corev1.Pod) string {
-	t.Helper()
-	for {
-		got := &corev1.Pod{}
-		if err := c.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
-			t.Fatal(err)
-		}
-		if got.Spec.NodeName != "" {
-			return got.Spec.NodeName
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("Pod %s was not scheduled: %+v", p.Name, got.Status.Conditions)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
