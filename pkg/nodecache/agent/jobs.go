@@ -105,9 +105,9 @@ func (a *Agent) runJobs(ctx context.Context) {
 }
 
 // expire (re)sets when this node deletes job: after its TTL, in the
-// node's turn (nodecache.DeleteAt), if the job is still there and the
-// same then; an agent deletes it once its own run is over, so a node
-// that takes its time does not lose the job.
+// node's turn (nodecache.DeleteAt). An agent deletes it once every node
+// is done, its own among them, so a node that takes its time does not
+// lose the job.
 func (j *jobs) expire(ctx context.Context, job *v1alpha1.PrepullJob) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -119,17 +119,30 @@ func (j *jobs) expire(ctx context.Context, job *v1alpha1.PrepullJob) {
 	if !ok || job.DeletionTimestamp != nil {
 		return
 	}
-	j.expiries[job.UID] = time.AfterFunc(time.Until(at), func() {
+	j.armExpiry(ctx, job, time.Until(at))
+}
+
+// expiryRetry is how long an agent waits to delete an expired job again
+// after the API refused.
+const expiryRetry = 30 * time.Second
+
+// armExpiry, with j.mu held, has job deleted in d if it is then still
+// there, the same and expired, and tries again later if that fails.
+func (j *jobs) armExpiry(ctx context.Context, job *v1alpha1.PrepullJob, d time.Duration) {
+	var t *time.Timer
+	t = time.AfterFunc(d, func() {
 		j.mu.Lock()
-		if j.closed {
+		// A newer timer (the job changed) or the agent's end wins.
+		if j.closed || j.expiries[job.UID] != t {
 			j.mu.Unlock()
 			return
 		}
 		j.wg.Add(1)
 		j.mu.Unlock()
 		defer j.wg.Done()
-		// The job as the informer has it now: DeleteAt again, for a
-		// job that changed since without this timer being reset yet.
+		log := j.a.Log.WithValues("prepulljob", job.Namespace+"/"+job.Name)
+		// The job as the informer has it now, for one that changed
+		// since without its timer being reset yet.
 		obj, exists, _ := j.store.Get(job)
 		now, _ := obj.(*v1alpha1.PrepullJob)
 		if !exists || now == nil || now.UID != job.UID {
@@ -139,11 +152,17 @@ func (j *jobs) expire(ctx context.Context, job *v1alpha1.PrepullJob) {
 			return
 		}
 		if err := j.a.Client.deleteJob(ctx, now); err != nil {
-			j.a.Log.Error(err, "Deleting a PrepullJob past its ttlSecondsAfterFinished", "prepulljob", job.Namespace+"/"+job.Name)
+			log.Error(err, "Deleting a PrepullJob past its ttlSecondsAfterFinished; trying again", "in", expiryRetry)
+			j.mu.Lock()
+			if !j.closed && j.expiries[job.UID] == t {
+				j.armExpiry(ctx, now, expiryRetry)
+			}
+			j.mu.Unlock()
 			return
 		}
-		j.a.Log.Info("Deleted a PrepullJob past its ttlSecondsAfterFinished", "prepulljob", job.Namespace+"/"+job.Name)
+		log.Info("Deleted a PrepullJob past its ttlSecondsAfterFinished")
 	})
+	j.expiries[job.UID] = t
 }
 
 // start runs job on this node unless it runs already or the node's entry
