@@ -26,6 +26,19 @@ func TestPoolLandsWherePrepulled(t *testing.T) {
 	requireLocal(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	// Two kwok nodes beside the real one, for this test only: emptier
+	// and larger, the stock scheduler prefers them. They come first, so
+	// both schedulers know them before any Pod is scheduled.
+	fake := testcluster.FakeNodes("fake-node", 2, testcluster.DefaultCapacity(), nil)
+	kc := kubeClient(t)
+	t.Cleanup(func() {
+		for _, n := range fake {
+			_ = kc.CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{})
+		}
+	})
+	if err := local.AddNodes(ctx, fake...); err != nil {
+		t.Fatal(err)
+	}
 	bin, err := testscheduler.Build(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -35,17 +48,6 @@ func TestPoolLandsWherePrepulled(t *testing.T) {
 	}
 	const runID = "e2e-placement"
 	clients, tr := startRun(t, ctx, runID)
-	// Two kwok nodes beside the real one, for this test only: emptier
-	// and larger, the stock scheduler prefers them.
-	fake := testcluster.FakeNodes("fake-node", 2, testcluster.DefaultCapacity(), nil)
-	t.Cleanup(func() {
-		for _, n := range fake {
-			_ = clients.Kube.CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{})
-		}
-	})
-	if err := local.AddNodes(ctx, fake...); err != nil {
-		t.Fatal(err)
-	}
 	startAgent(t, ctx)
 	node := local.RealNodeName()
 
@@ -66,16 +68,18 @@ func TestPoolLandsWherePrepulled(t *testing.T) {
 		return ok
 	})
 
-	// The stock scheduler's choice for a Pod of the image: a kwok node,
-	// emptier and larger than the real one.
+	// The stock scheduler's choice for a Pod of the image asking for a
+	// CPU: a kwok node, where a CPU is a 32nd of it, not half.
 	probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: clients.Namespace, Name: "stock-choice"}, Spec: corev1.PodSpec{
 		Containers: []corev1.Container{{Name: "main", Image: img, Command: []string{"sleep", "3600"},
-			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}}}},
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}},
 	}}
 	if err := clients.Client.Create(ctx, probe); err != nil {
 		t.Fatal(err)
 	}
-	if got := scheduledTo(t, ctx, clients.Client, probe); got == node {
+	if got, err := testscheduler.BoundTo(ctx, clients.Client, probe); err != nil {
+		t.Fatal(err)
+	} else if got == node {
 		t.Fatalf("the stock scheduler put %s on the real node already: this test shows nothing", probe.Name)
 	}
 
@@ -100,24 +104,5 @@ func TestPoolLandsWherePrepulled(t *testing.T) {
 	}
 	if len(placed) != 2 || slices.ContainsFunc(placed, func(n string) bool { return n != node }) {
 		t.Errorf("the pool's Pods went to %v, want both on %s, which holds %s", placed, node, img)
-	}
-}
-
-// scheduledTo waits for p to be bound and returns its node.
-func scheduledTo(t *testing.T, ctx context.Context, c client.Client, p *corev1.Pod) string {
-	t.Helper()
-	for {
-		got := &corev1.Pod{}
-		if err := c.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
-			t.Fatal(err)
-		}
-		if got.Spec.NodeName != "" {
-			return got.Spec.NodeName
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("Pod %s was not scheduled: %+v", p.Name, got.Status.Conditions)
-		case <-time.After(50 * time.Millisecond):
-		}
 	}
 }

@@ -204,7 +204,9 @@ func TestPrepullVerb(t *testing.T) {
 		t.Fatal(err)
 	}
 	onTheNode := corev1.LabelHostname + "=" + local.RealNodeName()
-	code, out, stderr := plugin("prepull", "-n", ns, "--tasks", taskFile, "-l", onTheNode, "--wait", "-o", "json")
+	// A high-water mark of 99%: the test machine's disk may be fuller than
+	// the default 80%.
+	code, out, stderr := plugin("prepull", "-n", ns, "--tasks", taskFile, "-l", onTheNode, "--high-water", "99", "--wait", "-o", "json")
 	var p nodecache.JobProgress
 	if code != 0 || json.Unmarshal([]byte(out), &p) != nil {
 		t.Fatalf("prepull --wait: exit %d\n%s%s", code, out, stderr)
@@ -292,7 +294,7 @@ func TestRunPrepull(t *testing.T) {
 	if err := os.WriteFile(taskFile, []byte(rows), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, out, stderr := plugin("run", "-n", ns, "--tasks", taskFile, "--prepull", "--max-concurrent", "1",
+	code, out, stderr := plugin("run", "-n", ns, "--tasks", taskFile, "--prepull", "--prepull-high-water", "99", "--max-concurrent", "1",
 		"--ready-timeout", "3m", "-o", "json", "--", "true")
 	var rep report.Report
 	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.TasksOK != 2 {

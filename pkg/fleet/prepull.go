@@ -22,8 +22,9 @@ import (
 // that run asrl-prepull-agent. It waits up to timeout. What keeps a node
 // from pulling everything — no agent, the disk budget, an image that
 // fails — is told to warn and does not stop the run: the sandboxes then
-// pull for themselves. The jobs stay until Unprepull deletes them.
-func (f *Fleet) Prepull(ctx context.Context, timeout time.Duration, warn func(string)) error {
+// pull for themselves. The jobs stay until Unprepull deletes them. A node
+// starts no pull once its image filesystem is highWater percent full.
+func (f *Fleet) Prepull(ctx context.Context, timeout time.Duration, highWater int32, warn func(string)) error {
 	start := time.Now()
 	defer func() { f.phase("prepull", "", time.Since(start)) }()
 	images := make([]string, 0, len(f.Plan.Pools))
@@ -35,13 +36,13 @@ func (f *Fleet) Prepull(ctx context.Context, timeout time.Duration, warn func(st
 	errs := make([]error, len(f.Clusters))
 	var wg sync.WaitGroup
 	for i, c := range f.Clusters {
-		wg.Go(func() { errs[i] = f.prepullOn(ctx, c, images, warn) })
+		wg.Go(func() { errs[i] = f.prepullOn(ctx, c, images, highWater, warn) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
-func (f *Fleet) prepullOn(ctx context.Context, c *Cluster, images []string, warn func(string)) error {
+func (f *Fleet) prepullOn(ctx context.Context, c *Cluster, images []string, highWater int32, warn func(string)) error {
 	targets, without, err := prepull.Targets(ctx, c.Clients.Client, c.spec.NodeSelector)
 	if err != nil {
 		return fmt.Errorf("prepull on cluster %s: %w", c.Name, err)
@@ -55,7 +56,7 @@ func (f *Fleet) prepullOn(ctx context.Context, c *Cluster, images []string, warn
 	job := &v1alpha1.PrepullJob{
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace(), GenerateName: f.RunID + "-prepull-", Labels: labels.ForRun(f.RunID)},
 		Spec: v1alpha1.PrepullJobSpec{Images: images, NodeSelector: c.spec.NodeSelector,
-			PerNodeParallelism: 2, DiskHighWaterPercent: 80},
+			PerNodeParallelism: 2, DiskHighWaterPercent: highWater},
 	}
 	if err := c.Clients.Client.Create(ctx, job); err != nil {
 		return fmt.Errorf("prepull on cluster %s: creating the PrepullJob: %w", c.Name, err)

@@ -50,6 +50,7 @@ type options struct {
 	resultsFile, reportFile, output, metricsAddr string
 	progressInterval                             time.Duration
 	quiet, prepull                               bool
+	prepullHighWater                             int32
 
 	// Filled in by complete.
 	command []string
@@ -121,6 +122,7 @@ run failed, 2 for bad flags or input.`,
 	f.DurationVar(&o.progressInterval, "progress-interval", 10*time.Second, "how often progress is logged when stderr is not a terminal")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print no progress and no report table")
 	f.BoolVar(&o.prepull, "prepull", false, "before warming, have the nodes with asrl-prepull-agent pull the run's images (a PrepullJob per cluster, deleted at the end)")
+	f.Int32Var(&o.prepullHighWater, "prepull-high-water", 80, "with --prepull, start no pull once a node's image filesystem is this full, in percent (1-100)")
 	return cmd
 }
 
@@ -136,6 +138,9 @@ func (o *options) complete(cmd *cobra.Command, args []string) error {
 	o.command = args
 	if o.timeout < 0 {
 		return usage.Errorf("--timeout %s: must not be negative", o.timeout)
+	}
+	if o.prepullHighWater < 1 || o.prepullHighWater > 100 {
+		return usage.Errorf("--prepull-high-water %d: must be a percentage, 1 to 100", o.prepullHighWater)
 	}
 	var err error
 	if o.cfg, o.loaded, err = o.inputs.Load(cmd.Flags(), o.streams.In); err != nil {
@@ -232,7 +237,7 @@ func (o *options) run(parent context.Context) error {
 		}()
 		fmt.Fprintf(o.streams.ErrOut, "run %s: pre-pulling %s\n", o.runID, output.Count(len(f.Plan.Pools), "image"))
 		warn := func(msg string) { fmt.Fprintf(o.streams.ErrOut, "Warning: %s\n", msg) }
-		if err := f.Prepull(ctx, o.cfg.ReadyTimeout.Duration, warn); err != nil {
+		if err := f.Prepull(ctx, o.cfg.ReadyTimeout.Duration, o.prepullHighWater, warn); err != nil {
 			return fmt.Errorf("run %s: %w", o.runID, err)
 		}
 	}
