@@ -23,6 +23,7 @@ import (
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/metrics"
@@ -36,6 +37,8 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracker"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/warm"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/informer"
 )
 
 // Target is one cluster of the fleet: its configuration and its clients.
@@ -54,6 +57,9 @@ type Cluster struct {
 	spec    resources.PodSpec
 	// replicas and claims are the run's load here, for placement.
 	replicas, claims int
+	// lacking is, for the run's images, the fewest bytes of each one of
+	// the cluster's nodes lacks (image-affinity placement).
+	lacking map[string]int64
 }
 
 // Namespace is where the run's objects live on this cluster.
@@ -136,7 +142,55 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 			Claimer: &claim.Claimer{Client: t.Clients.Client, Tracker: tr, Grace: cfg.ClaimGrace.Duration},
 		})
 	}
+	if cfg.Placement == "image-affinity" && len(f.Clusters) > 1 {
+		f.readNodeCaches(ctx)
+	}
 	return f, nil
+}
+
+// readNodeCaches sets what each cluster's nodes (those its node selector
+// picks) lack of each image of the plan, from their NodeImageCaches, for
+// image-affinity placement. A cluster whose caches cannot be read (no
+// agents, no CRD, no right to list) gives no signal: it is warned about,
+// and its images are placed as if no cache knew them.
+func (f *Fleet) readNodeCaches(ctx context.Context) {
+	indexes := make([]*nodecache.Index, len(f.Clusters))
+	nodes := make([][]string, len(f.Clusters))
+	for i, c := range f.Clusters {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+		err := c.Clients.Client.List(ctx, list, client.MatchingLabels(c.spec.NodeSelector))
+		if err == nil {
+			for _, n := range list.Items {
+				nodes[i] = append(nodes[i], n.Name)
+			}
+			indexes[i], err = informer.Snapshot(ctx, c.Clients.Client, nodes[i])
+		}
+		if err != nil {
+			klog.Warningf("image-affinity on cluster %s: reading its nodes' image caches: %v; placing without them", c.Name, err)
+			indexes[i] = nil
+		}
+	}
+	for _, p := range f.Plan.Pools {
+		var layers []v1alpha1.Layer
+		for _, x := range indexes {
+			if x != nil && len(layers) == 0 {
+				layers = x.PodLayers([]string{p.Image})
+			}
+		}
+		if len(layers) == 0 {
+			continue
+		}
+		for i, c := range f.Clusters {
+			if indexes[i] == nil || len(nodes[i]) == 0 {
+				continue
+			}
+			if c.lacking == nil {
+				c.lacking = map[string]int64{}
+			}
+			c.lacking[p.Image] = slices.Min(indexes[i].MissingOn(layers, nodes[i]))
+		}
+	}
 }
 
 // Preflight checks every cluster, concurrently, before anything is
@@ -214,7 +268,7 @@ func (f *Fleet) place(image string, replicas int) (*Cluster, error) {
 	targets := make([]placement.Target, len(f.Clusters))
 	for i, c := range f.Clusters {
 		targets[i] = placement.Target{Name: c.Name, Weight: c.config.Weight, MaxReplicas: c.config.MaxReplicas,
-			Replicas: c.replicas, Claims: c.claims}
+			Replicas: c.replicas, Claims: c.claims, Lacking: c.lacking}
 	}
 	i, err := f.policy.Choose(image, replicas, targets)
 	if err != nil {

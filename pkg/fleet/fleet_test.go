@@ -8,11 +8,14 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
@@ -54,12 +57,11 @@ func open(t *testing.T, ctx context.Context, runID string, cfg config.Fleet, ts 
 		if err != nil {
 			t.Fatal(err)
 		}
-		name := fmt.Sprintf("c%d", i)
-		weight := 1.0
+		cc := config.Cluster{Name: fmt.Sprintf("c%d", i), Weight: 1}
 		if i < len(cfg.Clusters) {
-			name, weight = cfg.Clusters[i].Name, cfg.Clusters[i].Weight
+			cc = cfg.Clusters[i]
 		}
-		targets = append(targets, fleet.Target{Config: config.Cluster{Name: name, Weight: weight}, Clients: clients})
+		targets = append(targets, fleet.Target{Config: cc, Clients: clients})
 	}
 	f, err := fleet.Open(ctx, runID, cfg, ts, targets)
 	if err != nil {
@@ -231,6 +233,50 @@ func TestTwoClusters(t *testing.T) {
 	// 16 single-replica pools at weights 3:1.
 	if per["big"] != 12 || per["small"] != 4 {
 		t.Errorf("tasks per cluster %v, want big 12 and small 4", per)
+	}
+	assertEmpty(t, ctx, f)
+}
+
+// Image-affinity sends each image's pool to the node pool whose nodes
+// hold most of it, by their NodeImageCaches.
+func TestImageAffinityFollowsNodeCaches(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	base := v1alpha1.Layer{Digest: "00000000000000b0", Size: 3 << 30}
+	own := func(n int) v1alpha1.Layer { return v1alpha1.Layer{Digest: fmt.Sprintf("%016x", n), Size: 300 << 20} }
+	admin, err := cluster.Clients("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// kwok-node-0 holds img-1, kwok-node-1 img-0 (siblings on one base):
+	// the other way round from where the hash alone would send them.
+	for _, nc := range []*v1alpha1.NodeImageCache{
+		{ObjectMeta: metav1.ObjectMeta{Name: "kwok-node-0"}, Layers: []v1alpha1.Layer{base, own(1)},
+			Images: []v1alpha1.CachedImage{{Names: []string{"example.com/swe/img-1:v1"}, Layers: []int32{0, 1}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "kwok-node-1"}, Layers: []v1alpha1.Layer{base, own(0)},
+			Images: []v1alpha1.CachedImage{{Names: []string{"example.com/swe/img-0:v1"}, Layers: []int32{0, 1}}}},
+	} {
+		if err := admin.Client.Create(ctx, nc); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.Client.Delete(context.Background(), nc) })
+	}
+	cfg := testConfig("naive")
+	cfg.Placement = "image-affinity"
+	cfg.Clusters = []config.Cluster{
+		{Name: "pool-0", Weight: 1, NodeSelector: map[string]string{corev1.LabelHostname: "kwok-node-0"}},
+		{Name: "pool-1", Weight: 1, NodeSelector: map[string]string{corev1.LabelHostname: "kwok-node-1"}},
+	}
+	var ts []tasks.Task
+	for _, img := range []int{0, 0, 1, 1} {
+		ts = append(ts, tasks.Task{ID: fmt.Sprintf("t%d", len(ts)), Image: fmt.Sprintf("example.com/swe/img-%d:v1", img)})
+	}
+	f := open(t, ctx, "image-affinity", cfg, ts, cluster, cluster)
+	got := collect(t, ctx, f)
+	for id, want := range map[string]string{"t0": "pool-1", "t1": "pool-1", "t2": "pool-0", "t3": "pool-0"} {
+		if got[id].Cluster != want {
+			t.Errorf("task %s (%s) ran on %s, want %s, whose node holds its image", id, ts[id[1]-'0'].Image, got[id].Cluster, want)
+		}
 	}
 	assertEmpty(t, ctx, f)
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/informer"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/registry"
 )
 
@@ -91,7 +92,7 @@ has, from its registry (with the docker config's credentials), unless
 func (o *options) run(ctx context.Context, c client.Client, images []string) error {
 	var summaries []NodeSummary
 	var nodes []*nodecache.Node
-	err := eachCache(ctx, c, func(nic *v1alpha1.NodeImageCache) error {
+	err := informer.EachCache(ctx, c, func(nic *v1alpha1.NodeImageCache) error {
 		summaries = append(summaries, summarize(nic))
 		if len(images) == 0 {
 			return nil
@@ -143,26 +144,6 @@ func (o *options) fromRegistries(ctx context.Context, nodes []*nodecache.Node, i
 		found[img] = layers
 	}
 	return found
-}
-
-// eachCache calls fn with every NodeImageCache, reading them a page at a
-// time: each can be a MiB.
-func eachCache(ctx context.Context, c client.Client, fn func(*v1alpha1.NodeImageCache) error) error {
-	const page = 50
-	list := &v1alpha1.NodeImageCacheList{}
-	for {
-		if err := c.List(ctx, list, client.Limit(page), client.Continue(list.Continue)); err != nil {
-			return fmt.Errorf("listing NodeImageCaches: %w", err)
-		}
-		for i := range list.Items {
-			if err := fn(&list.Items[i]); err != nil {
-				return err
-			}
-		}
-		if list.Continue == "" {
-			return nil
-		}
-	}
 }
 
 // NodeSummary is what one node holds.

@@ -46,8 +46,10 @@ type Fleet struct {
 	// the current kubeconfig context.
 	Clusters []Cluster `json:"clusters,omitempty"`
 	// Placement spreads pools over clusters: round-robin, least-loaded,
-	// capacity-weighted or image-affinity (which falls back to least-loaded
-	// without cache data). Default image-affinity.
+	// capacity-weighted or image-affinity (to the cluster whose nodes'
+	// image caches hold most of the image; without cache data, the one a
+	// hash of the image picks; least-loaded when that is full). Default
+	// image-affinity.
 	Placement string `json:"placement,omitempty"`
 	// Strategy is when pools are warm: none (one single-replica pool per
 	// image, on demand), naive (all at once), sliding (a window of images

@@ -22,6 +22,11 @@ type Target struct {
 	// Replicas and Claims are the run's current load on the target.
 	Replicas int
 	Claims   int
+	// Lacking is, for each image whose layers some node's cache knows, the
+	// fewest bytes of it one of the target's nodes lacks (0: a node has it
+	// all; all of it: no node has any, or none runs an agent), from the
+	// NodeImageCaches of the nodes the target's selector picks.
+	Lacking map[string]int64
 }
 
 func (t Target) fits(need int) bool { return t.MaxReplicas == 0 || t.Replicas+need <= t.MaxReplicas }
@@ -132,14 +137,22 @@ func (CapacityWeighted) Choose(_ string, need int, targets []Target) (int, error
 	return best, nil
 }
 
-// ImageAffinity sends an image to the same target every time, chosen by a
-// hash of the image over the targets' names, so its pool and its nodes'
-// cached layers are reused; a full target falls back to LeastLoaded.
+// ImageAffinity sends an image where its bytes already are: to the
+// target with the node lacking the fewest of them, by the nodes' caches
+// (least loaded among equals). Without that signal — no target's caches
+// know the image — it sends an image to the same target every time,
+// chosen by a hash of the image over the targets' names, so its pool and
+// the layers its nodes pull are reused. A full target falls back to
+// LeastLoaded.
 type ImageAffinity struct{}
 
 func (ImageAffinity) Choose(image string, need int, targets []Target) (int, error) {
-	if _, err := eligible(need, targets); err != nil {
+	idx, err := eligible(need, targets)
+	if err != nil {
 		return 0, err
+	}
+	if i, ok := leastLacking(image, idx, targets); ok {
+		return i, nil
 	}
 	// Sorted names make the mapping independent of configuration order.
 	order := make([]int, len(targets))
@@ -153,4 +166,31 @@ func (ImageAffinity) Choose(image string, need int, targets []Target) (int, erro
 		return i, nil
 	}
 	return LeastLoaded{}.Choose(image, need, targets)
+}
+
+// leastLacking is the eligible target lacking the fewest bytes of image,
+// the least loaded among equals; false when no target has a Lacking entry
+// for it. (The fleet gives every target one once any target's caches
+// know the image's layers.)
+func leastLacking(image string, eligible []int, targets []Target) (int, bool) {
+	var tied []Target
+	var at []int
+	best := int64(-1)
+	for _, i := range eligible {
+		lacking, ok := targets[i].Lacking[image]
+		if !ok {
+			continue
+		}
+		switch {
+		case best < 0 || lacking < best:
+			best, tied, at = lacking, []Target{targets[i]}, []int{i}
+		case lacking == best:
+			tied, at = append(tied, targets[i]), append(at, i)
+		}
+	}
+	if best < 0 {
+		return 0, false
+	}
+	i, _ := LeastLoaded{}.Choose(image, 0, tied)
+	return at[i], true
 }

@@ -89,6 +89,41 @@ func TestImageAffinity(t *testing.T) {
 	}
 }
 
+func TestImageAffinityFollowsTheNodeCaches(t *testing.T) {
+	const img = "docker.io/swebench/django-1:v1"
+	lacking := func(bytes int64) map[string]int64 { return map[string]int64{img: bytes} }
+	for _, tt := range []struct {
+		name    string
+		targets []Target
+		want    string
+	}{
+		{"the pool whose node has the image", []Target{{Name: "a", Lacking: lacking(9 << 30)}, {Name: "b", Lacking: lacking(0)}, {Name: "c", Lacking: lacking(1 << 30)}}, "b"},
+		{"a sibling's pool when none has it", []Target{{Name: "a", Lacking: lacking(9 << 30)}, {Name: "b", Lacking: lacking(300 << 20)}}, "b"},
+		{"the least loaded of equals", []Target{{Name: "a", Lacking: lacking(0), Claims: 4}, {Name: "b", Lacking: lacking(0), Claims: 1}}, "b"},
+		{"a full pool is passed over", []Target{{Name: "a", Lacking: lacking(9 << 30)}, {Name: "b", Lacking: lacking(0), MaxReplicas: 1, Replicas: 1}}, "a"},
+		{"other images' signal is no signal: the hash decides", []Target{{Name: "a", Lacking: map[string]int64{"other:1": 0}}, {Name: "b"}}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			i, err := ImageAffinity{}.Choose(img, 1, tt.targets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := tt.want
+			if want == "" {
+				bare := make([]Target, len(tt.targets))
+				for k, tg := range tt.targets {
+					bare[k] = Target{Name: tg.Name}
+				}
+				j, _ := ImageAffinity{}.Choose(img, 1, bare)
+				want = bare[j].Name
+			}
+			if got := tt.targets[i].Name; got != want {
+				t.Errorf("chose %s, want %s", got, want)
+			}
+		})
+	}
+}
+
 func TestNoCapacity(t *testing.T) {
 	for _, name := range []string{"round-robin", "least-loaded", "capacity-weighted", "image-affinity"} {
 		_, err := mustNew(t, name).Choose("x", 3, []Target{{Name: "a", MaxReplicas: 4, Replicas: 2}})

@@ -1,11 +1,14 @@
-// Package informer keeps a nodecache.Index of a cluster's NodeImageCaches
-// current, for the readers that score nodes on every Pod: the scheduler
-// plugin and the webhook's node-cache affinity. (The node agent, which
-// only writes its own object, does not link it.)
+// Package informer reads a cluster's NodeImageCaches into a
+// nodecache.Index: kept current by an informer, for the readers that score
+// nodes on every Pod (the scheduler plugin, the webhook's node-cache
+// affinity), or read once, a page at a time (the fleet's placement, the
+// cache verb). (The node agent, which only writes its own object, does
+// not link it.)
 package informer
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -117,6 +120,46 @@ func (c *Caches) delete(obj any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.index.Delete(x.Name)
+}
+
+// EachCache calls fn with every NodeImageCache, reading them a page at a
+// time: each can be a MiB.
+func EachCache(ctx context.Context, c client.Client, fn func(*v1alpha1.NodeImageCache) error) error {
+	const page = 50
+	list := &v1alpha1.NodeImageCacheList{}
+	for {
+		if err := c.List(ctx, list, client.Limit(page), client.Continue(list.Continue)); err != nil {
+			return fmt.Errorf("listing NodeImageCaches: %w", err)
+		}
+		for i := range list.Items {
+			if err := fn(&list.Items[i]); err != nil {
+				return err
+			}
+		}
+		if list.Continue == "" {
+			return nil
+		}
+	}
+}
+
+// Snapshot reads the caches of nodes into an index, once. Caches an agent
+// did not write as it should are left out.
+func Snapshot(ctx context.Context, c client.Client, nodes []string) (*nodecache.Index, error) {
+	index := nodecache.NewIndex()
+	wanted := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		wanted[n] = true
+	}
+	err := EachCache(ctx, c, func(nic *v1alpha1.NodeImageCache) error {
+		if !wanted[nic.Name] {
+			return nil
+		}
+		if n, err := nodecache.NewNode(nic); err == nil {
+			index.Set(n)
+		}
+		return nil
+	})
+	return index, err
 }
 
 // listWatch lists and watches NodeImageCaches.
