@@ -103,9 +103,15 @@ func TestNodeCacheLocality(t *testing.T) {
 
 	t.Run("webhook node-cache affinity, stock scheduler", func(t *testing.T) {
 		ns := cluster.NewNamespace(t)
-		if _, err := testwebhook.Start(ctx, cluster, ns, webhookBin); err != nil {
+		server, err := testwebhook.Start(ctx, cluster, ns, webhookBin)
+		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() {
+			if err := server.Close(); err != nil {
+				t.Error(err)
+			}
+		})
 		p := &v1alpha1.SandboxPolicy{ObjectMeta: metav1.ObjectMeta{Name: "node-cache-" + ns}, Spec: v1alpha1.SandboxPolicySpec{
 			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
 			NodeCache:         &v1alpha1.NodeCachePolicy{Weight: 100}}}
