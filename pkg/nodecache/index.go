@@ -87,9 +87,6 @@ func (x *Index) Delete(name string) {
 	}
 }
 
-// Node is node name's cache, nil if the index has none.
-func (x *Index) Node(name string) *Node { return x.nodes[name] }
-
 // Layers are the layers of image ref, if some node lists it.
 func (x *Index) Layers(ref string) ([]v1alpha1.Layer, bool) {
 	key, ok := imageKey(ref)
