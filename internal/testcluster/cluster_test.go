@@ -3,6 +3,7 @@ package testcluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // After Stop no component is running, no port is listening and no file is
@@ -81,5 +84,59 @@ func TestStopLeavesNothing(t *testing.T) {
 				t.Errorf("run directory %s is still there: %v", c.Dir(), err)
 			}
 		})
+	}
+}
+
+// On a cluster WithPullDelays kwok leaves a Pod Pending until it carries
+// ReadyAtAnnotation, then makes it Ready at the time that holds, not
+// before.
+func TestPullDelays(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := Start(ctx, WithoutAgentSandbox(), WithPullDelays(), WithNodes(FakeNodes("n", 1, DefaultCapacity(), nil)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(false); err != nil {
+			t.Error(err)
+		}
+	})
+	pods := c.kube.CoreV1().Pods(metav1.NamespaceDefault)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "pulling"}, Spec: corev1.PodSpec{NodeName: "n-0",
+		Containers: []corev1.Container{{Name: "c", Image: "registry.example/task:1"}}}}
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ready := func() bool {
+		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				return true
+			}
+		}
+		return false
+	}
+	// kwok's stock stages make a Pod Ready within milliseconds.
+	time.Sleep(2 * time.Second)
+	if ready() {
+		t.Fatal("the Pod is Ready without a ready-at annotation")
+	}
+	at := time.Now().Add(2 * time.Second)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, ReadyAtAnnotation, at.UTC().Format(time.RFC3339Nano))
+	if _, err := pods.Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for !ready() {
+		if ctx.Err() != nil {
+			t.Fatal("the Pod is not Ready by the test's deadline")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if early := time.Until(at); early > 0 {
+		t.Errorf("the Pod was Ready %v before its ready-at time", early)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 )
 
 // kwokNodeAnnotation marks the nodes kwok manages, so that a real kubelet's
@@ -30,6 +31,11 @@ func (c *Cluster) startKwok(port int) (waitFunc, error) {
 		b, err := os.ReadFile(s)
 		if err != nil {
 			return nil, err
+		}
+		if c.opts.pullDelays && filepath.Base(s) == "pod-ready.yaml" {
+			if b, err = readyAtAnnotated(b); err != nil {
+				return nil, fmt.Errorf("%s: %w", s, err)
+			}
 		}
 		config = append(config, "---\n"...)
 		config = append(config, b...)
@@ -61,6 +67,30 @@ func (c *Cluster) startKwok(port int) (waitFunc, error) {
 	return func(ctx context.Context) error {
 		return p.waitFor(ctx, "healthz", httpOK(http.DefaultClient, fmt.Sprintf("http://127.0.0.1:%d/healthz", port)))
 	}, nil
+}
+
+// readyAtAnnotated edits kwok's pod-ready stage to wait for a Pod's
+// ReadyAtAnnotation and fire at the time it holds.
+func readyAtAnnotated(stage []byte) ([]byte, error) {
+	var s struct {
+		APIVersion string         `json:"apiVersion"`
+		Kind       string         `json:"kind"`
+		Metadata   map[string]any `json:"metadata"`
+		Spec       map[string]any `json:"spec"`
+	}
+	if err := yaml.UnmarshalStrict(stage, &s); err != nil {
+		return nil, err
+	}
+	selector, ok := s.Spec["selector"].(map[string]any)
+	if !ok {
+		return nil, errors.New("the stage has no selector")
+	}
+	annotation := fmt.Sprintf(".metadata.annotations[%q]", ReadyAtAnnotation)
+	exprs, _ := selector["matchExpressions"].([]any)
+	selector["matchExpressions"] = append(exprs, map[string]any{"key": annotation, "operator": "Exists"})
+	// kwok takes a time for a delay as the wait until then.
+	s.Spec["delay"] = map[string]any{"durationFrom": map[string]any{"expressionFrom": annotation}}
+	return yaml.Marshal(s)
 }
 
 // AddNodes registers more kwok nodes, for a test that needs nodes the

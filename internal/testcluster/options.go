@@ -17,6 +17,7 @@ type options struct {
 	detached     bool
 	realNode     bool
 	cpus         []int
+	pullDelays   bool
 }
 
 func defaultOptions() options {
@@ -93,4 +94,16 @@ func WithRealNode() Option {
 // real cluster keeps it on nodes of its own.
 func WithCPUs(cpus ...int) Option {
 	return func(o *options) { o.cpus = cpus }
+}
+
+// ReadyAtAnnotation is where a cluster WithPullDelays reads when a Pod on
+// a kwok node is Ready: an RFC 3339 time.
+const ReadyAtAnnotation = "testcluster.sandbox-fleet.io/ready-at"
+
+// WithPullDelays makes kwok hold each Pod it runs Pending until the Pod
+// carries ReadyAtAnnotation, and make it Ready at that time: the stand-in
+// for a kubelet's image pull, whose length a benchmark works out from what
+// the node lacks of the Pod's image.
+func WithPullDelays() Option {
+	return func(o *options) { o.pullDelays = true }
 }
