@@ -59,6 +59,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/swebench"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testscheduler"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
@@ -92,21 +93,14 @@ func main() {
 	}
 }
 
+// family names the benchmark's images.
+const family = "swebench"
+
 // The profiles, in the order each round runs them.
 var profiles = []struct{ name, about string }{
 	{testscheduler.SchedulerName, "node-cache (shipped)"},
 	{"default-all-nodes", "default, all nodes"},
 	{"default", "default"},
-}
-
-// image is a task image: a shared base, its repository's environment and
-// its own layer.
-func image(repo, instance int) (string, []v1alpha1.Layer) {
-	return fmt.Sprintf("docker.io/swebench/repo-%d:instance-%d", repo, instance), []v1alpha1.Layer{
-		{Digest: "00000000000000b0", Size: 3 << 30},
-		{Digest: fmt.Sprintf("%016x", 0x100000+repo), Size: 2 << 30},
-		{Digest: fmt.Sprintf("%016x", 0x200000+repo*10000+instance), Size: 300 << 20},
-	}
 }
 
 func run(ctx context.Context, p params) error {
@@ -156,22 +150,11 @@ func run(ctx context.Context, p params) error {
 		})
 	}
 	for i := range p.nodes {
-		c := &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%d", i)}}
-		seen := map[v1alpha1.Layer]int32{}
+		var held []swebench.Image
 		for range p.imagesPerNode {
-			name, layers := image(rng.IntN(p.repos), rng.IntN(p.instances))
-			img := v1alpha1.CachedImage{Names: []string{name}}
-			for _, l := range layers {
-				at, ok := seen[l]
-				if !ok {
-					at = int32(len(c.Layers))
-					seen[l] = at
-					c.Layers = append(c.Layers, l)
-				}
-				img.Layers = append(img.Layers, at)
-			}
-			c.Images = append(c.Images, img)
+			held = append(held, swebench.Of(family, rng.IntN(p.repos), rng.IntN(p.instances)))
 		}
+		c := swebench.NodeCache(fmt.Sprintf("node-%d", i), held)
 		n, err := nodecache.NewNode(c)
 		if err != nil {
 			return err
@@ -273,7 +256,7 @@ func runTrial(ctx context.Context, clients *kube.Clients, scheduler, name string
 	defer w.Stop()
 	pods := make([]*corev1.Pod, p.pods)
 	for i := range pods {
-		img, _ := image(draw.IntN(p.repos), draw.IntN(p.instances))
+		img := swebench.Of(family, draw.IntN(p.repos), draw.IntN(p.instances)).Name
 		pods[i] = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: fmt.Sprintf("pod-%d", i)}, Spec: corev1.PodSpec{
 			SchedulerName: scheduler,
 			Containers: []corev1.Container{{Name: "task", Image: img,
@@ -342,7 +325,7 @@ func runTrial(ctx context.Context, clients *kube.Clients, scheduler, name string
 // optimal reports whether node lacks the fewest bytes of img of all
 // nodes.
 func optimal(index *nodecache.Index, img, node string) bool {
-	layers := index.PodLayers([]string{img})
+	layers := index.PodLayers([]string{img}, nil)
 	if len(layers) == 0 {
 		// No node has any of it: every node is as good.
 		return true

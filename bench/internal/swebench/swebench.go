@@ -1,0 +1,73 @@
+// Package swebench is the benchmarks' SWE-bench-shaped images: every image
+// of a family shares a base layer, the images of one repository share an
+// environment layer, and each task instance has a small layer of its own.
+package swebench
+
+import (
+	"fmt"
+	"hash/fnv"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+)
+
+// The layers' sizes, as SWE-bench's evaluation images have them.
+const (
+	BaseSize        = 3 << 30
+	EnvironmentSize = 2 << 30
+	InstanceSize    = 300 << 20
+)
+
+// Image is an image and its layers, base first.
+type Image struct {
+	Family, Name string
+	Layers       []v1alpha1.Layer
+}
+
+// Of is the image of instance of repo in family; families share no
+// layers, so a benchmark can give each of its trials images of their own.
+func Of(family string, repo, instance int) Image {
+	return Image{
+		Family: family,
+		Name:   fmt.Sprintf("docker.io/%s/repo-%d:instance-%d", family, repo, instance),
+		Layers: []v1alpha1.Layer{
+			{Digest: digest(family), Size: BaseSize},
+			{Digest: digest(fmt.Sprintf("%s/%d", family, repo)), Size: EnvironmentSize},
+			{Digest: digest(fmt.Sprintf("%s/%d/%d", family, repo, instance)), Size: InstanceSize},
+		},
+	}
+}
+
+// digest is a layer digest as NodeImageCaches keep them, made up from s.
+func digest(s string) string {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return fmt.Sprintf("%0*x", v1alpha1.LayerDigestLength, h.Sum64())
+}
+
+// NodeCache is the NodeImageCache of a node holding images, each image
+// and layer listed once however often they come.
+func NodeCache(node string, images []Image) *v1alpha1.NodeImageCache {
+	c := &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	at := map[v1alpha1.Layer]int32{}
+	listed := map[string]bool{}
+	for _, img := range images {
+		if listed[img.Name] {
+			continue
+		}
+		listed[img.Name] = true
+		cached := v1alpha1.CachedImage{Names: []string{img.Name}}
+		for _, l := range img.Layers {
+			i, ok := at[l]
+			if !ok {
+				i = int32(len(c.Layers))
+				at[l] = i
+				c.Layers = append(c.Layers, l)
+			}
+			cached.Layers = append(cached.Layers, i)
+		}
+		c.Images = append(c.Images, cached)
+	}
+	return c
+}
