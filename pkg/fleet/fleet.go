@@ -39,6 +39,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/informer"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/registry"
 )
 
 // Target is one cluster of the fleet: its configuration and its clients.
@@ -171,14 +172,25 @@ func (f *Fleet) readNodeCaches(ctx context.Context) {
 			indexes[i] = nil
 		}
 	}
+	layers := map[string][]v1alpha1.Layer{}
+	var unlisted []string
 	for _, p := range f.Plan.Pools {
-		var layers []v1alpha1.Layer
+		if _, seen := layers[p.Image]; seen {
+			continue
+		}
+		layers[p.Image] = nil
 		for _, x := range indexes {
-			if x != nil && len(layers) == 0 {
-				layers = x.PodLayers([]string{p.Image})
+			if x != nil && len(layers[p.Image]) == 0 {
+				layers[p.Image] = x.PodLayers([]string{p.Image}, nil)
 			}
 		}
-		if len(layers) == 0 {
+		if len(layers[p.Image]) == 0 {
+			unlisted = append(unlisted, p.Image)
+		}
+	}
+	maps.Copy(layers, readRegistries(ctx, unlisted))
+	for _, p := range f.Plan.Pools {
+		if len(layers[p.Image]) == 0 {
 			continue
 		}
 		for i, c := range f.Clusters {
@@ -188,9 +200,45 @@ func (f *Fleet) readNodeCaches(ctx context.Context) {
 			if c.lacking == nil {
 				c.lacking = map[string]int64{}
 			}
-			c.lacking[p.Image] = slices.Min(indexes[i].MissingOn(layers, nodes[i]))
+			c.lacking[p.Image] = slices.Min(indexes[i].MissingOn(layers[p.Image], nodes[i]))
 		}
 	}
+}
+
+// readRegistries reads the layers of images no node lists from their
+// registries (with the docker config's credentials), a few at a time,
+// so that a new image is placed where its base already is. An image that
+// cannot be read is placed without: the failures are warned about at once.
+func readRegistries(ctx context.Context, images []string) map[string][]v1alpha1.Layer {
+	const reads, timeout = 8, 30 * time.Second
+	reader := &registry.Layers{}
+	var mu sync.Mutex
+	found := map[string][]v1alpha1.Layer{}
+	var failed []error
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, reads)
+	for _, img := range images {
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			layers, err := reader.Get(ctx, img)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failed = append(failed, err)
+			} else {
+				found[img] = layers
+			}
+		})
+	}
+	wg.Wait()
+	if len(failed) > 0 {
+		klog.Warningf("image-affinity: %d of %d images no node holds could not be read from their registries, and are placed without their layers; the first: %v",
+			len(failed), len(images), failed[0])
+	}
+	return found
 }
 
 // Preflight checks every cluster, concurrently, before anything is

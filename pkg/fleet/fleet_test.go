@@ -17,8 +17,10 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testregistry"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/placement"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 )
 
@@ -238,7 +240,8 @@ func TestTwoClusters(t *testing.T) {
 }
 
 // Image-affinity sends each image's pool to the node pool whose nodes
-// hold most of it, by their NodeImageCaches.
+// hold most of it, by their NodeImageCaches; for an image no node lists,
+// by its layers from its registry.
 func TestImageAffinityFollowsNodeCaches(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -248,14 +251,25 @@ func TestImageAffinityFollowsNodeCaches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// img-2 is only in a registry on loopback; a sibling sharing two of
+	// its three layers is on the node the hash would not choose for it.
+	img2, layers2 := testregistry.Start(t).PushRandom(t, "swe/img-2:v1")
+	hashed, err := placement.ImageAffinity{}.Choose(img2, 1, []placement.Target{{Name: "pool-0"}, {Name: "pool-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	// kwok-node-0 holds img-1, kwok-node-1 img-0 (siblings on one base):
 	// the other way round from where the hash alone would send them.
-	for _, nc := range []*v1alpha1.NodeImageCache{
+	caches := []*v1alpha1.NodeImageCache{
 		{ObjectMeta: metav1.ObjectMeta{Name: "kwok-node-0"}, Layers: []v1alpha1.Layer{base, own(1)},
 			Images: []v1alpha1.CachedImage{{Names: []string{"example.com/swe/img-1:v1"}, Layers: []int32{0, 1}}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "kwok-node-1"}, Layers: []v1alpha1.Layer{base, own(0)},
 			Images: []v1alpha1.CachedImage{{Names: []string{"example.com/swe/img-0:v1"}, Layers: []int32{0, 1}}}},
-	} {
+	}
+	sibling := caches[1-hashed]
+	sibling.Layers = append(sibling.Layers, layers2[:2]...)
+	sibling.Images = append(sibling.Images, v1alpha1.CachedImage{Names: []string{"example.com/swe/img-2-sibling:v1"}, Layers: []int32{2, 3}})
+	for _, nc := range caches {
 		if err := admin.Client.Create(ctx, nc); err != nil {
 			t.Fatal(err)
 		}
@@ -268,14 +282,14 @@ func TestImageAffinityFollowsNodeCaches(t *testing.T) {
 		{Name: "pool-1", Weight: 1, NodeSelector: map[string]string{corev1.LabelHostname: "kwok-node-1"}},
 	}
 	var ts []tasks.Task
-	for _, img := range []int{0, 0, 1, 1} {
-		ts = append(ts, tasks.Task{ID: fmt.Sprintf("t%d", len(ts)), Image: fmt.Sprintf("example.com/swe/img-%d:v1", img)})
+	for _, img := range []string{"example.com/swe/img-0:v1", "example.com/swe/img-0:v1", "example.com/swe/img-1:v1", "example.com/swe/img-1:v1", img2} {
+		ts = append(ts, tasks.Task{ID: fmt.Sprintf("t%d", len(ts)), Image: img})
 	}
 	f := open(t, ctx, "image-affinity", cfg, ts, cluster, cluster)
 	got := collect(t, ctx, f)
-	for id, want := range map[string]string{"t0": "pool-1", "t1": "pool-1", "t2": "pool-0", "t3": "pool-0"} {
+	for id, want := range map[string]string{"t0": "pool-1", "t1": "pool-1", "t2": "pool-0", "t3": "pool-0", "t4": fmt.Sprintf("pool-%d", 1-hashed)} {
 		if got[id].Cluster != want {
-			t.Errorf("task %s (%s) ran on %s, want %s, whose node holds its image", id, ts[id[1]-'0'].Image, got[id].Cluster, want)
+			t.Errorf("task %s (%s) ran on %s, want %s, whose node holds most of its image", id, ts[id[1]-'0'].Image, got[id].Cluster, want)
 		}
 	}
 	assertEmpty(t, ctx, f)

@@ -97,12 +97,17 @@ func (x *Index) Layers(ref string) ([]v1alpha1.Layer, bool) {
 	return e.layers, ok
 }
 
-// PodLayers are the distinct layers of those of a Pod's images some node
-// lists; nil when none is.
-func (x *Index) PodLayers(images []string) []v1alpha1.Layer {
+// PodLayers are the distinct layers of a Pod's images: of those some node
+// lists, and of the others those unlisted knows, if not nil (a registry's
+// answers); nil when none is known.
+func (x *Index) PodLayers(images []string, unlisted func(ref string) ([]v1alpha1.Layer, bool)) []v1alpha1.Layer {
 	var known [][]v1alpha1.Layer
 	for _, img := range images {
-		if layers, ok := x.Layers(img); ok {
+		layers, ok := x.Layers(img)
+		if !ok && unlisted != nil {
+			layers, ok = unlisted(img)
+		}
+		if ok {
 			known = append(known, layers)
 		}
 	}
@@ -131,6 +136,19 @@ func (x *Index) MissingOn(layers []v1alpha1.Layer, nodes []string) []int64 {
 		}
 	}
 	return missing
+}
+
+// Missing is what node lacks of layers: all of them if it has no cache
+// in the index.
+func (x *Index) Missing(layers []v1alpha1.Layer, node string) int64 {
+	if n, ok := x.nodes[node]; ok {
+		return n.Missing(layers)
+	}
+	var total int64
+	for _, l := range layers {
+		total += l.Size
+	}
+	return total
 }
 
 // held is the bytes of layers each node holds, by id, and their total.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
@@ -45,9 +46,26 @@ func TestIndex(t *testing.T) {
 		t.Errorf("MissingOn(django, a, b, no-agent) = %v, want [0 100 1000]", got)
 	}
 
-	layers := x.PodLayers([]string{"swebench/django-1", "swebench/flask-1:v1", "unknown:1"})
+	if got := x.Missing(djangoLayers, "b"); got != 100 {
+		t.Errorf("Missing(django, b) = %d, want 100", got)
+	}
+	if got := x.Missing(djangoLayers, "no-agent"); got != 1000 {
+		t.Errorf("Missing(django, no-agent) = %d, want 1000", got)
+	}
+
+	layers := x.PodLayers([]string{"swebench/django-1", "swebench/flask-1:v1", "unknown:1"}, nil)
 	if want := toLayers(base, layer("django", 100), layer("flask", 50)); fmt.Sprint(layers) != fmt.Sprint(want) {
 		t.Errorf("PodLayers = %v, want %v (each layer once, unknown images left out)", layers, want)
+	}
+	registry := func(ref string) ([]v1alpha1.Layer, bool) {
+		if ref == "unknown:1" {
+			return toLayers(base, layer("unknown", 7)), true
+		}
+		return nil, false
+	}
+	withRegistry := x.PodLayers([]string{"swebench/django-1", "unknown:1", "nowhere:1"}, registry)
+	if want := toLayers(base, layer("django", 100), layer("unknown", 7)); fmt.Sprint(withRegistry) != fmt.Sprint(want) {
+		t.Errorf("PodLayers with a registry = %v, want %v (an unlisted image's layers from it)", withRegistry, want)
 	}
 	if got := fmt.Sprint(x.Lacking(layers)); got != "map[a:0 b:100]" {
 		t.Errorf("Lacking = %s, want a lacking nothing and b django's own layer", got)

@@ -73,6 +73,9 @@ type PodMutator struct {
 	// nodeCache; nil turns that off. It is called when such a policy is
 	// first met, and the affinity is left out until they are listed.
 	NodeCaches func() *informer.Caches
+	// Unlisted gives the layers of images no node lists, without waiting
+	// (a registry.Layers' Known); nil leaves such images out.
+	Unlisted func(ref string) ([]v1alpha1.Layer, bool)
 }
 
 // Handle implements admission.Handler.
@@ -148,7 +151,7 @@ func (m *PodMutator) preferCachingNodes(pod *corev1.Pod, weight int32) bool {
 	var missing map[string]int64
 	var total int64
 	caches.Read(func(x *nodecache.Index) {
-		layers := x.PodLayers(images.OfPod(&pod.Spec))
+		layers := x.PodLayers(images.OfPod(&pod.Spec), m.Unlisted)
 		for _, l := range layers {
 			total += l.Size
 		}

@@ -36,6 +36,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/informer"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/registry"
 )
 
 // Options configure the webhook server.
@@ -94,8 +95,13 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		}
 		return informer.Start(ctx, clients.Client)
 	})
+	// An image no node lists is read from its registry, with the
+	// webhook's docker config (DOCKER_CONFIG) for credentials.
+	unlisted := &registry.Layers{Failed: func(ref string, err error) {
+		klog.FromContext(ctx).Info("Reading an image's layers from its registry failed: no node-cache affinity for its Pods for now", "image", ref, "err", err)
+	}}
 	srv.Register(MutatePodsPath, &webhook.Admission{Handler: &PodMutator{
-		Reader: mgr.GetCache(), APIReader: mgr.GetAPIReader(), Counts: counts, NodeCaches: nodeCaches}})
+		Reader: mgr.GetCache(), APIReader: mgr.GetAPIReader(), Counts: counts, NodeCaches: nodeCaches, Unlisted: unlisted.Known}})
 	srv.Register(MutateTemplatesPath, &webhook.Admission{Handler: &TemplateMutator{Reader: mgr.GetCache()}})
 	srv.Register(ValidateTemplatesPath, &webhook.Admission{Handler: &TemplateValidator{
 		Reader: mgr.GetCache(), Counts: counts}})

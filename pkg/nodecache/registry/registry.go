@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -18,24 +19,89 @@ import (
 )
 
 // Layers reads images' layers from their registries and keeps what it
-// read: a manifest is fetched once per reference.
+// read: a manifest is fetched once per reference, so a tag moved to
+// another image is not seen until the process restarts (task images are
+// not retagged).
 type Layers struct {
 	// Platform is the nodes' platform, whose manifest an index resolves
 	// to (linux/amd64 if empty).
 	Platform v1.Platform
 	// Keychain gives registry credentials (the docker config's if nil).
 	Keychain authn.Keychain
+	// Failed, if set, hears of each of Known's reads that failed.
+	Failed func(ref string, err error)
 
 	mu    sync.Mutex
 	cache map[string][]v1alpha1.Layer
+	// reading holds the references Known is reading (the zero time) or
+	// failed to read (when it may try again).
+	reading map[string]time.Time
+	slots   chan struct{}
+}
+
+// Known's reads: how many at once, how long each may take, how long
+// after a failure the image is read again.
+const (
+	knownReads      = 4
+	knownTimeout    = 30 * time.Second
+	knownRetryAfter = 5 * time.Minute
+)
+
+// Known returns the layers of image ref if they have been read, without
+// waiting: otherwise it starts reading them in the background (unless a
+// read is under way, or failed within the last five minutes) and reports
+// false. A scheduler's or an admission webhook's hot path takes the image
+// as unknown until then.
+func (l *Layers) Known(ref string) ([]v1alpha1.Layer, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if layers, ok := l.cache[ref]; ok {
+		return layers, true
+	}
+	if at, ok := l.reading[ref]; ok && (at.IsZero() || time.Now().Before(at)) {
+		return nil, false
+	}
+	if l.reading == nil {
+		l.reading = map[string]time.Time{}
+		l.slots = make(chan struct{}, knownReads)
+	}
+	l.reading[ref] = time.Time{}
+	go l.readInBackground(ref)
+	return nil, false
+}
+
+// Cached returns the layers of image ref if they have been read, and
+// never reads.
+func (l *Layers) Cached(ref string) ([]v1alpha1.Layer, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	layers, ok := l.cache[ref]
+	return layers, ok
+}
+
+// readInBackground reads ref's layers for Known.
+func (l *Layers) readInBackground(ref string) {
+	l.slots <- struct{}{}
+	defer func() { <-l.slots }()
+	ctx, cancel := context.WithTimeout(context.Background(), knownTimeout)
+	defer cancel()
+	_, err := l.Get(ctx, ref)
+	l.mu.Lock()
+	if err == nil {
+		delete(l.reading, ref)
+	} else {
+		l.reading[ref] = time.Now().Add(knownRetryAfter)
+	}
+	failed := l.Failed
+	l.mu.Unlock()
+	if err != nil && failed != nil {
+		failed(ref, err)
+	}
 }
 
 // Get returns the layers of image ref, base first.
 func (l *Layers) Get(ctx context.Context, ref string) ([]v1alpha1.Layer, error) {
-	l.mu.Lock()
-	layers, ok := l.cache[ref]
-	l.mu.Unlock()
-	if ok {
+	if layers, ok := l.Cached(ref); ok {
 		return layers, nil
 	}
 	parsed, err := name.ParseReference(ref)
@@ -58,7 +124,7 @@ func (l *Layers) Get(ctx context.Context, ref string) ([]v1alpha1.Layer, error) 
 	if err != nil {
 		return nil, fmt.Errorf("reading the manifest of %s: %w", ref, err)
 	}
-	layers = make([]v1alpha1.Layer, len(manifest.Layers))
+	layers := make([]v1alpha1.Layer, len(manifest.Layers))
 	for i, d := range manifest.Layers {
 		layers[i] = v1alpha1.Layer{Digest: nodecache.Short(d.Digest.String()), Size: d.Size}
 	}

@@ -2,69 +2,90 @@ package registry_test
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
+	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-
-	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testregistry"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/registry"
 )
 
-// An image's layers are read from its registry once, as a NodeImageCache
-// would list them. The registry is go-containerregistry's, in memory on
-// loopback.
+// An image's layers are read from its registry once.
 func TestLayers(t *testing.T) {
-	var manifests atomic.Int32
-	handler := ggcrregistry.New()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.Contains(r.URL.Path, "/manifests/") {
-			manifests.Add(1)
-		}
-		handler.ServeHTTP(w, r)
-	}))
-	defer srv.Close()
-	img, err := random.Image(1024, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := strings.TrimPrefix(srv.URL, "http://") + "/swebench/django-1:latest"
-	tag, err := name.NewTag(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(tag, img); err != nil {
-		t.Fatal(err)
-	}
-	manifest, err := img.Manifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want []v1alpha1.Layer
-	for _, l := range manifest.Layers {
-		want = append(want, v1alpha1.Layer{Digest: nodecache.Short(l.Digest.String()), Size: l.Size})
-	}
-
+	r := testregistry.Start(t)
+	ref, want := r.PushRandom(t, "swebench/django-1:latest")
 	l := &registry.Layers{}
-	manifests.Store(0)
+	r.Manifests.Store(0)
 	for range 2 {
 		got, err := l.Get(context.Background(), ref)
 		if err != nil || !slices.Equal(got, want) {
 			t.Fatalf("Get = %v, %v; want %v", got, err, want)
 		}
 	}
-	if n := manifests.Load(); n != 1 {
+	if n := r.Manifests.Load(); n != 1 {
 		t.Errorf("%d manifest requests for two reads, want 1", n)
 	}
-	if _, err := l.Get(context.Background(), strings.TrimPrefix(srv.URL, "http://")+"/swebench/missing:1"); err == nil || !strings.Contains(err.Error(), "missing:1") {
+	if _, err := l.Get(context.Background(), r.Host+"/swebench/missing:1"); err == nil || !strings.Contains(err.Error(), "missing:1") {
 		t.Errorf("a missing image: %v, want an error naming it", err)
+	}
+}
+
+// Known does not wait: it reads an image in the background, once however
+// often it is asked, and has its layers afterwards (as has Cached, which
+// never reads); a failed read is reported and not retried at once.
+func TestKnown(t *testing.T) {
+	r := testregistry.Start(t)
+	ref, want := r.PushRandom(t, "swebench/django-1:latest")
+	failures := make(chan string, 10)
+	l := &registry.Layers{Failed: func(ref string, err error) { failures <- ref }}
+	r.Manifests.Store(0)
+	if _, ok := l.Cached(ref); ok {
+		t.Fatal("Cached has the layers before anything was read")
+	}
+	if n := r.Manifests.Load(); n != 0 {
+		t.Fatalf("Cached read the registry (%d manifest requests)", n)
+	}
+	if _, ok := l.Known(ref); ok {
+		t.Fatal("Known has the layers before anything was read")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, ok := l.Known(ref)
+		if ok {
+			if cached, _ := l.Cached(ref); !slices.Equal(got, want) || !slices.Equal(cached, want) {
+				t.Fatalf("Known = %v, Cached = %v, want %v", got, cached, want)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Known has no layers 10 seconds after the first ask")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := r.Manifests.Load(); n != 1 {
+		t.Errorf("%d manifest requests, want 1", n)
+	}
+
+	missing := r.Host + "/swebench/missing:1"
+	if _, ok := l.Known(missing); ok {
+		t.Fatal("Known has layers of a missing image")
+	}
+	select {
+	case got := <-failures:
+		if got != missing {
+			t.Errorf("failed on %s, want %s", got, missing)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the failed read was not reported")
+	}
+	r.Manifests.Store(0)
+	if _, ok := l.Known(missing); ok {
+		t.Fatal("Known has layers of a missing image")
+	}
+	// Time enough for a read to reach the registry, were one started.
+	time.Sleep(200 * time.Millisecond)
+	if n := r.Manifests.Load(); n != 0 {
+		t.Errorf("a failed image was read again at once (%d manifest requests)", n)
 	}
 }

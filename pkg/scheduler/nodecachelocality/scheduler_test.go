@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testregistry"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testscheduler"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testwebhook"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
@@ -126,6 +127,48 @@ func TestNodeCacheLocality(t *testing.T) {
 			{"another image, another node", stock, "swebench/flask-1:v1", "1", "node-1"},
 			{"the node with the image is full: the one holding most of it", stock, "swebench/django-1:v1", "28", "node-3"},
 		})
+	})
+
+	t.Run("an image no node lists, from its registry", func(t *testing.T) {
+		ref, layers := testregistry.Start(t).PushRandom(t, "swebench/unlisted:v1")
+		// node-0 holds two of its three layers, under another image's name.
+		sibling := nodeCache("node-0", "swebench/sibling:v1", layers[:2]...)
+		if err := admin.Client.Create(ctx, sibling); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.Client.Delete(context.Background(), sibling) })
+		ns := cluster.NewNamespace(t)
+		clients, err := cluster.Clients(ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The Pods prefer node-1; the first starts the registry read and
+		// goes there, a later one to node-0, which holds most of the image.
+		for i := 0; ; i++ {
+			p := pod(ns, fmt.Sprintf("unlisted-%d", i), testscheduler.SchedulerName, ref, "1")
+			p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+				Weight: 100, Preference: corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{{
+					Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"node-1"}}}}}}}}
+			if err := clients.Client.Create(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			got, err := testscheduler.BoundTo(ctx, clients.Client, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := clients.Client.Delete(ctx, p, client.GracePeriodSeconds(0)); err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case i == 0 && got != "node-1":
+				t.Fatalf("the first Pod went to %s: before the registry answers, want no preference (node-1)", got)
+			case got == "node-0":
+				return
+			case i == 20:
+				t.Fatalf("20 Pods on, one still went to %s, not to node-0, which holds most of the image", got)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
 	})
 }
 
