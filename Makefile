@@ -92,6 +92,10 @@ bench-webhook: testbin ## benchmark asrl-webhook against no webhook and a policy
 bench-scheduler: testbin ## benchmark asrl-scheduler on 1,000 kwok nodes: Pods/s against the default profile, cache-optimal placements (~15 min)
 	go run ./bench/scheduler
 
+.PHONY: bench-sweep
+bench-sweep: testbin ## simulate a pull-bound sweep on 50 kwok nodes: wall time and bytes pulled, cache-aware placement against the stock scheduler (~6 min)
+	go run ./bench/sweep
+
 .PHONY: bench-nodecache
 bench-nodecache: testbin ## benchmark asrl-prepull-agent with 5,000 images on its node: object size, RSS, CPU per change (~2 min)
 	go run ./bench/nodecache
