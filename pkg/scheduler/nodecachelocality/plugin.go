@@ -4,7 +4,8 @@
 // NodeImageCaches. SWE-bench-style images share most of their layers, so
 // a node that has a sibling of the Pod's image is nearly as good as one
 // that has the image; the in-tree ImageLocality sees neither layers nor
-// more than 50 images a node.
+// more than 50 images a node. Pulls a node has yet to finish count too: a
+// node pulls one image after another.
 //
 // The caches come from an informer the plugin runs; scoring makes no API
 // call. cmd/asrl-scheduler is kube-scheduler with this plugin compiled in.
@@ -14,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,6 +45,12 @@ type Plugin struct {
 	// registry reads the layers of images no node lists, with the
 	// scheduler's docker config (DOCKER_CONFIG) for credentials.
 	registry *registry.Layers
+
+	// mu guards the nodes' queues: those used since rotated, and those
+	// used in the queueLifetime before.
+	mu                sync.Mutex
+	queues, oldQueues map[string]queue
+	rotated           time.Time
 }
 
 var (
@@ -58,9 +66,10 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		return nil, err
 	}
 	log := klog.FromContext(ctx)
-	p := &Plugin{caches: informer.Start(ctx, clients.Client), registry: &registry.Layers{Failed: func(ref string, err error) {
-		log.Info("Reading an image's layers from its registry failed: Pods of it get no node-cache preference for now", "image", ref, "err", err)
-	}}}
+	p := &Plugin{caches: informer.Start(ctx, clients.Client), queues: map[string]queue{}, rotated: time.Now(),
+		registry: &registry.Layers{Failed: func(ref string, err error) {
+			log.Info("Reading an image's layers from its registry failed: Pods of it get no node-cache preference for now", "image", ref, "err", err)
+		}}}
 	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
 	if !p.caches.WaitForSync(syncCtx) {
@@ -88,22 +97,24 @@ type scores map[string]int64
 func (s scores) Clone() fwk.StateData { return s }
 
 // PreScore scores every feasible node at once, since a score is relative
-// to what the others lack. It skips the Pod — the other plugins decide —
-// when no image of the Pod is known, or every node lacks the same.
+// to what the others cost. It skips the Pod — the other plugins decide —
+// when no image of the Pod is known, or every node costs the same.
 func (p *Plugin) PreScore(_ context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
 	podImages := images.OfPod(&pod.Spec)
 	candidates := make([]candidate, len(nodes))
-	for i, n := range nodes {
-		candidates[i].name = n.Node().Name
-		for _, other := range n.GetPods() {
-			if o := other.GetPod(); pulling(o) {
-				candidates[i].pulling = append(candidates[i].pulling, images.OfPod(&o.Spec)...)
-			}
-		}
-	}
 	var s scores
 	var ok bool
-	p.caches.Read(func(x *nodecache.Index) { s, ok = score(x, podImages, candidates, p.registry) })
+	p.caches.Read(func(x *nodecache.Index) {
+		p.mu.Lock()
+		if time.Since(p.rotated) > queueLifetime {
+			p.queues, p.oldQueues, p.rotated = map[string]queue{}, p.queues, time.Now()
+		}
+		for i, n := range nodes {
+			candidates[i] = candidate{name: n.Node().Name, queued: p.queued(x, n)}
+		}
+		p.mu.Unlock()
+		s, ok = score(x, podImages, candidates, p.registry)
+	})
 	if !ok {
 		return fwk.NewStatus(fwk.Skip)
 	}
@@ -111,10 +122,51 @@ func (p *Plugin) PreScore(_ context.Context, state fwk.CycleState, pod *corev1.P
 	return nil
 }
 
-// pulling reports whether pod's node may still be pulling its images: it
-// is bound (or assumed) and has not started.
-func pulling(pod *corev1.Pod) bool {
-	return pod.DeletionTimestamp == nil && (pod.Status.Phase == "" || pod.Status.Phase == corev1.PodPending)
+// queue is the layers a node's Pods that have not started need, as of
+// the node's generation: a node's Pods change far less often than Pods
+// are scored.
+type queue struct {
+	generation int64
+	layers     []v1alpha1.Layer
+}
+
+// queueLifetime is how long a node's queue is kept unused: nodes gone
+// are forgotten after one to two of it.
+const queueLifetime = 10 * time.Minute
+
+// queued are the distinct layers of the images of node's Pods that have
+// not started: what the node is pulling, or will pull first; p.mu is
+// held. The registry is not read for them, only asked what it has read.
+func (p *Plugin) queued(x *nodecache.Index, node fwk.NodeInfo) []v1alpha1.Layer {
+	name := node.Node().Name
+	q, ok := p.queues[name]
+	if !ok {
+		q, ok = p.oldQueues[name]
+	}
+	if ok && q.generation == node.GetGeneration() {
+		p.queues[name] = q
+		return q.layers
+	}
+	pods := make([]*corev1.Pod, len(node.GetPods()))
+	for i, pi := range node.GetPods() {
+		pods[i] = pi.GetPod()
+	}
+	layers := queuedLayers(x, pods, p.registry)
+	p.queues[name] = queue{generation: node.GetGeneration(), layers: layers}
+	return layers
+}
+
+// queuedLayers are the distinct layers of the images of those of a node's
+// pods that have not started (bound or assumed, not yet Running), that
+// index or what the registry has read knows.
+func queuedLayers(index *nodecache.Index, pods []*corev1.Pod, reg imageRegistry) []v1alpha1.Layer {
+	var waiting []string
+	for _, pod := range pods {
+		if pod.DeletionTimestamp == nil && (pod.Status.Phase == "" || pod.Status.Phase == corev1.PodPending) {
+			waiting = append(waiting, images.OfPod(&pod.Spec)...)
+		}
+	}
+	return index.PodLayers(waiting, reg.Cached)
 }
 
 // Score is the node's score from PreScore.
@@ -129,11 +181,11 @@ func (p *Plugin) Score(_ context.Context, state fwk.CycleState, _ *corev1.Pod, n
 // ScoreExtensions is nil: PreScore's scores are normalised already.
 func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return nil }
 
-// candidate is a feasible node and the images of its Pods that have not
-// started: what it is pulling, or will pull first.
+// candidate is a feasible node and the layers its Pods that have not
+// started need: what it is pulling, or will pull first.
 type candidate struct {
-	name    string
-	pulling []string
+	name   string
+	queued []v1alpha1.Layer
 }
 
 // imageRegistry knows the layers of images no node lists: Known reads
@@ -146,16 +198,14 @@ type imageRegistry interface {
 // score scores nodes for a Pod of images by what placing it there costs,
 // from fwk.MaxNodeScore (least) to 0 (most). The cost counts bytes of the
 // layers of the Pod's images that index knows (or the registry, for images
-// no node lists) and of those of the node's Pods that have not started
-// yet: the Pod's wait — what the node must pull before the Pod can start,
-// its Pods' pulls first, since a node pulls one image after another (the
+// no node lists) and of the layers queued on the node that it lacks: the
+// Pod's wait — what the node must pull before the Pod can start, the
+// queued layers first, since a node pulls one image after another (the
 // kubelet's default) — plus what the Pod adds to the node's pulls, which
 // later Pods wait for. So a node holding the image but busy pulling others
 // loses to one lacking a little, and a Pod joins a node already pulling
-// its image rather than pull it again elsewhere. The registry is read for
-// the Pod's own images only, not for every Pod's on the nodes. It reports
-// false when it has no preference: no image is known, or every node costs
-// the same.
+// its image rather than pull it again elsewhere. It reports false when it
+// has no preference: no image is known, or every node costs the same.
 func score(index *nodecache.Index, podImages []string, nodes []candidate, reg imageRegistry) (scores, bool) {
 	layers := index.PodLayers(podImages, reg.Known)
 	if len(layers) == 0 || len(nodes) == 0 {
@@ -166,25 +216,21 @@ func score(index *nodecache.Index, podImages []string, nodes []candidate, reg im
 		names[i] = n.name
 	}
 	cost := index.MissingOn(layers, names)
-	known := map[string][]v1alpha1.Layer{}
 	for i, n := range nodes {
-		if len(n.pulling) == 0 {
+		if len(n.queued) == 0 {
 			// It waits for its own layers and adds them.
 			cost[i] *= 2
 			continue
 		}
-		var queued [][]v1alpha1.Layer
-		for _, img := range n.pulling {
-			l, ok := known[img]
-			if !ok {
-				l = index.PodLayers([]string{img}, reg.Cached)
-				known[img] = l
+		var added []v1alpha1.Layer
+		for _, l := range layers {
+			if !slices.ContainsFunc(n.queued, func(q v1alpha1.Layer) bool { return q.Digest == l.Digest }) {
+				added = append(added, l)
 			}
-			queued = append(queued, l)
 		}
-		before := index.Missing(nodecache.PodLayers(queued...), n.name)
-		wait := index.Missing(nodecache.PodLayers(append(queued, layers)...), n.name)
-		cost[i] = wait + wait - before
+		before := index.Missing(n.queued, n.name)
+		extra := index.Missing(added, n.name)
+		cost[i] = before + 2*extra
 	}
 	if slices.Min(cost) == slices.Max(cost) {
 		return nil, false

@@ -2,13 +2,13 @@ package nodecachelocality
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"testing"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testobjects"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
@@ -23,34 +23,14 @@ var (
 	sidecar   = v1alpha1.Layer{Digest: "0000000000000006", Size: 10 << 20}
 )
 
-// nodeCache is a NodeImageCache of node holding images (name → layers).
-func nodeCache(node string, images map[string][]v1alpha1.Layer) *v1alpha1.NodeImageCache {
-	c := &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: node}}
-	index := map[v1alpha1.Layer]int32{}
-	for _, name := range slices.Sorted(maps.Keys(images)) {
-		img := v1alpha1.CachedImage{Names: []string{name}}
-		for _, l := range images[name] {
-			i, ok := index[l]
-			if !ok {
-				i = int32(len(c.Layers))
-				index[l] = i
-				c.Layers = append(c.Layers, l)
-			}
-			img.Layers = append(img.Layers, i)
-		}
-		c.Images = append(c.Images, img)
-	}
-	return c
-}
-
 func TestScore(t *testing.T) {
 	index := nodecache.NewIndex()
 	for _, c := range []*v1alpha1.NodeImageCache{
-		nodeCache("has-django-1", map[string][]v1alpha1.Layer{"swebench/django-1:v1": {base, djangoEnv, django1}}),
-		nodeCache("has-django-2", map[string][]v1alpha1.Layer{"swebench/django-2:v1": {base, djangoEnv, django2}}),
-		nodeCache("has-flask", map[string][]v1alpha1.Layer{"swebench/flask-1:v1": {base, flaskEnv}}),
-		nodeCache("has-sidecar", map[string][]v1alpha1.Layer{"sidecar:1": {sidecar}}),
-		nodeCache("empty", nil),
+		testobjects.NodeImageCache("has-django-1", map[string][]v1alpha1.Layer{"swebench/django-1:v1": {base, djangoEnv, django1}}),
+		testobjects.NodeImageCache("has-django-2", map[string][]v1alpha1.Layer{"swebench/django-2:v1": {base, djangoEnv, django2}}),
+		testobjects.NodeImageCache("has-flask", map[string][]v1alpha1.Layer{"swebench/flask-1:v1": {base, flaskEnv}}),
+		testobjects.NodeImageCache("has-sidecar", map[string][]v1alpha1.Layer{"sidecar:1": {sidecar}}),
+		testobjects.NodeImageCache("empty", nil),
 	} {
 		n, err := nodecache.NewNode(c)
 		if err != nil {
@@ -65,11 +45,11 @@ func TestScore(t *testing.T) {
 		"docker.io/swebench/flask-2:v1":  {base, flaskEnv, django3},
 	}}
 	for _, tt := range []struct {
-		name    string
-		images  []string
-		nodes   []string
-		pulling map[string][]string // images of the nodes' Pods not started
-		want    string              // the scores in the nodes' order, or "skip"
+		name   string
+		images []string
+		nodes  []string
+		pods   map[string][]*corev1.Pod // on the nodes
+		want   string                   // the scores in the nodes' order, or "skip"
 	}{
 		{"the node with the image first, then its siblings by what they share",
 			[]string{"docker.io/swebench/django-1:v1"}, all, nil, "[100 98 87 0 0 0]"},
@@ -84,16 +64,18 @@ func TestScore(t *testing.T) {
 		{"only the feasible nodes are scored", []string{"docker.io/swebench/flask-1:v1"}, []string{"has-django-1", "empty"}, nil, "[100 0]"},
 		{"no nodes", []string{"docker.io/swebench/django-1:v1"}, nil, nil, "skip"},
 		{"a node pulling another image must pull that first",
-			[]string{"docker.io/swebench/django-1:v1"}, all, map[string][]string{"has-django-1": {"docker.io/swebench/flask-1:v1"}}, "[95 100 88 0 0 0]"},
+			[]string{"docker.io/swebench/django-1:v1"}, all, map[string][]*corev1.Pod{"has-django-1": {pending("docker.io/swebench/flask-1:v1")}}, "[95 100 88 0 0 0]"},
+		{"a node's running Pods pull nothing",
+			[]string{"docker.io/swebench/django-1:v1"}, all, map[string][]*corev1.Pod{"has-django-1": {running("docker.io/swebench/flask-1:v1")}}, "[100 98 87 0 0 0]"},
 		{"a node pulling the same image: joining it adds no pull",
-			[]string{"docker.io/swebench/django-1:v1"}, all, map[string][]string{"has-django-2": {"docker.io/swebench/django-1:v1"}}, "[100 99 87 0 0 0]"},
+			[]string{"docker.io/swebench/django-1:v1"}, all, map[string][]*corev1.Pod{"has-django-2": {pending("docker.io/swebench/django-1:v1")}}, "[100 99 87 0 0 0]"},
 		{"an unlisted image being pulled counts if the registry was read for it",
-			[]string{"docker.io/swebench/django-1:v1"}, all, map[string][]string{"has-django-1": {"docker.io/swebench/flask-2:v1"}}, "[94 100 88 0 0 0]"},
+			[]string{"docker.io/swebench/django-1:v1"}, all, map[string][]*corev1.Pod{"has-django-1": {pending("docker.io/swebench/flask-2:v1")}}, "[94 100 88 0 0 0]"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			nodes := make([]candidate, len(tt.nodes))
 			for i, n := range tt.nodes {
-				nodes[i] = candidate{name: n, pulling: tt.pulling[n]}
+				nodes[i] = candidate{name: n, queued: queuedLayers(index, tt.pods[n], reg)}
 			}
 			reg.asked = nil
 			s, ok := score(index, tt.images, nodes, reg)
@@ -115,6 +97,18 @@ func TestScore(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pending is a Pod of image bound to a node that has not started it;
+// running one that has.
+func pending(image string) *corev1.Pod {
+	return &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Image: image}}}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
+}
+
+func running(image string) *corev1.Pod {
+	p := pending(image)
+	p.Status.Phase = corev1.PodRunning
+	return p
 }
 
 // registryAnswers stands in for registry.Layers, whose reads need a
@@ -151,7 +145,7 @@ func BenchmarkScore(b *testing.B) {
 			name, layers := image((i+j)%50, (i*7+j)%20)
 			held[name] = layers
 		}
-		n, err := nodecache.NewNode(nodeCache(nodes[i].name, held))
+		n, err := nodecache.NewNode(testobjects.NodeImageCache(nodes[i].name, held))
 		if err != nil {
 			b.Fatal(err)
 		}
