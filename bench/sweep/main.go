@@ -420,31 +420,14 @@ func nodeCacheAffinity(ctx context.Context, cluster *testcluster.Cluster, c clie
 	if err := c.Create(ctx, policy); err != nil {
 		return nil, errors.Join(err, stop())
 	}
-	// A dry run of a Pod of an image node-0 holds, until the webhook has
-	// both the policy and the nodes' caches.
 	i := slices.IndexFunc(sim.nodes["node-0"].held, func(img swebench.Image) bool { return img.Family == family })
 	if i < 0 {
 		return nil, errors.Join(fmt.Errorf("node-0 holds no image of %s", family), stop())
 	}
-	held := sim.nodes["node-0"].held[i].Name
-	probe := func() (bool, error) {
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe", Labels: map[string]string{webhook.SandboxPodLabel: "probe"}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "task", Image: held}}}}
-		if err := c.Create(ctx, pod, client.DryRunAll); err != nil {
-			return false, err
-		}
-		return pod.Spec.Affinity != nil && pod.Spec.Affinity.NodeAffinity != nil, nil
+	if err := server.WaitForNodeAffinity(ctx, ns, sim.nodes["node-0"].held[i].Name); err != nil {
+		return nil, errors.Join(err, stop())
 	}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		ok, err := probe()
-		if ok || err != nil || time.Now().After(deadline) {
-			if !ok {
-				err = errors.Join(fmt.Errorf("the webhook adds no node-cache affinity after a minute: %v", err), stop())
-				return nil, err
-			}
-			return stop, nil
-		}
-	}
+	return stop, nil
 }
 
 // readyAt has kwok make pod Ready at t.

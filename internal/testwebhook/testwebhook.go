@@ -160,6 +160,24 @@ func (s *Server) waitCallable(ctx context.Context) error {
 	return nil
 }
 
+// WaitForNodeAffinity waits until the webhook gives a sandbox Pod of
+// image in ns node affinity — it has a policy's nodeCache and the nodes'
+// caches — trying with server-side dry runs.
+func (s *Server) WaitForNodeAffinity(ctx context.Context, ns, image string) error {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "node-affinity-probe", Labels: map[string]string{webhook.SandboxPodLabel: "probe"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "probe", Image: image}}}}
+		if err := s.client.Create(ctx, pod, client.DryRunAll); err != nil {
+			return false, err
+		}
+		return pod.Spec.Affinity != nil && pod.Spec.Affinity.NodeAffinity != nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the webhook gave a Pod of %s no node affinity: %w", image, err)
+	}
+	return nil
+}
+
 // Stop stops the webhook, leaving its configurations, so that the API
 // server finds it down. It returns the webhook's error.
 func (s *Server) Stop() error {

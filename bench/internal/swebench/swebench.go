@@ -7,9 +7,8 @@ import (
 	"fmt"
 	"hash/fnv"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testobjects"
 )
 
 // The layers' sizes, as SWE-bench's evaluation images have them.
@@ -46,28 +45,11 @@ func digest(s string) string {
 	return fmt.Sprintf("%0*x", v1alpha1.LayerDigestLength, h.Sum64())
 }
 
-// NodeCache is the NodeImageCache of a node holding images, each image
-// and layer listed once however often they come.
+// NodeCache is the NodeImageCache of a node holding images.
 func NodeCache(node string, images []Image) *v1alpha1.NodeImageCache {
-	c := &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: node}}
-	at := map[v1alpha1.Layer]int32{}
-	listed := map[string]bool{}
+	held := map[string][]v1alpha1.Layer{}
 	for _, img := range images {
-		if listed[img.Name] {
-			continue
-		}
-		listed[img.Name] = true
-		cached := v1alpha1.CachedImage{Names: []string{img.Name}}
-		for _, l := range img.Layers {
-			i, ok := at[l]
-			if !ok {
-				i = int32(len(c.Layers))
-				at[l] = i
-				c.Layers = append(c.Layers, l)
-			}
-			cached.Layers = append(cached.Layers, i)
-		}
-		c.Images = append(c.Images, cached)
+		held[img.Name] = img.Layers
 	}
-	return c
+	return testobjects.NodeImageCache(node, held)
 }

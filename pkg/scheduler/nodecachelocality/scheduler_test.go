@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testobjects"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testregistry"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testscheduler"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testwebhook"
@@ -37,16 +38,6 @@ var (
 	django1   = v1alpha1.Layer{Digest: "00000000000000d1", Size: 100 << 20}
 	django2   = v1alpha1.Layer{Digest: "00000000000000d2", Size: 100 << 20}
 )
-
-// nodeCache is the NodeImageCache of a node holding one image.
-func nodeCache(node, image string, layers ...v1alpha1.Layer) *v1alpha1.NodeImageCache {
-	c := &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: node}, Layers: layers,
-		Images: []v1alpha1.CachedImage{{Names: []string{image}}}}
-	for i := range layers {
-		c.Images[0].Layers = append(c.Images[0].Layers, int32(i))
-	}
-	return c
-}
 
 // The real kube-scheduler built with NodeCacheLocality, in the shipped
 // configuration, on kwok nodes with hand-written NodeImageCaches: a Pod
@@ -73,9 +64,9 @@ func TestNodeCacheLocality(t *testing.T) {
 	}
 	// node-0 runs no agent; each other node holds one image.
 	for _, nc := range []*v1alpha1.NodeImageCache{
-		nodeCache("node-1", "swebench/flask-1:v1", base, flaskEnv),
-		nodeCache("node-2", "swebench/django-1:v1", base, djangoEnv, django1),
-		nodeCache("node-3", "swebench/django-2:v1", base, djangoEnv, django2),
+		testobjects.NodeImageCache("node-1", map[string][]v1alpha1.Layer{"swebench/flask-1:v1": {base, flaskEnv}}),
+		testobjects.NodeImageCache("node-2", map[string][]v1alpha1.Layer{"swebench/django-1:v1": {base, djangoEnv, django1}}),
+		testobjects.NodeImageCache("node-3", map[string][]v1alpha1.Layer{"swebench/django-2:v1": {base, djangoEnv, django2}}),
 	} {
 		if err := admin.Client.Create(ctx, nc); err != nil {
 			t.Fatal(err)
@@ -120,6 +111,9 @@ func TestNodeCacheLocality(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = admin.Client.Delete(context.Background(), p) })
+		if err := server.WaitForNodeAffinity(ctx, ns, "swebench/django-1:v1"); err != nil {
+			t.Fatal(err)
+		}
 		const stock = "default-scheduler"
 		place(t, ctx, ns, webhook.SandboxPodLabel, []step{
 			{"an image no node has: the stock choice", stock, "swebench/astropy-1:v1", "1", "node-0"},
@@ -132,7 +126,7 @@ func TestNodeCacheLocality(t *testing.T) {
 	t.Run("an image no node lists, from its registry", func(t *testing.T) {
 		ref, layers := testregistry.Start(t).PushRandom(t, "swebench/unlisted:v1")
 		// node-0 holds two of its three layers, under another image's name.
-		sibling := nodeCache("node-0", "swebench/sibling:v1", layers[:2]...)
+		sibling := testobjects.NodeImageCache("node-0", map[string][]v1alpha1.Layer{"swebench/sibling:v1": layers[:2]})
 		if err := admin.Client.Create(ctx, sibling); err != nil {
 			t.Fatal(err)
 		}
