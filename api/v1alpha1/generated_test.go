@@ -2,9 +2,11 @@ package v1alpha1_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -22,10 +24,29 @@ func TestCRDsAreGenerated(t *testing.T) {
 		t.Fatalf("controller-gen made no CRD (%v)", err)
 	}
 	for _, g := range generated {
-		want, _ := os.ReadFile(g)
+		want, err := os.ReadFile(g)
+		if err != nil {
+			t.Fatal(err)
+		}
 		committed, err := os.ReadFile(filepath.Join("../../manifests/crd", filepath.Base(g)))
-		if err != nil || !bytes.Equal(committed, want) {
-			t.Errorf("manifests/crd/%s is not what controller-gen makes of api/ (%v): run `make generate`", filepath.Base(g), err)
+		if err != nil {
+			t.Errorf("manifests/crd/%s: %v: run `make generate`", filepath.Base(g), err)
+			continue
+		}
+		if !bytes.Equal(committed, want) {
+			t.Errorf("manifests/crd/%s is not what controller-gen makes of api/ (%s): run `make generate`", filepath.Base(g), firstDifference(committed, want))
 		}
 	}
+}
+
+// firstDifference names the first line where committed and generated
+// differ.
+func firstDifference(committed, generated []byte) string {
+	c, g := strings.Split(string(committed), "\n"), strings.Split(string(generated), "\n")
+	for i := range min(len(c), len(g)) {
+		if c[i] != g[i] {
+			return fmt.Sprintf("line %d: committed %q, generated %q", i+1, c[i], g[i])
+		}
+	}
+	return fmt.Sprintf("committed %d lines, generated %d", len(c), len(g))
 }
