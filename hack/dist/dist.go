@@ -14,11 +14,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/sandbox-fleet/sandbox-fleet/internal/gobuild"
 )
 
 const (
@@ -105,11 +106,8 @@ func archive(o Options, path, goos, goarch string) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", o.LDFlags, "-o", filepath.Join(tmp, plugin), "./cmd/"+plugin)
-	build.Dir = o.Root
-	build.Env = append(os.Environ(), "GOOS="+goos, "GOARCH="+goarch, "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build: %w\n%s", err, out)
+	if err := gobuild.Command(o.Root, plugin, filepath.Join(tmp, plugin), gobuild.Target{GOOS: goos, GOARCH: goarch, LDFlags: o.LDFlags}); err != nil {
+		return "", err
 	}
 
 	var buf bytes.Buffer

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -23,6 +22,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/sandbox-fleet/sandbox-fleet/internal/gobuild"
 )
 
 // nonroot is the image's user, matching the webhook Deployment's
@@ -72,16 +73,8 @@ func Build(o Options) error {
 	}
 	defer os.RemoveAll(tmp)
 	bin := filepath.Join(tmp, o.Command)
-	// asrl-scheduler is a module of its own (it links k8s.io/kubernetes).
-	pkg, module := "./cmd/"+o.Command, o.Root
-	if _, err := os.Stat(filepath.Join(o.Root, "cmd", o.Command, "go.mod")); err == nil {
-		pkg, module = ".", filepath.Join(o.Root, "cmd", o.Command)
-	}
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", o.LDFlags, "-o", bin, pkg)
-	build.Dir = module
-	build.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+o.Arch, "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build: %w\n%s", err, out)
+	if err := gobuild.Command(o.Root, o.Command, bin, gobuild.Target{GOOS: "linux", GOARCH: o.Arch, LDFlags: o.LDFlags}); err != nil {
+		return err
 	}
 	binary, err := os.ReadFile(bin)
 	if err != nil {

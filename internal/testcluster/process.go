@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandbox-fleet/sandbox-fleet/internal/gobuild"
 )
 
 // Process is one component the cluster started, or a program a test
@@ -218,29 +220,17 @@ func PinThisProcess(cpus ...int) error {
 }
 
 // BuildCommand builds the project's command cmd/name into dir and
-// returns its path, for tests that run it as users do. It builds it as
-// hack/image does — static, without cgo, in its own module if it has one
-// (asrl-scheduler) — so what tests and benchmarks run (and measure) is
-// the binary the images ship.
+// returns its path, for tests that run it as users do: as the images ship
+// it (gobuild), so what tests and benchmarks run (and measure) is that
+// binary.
 func BuildCommand(dir, name string) (string, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
-	bin, err := filepath.Abs(filepath.Join(dir, name))
-	if err != nil {
+	bin := filepath.Join(dir, name)
+	if err := gobuild.Command(root, name, bin, gobuild.Target{}); err != nil {
 		return "", err
-	}
-	pkg, module := "./cmd/"+name, root
-	if _, err := os.Stat(filepath.Join(root, "cmd", name, "go.mod")); err == nil {
-		pkg, module = ".", filepath.Join(root, "cmd", name)
-	}
-	build := exec.Command("go", "build", "-trimpath", "-o", bin, pkg)
-	build.Dir = module
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := build.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("building %s: %w\n%s", name, err, out)
 	}
 	return bin, nil
 }
