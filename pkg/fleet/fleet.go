@@ -206,34 +206,11 @@ func (f *Fleet) readNodeCaches(ctx context.Context) {
 }
 
 // readRegistries reads the layers of images no node lists from their
-// registries (with the docker config's credentials), a few at a time,
-// so that a new image is placed where its base already is. An image that
-// cannot be read is placed without: the failures are warned about at once.
+// registries (with the docker config's credentials), so that a new image
+// is placed where its base already is. An image that cannot be read is
+// placed without: the failures are warned about at once.
 func readRegistries(ctx context.Context, images []string) map[string][]v1alpha1.Layer {
-	const reads, timeout = 8, 30 * time.Second
-	reader := &registry.Layers{}
-	var mu sync.Mutex
-	found := map[string][]v1alpha1.Layer{}
-	var failed []error
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, reads)
-	for _, img := range images {
-		wg.Go(func() {
-			slots <- struct{}{}
-			defer func() { <-slots }()
-			ctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			layers, err := reader.Get(ctx, img)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				failed = append(failed, err)
-			} else {
-				found[img] = layers
-			}
-		})
-	}
-	wg.Wait()
+	found, failed := (&registry.Layers{}).GetAll(ctx, images)
 	if len(failed) > 0 {
 		klog.Warningf("image-affinity: %d of %d images no node holds could not be read from their registries, and are placed without their layers; the first: %v",
 			len(failed), len(images), failed[0])

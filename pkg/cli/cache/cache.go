@@ -130,18 +130,15 @@ func (o *options) fromRegistries(ctx context.Context, nodes []*nodecache.Node, i
 	if !o.registry {
 		return nil
 	}
-	found := map[string][]v1alpha1.Layer{}
-	reader := &registry.Layers{}
+	var unlisted []string
 	for _, img := range images {
-		if _, onANode := nodecache.ImageLayers(nodes, img); onANode {
-			continue
+		if _, onANode := nodecache.ImageLayers(nodes, img); !onANode {
+			unlisted = append(unlisted, img)
 		}
-		layers, err := reader.Get(ctx, img)
-		if err != nil {
-			fmt.Fprintf(o.streams.ErrOut, "Warning: %v\n", err)
-			continue
-		}
-		found[img] = layers
+	}
+	found, failed := (&registry.Layers{}).GetAll(ctx, unlisted)
+	for _, err := range failed {
+		fmt.Fprintf(o.streams.ErrOut, "Warning: %v\n", err)
 	}
 	return found
 }

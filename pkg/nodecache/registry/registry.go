@@ -99,6 +99,37 @@ func (l *Layers) readInBackground(ref string) {
 	}
 }
 
+// GetAll reads the layers of images, a few at a time, each read bounded
+// by a timeout, for a command that waits for them: the images read, and
+// an error for each that could not be, in the images' order.
+func (l *Layers) GetAll(ctx context.Context, images []string) (map[string][]v1alpha1.Layer, []error) {
+	const reads, timeout = 8, 30 * time.Second
+	layers := make([][]v1alpha1.Layer, len(images))
+	errs := make([]error, len(images))
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, reads)
+	for i, img := range images {
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			layers[i], errs[i] = l.Get(ctx, img)
+		})
+	}
+	wg.Wait()
+	found := map[string][]v1alpha1.Layer{}
+	var failed []error
+	for i, img := range images {
+		if errs[i] != nil {
+			failed = append(failed, errs[i])
+		} else {
+			found[img] = layers[i]
+		}
+	}
+	return found, failed
+}
+
 // Get returns the layers of image ref, base first.
 func (l *Layers) Get(ctx context.Context, ref string) ([]v1alpha1.Layer, error) {
 	if layers, ok := l.Cached(ref); ok {

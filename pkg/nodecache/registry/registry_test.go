@@ -11,7 +11,8 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/registry"
 )
 
-// An image's layers are read from its registry once.
+// An image's layers are read from its registry once; GetAll reads many
+// and says which it could not.
 func TestLayers(t *testing.T) {
 	r := testregistry.Start(t)
 	ref, want := r.PushRandom(t, "swebench/django-1:latest")
@@ -28,6 +29,15 @@ func TestLayers(t *testing.T) {
 	}
 	if _, err := l.Get(context.Background(), r.Host+"/swebench/missing:1"); err == nil || !strings.Contains(err.Error(), "missing:1") {
 		t.Errorf("a missing image: %v, want an error naming it", err)
+	}
+
+	other, wantOther := r.PushRandom(t, "swebench/flask-1:latest")
+	found, failed := l.GetAll(context.Background(), []string{ref, r.Host + "/swebench/missing:1", other, r.Host + "/swebench/missing:2"})
+	if len(found) != 2 || !slices.Equal(found[ref], want) || !slices.Equal(found[other], wantOther) {
+		t.Errorf("GetAll found %v, want %s and %s", found, ref, other)
+	}
+	if len(failed) != 2 || !strings.Contains(failed[0].Error(), "missing:1") || !strings.Contains(failed[1].Error(), "missing:2") {
+		t.Errorf("GetAll failed %v, want the two missing images, in order", failed)
 	}
 }
 
