@@ -61,6 +61,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testscheduler"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testwebhook"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
 )
 
@@ -256,11 +257,7 @@ func (s *simulator) writeStatus(ctx context.Context, nodeName string, held []swe
 		} `json:"status"`
 	}{}
 	for _, img := range held {
-		var size int64
-		for _, l := range img.Layers {
-			size += l.Size
-		}
-		status.Status.Images = append(status.Status.Images, corev1.ContainerImage{Names: []string{img.Name}, SizeBytes: size})
+		status.Status.Images = append(status.Status.Images, corev1.ContainerImage{Names: []string{img.Name}, SizeBytes: nodecache.Size(img.Layers)})
 	}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}
 	return s.clients.Client.Status().Patch(ctx, node, mergePatch(status))

@@ -338,10 +338,7 @@ func Presences(nodes []*Node, images []string, registry map[string][]v1alpha1.La
 		if !known {
 			layers, known = registry[img]
 		}
-		p.Known = known
-		for _, l := range layers {
-			p.SizeBytes += l.Size
-		}
+		p.Known, p.SizeBytes = known, Size(layers)
 		for _, n := range sorted {
 			missing := n.Missing(layers)
 			p.Nodes = append(p.Nodes, NodePresence{Node: n.Name, Complete: n.Complete(),

@@ -144,11 +144,7 @@ func (x *Index) Missing(layers []v1alpha1.Layer, node string) int64 {
 	if n, ok := x.nodes[node]; ok {
 		return n.Missing(layers)
 	}
-	var total int64
-	for _, l := range layers {
-		total += l.Size
-	}
-	return total
+	return Size(layers)
 }
 
 // held is the bytes of layers each node holds, by id, and their total.

@@ -18,6 +18,15 @@ func PodLayers(images ...[]v1alpha1.Layer) []v1alpha1.Layer {
 	return out
 }
 
+// Size is the bytes of layers, each counted as often as it comes.
+func Size(layers []v1alpha1.Layer) int64 {
+	var size int64
+	for _, l := range layers {
+		size += l.Size
+	}
+	return size
+}
+
 // Scores turns the bytes each node lacks into scores from 0 to maxScore,
 // as a scheduler's score plugin gives them: the node lacking least gets
 // maxScore, the one lacking most 0, the rest in proportion. When every

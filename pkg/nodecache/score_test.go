@@ -34,6 +34,9 @@ func TestPodLayers(t *testing.T) {
 	if want := []v1alpha1.Layer{base, env, app, sidecar}; !slices.Equal(got, want) {
 		t.Errorf("PodLayers = %v, want %v", got, want)
 	}
+	if size := nodecache.Size(got); size != 1005 {
+		t.Errorf("Size(PodLayers) = %d, want 1005", size)
+	}
 }
 
 // What a node lacks of an image is cheap to count: a scheduler asks it

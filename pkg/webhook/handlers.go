@@ -152,10 +152,7 @@ func (m *PodMutator) preferCachingNodes(pod *corev1.Pod, weight int32) bool {
 	var total int64
 	caches.Read(func(x *nodecache.Index) {
 		layers := x.PodLayers(images.OfPod(&pod.Spec), m.Unlisted)
-		for _, l := range layers {
-			total += l.Size
-		}
-		missing = x.Lacking(layers)
+		total, missing = nodecache.Size(layers), x.Lacking(layers)
 	})
 	return policy.AddNodeCacheAffinity(pod, weight, missing, total)
 }
