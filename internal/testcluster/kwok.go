@@ -9,8 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -72,24 +72,20 @@ func (c *Cluster) startKwok(port int) (waitFunc, error) {
 // readyAtAnnotated edits kwok's pod-ready stage to wait for a Pod's
 // ReadyAtAnnotation and fire at the time it holds.
 func readyAtAnnotated(stage []byte) ([]byte, error) {
-	var s struct {
-		APIVersion string         `json:"apiVersion"`
-		Kind       string         `json:"kind"`
-		Metadata   map[string]any `json:"metadata"`
-		Spec       map[string]any `json:"spec"`
-	}
-	if err := yaml.UnmarshalStrict(stage, &s); err != nil {
+	var s map[string]any
+	if err := yaml.Unmarshal(stage, &s); err != nil {
 		return nil, err
 	}
-	selector, ok := s.Spec["selector"].(map[string]any)
+	spec, _ := s["spec"].(map[string]any)
+	selector, ok := spec["selector"].(map[string]any)
 	if !ok {
-		return nil, errors.New("the stage has no selector")
+		return nil, errors.New("the stage has no spec.selector")
 	}
 	annotation := fmt.Sprintf(".metadata.annotations[%q]", ReadyAtAnnotation)
 	exprs, _ := selector["matchExpressions"].([]any)
 	selector["matchExpressions"] = append(exprs, map[string]any{"key": annotation, "operator": "Exists"})
 	// kwok takes a time for a delay as the wait until then.
-	s.Spec["delay"] = map[string]any{"durationFrom": map[string]any{"expressionFrom": annotation}}
+	spec["delay"] = map[string]any{"durationFrom": map[string]any{"expressionFrom": annotation}}
 	return yaml.Marshal(s)
 }
 
@@ -104,28 +100,12 @@ func (c *Cluster) AddNodes(ctx context.Context, nodes ...Node) error {
 // thousand), and waits until kwok reports them all Ready with a lease,
 // and Pods may go there.
 func (c *Cluster) createNodes(ctx context.Context, all []Node) error {
-	const creators = 16
-	nodes := make(chan Node)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var errs []error
-	for range creators {
-		wg.Go(func() {
-			for n := range nodes {
-				if err := c.createNode(ctx, n); err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-				}
-			}
-		})
-	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
 	for _, n := range all {
-		nodes <- n
+		g.Go(func() error { return c.createNode(gctx, n) })
 	}
-	close(nodes)
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := g.Wait(); err != nil {
 		return err
 	}
 	return poll(ctx, fmt.Sprintf("%d kwok nodes to be Ready with a lease", len(all)), func(ctx context.Context) error {
