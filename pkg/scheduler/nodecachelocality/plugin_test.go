@@ -12,8 +12,9 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
-// GiB-sized layers of SWE-bench-style images: a shared base, an
-// environment per repository, and each instance's own.
+// GiB-sized layers of SWE-bench-style images, for the scoring table and
+// the scheduler test: a shared base, an environment per repository, and
+// each instance's own.
 var (
 	base      = v1alpha1.Layer{Digest: "0000000000000001", Size: 8 << 30}
 	djangoEnv = v1alpha1.Layer{Digest: "0000000000000002", Size: 1 << 30}

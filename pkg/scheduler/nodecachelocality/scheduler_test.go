@@ -1,4 +1,4 @@
-package nodecachelocality_test
+package nodecachelocality
 
 import (
 	"context"
@@ -28,16 +28,6 @@ func TestMain(m *testing.M) {
 	testcluster.Main(m, &cluster,
 		testcluster.WithNodes(testcluster.FakeNodes("node", 4, testcluster.DefaultCapacity(), nil)...))
 }
-
-// Layers of SWE-bench-style images: a shared base, an environment per
-// repository, and each instance's own.
-var (
-	base      = v1alpha1.Layer{Digest: "00000000000000b0", Size: 8 << 30}
-	djangoEnv = v1alpha1.Layer{Digest: "00000000000000e1", Size: 1 << 30}
-	flaskEnv  = v1alpha1.Layer{Digest: "00000000000000e2", Size: 1 << 30}
-	django1   = v1alpha1.Layer{Digest: "00000000000000d1", Size: 100 << 20}
-	django2   = v1alpha1.Layer{Digest: "00000000000000d2", Size: 100 << 20}
-)
 
 // The real kube-scheduler built with NodeCacheLocality, in the shipped
 // configuration, on kwok nodes with hand-written NodeImageCaches: a Pod
