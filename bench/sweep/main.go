@@ -174,18 +174,19 @@ func run(ctx context.Context, p params) error {
 type simulator struct {
 	clients   *kube.Clients
 	bandwidth float64
-	mu        sync.Mutex
 	nodes     map[string]*node
 }
 
 // node is a kwok node's images.
 type node struct {
+	// store is only used from the sweep's event loop.
 	store *store
 	// mu orders the writes of what the node holds.
 	mu sync.Mutex
-	// held is what its NodeImageCache, cache, and status list.
-	held  []swebench.Image
-	cache *v1alpha1.NodeImageCache
+	// held is what its NodeImageCache, at resourceVersion, and its status
+	// list.
+	held            []swebench.Image
+	resourceVersion string
 }
 
 // warm gives each node p.warm images of each placement's copy, the same
@@ -210,10 +211,11 @@ func (s *simulator) warm(ctx context.Context, p params) error {
 		n.store = newStore(layers)
 		s.nodes[name] = n
 		g.Go(func() error {
-			n.cache = swebench.NodeCache(name, n.held)
-			if err := s.clients.Client.Create(ctx, n.cache); err != nil {
+			cache := swebench.NodeCache(name, n.held)
+			if err := s.clients.Client.Create(ctx, cache); err != nil {
 				return err
 			}
+			n.resourceVersion = cache.ResourceVersion
 			return s.writeStatus(ctx, name, n.held)
 		})
 	}
@@ -223,8 +225,6 @@ func (s *simulator) warm(ctx context.Context, p params) error {
 // pull starts pulling img on nodeName at now and returns when the image is
 // all there and the bytes pulled.
 func (s *simulator) pull(now time.Time, nodeName string, img swebench.Image) (time.Time, int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	return s.nodes[nodeName].store.pull(now, img.Layers, s.bandwidth)
 }
 
@@ -240,11 +240,11 @@ func (s *simulator) pulled(ctx context.Context, nodeName string, img swebench.Im
 	n.held = append(n.held, img)
 	cache := swebench.NodeCache(nodeName, n.held)
 	// The simulator is the object's only writer.
-	cache.ResourceVersion = n.cache.ResourceVersion
+	cache.ResourceVersion = n.resourceVersion
 	if err := s.clients.Client.Update(ctx, cache); err != nil {
 		return err
 	}
-	n.cache = cache
+	n.resourceVersion = cache.ResourceVersion
 	return s.writeStatus(ctx, nodeName, n.held)
 }
 
