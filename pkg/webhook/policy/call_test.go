@@ -1,0 +1,297 @@
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"regexp"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/admission"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/cel/environment"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
+	fleetlabels "github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
+)
+
+// callMatcher compiles a CallCondition as the API server compiles a
+// webhook's matchConditions, so the tests evaluate what it evaluates.
+func callMatcher(t testing.TB, expr string) matchconditions.Matcher {
+	t.Helper()
+	compiler := plugincel.NewConditionCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+	// The API server checks a configuration's expressions in the
+	// environment for new ones, and evaluates them in the stored one.
+	for _, env := range []environment.Type{environment.NewExpressions, environment.StoredExpressions} {
+		filter := compiler.CompileCondition([]plugincel.ExpressionAccessor{&matchconditions.MatchCondition{Name: "needs-sandbox-policy", Expression: expr}},
+			plugincel.OptionalVariableDeclarations{HasAuthorizer: true}, env)
+		fail := admissionregistrationv1.Fail
+		m := matchconditions.NewMatcher(filter, &fail, "webhook", "admit", "test")
+		if env == environment.StoredExpressions {
+			return m
+		}
+		if r := m.Match(context.Background(), attributes(&corev1.Pod{}), nil, nil); r.Error != nil {
+			t.Fatalf("%s does not compile: %v", expr, r.Error)
+		}
+	}
+	return nil
+}
+
+func attributes(pod *corev1.Pod) *admission.VersionedAttributes {
+	gvk := corev1.SchemeGroupVersion.WithKind("Pod")
+	attr := admission.NewAttributesRecord(pod, nil, gvk, pod.Namespace, pod.Name, corev1.SchemeGroupVersion.WithResource("pods"), "",
+		admission.Create, &metav1.CreateOptions{}, false, &user.DefaultInfo{Name: "system:serviceaccount:agent-sandbox-system:controller"})
+	return &admission.VersionedAttributes{Attributes: attr, VersionedObject: pod, VersionedKind: gvk}
+}
+
+// calls reports whether the API server would call the webhook for pod.
+func calls(t testing.TB, m matchconditions.Matcher, pod *corev1.Pod) bool {
+	t.Helper()
+	r := m.Match(context.Background(), attributes(pod), nil, nil)
+	if r.Error != nil {
+		t.Fatalf("evaluating the call condition: %v", r.Error)
+	}
+	return r.Matches
+}
+
+// runIDOf is the run id the webhook would find for pod: its label, or,
+// for a Pod whose Sandbox the webhook would read, one found there.
+func runIDOf(pod *corev1.Pod) string {
+	if id := pod.Labels[fleetlabels.RunID]; id != "" {
+		return id
+	}
+	if o := metav1.GetControllerOf(pod); o != nil && o.Kind == "Sandbox" {
+		return "run-of-the-sandbox"
+	}
+	return ""
+}
+
+// callSets are policy sets covering every feature the condition judges.
+func callSets() map[string]Set {
+	caps := func(s *v1alpha1.SandboxPolicySpec) {
+		s.MaxLimits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourceCPU: resource.MustParse("4")}
+	}
+	return map[string]Set{
+		"mirror, caps": {policy("bench", 0, mirror, caps)},
+		"gvisor, colocation, scheduler, two policies": {
+			policy("high", 10, mirror, func(s *v1alpha1.SandboxPolicySpec) {
+				s.RuntimeClassName, s.SchedulerName = "gvisor", "sandbox-fleet-scheduler"
+				s.Colocation = &v1alpha1.ColocationPolicy{}
+				s.Security = &v1alpha1.SecurityPolicy{AllowedCapabilities: []corev1.Capability{"NET_BIND_SERVICE", "SYS_PTRACE"}}
+			}),
+			policy("low", 0, caps, func(s *v1alpha1.SandboxPolicySpec) {
+				s.Images = &v1alpha1.ImagePolicy{Rewrite: []v1alpha1.ImageRewrite{{From: "quay.io", To: "mirror.example.com/quay"}}}
+				s.Security = &v1alpha1.SecurityPolicy{AllowedCapabilities: []corev1.Capability{"SYS_PTRACE"}}
+			}),
+		},
+		"permissive": {policy("open", 0, func(s *v1alpha1.SandboxPolicySpec) {
+			s.Security = &v1alpha1.SecurityPolicy{AllowPrivileged: true, AllowHostNamespaces: true, AllowHostPath: true, AllowServiceAccountToken: true}
+		})},
+	}
+}
+
+func TestCallCondition(t *testing.T) {
+	sets := callSets()
+	// compliant is the Pod as the policies leave it, from a template of a
+	// run: the webhook has nothing to do for it.
+	compliant := func(set Set, edit ...func(*corev1.Pod)) *corev1.Pod {
+		pod := sandboxPod(func(p *corev1.Pod) { p.Labels[fleetlabels.RunID] = "run-1" })
+		if _, err := Mutate(pod, set, ""); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range edit {
+			e(pod)
+		}
+		return pod
+	}
+	for _, tt := range []struct {
+		name string
+		set  string
+		pod  *corev1.Pod
+		want bool
+	}{
+		{"a Pod as made", "mirror, caps", sandboxPod(), true},
+		{"a compliant Pod", "mirror, caps", compliant(sets["mirror, caps"]), false},
+		{"a compliant Pod without a run id, owned by a Sandbox", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			delete(p.Labels, fleetlabels.RunID)
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "agents.x-k8s.io/v1beta1", Kind: "Sandbox", Name: "s", UID: "u", Controller: ptr(true)}}
+		}), true},
+		{"a compliant Pod without a run id or owner", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) { delete(p.Labels, fleetlabels.RunID) }), false},
+		{"a compliant Pod whose image is not the mirror's", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.Containers[0].Image = "quay.io/a/b:1"
+		}), true},
+		{"a compliant Pod with a Docker Hub short name", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.Containers[0].Image = "mirror.example.com/hub/x:1"
+			p.Spec.InitContainers = []corev1.Container{*p.Spec.Containers[0].DeepCopy()}
+			p.Spec.InitContainers[0].Image = "busybox"
+		}), true},
+		{"a compliant Pod asking for privilege", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.Privileged = ptr(true)
+		}), true},
+		{"a compliant Pod above the memory cap", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("9Gi")
+		}), true},
+		{"a compliant Pod under the memory cap", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("8191Mi")
+		}), false},
+		{"a compliant Pod requesting above the cap", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("4500m")
+		}), true},
+		{"a compliant Pod on the host network", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) { p.Spec.HostNetwork = true }), true},
+		{"a compliant Pod with a hostPath volume", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
+		}), true},
+		{"a compliant Pod mounting its token", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) { p.Spec.AutomountServiceAccountToken = nil }), true},
+		{"the policies' compliant Pod", "gvisor, colocation, scheduler, two policies", compliant(sets["gvisor, colocation, scheduler, two policies"]), false},
+		{"adding a capability both allow", "gvisor, colocation, scheduler, two policies", compliant(sets["gvisor, colocation, scheduler, two policies"], func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"SYS_PTRACE"}
+		}), false},
+		{"adding a capability one allows", "gvisor, colocation, scheduler, two policies", compliant(sets["gvisor, colocation, scheduler, two policies"], func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"NET_BIND_SERVICE"}
+		}), true},
+		{"another template's colocation", "gvisor, colocation, scheduler, two policies", compliant(sets["gvisor, colocation, scheduler, two policies"], func(p *corev1.Pod) {
+			p.Labels[TemplateRefHashLabel] = "other"
+		}), true},
+		{"another runtime class", "gvisor, colocation, scheduler, two policies", compliant(sets["gvisor, colocation, scheduler, two policies"], func(p *corev1.Pod) {
+			p.Spec.RuntimeClassName = ptr("runc")
+		}), true},
+		{"the default scheduler", "gvisor, colocation, scheduler, two policies", compliant(sets["gvisor, colocation, scheduler, two policies"], func(p *corev1.Pod) {
+			p.Spec.SchedulerName = corev1.DefaultSchedulerName
+		}), true},
+		{"a scheduler of its own", "gvisor, colocation, scheduler, two policies", compliant(sets["gvisor, colocation, scheduler, two policies"], func(p *corev1.Pod) {
+			p.Spec.SchedulerName = "mine"
+		}), false},
+		{"a quay image the low policy rewrites", "gvisor, colocation, scheduler, two policies", compliant(sets["gvisor, colocation, scheduler, two policies"], func(p *corev1.Pod) {
+			p.Spec.Containers[0].Image = "quay.io/a/b:1"
+		}), true},
+		{"privileged where allowed", "permissive", compliant(sets["permissive"], func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.Privileged = ptr(true)
+			p.Spec.HostPID = true
+		}), false},
+		{"an image without a tag", "permissive", compliant(sets["permissive"], func(p *corev1.Pod) {
+			p.Spec.Containers[0].Image = "registry.example.com/a/b"
+		}), true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			set := sets[tt.set]
+			m := callMatcher(t, CallCondition(set))
+			if got := calls(t, m, tt.pod); got != tt.want {
+				t.Fatalf("calls the webhook: %v, want %v", got, tt.want)
+			}
+			changes, err := Mutate(tt.pod.DeepCopy(), set, runIDOf(tt.pod))
+			if !tt.want && (err != nil || len(changes) > 0) {
+				t.Errorf("the webhook is not called, but it would change %v (%v)", changes, err)
+			}
+			if tt.want && err == nil && len(changes) == 0 && tt.pod.Labels[fleetlabels.RunID] != "" {
+				t.Logf("called for a Pod the webhook leaves as it is (the condition errs toward calling)")
+			}
+		})
+	}
+}
+
+// TestCallConditionAlways: what CEL cannot judge is always left to the
+// webhook, and namespaces without policy never call it.
+func TestCallConditionAlways(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		set  Set
+		want string
+	}{
+		{"no policy", nil, "false"},
+		{"node-cache affinity", Set{policy("p", 0, func(s *v1alpha1.SandboxPolicySpec) { s.NodeCache = &v1alpha1.NodeCachePolicy{} })}, "true"},
+		{"conflicting runtime classes", Set{
+			policy("a", 0, func(s *v1alpha1.SandboxPolicySpec) { s.RuntimeClassName = "gvisor" }),
+			policy("b", 0, func(s *v1alpha1.SandboxPolicySpec) { s.RuntimeClassName = "kata" }),
+		}, "true"},
+		{"runtime classes at two priorities", Set{
+			policy("a", 1, func(s *v1alpha1.SandboxPolicySpec) { s.RuntimeClassName = "gvisor" }),
+			policy("b", 0, func(s *v1alpha1.SandboxPolicySpec) { s.RuntimeClassName = "kata" }),
+		}, "true"},
+		{"conflicting schedulers", Set{
+			policy("a", 0, func(s *v1alpha1.SandboxPolicySpec) { s.SchedulerName = "x" }),
+			policy("b", 0, func(s *v1alpha1.SandboxPolicySpec) { s.SchedulerName = "y" }),
+		}, "true"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := CallCondition(tt.set); got != tt.want {
+				t.Errorf("CallCondition = %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestCanonicalImage: an image the pattern matches is one Normalize
+// leaves as it is.
+func TestCanonicalImage(t *testing.T) {
+	re := regexp.MustCompile(CanonicalImage)
+	for _, tt := range []struct {
+		image string
+		want  bool
+	}{
+		{"mirror.example.com/hub/swebench/sweb.eval.x86_64.django__django-11099:latest", true},
+		{"localhost:5000/a:1", true},
+		{"registry:5000/a/b@sha256:" + sha, true},
+		{"docker.io/library/busybox:1.36", true},
+		{"busybox:1.36", false},
+		{"mirror.example.com/a", false},
+		{"Mirror.example.com/a:1", false},
+		{"mirror.example.com/A:1", false},
+		{"mirror.example.com/a:1@sha256:" + sha, false},
+		{"mirror.example.com//a:1", false},
+		{"mirror.example.com/a:-1", false},
+	} {
+		if got := re.MatchString(tt.image); got != tt.want {
+			t.Errorf("%s: matched %v, want %v", tt.image, got, tt.want)
+		}
+		if tt.want {
+			if n, err := images.Normalize(tt.image); err != nil || n != tt.image {
+				t.Errorf("%s normalises to %s (%v)", tt.image, n, err)
+			}
+		}
+	}
+}
+
+const sha = "4f2d0e4a0b1b2c3d4e5f60718293a4b5c6d7e8f90123456789abcdef01234567"
+
+// FuzzCallCondition: whenever the API server would not call the webhook,
+// the webhook would have changed and refused nothing; and the condition
+// never fails to evaluate, which with failurePolicy Fail would refuse a
+// Pod the webhook lets through.
+func FuzzCallCondition(f *testing.F) {
+	sets := callSets()
+	names := []string{"mirror, caps", "gvisor, colocation, scheduler, two policies", "permissive"}
+	for i, name := range names {
+		pod := sandboxPod(func(p *corev1.Pod) { p.Labels[fleetlabels.RunID] = "run-1" })
+		b, _ := json.Marshal(pod)
+		f.Add(uint8(i), b)
+		if _, err := Mutate(pod, sets[name], ""); err == nil {
+			b, _ = json.Marshal(pod)
+			f.Add(uint8(i), b)
+		}
+	}
+	f.Add(uint8(0), []byte(`{"spec":{"containers":[{"image":"::bad::"}]}}`))
+	f.Add(uint8(1), []byte(`{"metadata":{"labels":{"agents.x-k8s.io/sandbox-template-ref-hash":"x"}},"spec":{"affinity":{"podAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":1,"podAffinityTerm":{"topologyKey":""}}]}}}}`))
+	matchers := map[string]matchconditions.Matcher{}
+	for _, name := range names {
+		matchers[name] = callMatcher(f, CallCondition(sets[name]))
+	}
+	f.Fuzz(func(t *testing.T, which uint8, data []byte) {
+		pod := &corev1.Pod{}
+		if json.Unmarshal(data, pod) != nil {
+			return
+		}
+		name := names[int(which)%len(names)]
+		if calls(t, matchers[name], pod) {
+			return
+		}
+		if changes, err := Mutate(pod, sets[name], runIDOf(pod)); err != nil || len(changes) > 0 {
+			t.Errorf("under %q the webhook is not called for %s, but it would change %v (%v)", name, data, changes, err)
+		}
+	})
+}
