@@ -65,6 +65,11 @@ type Options struct {
 	// Secret there (a test, or a developer's machine).
 	WriteCertDir bool
 
+	// SkipCompliantPods keeps the sandbox Pod webhook's entries in
+	// MutatingWebhook as PodWebhooks makes them, so the API server calls
+	// the webhook only for Pods it has something to do for.
+	SkipCompliantPods bool
+
 	// StatusInterval is how often policy statuses receive the counts.
 	StatusInterval time.Duration
 }
@@ -163,6 +168,11 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	}
 	if err := mgr.Add(counts); err != nil {
 		return err
+	}
+	if o.SkipCompliantPods && o.MutatingWebhook != "" {
+		if err := mgr.Add(&podWebhookSync{Cache: mgr.GetCache(), Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Name: o.MutatingWebhook}); err != nil {
+			return err
+		}
 	}
 	// Admissions read these from the cache; have it follow them from the
 	// start rather than on the first admission.
