@@ -67,7 +67,9 @@ func TestPodWebhooks(t *testing.T) {
 	rl := selecting("rl", map[string]string{"team": "rl"})
 	gvisor := selecting("gvisor", map[string]string{"sandbox": "gvisor"}, func(s *v1alpha1.SandboxPolicySpec) { s.RuntimeClassName = "gvisor" })
 	cache := selecting("cache", map[string]string{"team": "eval"}, func(s *v1alpha1.SandboxPolicySpec) { s.NodeCache = &v1alpha1.NodeCachePolicy{} })
-	call := func(ps ...v1alpha1.SandboxPolicy) string { return CallConditionName + "=" + policy.CallCondition(policy.Set(ps)) }
+	call := func(ps ...v1alpha1.SandboxPolicy) string {
+		return CallConditionName + "=" + policy.CallCondition(policy.Set(ps))
+	}
 	hashed := func(ps ...v1alpha1.SandboxPolicy) string {
 		return entryName(PodWebhookName, policy.CallCondition(policy.Set(ps)))
 	}

@@ -88,11 +88,15 @@ func CallCondition(set Set) string {
 		pod = append(pod, fmt.Sprintf("!(object.spec.?schedulerName.orValue('') in ['', %s] && object.spec.?schedulerName.orValue('') != %s)",
 			quote(corev1.DefaultSchedulerName), quote(scheduler.value)))
 	}
-	if _, ok := colocationWeight(set); ok {
-		hash := fmt.Sprintf("object.metadata.?labels[?%s].orValue('')", quote(TemplateRefHashLabel))
-		pod = append(pod, fmt.Sprintf("(%s == '' || "+list("object.spec.?affinity.?podAffinity.?preferredDuringSchedulingIgnoredDuringExecution")+".exists(t, "+
-			"t.?podAffinityTerm.?topologyKey.orValue('') == %s && t.?podAffinityTerm.?labelSelector.?matchLabels[?%s].orValue('') == %s))",
-			hash, quote(corev1.LabelHostname), quote(TemplateRefHashLabel), hash))
+	if set.Colocates() {
+		label := func(key string) string { return fmt.Sprintf("object.metadata.?labels[?%s].orValue('')", quote(key)) }
+		term := func(key string) string {
+			return fmt.Sprintf(list("object.spec.?affinity.?podAffinity.?preferredDuringSchedulingIgnoredDuringExecution")+".exists(t, "+
+				"t.?podAffinityTerm.?topologyKey.orValue('') == %s && t.?podAffinityTerm.?labelSelector.?matchLabels[?%s].orValue('') == %s)",
+				quote(corev1.LabelHostname), quote(key), label(key))
+		}
+		pod = append(pod, fmt.Sprintf("(%s != '' ? %s : (%s == '' || %s))",
+			label(ColocateLabel), term(ColocateLabel), label(TemplateRefHashLabel), term(TemplateRefHashLabel)))
 	}
 	// The run id is looked up on the Pod's Sandbox and its owner, which
 	// CEL cannot read.

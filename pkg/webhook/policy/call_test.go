@@ -155,6 +155,13 @@ func TestCallCondition(t *testing.T) {
 		{"adding a capability one allows", "gvisor, colocation, scheduler, two policies", compliant(sets["gvisor, colocation, scheduler, two policies"], func(p *corev1.Pod) {
 			p.Spec.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"NET_BIND_SERVICE"}
 		}), true},
+		{"colocation from the template's label", "gvisor, colocation, scheduler, two policies", compliant(sets["gvisor, colocation, scheduler, two policies"], func(p *corev1.Pod) {
+			p.Labels[ColocateLabel] = "tmpl"
+			p.Spec.Affinity.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.LabelSelector.MatchLabels = map[string]string{ColocateLabel: "tmpl"}
+		}), false},
+		{"a template label without its term", "gvisor, colocation, scheduler, two policies", compliant(sets["gvisor, colocation, scheduler, two policies"], func(p *corev1.Pod) {
+			p.Labels[ColocateLabel] = "tmpl"
+		}), true},
 		{"another template's colocation", "gvisor, colocation, scheduler, two policies", compliant(sets["gvisor, colocation, scheduler, two policies"], func(p *corev1.Pod) {
 			p.Labels[TemplateRefHashLabel] = "other"
 		}), true},

@@ -7,6 +7,8 @@ package policy
 
 import (
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"math"
@@ -16,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
@@ -26,6 +29,24 @@ import (
 // the Pods of a template's sandboxes; colocation keeps Pods sharing its
 // value together.
 const TemplateRefHashLabel = "agents.x-k8s.io/sandbox-template-ref-hash"
+
+// ColocateLabel is what the webhook puts on a SandboxTemplate's Pod
+// template when a policy asks for colocation, with the term keyed on it:
+// the template's Pods then carry their colocation from creation and need
+// no patch. Colocation keys on it where a Pod has it, else on
+// TemplateRefHashLabel.
+const ColocateLabel = "sandbox-fleet.io/colocate"
+
+// ColocateValue is ColocateLabel's value for the template named name: the
+// name, or where it is longer than a label value may be, its start and a
+// digest of it.
+func ColocateValue(name string) string {
+	if len(name) <= validation.LabelValueMaxLength {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return strings.TrimRight(name[:52], "-.") + "-" + hex.EncodeToString(sum[:5])
+}
 
 // Set is the policies governing one namespace, highest priority first,
 // then by name: the order they merge in.
@@ -328,7 +349,11 @@ func Mutate(pod *corev1.Pod, set Set, runID string) ([]string, error) {
 	}
 
 	if weight, ok := colocationWeight(set); ok {
-		if hash := pod.Labels[TemplateRefHashLabel]; hash != "" && addColocation(pod, hash, weight) {
+		key := ColocateLabel
+		if pod.Labels[key] == "" {
+			key = TemplateRefHashLabel
+		}
+		if value := pod.Labels[key]; value != "" && addColocation(pod, key, value, weight) {
 			changed("spec.affinity.podAffinity: prefer the node of the template's other sandboxes")
 		}
 	}
@@ -354,6 +379,12 @@ func maxLimits(set Set) corev1.ResourceList {
 		}
 	}
 	return caps
+}
+
+// Colocates reports whether a policy of the set asks for colocation.
+func (s Set) Colocates() bool {
+	_, ok := colocationWeight(s)
+	return ok
 }
 
 // colocationWeight is the weight of the highest-priority policy asking for
@@ -431,12 +462,12 @@ func AddNodeCacheAffinity(pod *corev1.Pod, weight int32, missing map[string]int6
 	return true
 }
 
-// addColocation prefers, with weight, the node of Pods whose template
-// hash is hash, unless the Pod already does. It reports whether it added
-// the term.
-func addColocation(pod *corev1.Pod, hash string, weight int32) bool {
+// addColocation prefers, with weight, the node of Pods whose label key
+// is value, unless the Pod already does. It reports whether it added the
+// term.
+func addColocation(pod *corev1.Pod, key, value string, weight int32) bool {
 	term := corev1.WeightedPodAffinityTerm{Weight: weight, PodAffinityTerm: corev1.PodAffinityTerm{
-		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{TemplateRefHashLabel: hash}},
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{key: value}},
 		TopologyKey:   corev1.LabelHostname,
 	}}
 	if pod.Spec.Affinity == nil {
@@ -448,7 +479,7 @@ func addColocation(pod *corev1.Pod, hash string, weight int32) bool {
 	terms := &pod.Spec.Affinity.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution
 	for _, t := range *terms {
 		if t.PodAffinityTerm.TopologyKey == corev1.LabelHostname && t.PodAffinityTerm.LabelSelector != nil &&
-			t.PodAffinityTerm.LabelSelector.MatchLabels[TemplateRefHashLabel] == hash {
+			t.PodAffinityTerm.LabelSelector.MatchLabels[key] == value {
 			return false
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
@@ -75,6 +76,8 @@ func TestMutate(t *testing.T) {
 				s.Security = &v1alpha1.SecurityPolicy{AllowServiceAccountToken: true}
 			}),
 		}},
+		{name: "colocation-by-template-label", pod: sandboxPod(func(p *corev1.Pod) { p.Labels[ColocateLabel] = "swe-django" }),
+			set: Set{policy("colocate", 0, func(s *v1alpha1.SandboxPolicySpec) { s.Colocation = &v1alpha1.ColocationPolicy{} })}},
 		{name: "allowed-capability-kept", pod: sandboxPod(func(p *corev1.Pod) {
 			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_BIND_SERVICE"}}}
 			p.Labels["sandbox-fleet.io/run-id"] = "mine"
@@ -141,6 +144,22 @@ func TestMutate(t *testing.T) {
 				t.Errorf("a second admission changed %v (%v)", more, err)
 			}
 		})
+	}
+}
+
+func TestColocateValue(t *testing.T) {
+	long := strings.Repeat("swe-bench-django-", 10)
+	for _, name := range []string{"swe-django", strings.Repeat("a", 63), long, long + "x"} {
+		v := ColocateValue(name)
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			t.Errorf("%s: %q is not a label value: %v", name, v, errs)
+		}
+		if len(name) <= 63 && v != name {
+			t.Errorf("%s: %q, want the name", name, v)
+		}
+	}
+	if ColocateValue(long) == ColocateValue(long+"x") {
+		t.Errorf("two long names share a value")
 	}
 }
 
