@@ -51,11 +51,13 @@ func (f *Fleet) startBreaker(ctx context.Context, cancel context.CancelCauseFunc
 			}
 			live := 0
 			for _, c := range f.Clusters {
-				n, err := c.Tracker.LivePods(ctx)
+				names, err := c.Tracker.LivePods(ctx)
 				if err != nil {
 					klog.Warningf("runaway breaker: counting sandboxes on %s: %v", c.Name, err)
 				}
-				live += n
+				f.mu.Lock()
+				live += unreleased(names, c.released)
+				f.mu.Unlock()
 			}
 			if live <= ceiling {
 				breaches = 0
@@ -75,4 +77,28 @@ func (f *Fleet) startBreaker(ctx context.Context, cancel context.CancelCauseFunc
 		close(done)
 		return <-verdict
 	}
+}
+
+// unreleased counts the live Pods not among released, the Pods of the
+// sandboxes the run gave back, and forgets those of released no longer
+// live. A given-back sandbox is on its way out however long the garbage
+// collector takes to delete its Pod — seconds in a burst of releases on a
+// controller-manager held to its default 20 requests a second — and
+// counting it would trip the breaker on a run doing just what it means to.
+func unreleased(live []string, released map[string]bool) int {
+	n := 0
+	still := make(map[string]bool, len(live))
+	for _, name := range live {
+		if released[name] {
+			still[name] = true
+		} else {
+			n++
+		}
+	}
+	for name := range released {
+		if !still[name] {
+			delete(released, name)
+		}
+	}
+	return n
 }

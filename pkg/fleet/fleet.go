@@ -58,6 +58,9 @@ type Cluster struct {
 	spec    resources.PodSpec
 	// replicas and claims are the run's load here, for placement.
 	replicas, claims int
+	// released are the Pods of the sandboxes the run gave back that the
+	// breaker last saw live (guarded by the Fleet's mu).
+	released map[string]bool
 	// lacking is, for the run's images, the fewest bytes of each one of
 	// the cluster's nodes lacks (image-affinity placement).
 	lacking map[string]int64
@@ -570,6 +573,12 @@ func (f *Fleet) Release(ctx context.Context, s *Sandbox) error {
 	f.phase("release", s.cluster.Name, time.Since(start))
 	f.mu.Lock()
 	s.cluster.claims--
+	if err == nil && s.Handle.Pod != "" {
+		if s.cluster.released == nil {
+			s.cluster.released = map[string]bool{}
+		}
+		s.cluster.released[s.Handle.Pod] = true
+	}
 	f.mu.Unlock()
 	return err
 }

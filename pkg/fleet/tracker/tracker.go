@@ -257,20 +257,20 @@ func (t *Tracker) PoolPods(ctx context.Context, pool string) ([]corev1.Pod, erro
 	return pods.Items, nil
 }
 
-// LivePods counts the run's Pods that are neither finished nor being
+// LivePods names the run's Pods that are neither finished nor being
 // deleted: the sandboxes the run holds on the cluster right now.
-func (t *Tracker) LivePods(ctx context.Context) (int, error) {
+func (t *Tracker) LivePods(ctx context.Context) ([]string, error) {
 	pods := &corev1.PodList{}
 	if err := t.cache.List(ctx, pods, client.InNamespace(t.namespace)); err != nil {
-		return 0, err
+		return nil, err
 	}
-	n := 0
+	var names []string
 	for _, p := range pods.Items {
 		if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			n++
+			names = append(names, p.Name)
 		}
 	}
-	return n, nil
+	return names, nil
 }
 
 // WaitEmpty waits until the run has no claims, warm pools or Pods left.
