@@ -169,7 +169,11 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 	for round := range rounds {
 		for k := range modes {
 			mode := modes[(round+k)%len(modes)]
-			if err := setPolicy(ctx, clients.Client, namespaces[bare], mode == policied || mode == compliant); err != nil {
+			on := mode == policied || mode == compliant
+			if err := setPolicy(ctx, clients.Client, namespaces[bare], on); err != nil {
+				return err
+			}
+			if err := server.WaitForPolicySet(ctx, namespaces[bare], on); err != nil {
 				return err
 			}
 			f := results[mode]

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -174,6 +175,32 @@ func (s *Server) WaitForNodeAffinity(ctx context.Context, ns, image string) erro
 	})
 	if err != nil {
 		return fmt.Errorf("the webhook gave a Pod of %s no node affinity: %w", image, err)
+	}
+	return nil
+}
+
+// WaitForPolicySet waits until the webhook's configuration routes ns's
+// sandbox Pods by a policy set's entry when governed, or by none when not:
+// the webhook updates its entries a moment after a policy changes.
+func (s *Server) WaitForPolicySet(ctx context.Context, ns string, governed bool) error {
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		cfg := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if err := s.client.Get(ctx, types.NamespacedName{Name: s.name}, cfg); err != nil {
+			return false, err
+		}
+		routed := false
+		for _, w := range cfg.Webhooks {
+			if w.Name == webhook.PodWebhookName || !strings.HasPrefix(w.Name, "sandbox-pods-") || w.NamespaceSelector == nil {
+				continue
+			}
+			for _, r := range w.NamespaceSelector.MatchExpressions {
+				routed = routed || r.Key == corev1.LabelMetadataName && r.Operator == metav1.LabelSelectorOpIn && slices.Contains(r.Values, ns)
+			}
+		}
+		return routed == governed, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the webhook's configuration does not route namespace %s as governed=%v: %w", ns, governed, err)
 	}
 	return nil
 }

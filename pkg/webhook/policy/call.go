@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,7 +46,9 @@ func CallCondition(set Set) string {
 	if d1 != nil || d2 != nil {
 		return "true"
 	}
-	var pod, container []string
+	// The checks of the Pod, of each container c, and of each container's
+	// image i.
+	var pod, container, image []string
 	allowToken, allowHostNamespaces, allowHostPath, allowPrivileged := true, true, true, true
 	allowedCaps := map[corev1.Capability]int{}
 	for _, p := range set {
@@ -64,9 +67,9 @@ func CallCondition(set Set) string {
 		if p.Spec.Images != nil && len(p.Spec.Images.AllowedRegistries) > 0 {
 			var within []string
 			for _, r := range p.Spec.Images.AllowedRegistries {
-				within = append(within, under(image, strings.TrimSuffix(r, "/")))
+				within = append(within, strings.TrimSuffix(r, "/"))
 			}
-			container = append(container, "("+strings.Join(within, " || ")+")")
+			image = append(image, "i.matches("+quote(under(within))+")")
 		}
 	}
 
@@ -104,16 +107,22 @@ func CallCondition(set Set) string {
 		"!"+list("object.metadata.?ownerReferences")+".exists(o, o.?controller.orValue(false) && o.?kind.orValue('') == 'Sandbox'))", quote(fleetlabels.RunID)))
 
 	// Every image is checked: one that is not valid is refused, one that
-	// a rule matches is rewritten.
-	container = append(container, image+".matches("+quote(CanonicalImage)+")",
-		fmt.Sprintf("!%s.startsWith('index.docker.io/') && !%s.startsWith('registry-1.docker.io/') && (!%s.startsWith('docker.io/') || %s.matches('^docker[.]io/[^/]+/'))", image, image, image, image))
+	// Normalize would change or a rule matches is rewritten.
+	rewritten := []string{`index\.docker\.io/`, `registry-1\.docker\.io/`, `docker\.io/[^/]*$`}
+	var froms []string
 	for _, r := range set.rules() {
 		from := r.From
 		if !strings.Contains(from, "/") && !strings.ContainsAny(from, ".:") && from != "localhost" {
 			from = "docker.io/" + from
 		}
-		container = append(container, "!"+under(image, from))
+		froms = append(froms, from)
 	}
+	if len(froms) > 0 {
+		rewritten = append(rewritten, strings.TrimPrefix(under(froms), "^"))
+	}
+	image = append(image, "i.matches("+quote(CanonicalImage)+")", "!i.matches("+quote("^(?:"+strings.Join(rewritten, "|")+")")+")")
+	// A list of one binds the image to i, read once for all its checks.
+	container = append(container, "[c.?image.orValue('')].all(i, "+strings.Join(image, " && ")+")")
 	if !allowPrivileged {
 		container = append(container, "!c.?securityContext.?privileged.orValue(false)")
 	}
@@ -137,23 +146,25 @@ func CallCondition(set Set) string {
 			fmt.Sprintf("c.?resources.?limits[?%s].hasValue() && quantity(c.resources.limits[%s]).compareTo(quantity(%s)) <= 0", r, r, q),
 			fmt.Sprintf("(!c.?resources.?requests[?%s].hasValue() || quantity(c.resources.requests[%s]).compareTo(quantity(%s)) <= 0)", r, r, q))
 	}
-	pod = append(pod, "("+list("object.spec.?initContainers")+" + "+list("object.spec.?containers")+").all(c, "+strings.Join(container, " && ")+")")
+	containers := "(object.spec.?containers.orValue([]) == null ? [] : object.spec.containers)"
+	pod = append(pod, "("+list("object.spec.?initContainers")+" + "+containers+").all(c, "+strings.Join(container, " && ")+")")
 	return "!(" + strings.Join(pod, " && ") + ")"
 }
 
-// image is CEL for the image of the container c.
-const image = "c.?image.orValue('')"
-
 // list is CEL for the list at the optional path, empty when it is
-// missing or null (as an unset slice is in a Pod's unstructured form).
-func list(path string) string {
-	return fmt.Sprintf("(%s.orValue([]) == null ? [] : %s.orValue([]))", path, path)
-}
+// missing. Lists the API omits when empty are never null; containers,
+// which it does not omit, is guarded where it is read.
+func list(path string) string { return path + ".orValue([])" }
 
-// under is CEL for the string s lying under prefix at a path, tag or
-// digest boundary, as images.Within judges a normalised reference.
-func under(s, prefix string) string {
-	return fmt.Sprintf("(%s.startsWith(%s) || %s.startsWith(%s) || %s.startsWith(%s))", s, quote(prefix+"/"), s, quote(prefix+":"), s, quote(prefix+"@"))
+// under is a regular expression for a normalised reference lying under
+// one of prefixes at a path, tag or digest boundary, as images.Within
+// judges it.
+func under(prefixes []string) string {
+	quoted := make([]string, len(prefixes))
+	for i, p := range prefixes {
+		quoted[i] = regexp.QuoteMeta(p)
+	}
+	return "^(?:" + strings.Join(quoted, "|") + ")[/:@]"
 }
 
 // quote is a CEL string literal of s: Go's quoting, whose escapes CEL

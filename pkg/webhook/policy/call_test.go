@@ -302,3 +302,27 @@ func FuzzCallCondition(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkCallCondition is what the API server spends judging a Pod
+// from a template the webhook mutated, instead of calling the webhook:
+// converting the Pod and the request for CEL and evaluating the
+// condition — against the floor of any matchCondition, which converts
+// them and evaluates a constant.
+func BenchmarkCallCondition(b *testing.B) {
+	set := callSets()["gvisor, colocation, scheduler, two policies"]
+	pod := sandboxPod(func(p *corev1.Pod) { p.Labels[fleetlabels.RunID] = "run-1" })
+	if _, err := Mutate(pod, set, ""); err != nil {
+		b.Fatal(err)
+	}
+	attr := attributes(pod)
+	for _, bb := range []struct{ name, expr string }{{"policies", CallCondition(set)}, {"floor", "false"}} {
+		m := callMatcher(b, bb.expr)
+		b.Run(bb.name, func(b *testing.B) {
+			for b.Loop() {
+				if r := m.Match(context.Background(), attr, nil, nil); r.Error != nil || r.Matches {
+					b.Fatalf("the compliant Pod is called for (%v)", r.Error)
+				}
+			}
+		})
+	}
+}
