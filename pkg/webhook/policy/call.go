@@ -142,8 +142,10 @@ func CallCondition(set Set) string {
 	for _, name := range slices.Sorted(maps.Keys(caps)) {
 		limit := caps[name]
 		r, q := quote(string(name)), quote(limit.String())
+		// A limit Mutate set is the cap as written: equal strings spare
+		// the two quantity parses.
 		container = append(container,
-			fmt.Sprintf("c.?resources.?limits[?%s].hasValue() && quantity(c.resources.limits[%s]).compareTo(quantity(%s)) <= 0", r, r, q),
+			fmt.Sprintf("(c.?resources.?limits[?%s].orValue('') == %s || c.?resources.?limits[?%s].hasValue() && quantity(c.resources.limits[%s]).compareTo(quantity(%s)) <= 0)", r, q, r, r, q),
 			fmt.Sprintf("(!c.?resources.?requests[?%s].hasValue() || quantity(c.resources.requests[%s]).compareTo(quantity(%s)) <= 0)", r, r, q))
 	}
 	containers := "(object.spec.?containers.orValue([]) == null ? [] : object.spec.containers)"
