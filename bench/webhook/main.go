@@ -55,11 +55,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testwebhook"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/webhook/policy"
 )
@@ -71,10 +73,11 @@ func main() {
 	concurrency := flag.Int("concurrency", 32, "creators in the throughput trials")
 	split := flag.Bool("split", true, "run the control plane on CPU 0, the creators and the webhook on the others")
 	profile := flag.String("profile", "", "directory to write the API server's CPU profile of each flat-out trial to")
+	poolSize := flag.Int("pool", 200, "replicas of the warm pool the Agent Sandbox controller fills with and without the webhook; 0 skips it")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *rounds, *pods, *rate, *concurrency, *split, *profile); err != nil {
+	if err := run(ctx, *rounds, *pods, *rate, *concurrency, *split, *profile, *poolSize); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/webhook:", err)
 		os.Exit(1)
 	}
@@ -104,7 +107,7 @@ type figures struct {
 	apiCPU, webhookCPU, created float64
 }
 
-func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, profile string) error {
+func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, profile string, poolSize int) error {
 	dir, err := os.MkdirTemp("", "bench-webhook-")
 	if err != nil {
 		return err
@@ -250,7 +253,89 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 			mean(f.podsPerSec)/mean(same.podsPerSec), (f.apiCPU/f.created)/(same.apiCPU/same.created))
 	}
 	fmt.Println("(decision quantiles are bucket upper bounds; targets: decision p99 < 5 ms at 200 Pods/s, creates/s ratio ≥ 0.9)")
+	if poolSize == 0 {
+		return nil
+	}
+
+	// The path sandbox Pods take: the Agent Sandbox controller fills a
+	// warm pool from a template, with and without the webhook and its
+	// policy (the template then mutated, its Pods compliant).
+	fmt.Printf("\nwarm pool of %d replicas filled by the Agent Sandbox controller, %d rounds:\n", poolSize, rounds)
+	fills := map[bool][]float64{}
+	for round := range rounds {
+		for _, on := range []bool{round%2 == 1, round%2 == 0} {
+			if err := setPolicy(ctx, clients.Client, namespaces[bare], on); err != nil {
+				return err
+			}
+			if err := server.WaitForPolicySet(ctx, namespaces[bare], on); err != nil {
+				return err
+			}
+			ns := namespaces[none]
+			if on {
+				ns = namespaces[bare]
+			}
+			secs, err := fillPool(ctx, clients.Client, ns, poolSize)
+			if err != nil {
+				return err
+			}
+			fills[on] = append(fills[on], secs)
+			fmt.Printf("round %d %-18s %6.2f s, %6.1f Pods/s\n", round+1, map[bool]string{false: none, true: policied}[on], secs, float64(poolSize)/secs)
+		}
+	}
+	fmt.Printf("warm pool fill with the webhook and policy: %.2f of the Pods/s without\n", mean(fills[false])/mean(fills[true]))
 	return nil
+}
+
+// fillPool creates a SandboxTemplate and a SandboxWarmPool of n replicas
+// in ns, as any client of Agent Sandbox would, and returns the seconds
+// until the controller has created their n Pods; then it deletes them and
+// waits until the Pods are gone.
+func fillPool(ctx context.Context, c client.Client, ns string, n int) (float64, error) {
+	// A run's template, as the plugin makes them: its run id is on it,
+	// so the webhook need not look it up on each Pod's owners.
+	tmpl := &extensionsv1beta1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Name: "bench-pool", Namespace: ns, Labels: labels.ForRun("bench")}}
+	tmpl.Spec.PodTemplate.Spec = corev1.PodSpec{SchedulerName: unscheduled,
+		Containers: []corev1.Container{{Name: "sandbox", Image: "docker.io/swebench/sweb.eval.x86_64.bench:latest"}}}
+	replicas := int32(n)
+	pool := &extensionsv1beta1.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "bench-pool", Namespace: ns}}
+	pool.Spec.Replicas = &replicas
+	pool.Spec.TemplateRef.Name = tmpl.Name
+	if err := c.Create(ctx, tmpl); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if err := c.Create(ctx, pool); err != nil {
+		return 0, err
+	}
+	var secs float64
+	for ctx.Err() == nil {
+		pods := &corev1.PodList{}
+		if err := c.List(ctx, pods, client.InNamespace(ns), client.HasLabels{webhook.SandboxPodLabel}); err != nil {
+			return 0, err
+		}
+		if len(pods.Items) >= n {
+			secs = time.Since(start).Seconds()
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	background := client.PropagationPolicy(metav1.DeletePropagationBackground)
+	for _, obj := range []client.Object{pool, tmpl} {
+		if err := client.IgnoreNotFound(c.Delete(ctx, obj, background)); err != nil {
+			return 0, err
+		}
+	}
+	for ctx.Err() == nil {
+		pods := &corev1.PodList{}
+		if err := c.List(ctx, pods, client.InNamespace(ns), client.HasLabels{webhook.SandboxPodLabel}); err != nil {
+			return 0, err
+		}
+		if len(pods.Items) == 0 {
+			return secs, nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return 0, ctx.Err()
 }
 
 // profileAPIServer writes 2 s of the API server's CPU profile to
@@ -332,6 +417,10 @@ func benchPolicy(ns string) *v1alpha1.SandboxPolicy {
 	}}
 }
 
+// unscheduled is the scheduler the benchmark's Pods name, which does not
+// run.
+const unscheduled = "bench-webhook-unscheduled"
+
 // podSpecs are the Pods each mode creates: a sandbox Pod as a template
 // without policy makes it, and for compliant, as one the webhook mutated
 // under the bench policy makes it. The Pods name a scheduler that does
@@ -340,7 +429,7 @@ func benchPolicy(ns string) *v1alpha1.SandboxPolicy {
 // whatever the webhook did to them.
 func podSpecs(ns string) (map[string]*corev1.Pod, error) {
 	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{policy.TemplateRefHashLabel: "bench"}},
-		Spec: corev1.PodSpec{SchedulerName: "bench-webhook-unscheduled",
+		Spec: corev1.PodSpec{SchedulerName: unscheduled,
 			Containers: []corev1.Container{{Name: "sandbox", Image: "docker.io/swebench/sweb.eval.x86_64.bench:latest"}}}}
 	mutated := plain.DeepCopy()
 	if _, err := policy.Mutate(mutated, policy.Set{*benchPolicy(ns)}, ""); err != nil {
