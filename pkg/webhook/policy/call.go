@@ -14,15 +14,18 @@ import (
 	fleetlabels "github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
 
-// CanonicalImage matches image references that are already in the form
-// images.Normalize gives them, and valid: an explicit registry host, a
-// lower-case path, a tag or a digest. Docker Hub's aliases and its
-// one-segment library images are left out, as normalising rewrites them.
-// It is stricter than the reference grammar, so an image it matches is
-// one Mutate neither rewrites for its form nor refuses as invalid.
+// CanonicalImage matches valid image references with an explicit
+// registry host, a lower-case path and a tag or a digest: stricter than
+// the reference grammar, so Mutate never refuses one as invalid. Apart
+// from dockerHubShortForms, each is already in the form images.Normalize
+// gives it.
 const CanonicalImage = `^(?:localhost(?::[0-9]+)?|[a-z0-9]+(?:-[a-z0-9]+)*(?:\.[a-z0-9]+(?:-[a-z0-9]+)*)+(?::[0-9]+)?|[a-z0-9]+(?:-[a-z0-9]+)*:[0-9]+)` +
 	`/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*` +
 	`(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[a-f0-9]{64})$`
+
+// dockerHubShortForms are the canonical-looking references Normalize
+// still changes: Docker Hub's aliases and its one-segment library images.
+const dockerHubShortForms = `index\.docker\.io/|registry-1\.docker\.io/|docker\.io/[^/]*$`
 
 // CallCondition is a CEL expression, for a mutating webhook's
 // matchConditions, over a sandbox Pod being created (object): it is false
@@ -108,7 +111,7 @@ func CallCondition(set Set) string {
 
 	// Every image is checked: one that is not valid is refused, one that
 	// Normalize would change or a rule matches is rewritten.
-	rewritten := []string{`index\.docker\.io/`, `registry-1\.docker\.io/`, `docker\.io/[^/]*$`}
+	rewritten := []string{dockerHubShortForms}
 	var froms []string
 	for _, r := range set.rules() {
 		from := r.From

@@ -326,3 +326,20 @@ func BenchmarkCallCondition(b *testing.B) {
 		})
 	}
 }
+
+// FuzzCanonicalImage: an image CanonicalImage matches is valid and, but
+// for Docker Hub's short forms, normalises to itself.
+func FuzzCanonicalImage(f *testing.F) {
+	for _, s := range []string{"mirror.example.com/hub/a/b:1", "localhost:5000/a:latest", "a.b/c@sha256:" + sha, "docker.io/x/y:z", "a-b.c-d.e:1/f_g__h-i:J.k-l"} {
+		f.Add(s)
+	}
+	re, short := regexp.MustCompile(CanonicalImage), regexp.MustCompile("^(?:"+dockerHubShortForms+")")
+	f.Fuzz(func(t *testing.T, s string) {
+		if !re.MatchString(s) {
+			return
+		}
+		if n, err := images.Normalize(s); err != nil || n != s && !short.MatchString(s) {
+			t.Errorf("%q matches but normalises to %q (%v)", s, n, err)
+		}
+	})
+}
