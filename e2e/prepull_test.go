@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -255,23 +256,36 @@ func newJob(ns, name string, images []string, nodeSelector map[string]string) *v
 		Spec: v1alpha1.PrepullJobSpec{Images: images, NodeSelector: nodeSelector, PerNodeParallelism: 2, DiskHighWaterPercent: 95}}
 }
 
-// waitForEntry polls job until its entry for node satisfies ok.
+// waitForEntry follows job until its entry for node satisfies ok.
 func waitForEntry(t *testing.T, ctx context.Context, clients *kube.Clients, job *v1alpha1.PrepullJob, node string, ok func(v1alpha1.NodePrepullStatus) bool) v1alpha1.NodePrepullStatus {
 	t.Helper()
+	// A watch from the job as created sees every write of its status:
+	// a poll misses a state shorter than its interval, as the Pulling of
+	// two small images on a fast node is.
+	rv := job.ResourceVersion
+	var last []v1alpha1.NodePrepullStatus
 	for {
-		current := &v1alpha1.PrepullJob{}
-		if err := clients.Client.Get(ctx, client.ObjectKeyFromObject(job), current); err != nil {
+		w, err := clients.Client.Watch(ctx, &v1alpha1.PrepullJobList{}, &client.ListOptions{Namespace: job.Namespace,
+			FieldSelector: fields.OneTermEqualSelector("metadata.name", job.Name), Raw: &metav1.ListOptions{ResourceVersion: rv}})
+		if err != nil {
 			t.Fatal(err)
 		}
-		for _, e := range current.Status.Nodes {
-			if e.Node == node && ok(e) {
-				return e
+		for ev := range w.ResultChan() {
+			current, isJob := ev.Object.(*v1alpha1.PrepullJob)
+			if !isJob {
+				continue
+			}
+			rv, last = current.ResourceVersion, current.Status.Nodes
+			for _, e := range current.Status.Nodes {
+				if e.Node == node && ok(e) {
+					w.Stop()
+					return e
+				}
 			}
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("PrepullJob %s: node %s's entry never got there: %+v", job.Name, node, current.Status.Nodes)
+			t.Fatalf("PrepullJob %s: node %s's entry never got there: %+v", job.Name, node, last)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
