@@ -266,12 +266,9 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 	fmt.Printf("\nwarm pool of %d replicas filled by the Agent Sandbox controller, %d rounds:\n", poolSize, rounds)
 	plain := poolTemplate()
 	compliantTmpl := plain.DeepCopy()
-	pt := &compliantTmpl.Spec.PodTemplate
-	asPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{labels.RunID: plain.Labels[labels.RunID]}}, Spec: pt.Spec}
-	if _, err := policy.Mutate(asPod, policy.Set{*benchPolicy(namespaces[bare])}, ""); err != nil {
+	if _, err := policy.MutateTemplate(&compliantTmpl.Spec.PodTemplate, policy.Set{*benchPolicy(namespaces[bare])}, plain.Name, plain.Labels[labels.RunID]); err != nil {
 		return err
 	}
-	pt.ObjectMeta.Labels, pt.ObjectMeta.Annotations, pt.Spec = asPod.Labels, asPod.Annotations, asPod.Spec
 	poolModes := []string{none, noneCompliant, policied}
 	templates := map[string]*extensionsv1beta1.SandboxTemplate{none: plain, noneCompliant: compliantTmpl, policied: plain}
 	fills := map[string][]float64{}
@@ -285,7 +282,7 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 			if err := server.WaitForPolicySet(ctx, namespaces[bare], on); err != nil {
 				return err
 			}
-			secs, err := fillPool(ctx, clients.Client, namespaces[mode], templates[mode].DeepCopy(), poolSize)
+			secs, err := fillPool(ctx, kc, clients.Client, namespaces[mode], templates[mode].DeepCopy(), poolSize)
 			if err != nil {
 				return err
 			}
@@ -311,9 +308,9 @@ func poolTemplate() *extensionsv1beta1.SandboxTemplate {
 
 // fillPool creates tmpl and a SandboxWarmPool of n replicas of it in ns,
 // as any client of Agent Sandbox would, and returns the seconds until the
-// controller has created their n Pods; then it deletes them and waits
-// until the Pods are gone.
-func fillPool(ctx context.Context, c client.Client, ns string, tmpl *extensionsv1beta1.SandboxTemplate, n int) (float64, error) {
+// controller has created their n Pods; then it deletes them, and the Pods
+// with deletePods.
+func fillPool(ctx context.Context, kc kubernetes.Interface, c client.Client, ns string, tmpl *extensionsv1beta1.SandboxTemplate, n int) (float64, error) {
 	tmpl.Namespace = ns
 	replicas := int32(n)
 	pool := &extensionsv1beta1.SandboxWarmPool{ObjectMeta: metav1.ObjectMeta{Name: "bench-pool", Namespace: ns}}
@@ -344,17 +341,7 @@ func fillPool(ctx context.Context, c client.Client, ns string, tmpl *extensionsv
 			return 0, err
 		}
 	}
-	for ctx.Err() == nil {
-		pods := &corev1.PodList{}
-		if err := c.List(ctx, pods, client.InNamespace(ns), client.HasLabels{webhook.SandboxPodLabel}); err != nil {
-			return 0, err
-		}
-		if len(pods.Items) == 0 {
-			return secs, nil
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	return 0, ctx.Err()
+	return secs, deletePods(ctx, kc, c, ns)
 }
 
 // profileAPIServer writes 2 s of the API server's CPU profile to
@@ -580,7 +567,7 @@ func readCounters(ctx context.Context, kc kubernetes.Interface, server *testwebh
 	}
 	for _, m := range families["apiserver_admission_webhook_admission_duration_seconds"].GetMetric() {
 		// The shipped entry and those the webhook keeps per policy set.
-		if name := label(m, "name"); name == webhook.PodWebhookName || strings.HasPrefix(name, "sandbox-pods-") {
+		if webhook.IsPodWebhook(label(m, "name")) {
 			c.callSum += m.GetHistogram().GetSampleSum()
 			c.calls += float64(m.GetHistogram().GetSampleCount())
 		}

@@ -190,7 +190,7 @@ func (s *Server) WaitForPolicySet(ctx context.Context, ns string, governed bool)
 		}
 		routed := false
 		for _, w := range cfg.Webhooks {
-			if w.Name == webhook.PodWebhookName || !strings.HasPrefix(w.Name, "sandbox-pods-") || w.NamespaceSelector == nil {
+			if w.Name == webhook.PodWebhookName || !webhook.IsPodWebhook(w.Name) || w.NamespaceSelector == nil {
 				continue
 			}
 			for _, r := range w.NamespaceSelector.MatchExpressions {

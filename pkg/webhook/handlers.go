@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -232,16 +231,7 @@ func (m *TemplateMutator) handle(ctx context.Context, req admission.Request) (ad
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err), resultErrored
 	}
-	pt := &tmpl.Spec.PodTemplate
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: maps.Clone(pt.ObjectMeta.Labels), Annotations: pt.ObjectMeta.Annotations}, Spec: pt.Spec}
-	labelled := false
-	if set.Colocates() && pod.Labels[policy.ColocateLabel] == "" {
-		if pod.Labels == nil {
-			pod.Labels = map[string]string{}
-		}
-		pod.Labels[policy.ColocateLabel], labelled = policy.ColocateValue(tmpl.Name), true
-	}
-	changes, err := policy.Mutate(pod, set, tmpl.Labels[labels.RunID])
+	changes, err := policy.MutateTemplate(&tmpl.Spec.PodTemplate, set, tmpl.Name, tmpl.Labels[labels.RunID])
 	var denial *policy.Denial
 	if errors.As(err, &denial) {
 		// TemplateValidator denies it, and counts it, with the field's
@@ -251,10 +241,9 @@ func (m *TemplateMutator) handle(ctx context.Context, req admission.Request) (ad
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err), resultErrored
 	}
-	if len(changes) == 0 && !labelled {
+	if len(changes) == 0 {
 		return admission.Allowed("complies with the SandboxPolicies"), resultAllowed
 	}
-	pt.ObjectMeta.Labels, pt.ObjectMeta.Annotations, pt.Spec = pod.Labels, pod.Annotations, pod.Spec
 	mutated, err := json.Marshal(tmpl)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err), resultErrored

@@ -106,11 +106,12 @@ type podWebhooksRecord struct {
 	Digest string                                  `json:"digest"`
 }
 
-// isPodWebhook reports whether w is base or one of the entries
-// PodWebhooks makes of it.
-func isPodWebhook(w admissionregistrationv1.MutatingWebhook) bool {
+// IsPodWebhook reports whether the webhook entry named name is the
+// shipped sandbox Pod webhook or one of the entries PodWebhooks makes of
+// it.
+func IsPodWebhook(name string) bool {
 	prefix, domain, _ := strings.Cut(PodWebhookName, ".")
-	return w.Name == PodWebhookName || strings.HasPrefix(w.Name, prefix+"-") && strings.HasSuffix(w.Name, "."+domain)
+	return name == PodWebhookName || strings.HasPrefix(name, prefix+"-") && strings.HasSuffix(name, "."+domain)
 }
 
 // digest of webhook entries, their CA bundles left out: the certificate
@@ -132,19 +133,20 @@ func digest(ws []admissionregistrationv1.MutatingWebhook) string {
 func SyncPodWebhooks(cfg *admissionregistrationv1.MutatingWebhookConfiguration, namespaces []corev1.Namespace, all []v1alpha1.SandboxPolicy) (*admissionregistrationv1.MutatingWebhookConfiguration, bool, error) {
 	var current, others []admissionregistrationv1.MutatingWebhook
 	for _, w := range cfg.Webhooks {
-		if isPodWebhook(w) {
+		if IsPodWebhook(w.Name) {
 			current = append(current, w)
 		} else {
 			others = append(others, w)
 		}
 	}
+	written := digest(current)
 	var base *admissionregistrationv1.MutatingWebhook
-	var rec podWebhooksRecord
 	if s := cfg.Annotations[podWebhooksAnnotation]; s != "" {
+		var rec podWebhooksRecord
 		if err := json.Unmarshal([]byte(s), &rec); err != nil {
 			return nil, false, fmt.Errorf("annotation %s of MutatingWebhookConfiguration %s: %w", podWebhooksAnnotation, cfg.Name, err)
 		}
-		if rec.Digest == digest(current) {
+		if rec.Digest == written {
 			base = &rec.Base
 		}
 	}
@@ -168,7 +170,7 @@ func SyncPodWebhooks(cfg *admissionregistrationv1.MutatingWebhookConfiguration, 
 	if err != nil {
 		return nil, false, err
 	}
-	if digest(current) == digest(want) && cfg.Annotations[podWebhooksAnnotation] == string(b) {
+	if written == digest(want) && cfg.Annotations[podWebhooksAnnotation] == string(b) {
 		return cfg, false, nil
 	}
 	out := cfg.DeepCopy()

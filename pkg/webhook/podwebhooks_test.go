@@ -152,7 +152,7 @@ func TestSyncPodWebhooks(t *testing.T) {
 		var out []string
 		for _, w := range c.Webhooks {
 			out = append(out, w.Name)
-			if isPodWebhook(w) && string(w.ClientConfig.CABundle) != "ca" {
+			if IsPodWebhook(w.Name) && string(w.ClientConfig.CABundle) != "ca" {
 				t.Errorf("%s lacks the rotator's CA", w.Name)
 			}
 		}

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
+	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
@@ -364,6 +365,33 @@ func Mutate(pod *corev1.Pod, set Set, runID string) ([]string, error) {
 		}
 		pod.Labels[fleetlabels.RunID] = runID
 		changed("metadata.labels %s=%s", fleetlabels.RunID, runID)
+	}
+	return changes, nil
+}
+
+// MutateTemplate applies the set to the Pod template of the
+// SandboxTemplate named name, as Mutate to a Pod made from it, with the
+// run id runID found on the template; under colocation it first labels
+// the Pods with ColocateLabel, so their term is in the template too. It
+// returns what it changed.
+func MutateTemplate(pt *sandboxv1beta1.PodTemplate, set Set, name, runID string) ([]string, error) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: maps.Clone(pt.ObjectMeta.Labels), Annotations: maps.Clone(pt.ObjectMeta.Annotations)},
+		Spec: *pt.Spec.DeepCopy()}
+	var labelled []string
+	if set.Colocates() && pod.Labels[ColocateLabel] == "" {
+		if pod.Labels == nil {
+			pod.Labels = map[string]string{}
+		}
+		pod.Labels[ColocateLabel] = ColocateValue(name)
+		labelled = append(labelled, fmt.Sprintf("metadata.labels %s=%s", ColocateLabel, pod.Labels[ColocateLabel]))
+	}
+	changes, err := Mutate(pod, set, runID)
+	if err != nil {
+		return nil, err
+	}
+	changes = append(labelled, changes...)
+	if len(changes) > 0 {
+		pt.ObjectMeta.Labels, pt.ObjectMeta.Annotations, pt.Spec = pod.Labels, pod.Annotations, pod.Spec
 	}
 	return changes, nil
 }

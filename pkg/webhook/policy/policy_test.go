@@ -11,10 +11,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/golden"
+	fleetlabels "github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
 
 // sandboxPod is a Pod as the Agent Sandbox controller creates it for a
@@ -283,6 +285,46 @@ func TestAddNodeCacheAffinity(t *testing.T) {
 			}
 			if wantAdded := tt.want != nil && (tt.pod.Spec.Affinity == nil); added != wantAdded {
 				t.Errorf("added %v, want %v", added, wantAdded)
+			}
+		})
+	}
+}
+
+func TestMutateTemplate(t *testing.T) {
+	colocate := Set{policy("colocate", 0, mirror, func(s *v1alpha1.SandboxPolicySpec) { s.Colocation = &v1alpha1.ColocationPolicy{} })}
+	for _, tt := range []struct {
+		name      string
+		set       Set
+		wantLabel string
+	}{
+		{"colocation labels the template's Pods and keys the term on it", colocate, "swe-django"},
+		{"without colocation no label", Set{policy("mirror", 0, mirror)}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pt := &sandboxv1beta1.PodTemplate{Spec: sandboxPod().Spec}
+			changes, err := MutateTemplate(pt, tt.set, "swe-django", "run-1")
+			if err != nil || len(changes) == 0 {
+				t.Fatalf("changes %v, %v", changes, err)
+			}
+			if got := pt.ObjectMeta.Labels[ColocateLabel]; got != tt.wantLabel {
+				t.Errorf("%s = %q, want %q", ColocateLabel, got, tt.wantLabel)
+			}
+			if pt.ObjectMeta.Labels[fleetlabels.RunID] != "run-1" || !strings.HasPrefix(pt.Spec.Containers[0].Image, "mirror.example.com/") {
+				t.Errorf("the policy is not applied: %+v", pt)
+			}
+			terms := 0
+			if a := pt.Spec.Affinity; a != nil && a.PodAffinity != nil {
+				for _, term := range a.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+					if term.PodAffinityTerm.LabelSelector.MatchLabels[ColocateLabel] == tt.wantLabel {
+						terms++
+					}
+				}
+			}
+			if want := map[bool]int{true: 1, false: 0}[tt.wantLabel != ""]; terms != want {
+				t.Errorf("%d colocation terms on the template's label, want %d", terms, want)
+			}
+			if more, err := MutateTemplate(pt, tt.set, "swe-django", "run-1"); err != nil || len(more) > 0 {
+				t.Errorf("a second admission changed %v (%v)", more, err)
 			}
 		})
 	}
