@@ -19,9 +19,20 @@ import (
 // the reference grammar, so Mutate never refuses one as invalid. Apart
 // from dockerHubShortForms, each is already in the form images.Normalize
 // gives it.
-const CanonicalImage = `^(?:localhost(?::[0-9]+)?|[a-z0-9]+(?:-[a-z0-9]+)*(?:\.[a-z0-9]+(?:-[a-z0-9]+)*)+(?::[0-9]+)?|[a-z0-9]+(?:-[a-z0-9]+)*:[0-9]+)` +
-	`/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*` +
-	`(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[a-f0-9]{64})$`
+const CanonicalImage = `^(?:` + canonicalHost + `)/` + canonicalComponent + `(?:/` + canonicalComponent + `)*` + canonicalTagOrDigest + `$`
+
+// The parts of CanonicalImage: a registry host, a path component, and
+// the tag or digest that ends a reference.
+const (
+	canonicalHost        = `localhost(?::[0-9]+)?|[a-z0-9]+(?:-[a-z0-9]+)*(?:\.[a-z0-9]+(?:-[a-z0-9]+)*)+(?::[0-9]+)?|[a-z0-9]+(?:-[a-z0-9]+)*:[0-9]+`
+	canonicalComponent   = `[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*`
+	canonicalTagOrDigest = `(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[a-f0-9]{64})`
+)
+
+var (
+	canonicalRegistry   = regexp.MustCompile(`^(?:` + canonicalHost + `)$`)
+	canonicalRepository = regexp.MustCompile(`^(?:` + canonicalHost + `)(?:/` + canonicalComponent + `)+$`)
+)
 
 // dockerHubShortForms are the canonical-looking references Normalize
 // still changes: Docker Hub's aliases and its one-segment library images.
@@ -51,7 +62,9 @@ func CallCondition(set Set) string {
 	}
 	// The checks of the Pod, of each container c, and of each container's
 	// image i.
-	var pod, container, image []string
+	var pod, container []string
+	// allowed are the registries each policy that names some allows.
+	var allowed [][]string
 	allowToken, allowHostNamespaces, allowHostPath, allowPrivileged := true, true, true, true
 	allowedCaps := map[corev1.Capability]int{}
 	for _, p := range set {
@@ -72,7 +85,7 @@ func CallCondition(set Set) string {
 			for _, r := range p.Spec.Images.AllowedRegistries {
 				within = append(within, strings.TrimSuffix(r, "/"))
 			}
-			image = append(image, "i.matches("+quote(under(within))+")")
+			allowed = append(allowed, within)
 		}
 	}
 
@@ -111,7 +124,6 @@ func CallCondition(set Set) string {
 
 	// Every image is checked: one that is not valid is refused, one that
 	// Normalize would change or a rule matches is rewritten.
-	rewritten := []string{dockerHubShortForms}
 	var froms []string
 	for _, r := range set.rules() {
 		from := r.From
@@ -120,27 +132,38 @@ func CallCondition(set Set) string {
 		}
 		froms = append(froms, from)
 	}
-	if len(froms) > 0 {
-		rewritten = append(rewritten, strings.TrimPrefix(under(froms), "^"))
+	image := imageChecks(allowed, froms)
+	if len(image) == 1 {
+		container = append(container, image[0].cel("c.?image.orValue('')"))
+	} else {
+		// A list of one binds the image to i, read once for all its checks.
+		var checks []string
+		for _, c := range image {
+			checks = append(checks, c.cel("i"))
+		}
+		container = append(container, "[c.?image.orValue('')].all(i, "+strings.Join(checks, " && ")+")")
 	}
-	image = append(image, "i.matches("+quote(CanonicalImage)+")", "!i.matches("+quote("^(?:"+strings.Join(rewritten, "|")+")")+")")
-	// A list of one binds the image to i, read once for all its checks.
-	container = append(container, "[c.?image.orValue('')].all(i, "+strings.Join(image, " && ")+")")
-	if !allowPrivileged {
-		container = append(container, "!c.?securityContext.?privileged.orValue(false)")
+	// Mutate forbids privilege escalation to all but privileged
+	// containers, and those only where privilege is allowed.
+	if allowPrivileged {
+		container = append(container, "(c.?securityContext.?privileged.orValue(false) || c.?securityContext.?allowPrivilegeEscalation.orValue(true) == false)")
+	} else {
+		container = append(container, "!c.?securityContext.?privileged.orValue(false)", "c.?securityContext.?allowPrivilegeEscalation.orValue(true) == false")
 	}
-	container = append(container,
-		"(c.?securityContext.?privileged.orValue(false) || c.?securityContext.?allowPrivilegeEscalation.orValue(true) == false)",
-		list("c.?securityContext.?capabilities.?drop")+".exists(d, d == 'ALL')")
+	container = append(container, "'ALL' in "+list("c.?securityContext.?capabilities.?drop"))
 	// Each policy allows its own capabilities: a container may add those
 	// every policy allows.
-	var allowed []string
+	var addable []string
 	for _, c := range slices.Sorted(maps.Keys(allowedCaps)) {
 		if allowedCaps[c] == len(set) {
-			allowed = append(allowed, quote(string(c)))
+			addable = append(addable, quote(string(c)))
 		}
 	}
-	container = append(container, list("c.?securityContext.?capabilities.?add")+".all(a, a in ["+strings.Join(allowed, ", ")+"])")
+	if len(addable) == 0 {
+		container = append(container, list("c.?securityContext.?capabilities.?add")+".size() == 0")
+	} else {
+		container = append(container, list("c.?securityContext.?capabilities.?add")+".all(a, a in ["+strings.Join(addable, ", ")+"])")
+	}
 	caps := maxLimits(set)
 	for _, name := range slices.Sorted(maps.Keys(caps)) {
 		limit := caps[name]
@@ -154,6 +177,84 @@ func CallCondition(set Set) string {
 	containers := "(object.spec.?containers.orValue([]) == null ? [] : object.spec.containers)"
 	pod = append(pod, "("+list("object.spec.?initContainers")+" + "+containers+").all(c, "+strings.Join(container, " && ")+")")
 	return "!(" + strings.Join(pod, " && ") + ")"
+}
+
+// imageCheck is a regular expression an image must match, or not.
+type imageCheck struct {
+	pattern string
+	match   bool
+}
+
+// cel is the check as CEL of the string image.
+func (c imageCheck) cel(image string) string {
+	not := "!"
+	if c.match {
+		not = ""
+	}
+	return not + image + ".matches(" + quote(c.pattern) + ")"
+}
+
+// dockerHubPrefixes are the literal prefixes of dockerHubShortForms.
+var dockerHubPrefixes = []string{"index.docker.io/", "registry-1.docker.io/", "docker.io/"}
+
+// imageChecks are the checks that an image is valid, in the form
+// Normalize gives it, within each of the allowed lists and under none of
+// the rewrite rules' sources (froms). Each is a scan of every image of
+// every Pod, so they fold into as few as they can: an image that is one
+// of the first list's prefixes, itself canonical, followed by a canonical
+// rest is canonical and within the list; and where no such prefix
+// overlaps a source or a Docker Hub short form, no image under one is
+// rewritten. Prefixes the fold cannot take are left out of it: their
+// images are called for, never let through wrongly.
+func imageChecks(allowed [][]string, froms []string) []imageCheck {
+	rewritten := slices.Clone(dockerHubPrefixes)
+	for _, f := range froms {
+		rewritten = append(rewritten, f+"/", f+":", f+"@")
+	}
+	var registries, repositories []string
+	overlaps := false
+	if len(allowed) > 0 {
+		for _, p := range allowed[0] {
+			switch {
+			case canonicalRegistry.MatchString(p):
+				registries = append(registries, regexp.QuoteMeta(p))
+			case canonicalRepository.MatchString(p):
+				repositories = append(repositories, regexp.QuoteMeta(p))
+			default:
+				continue
+			}
+			for _, r := range rewritten {
+				overlaps = overlaps || strings.HasPrefix(p, r) || strings.HasPrefix(r, p)
+			}
+		}
+	}
+	var checks []imageCheck
+	if len(registries)+len(repositories) == 0 {
+		checks = append(checks, imageCheck{CanonicalImage, true})
+	} else {
+		// A registry's images have a path under it; a repository's may
+		// be it, with a tag or digest.
+		var alternatives []string
+		if len(registries) > 0 {
+			alternatives = append(alternatives, "(?:"+strings.Join(registries, "|")+")(?:/"+canonicalComponent+")+")
+		}
+		if len(repositories) > 0 {
+			alternatives = append(alternatives, "(?:"+strings.Join(repositories, "|")+")(?:/"+canonicalComponent+")*")
+		}
+		checks = append(checks, imageCheck{"^(?:" + strings.Join(alternatives, "|") + ")" + canonicalTagOrDigest + "$", true})
+		allowed = allowed[1:]
+	}
+	for _, within := range allowed {
+		checks = append(checks, imageCheck{under(within), true})
+	}
+	if len(registries)+len(repositories) == 0 || overlaps {
+		sources := dockerHubShortForms
+		if len(froms) > 0 {
+			sources += "|" + strings.TrimPrefix(under(froms), "^")
+		}
+		checks = append(checks, imageCheck{"^(?:" + sources + ")", false})
+	}
+	return checks
 }
 
 // list is CEL for the list at the optional path, empty when it is

@@ -3,7 +3,9 @@ package policy
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"regexp"
+	"slices"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -88,6 +90,17 @@ func callSets() map[string]Set {
 			policy("low", 0, caps, func(s *v1alpha1.SandboxPolicySpec) {
 				s.Images = &v1alpha1.ImagePolicy{Rewrite: []v1alpha1.ImageRewrite{{From: "quay.io", To: "mirror.example.com/quay"}}}
 				s.Security = &v1alpha1.SecurityPolicy{AllowedCapabilities: []corev1.Capability{"SYS_PTRACE"}}
+			}),
+		},
+		// Images the folded check takes (repositories), and some it cannot
+		// (Docker Hub, which overlaps its short forms; a second list).
+		"repositories, two lists": {
+			policy("hub", 1, func(s *v1alpha1.SandboxPolicySpec) {
+				s.Images = &v1alpha1.ImagePolicy{Rewrite: []v1alpha1.ImageRewrite{{From: "quay.io", To: "mirror.example.com/quay"}},
+					AllowedRegistries: []string{"mirror.example.com/hub", "mirror.example.com/quay/", "docker.io"}}
+			}),
+			policy("site", 0, func(s *v1alpha1.SandboxPolicySpec) {
+				s.Images = &v1alpha1.ImagePolicy{AllowedRegistries: []string{"mirror.example.com", "docker.io"}}
 			}),
 		},
 		"permissive": {policy("open", 0, func(s *v1alpha1.SandboxPolicySpec) {
@@ -177,6 +190,22 @@ func TestCallCondition(t *testing.T) {
 		{"a quay image the low policy rewrites", "gvisor, colocation, scheduler, two policies", compliant(sets["gvisor, colocation, scheduler, two policies"], func(p *corev1.Pod) {
 			p.Spec.Containers[0].Image = "quay.io/a/b:1"
 		}), true},
+		{"the repositories' compliant Pod", "repositories, two lists", compliant(sets["repositories, two lists"]), false},
+		{"a repository's own image", "repositories, two lists", compliant(sets["repositories, two lists"], func(p *corev1.Pod) {
+			p.Spec.Containers[0].Image = "mirror.example.com/hub:1"
+		}), false},
+		{"an image beside a repository", "repositories, two lists", compliant(sets["repositories, two lists"], func(p *corev1.Pod) {
+			p.Spec.Containers[0].Image = "mirror.example.com/hubx/a:1"
+		}), true},
+		{"an image under a rewritten repository", "repositories, two lists", compliant(sets["repositories, two lists"], func(p *corev1.Pod) {
+			p.Spec.Containers[0].Image = "quay.io/a/b:1"
+		}), true},
+		{"a Docker Hub library image", "repositories, two lists", compliant(sets["repositories, two lists"], func(p *corev1.Pod) {
+			p.Spec.Containers[0].Image = "docker.io/library/busybox:1.36"
+		}), false},
+		{"a Docker Hub short form", "repositories, two lists", compliant(sets["repositories, two lists"], func(p *corev1.Pod) {
+			p.Spec.Containers[0].Image = "docker.io/busybox:1.36"
+		}), true},
 		{"privileged where allowed", "permissive", compliant(sets["permissive"], func(p *corev1.Pod) {
 			p.Spec.Containers[0].SecurityContext.Privileged = ptr(true)
 			p.Spec.HostPID = true
@@ -264,6 +293,31 @@ func TestCanonicalImage(t *testing.T) {
 	}
 }
 
+// TestImageChecks: the image checks fold into one regular expression
+// where the allowed prefixes let them, and keep what they cannot fold.
+func TestImageChecks(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		allowed [][]string
+		froms   []string
+		want    int
+	}{
+		{"nothing allowed: canonical, not rewritten", nil, []string{"docker.io"}, 2},
+		{"a mirror apart from the sources", [][]string{{"mirror.example.com"}}, []string{"docker.io"}, 1},
+		{"a repository apart from the sources", [][]string{{"mirror.example.com/hub"}}, nil, 1},
+		{"a mirror a source lies under", [][]string{{"mirror.example.com"}}, []string{"mirror.example.com/old"}, 2},
+		{"Docker Hub, whose short forms are rewritten", [][]string{{"docker.io"}}, nil, 2},
+		{"a second policy's list", [][]string{{"mirror.example.com"}, {"mirror.example.com/hub"}}, nil, 2},
+		{"no prefix the fold takes", [][]string{{"Mirror.example.com"}}, nil, 3},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := imageChecks(tt.allowed, tt.froms); len(got) != tt.want {
+				t.Errorf("%d checks, want %d: %v", len(got), tt.want, got)
+			}
+		})
+	}
+}
+
 const sha = "4f2d0e4a0b1b2c3d4e5f60718293a4b5c6d7e8f90123456789abcdef01234567"
 
 // FuzzCallCondition: whenever the API server would not call the webhook,
@@ -272,7 +326,7 @@ const sha = "4f2d0e4a0b1b2c3d4e5f60718293a4b5c6d7e8f90123456789abcdef01234567"
 // Pod the webhook lets through.
 func FuzzCallCondition(f *testing.F) {
 	sets := callSets()
-	names := []string{"mirror, caps", "gvisor, colocation, scheduler, two policies", "permissive"}
+	names := []string{"mirror, caps", "gvisor, colocation, scheduler, two policies", "repositories, two lists", "permissive"}
 	for i, name := range names {
 		pod := sandboxPod(func(p *corev1.Pod) { p.Labels[fleetlabels.RunID] = "run-1" })
 		b, _ := json.Marshal(pod)
@@ -299,6 +353,41 @@ func FuzzCallCondition(f *testing.F) {
 		}
 		if changes, err := Mutate(pod, sets[name], runIDOf(pod)); err != nil || len(changes) > 0 {
 			t.Errorf("under %q the webhook is not called for %s, but it would change %v (%v)", name, data, changes, err)
+		}
+	})
+}
+
+// FuzzCallConditionImage: FuzzCallCondition's property for a compliant
+// Pod whose image is any string — the image checks fold prefixes and
+// patterns into few regular expressions, and an image they let through
+// must be one the webhook leaves as it is.
+func FuzzCallConditionImage(f *testing.F) {
+	sets := callSets()
+	names := slices.Sorted(maps.Keys(sets))
+	for _, s := range []string{"mirror.example.com/hub/a/b:1", "mirror.example.com/hub:1", "mirror.example.com/quay/x@sha256:" + sha,
+		"docker.io/library/busybox:1.36", "docker.io/busybox:1", "quay.io/a:1", "mirror.example.com:5000/a:1"} {
+		for i := range names {
+			f.Add(uint8(i), s)
+		}
+	}
+	matchers, pods := map[string]matchconditions.Matcher{}, map[string]*corev1.Pod{}
+	for _, name := range names {
+		matchers[name] = callMatcher(f, CallCondition(sets[name]))
+		pod := sandboxPod(func(p *corev1.Pod) { p.Labels[fleetlabels.RunID] = "run-1" })
+		if _, err := Mutate(pod, sets[name], ""); err != nil {
+			f.Fatal(err)
+		}
+		pods[name] = pod
+	}
+	f.Fuzz(func(t *testing.T, which uint8, image string) {
+		name := names[int(which)%len(names)]
+		pod := pods[name].DeepCopy()
+		pod.Spec.Containers[0].Image = image
+		if calls(t, matchers[name], pod) {
+			return
+		}
+		if changes, err := Mutate(pod, sets[name], runIDOf(pod)); err != nil || len(changes) > 0 {
+			t.Errorf("under %q the webhook is not called for image %q, but it would change %v (%v)", name, image, changes, err)
 		}
 	})
 }
