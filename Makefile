@@ -36,8 +36,9 @@ node-deps: ## install from Debian what the real test node needs (runc, CNI plugi
 .PHONY: test
 test: testbin node-deps lint ## run every test: unit, integration on a local control plane, e2e on a real node
 	go test -count=1 -timeout 30m ./...
-	go test -run '^$$' -fuzz FuzzMutate -fuzztime 30s ./pkg/webhook/policy/
-	go test -run '^$$' -fuzz FuzzCallCondition -fuzztime 30s ./pkg/webhook/policy/
+	go test -run '^$$' -fuzz '^FuzzMutate$$' -fuzztime 30s ./pkg/webhook/policy/
+	go test -run '^$$' -fuzz '^FuzzCallCondition$$' -fuzztime 30s ./pkg/webhook/policy/
+	go test -run '^$$' -fuzz '^FuzzCallConditionImage$$' -fuzztime 30s ./pkg/webhook/policy/
 	hack/check-leftovers.sh
 
 .PHONY: e2e
