@@ -87,8 +87,8 @@ bench: testbin ## benchmark the claim path against a bare client on a local kwok
 	go run ./bench/claims -rounds 2
 
 .PHONY: bench-webhook
-bench-webhook: testbin ## benchmark asrl-webhook against no webhook and a policy-free webhook: latency at 200 Pods/s, creates/s ratios (~10 min)
-	go run ./bench/webhook -rounds 3
+bench-webhook: testbin ## benchmark asrl-webhook against no webhook, a policy-free webhook and a constant condition: latency at 200 Pods/s, creates/s ratios, warm pool fill (~20 min)
+	go run ./bench/webhook -rounds 6
 
 .PHONY: bench-scheduler
 bench-scheduler: testbin ## benchmark asrl-scheduler on 1,000 kwok nodes: Pods/s against the default profile, cache-optimal placements (~15 min)

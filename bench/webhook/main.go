@@ -1,13 +1,15 @@
 // Command webhook benchmarks asrl-webhook on the local test cluster (kwok
-// nodes): sandbox Pods are created in five modes, rotating in one run —
+// nodes): sandbox Pods are created in six modes, rotating in one run —
 // in a namespace no webhook sees; in one the webhook serves with no policy
 // in force (its configuration then leaves the namespace out: the cost of
 // having the webhook installed); there with a policy (a mirror, allowed
 // registries, a limit cap) that patches every Pod, so every Pod is a
 // call; there with the policy and Pods that already follow it, as a
 // template the webhook mutated makes them (the API server's CEL condition
-// lets them through uncalled); and those compliant Pods where no webhook
-// sees them, the baseline for the last two — and it reports
+// lets them through uncalled); those compliant Pods where no webhook
+// sees them, the baseline for the last two; and those Pods matched by a
+// configuration whose condition is constant false, the API server's own
+// cost of any in-process check — and it reports
 //
 //   - the webhook's own decision time per Pod (p50, p99), from its
 //     asrl_webhook_admission_duration_seconds histogram, with Pods created
@@ -15,7 +17,8 @@
 //   - the Pod create latency seen by the client at that rate, with and
 //     without the webhook;
 //   - Pod creates per second with -concurrency creators going flat out,
-//     as a ratio to no webhook;
+//     as a ratio to no webhook, and for the policy's Pods to the same Pods
+//     with no webhook, also as the median of the rounds' ratios;
 //   - the CPU the API server and the webhook spend per Pod.
 //
 // The webhook runs as the built binary. A real cluster keeps its control
@@ -50,6 +53,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"golang.org/x/sys/unix"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -94,6 +98,11 @@ const (
 	// which carry more than plain ones whatever puts it there.
 	compliant     = "policy, compliant"
 	noneCompliant = "none, compliant"
+	// floor are compliant Pods where a configuration of the benchmark's
+	// own matches them with a constant false condition: the API server
+	// converts each Pod for CEL and never calls, the floor of any
+	// in-process check.
+	floor = "constant condition"
 )
 
 // figures are a mode's measurements over the rounds.
@@ -103,8 +112,10 @@ type figures struct {
 	// API server's total time in webhook calls and their number.
 	decisions      []float64
 	callSum, calls float64
-	// apiCPU and webhookCPU are CPU seconds spent over created Pods.
+	// apiCPU and webhookCPU are CPU seconds spent over created Pods, and
+	// apiCPUPerPod the API server's per round.
 	apiCPU, webhookCPU, created float64
+	apiCPUPerPod                []float64
 }
 
 func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, profile string, poolSize int) error {
@@ -137,7 +148,7 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 	// One namespace no webhook sees, one the webhook serves, where the
 	// policy is created for the policied trials and deleted for the bare.
 	namespaces := map[string]string{}
-	for _, mode := range []string{none, bare} {
+	for _, mode := range []string{none, bare, floor} {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-webhook-"}}
 		if err := clients.Client.Create(ctx, ns); err != nil {
 			return err
@@ -151,6 +162,10 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 		return err
 	}
 	defer server.Close()
+	floorConfig := floorConfiguration(namespaces[floor], server.URL+webhook.MutatePodsPath)
+	if err := clients.Client.Create(ctx, floorConfig); err != nil {
+		return err
+	}
 
 	cfg := rest.CopyConfig(cluster.RESTConfig())
 	cfg.QPS, cfg.Burst = -1, 0
@@ -158,8 +173,14 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 	if err != nil {
 		return err
 	}
-	modes := []string{none, bare, policied, noneCompliant, compliant}
-	results := map[string]*figures{none: {}, bare: {}, policied: {}, noneCompliant: {}, compliant: {}}
+	if err := waitForExclusion(ctx, kc, namespaces[floor], floorConfig.Webhooks[0].Name); err != nil {
+		return err
+	}
+	modes := []string{none, bare, policied, noneCompliant, floor, compliant}
+	results := map[string]*figures{}
+	for _, mode := range modes {
+		results[mode] = &figures{}
+	}
 	specs, err := podSpecs(namespaces[bare])
 	if err != nil {
 		return err
@@ -180,6 +201,9 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 				return err
 			}
 			f := results[mode]
+			if err := collectGarbage(ctx, kc); err != nil {
+				return err
+			}
 			before, err := readCounters(ctx, kc, server)
 			if err != nil {
 				return err
@@ -195,6 +219,9 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 			f.decisions = append(f.decisions, diff(after.decisions, before.decisions)...)
 			f.callSum, f.calls = f.callSum+after.callSum-before.callSum, f.calls+after.calls-before.calls
 			if err := deletePods(ctx, kc, clients.Client, namespaces[mode]); err != nil {
+				return err
+			}
+			if err := collectGarbage(ctx, kc); err != nil {
 				return err
 			}
 			if before, err = readCounters(ctx, kc, server); err != nil {
@@ -222,6 +249,7 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 			// CPU per Pod in the flat-out trial, when the API server is
 			// busiest.
 			f.apiCPU += after.apiCPU - before.apiCPU
+			f.apiCPUPerPod = append(f.apiCPUPerPod, (after.apiCPU-before.apiCPU)/float64(pods))
 			f.webhookCPU += after.webhookCPU - before.webhookCPU
 			f.created += float64(pods)
 			f.p50 = append(f.p50, quantile(lat, 0.5))
@@ -245,12 +273,15 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 		fmt.Println()
 	}
 	// The policy's Pods end up as the compliant ones: against those
-	// without a webhook, what is left is the webhook's own cost.
+	// without a webhook, what is left is the webhook's own cost. Rounds
+	// drift on a shared machine; the median of each round's ratio, of
+	// trials run one after the other, drifts least.
 	same := results[noneCompliant]
-	for _, mode := range []string{policied, compliant} {
+	for _, mode := range []string{policied, floor, compliant} {
 		f := results[mode]
-		fmt.Printf("%-18s against %s: %.2f of its Pods/s, %.2fx its API server CPU per Pod\n", mode, noneCompliant,
-			mean(f.podsPerSec)/mean(same.podsPerSec), (f.apiCPU/f.created)/(same.apiCPU/same.created))
+		fmt.Printf("%-18s against %s: %.2f of its Pods/s (median of rounds %.2f), %.2fx its API server CPU per Pod (median %.2fx)\n", mode, noneCompliant,
+			mean(f.podsPerSec)/mean(same.podsPerSec), medianRatio(f.podsPerSec, same.podsPerSec),
+			(f.apiCPU/f.created)/(same.apiCPU/same.created), medianRatio(f.apiCPUPerPod, same.apiCPUPerPod))
 	}
 	fmt.Println("(decision quantiles are bucket upper bounds; targets: decision p99 < 5 ms at 200 Pods/s, creates/s ratio ≥ 0.9)")
 	if poolSize == 0 {
@@ -280,6 +311,9 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 				return err
 			}
 			if err := server.WaitForPolicySet(ctx, namespaces[bare], on); err != nil {
+				return err
+			}
+			if err := collectGarbage(ctx, kc); err != nil {
 				return err
 			}
 			secs, err := fillPool(ctx, kc, clients.Client, namespaces[mode], templates[mode].DeepCopy(), poolSize)
@@ -344,6 +378,18 @@ func fillPool(ctx context.Context, kc kubernetes.Interface, c client.Client, ns 
 	return secs, deletePods(ctx, kc, c, ns)
 }
 
+// collectGarbage has the API server run a full garbage collection (its
+// heap profile handler does, before it writes the profile), so that each
+// trial starts from a collected heap: the API server collects every few
+// seconds, and which trial a collection falls into would otherwise weigh
+// more than the modes differ.
+func collectGarbage(ctx context.Context, kc kubernetes.Interface) error {
+	if _, err := kc.Discovery().RESTClient().Get().AbsPath("/debug/pprof/heap").Param("gc", "1").DoRaw(ctx); err != nil {
+		return fmt.Errorf("collecting the API server's garbage: %w", err)
+	}
+	return nil
+}
+
 // profileAPIServer writes 2 s of the API server's CPU profile to
 // dir/name.pprof, for go tool pprof.
 func profileAPIServer(ctx context.Context, kc kubernetes.Interface, dir, name string) error {
@@ -375,6 +421,15 @@ func keepOffCPU0() ([]int, error) {
 		return nil, errors.New("-split needs at least two CPUs; use -split=false")
 	}
 	return cpus, testcluster.PinThisProcess(cpus...)
+}
+
+// medianRatio is the median of the rounds' ratios of xs to ys.
+func medianRatio(xs, ys []float64) float64 {
+	ratios := make([]float64, len(xs))
+	for i := range xs {
+		ratios[i] = xs[i] / ys[i]
+	}
+	return quantile(ratios, 0.5)
 }
 
 func mean(xs []float64) float64 {
@@ -423,6 +478,55 @@ func benchPolicy(ns string) *v1alpha1.SandboxPolicy {
 	}}
 }
 
+// floorConfiguration matches the sandbox Pods created in ns as the
+// webhook's entries match those of a policy, but with a constant false
+// condition: the API server prepares every Pod for CEL and never calls
+// url.
+func floorConfiguration(ns, url string) *admissionregistrationv1.MutatingWebhookConfiguration {
+	ignore, none, never := admissionregistrationv1.Ignore, admissionregistrationv1.SideEffectClassNone, admissionregistrationv1.NeverReinvocationPolicy
+	return &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "bench-webhook-floor-" + ns},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:                    "floor.bench.sandbox-fleet.io",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url},
+			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
+			ObjectSelector:          &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: webhook.SandboxPodLabel, Operator: metav1.LabelSelectorOpExists}}},
+			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: "never", Expression: "false"}},
+			FailurePolicy:           &ignore,
+			SideEffects:             &none,
+			ReinvocationPolicy:      &never,
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}
+}
+
+// waitForExclusion waits until the API server's entry name judges, and
+// skips, a dry-run sandbox Pod in ns.
+func waitForExclusion(ctx context.Context, kc kubernetes.Interface, ns, name string) error {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Labels: map[string]string{webhook.SandboxPodLabel: "probe"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "busybox"}}}}
+	for ctx.Err() == nil {
+		b, err := kc.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+		if err != nil {
+			return err
+		}
+		families, err := parseMetrics(b)
+		if err != nil {
+			return err
+		}
+		for _, m := range families["apiserver_admission_match_condition_exclusions_total"].GetMetric() {
+			if label(m, "name") == name && m.GetCounter().GetValue() > 0 {
+				return nil
+			}
+		}
+		if _, err := kc.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return ctx.Err()
+}
+
 // unscheduled is the scheduler the benchmark's Pods name, which does not
 // run.
 const unscheduled = "bench-webhook-unscheduled"
@@ -441,7 +545,7 @@ func podSpecs(ns string) (map[string]*corev1.Pod, error) {
 	if _, err := policy.Mutate(mutated, policy.Set{*benchPolicy(ns)}, ""); err != nil {
 		return nil, err
 	}
-	return map[string]*corev1.Pod{none: plain, bare: plain, policied: plain, noneCompliant: mutated, compliant: mutated}, nil
+	return map[string]*corev1.Pod{none: plain, bare: plain, policied: plain, noneCompliant: mutated, floor: mutated, compliant: mutated}, nil
 }
 
 // createPods creates n sandbox Pods like spec in ns with workers creators,
