@@ -60,8 +60,7 @@ func CallCondition(set Set) string {
 	if d1 != nil || d2 != nil {
 		return "true"
 	}
-	// The checks of the Pod, of each container c, and of each container's
-	// image i.
+	// The checks of the Pod and of each container c.
 	var pod, container []string
 	// allowed are the registries each policy that names some allows.
 	var allowed [][]string
