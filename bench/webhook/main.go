@@ -112,10 +112,10 @@ type figures struct {
 	// API server's total time in webhook calls and their number.
 	decisions      []float64
 	callSum, calls float64
-	// apiCPU and webhookCPU are CPU seconds spent over created Pods, and
-	// apiCPUPerPod the API server's per round.
-	apiCPU, webhookCPU, created float64
-	apiCPUPerPod                []float64
+	// apiCPUPerPod is the API server's CPU seconds per Pod in each
+	// round; webhookCPU the webhook's over all created Pods.
+	apiCPUPerPod        []float64
+	webhookCPU, created float64
 }
 
 func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, profile string, poolSize int) error {
@@ -248,7 +248,6 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 			}
 			// CPU per Pod in the flat-out trial, when the API server is
 			// busiest.
-			f.apiCPU += after.apiCPU - before.apiCPU
 			f.apiCPUPerPod = append(f.apiCPUPerPod, (after.apiCPU-before.apiCPU)/float64(pods))
 			f.webhookCPU += after.webhookCPU - before.webhookCPU
 			f.created += float64(pods)
@@ -265,7 +264,7 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 		f := results[mode]
 		fmt.Printf("%-18s create p50 %7.2f ms  p99 %7.2f ms   %6.1f Pods/s (%.2f of no webhook)   API server CPU %.2f ms/Pod (%.2fx)", mode,
 			mean(f.p50)*1e3, mean(f.p99)*1e3, mean(f.podsPerSec), mean(f.podsPerSec)/mean(base.podsPerSec),
-			f.apiCPU/f.created*1e3, (f.apiCPU/f.created)/(base.apiCPU/base.created))
+			mean(f.apiCPUPerPod)*1e3, mean(f.apiCPUPerPod)/mean(base.apiCPUPerPod))
 		if f.calls > 0 {
 			fmt.Printf("   webhook CPU %.3f ms/Pod, decision p50 %.2f ms p99 %.2f ms, call mean %.2f ms", f.webhookCPU/f.created*1e3,
 				quantile(f.decisions, 0.5)*1e3, quantile(f.decisions, 0.99)*1e3, f.callSum/f.calls*1e3)
@@ -281,7 +280,7 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 		f := results[mode]
 		fmt.Printf("%-18s against %s: %.2f of its Pods/s (median of rounds %.2f), %.2fx its API server CPU per Pod (median %.2fx)\n", mode, noneCompliant,
 			mean(f.podsPerSec)/mean(same.podsPerSec), medianRatio(f.podsPerSec, same.podsPerSec),
-			(f.apiCPU/f.created)/(same.apiCPU/same.created), medianRatio(f.apiCPUPerPod, same.apiCPUPerPod))
+			mean(f.apiCPUPerPod)/mean(same.apiCPUPerPod), medianRatio(f.apiCPUPerPod, same.apiCPUPerPod))
 	}
 	fmt.Println("(decision quantiles are bucket upper bounds; targets: decision p99 < 5 ms at 200 Pods/s, creates/s ratio ≥ 0.9)")
 	if poolSize == 0 {
@@ -455,14 +454,20 @@ func setPolicy(ctx context.Context, c client.Client, ns string, on bool) error {
 		return err
 	}
 	for ctx.Err() == nil {
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns, Labels: map[string]string{webhook.SandboxPodLabel: "probe"}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "busybox"}}}}
+		pod := probePod(ns)
 		if err := c.Create(ctx, pod, client.DryRunAll); err == nil && strings.HasPrefix(pod.Spec.Containers[0].Image, "mirror.example.com/") == on {
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	return ctx.Err()
+}
+
+// probePod is a sandbox Pod in ns to create as a dry run, to see what
+// admission does to it.
+func probePod(ns string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns, Labels: map[string]string{webhook.SandboxPodLabel: "probe"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "busybox"}}}}
 }
 
 // benchPolicy is a policy as an admin would write it: a mirror, allowed
@@ -503,14 +508,8 @@ func floorConfiguration(ns, url string) *admissionregistrationv1.MutatingWebhook
 // waitForExclusion waits until the API server's entry name judges, and
 // skips, a dry-run sandbox Pod in ns.
 func waitForExclusion(ctx context.Context, kc kubernetes.Interface, ns, name string) error {
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Labels: map[string]string{webhook.SandboxPodLabel: "probe"}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "busybox"}}}}
 	for ctx.Err() == nil {
-		b, err := kc.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-		if err != nil {
-			return err
-		}
-		families, err := parseMetrics(b)
+		families, err := apiServerMetrics(ctx, kc)
 		if err != nil {
 			return err
 		}
@@ -519,7 +518,7 @@ func waitForExclusion(ctx context.Context, kc kubernetes.Interface, ns, name str
 				return nil
 			}
 		}
-		if _, err := kc.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		if _, err := kc.CoreV1().Pods(ns).Create(ctx, probePod(ns), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 			return err
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -661,13 +660,9 @@ type counters struct {
 
 func readCounters(ctx context.Context, kc kubernetes.Interface, server *testwebhook.Server) (counters, error) {
 	var c counters
-	api, err := kc.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	families, err := apiServerMetrics(ctx, kc)
 	if err != nil {
-		return c, fmt.Errorf("reading the API server's metrics: %w", err)
-	}
-	families, err := parseMetrics(api)
-	if err != nil {
-		return c, fmt.Errorf("the API server's metrics: %w", err)
+		return c, err
 	}
 	for _, m := range families["apiserver_admission_webhook_admission_duration_seconds"].GetMetric() {
 		// The shipped entry and those the webhook keeps per policy set.
@@ -697,6 +692,19 @@ func readCounters(ctx context.Context, kc kubernetes.Interface, server *testwebh
 	}
 	c.webhookCPU = families["process_cpu_seconds_total"].GetMetric()[0].GetCounter().GetValue()
 	return c, nil
+}
+
+// apiServerMetrics reads the API server's metrics.
+func apiServerMetrics(ctx context.Context, kc kubernetes.Interface) (map[string]*dto.MetricFamily, error) {
+	b, err := kc.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the API server's metrics: %w", err)
+	}
+	families, err := parseMetrics(b)
+	if err != nil {
+		return nil, fmt.Errorf("the API server's metrics: %w", err)
+	}
+	return families, nil
 }
 
 func parseMetrics(text []byte) (map[string]*dto.MetricFamily, error) {

@@ -227,8 +227,9 @@ func imageChecks(allowed [][]string, froms []string) []imageCheck {
 			}
 		}
 	}
+	folded := len(registries)+len(repositories) > 0
 	var checks []imageCheck
-	if len(registries)+len(repositories) == 0 {
+	if !folded {
 		checks = append(checks, imageCheck{CanonicalImage, true})
 	} else {
 		// A registry's images have a path under it; a repository's may
@@ -246,7 +247,7 @@ func imageChecks(allowed [][]string, froms []string) []imageCheck {
 	for _, within := range allowed {
 		checks = append(checks, imageCheck{under(within), true})
 	}
-	if len(registries)+len(repositories) == 0 || overlaps {
+	if !folded || overlaps {
 		sources := dockerHubShortForms
 		if len(froms) > 0 {
 			sources += "|" + strings.TrimPrefix(under(froms), "^")

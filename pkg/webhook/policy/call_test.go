@@ -111,13 +111,8 @@ func callSets() map[string]Set {
 
 func TestCallCondition(t *testing.T) {
 	sets := callSets()
-	// compliant is the Pod as the policies leave it, from a template of a
-	// run: the webhook has nothing to do for it.
 	compliant := func(set Set, edit ...func(*corev1.Pod)) *corev1.Pod {
-		pod := sandboxPod(func(p *corev1.Pod) { p.Labels[fleetlabels.RunID] = "run-1" })
-		if _, err := Mutate(pod, set, ""); err != nil {
-			t.Fatal(err)
-		}
+		pod := compliantPod(t, set)
 		for _, e := range edit {
 			e(pod)
 		}
@@ -326,7 +321,7 @@ const sha = "4f2d0e4a0b1b2c3d4e5f60718293a4b5c6d7e8f90123456789abcdef01234567"
 // Pod the webhook lets through.
 func FuzzCallCondition(f *testing.F) {
 	sets := callSets()
-	names := []string{"mirror, caps", "gvisor, colocation, scheduler, two policies", "repositories, two lists", "permissive"}
+	names := slices.Sorted(maps.Keys(sets))
 	for i, name := range names {
 		pod := sandboxPod(func(p *corev1.Pod) { p.Labels[fleetlabels.RunID] = "run-1" })
 		b, _ := json.Marshal(pod)
@@ -348,12 +343,7 @@ func FuzzCallCondition(f *testing.F) {
 			return
 		}
 		name := names[int(which)%len(names)]
-		if calls(t, matchers[name], pod) {
-			return
-		}
-		if changes, err := Mutate(pod, sets[name], runIDOf(pod)); err != nil || len(changes) > 0 {
-			t.Errorf("under %q the webhook is not called for %s, but it would change %v (%v)", name, data, changes, err)
-		}
+		checkSkip(t, name, matchers[name], sets[name], pod, string(data))
 	})
 }
 
@@ -372,24 +362,38 @@ func FuzzCallConditionImage(f *testing.F) {
 	}
 	matchers, pods := map[string]matchconditions.Matcher{}, map[string]*corev1.Pod{}
 	for _, name := range names {
-		matchers[name] = callMatcher(f, CallCondition(sets[name]))
-		pod := sandboxPod(func(p *corev1.Pod) { p.Labels[fleetlabels.RunID] = "run-1" })
-		if _, err := Mutate(pod, sets[name], ""); err != nil {
-			f.Fatal(err)
-		}
-		pods[name] = pod
+		matchers[name], pods[name] = callMatcher(f, CallCondition(sets[name])), compliantPod(f, sets[name])
 	}
 	f.Fuzz(func(t *testing.T, which uint8, image string) {
 		name := names[int(which)%len(names)]
 		pod := pods[name].DeepCopy()
 		pod.Spec.Containers[0].Image = image
-		if calls(t, matchers[name], pod) {
-			return
-		}
-		if changes, err := Mutate(pod, sets[name], runIDOf(pod)); err != nil || len(changes) > 0 {
-			t.Errorf("under %q the webhook is not called for image %q, but it would change %v (%v)", name, image, changes, err)
-		}
+		checkSkip(t, name, matchers[name], sets[name], pod, "image "+image)
 	})
+}
+
+// compliantPod is a sandbox Pod from a template of a run as the set
+// leaves it: the webhook has nothing to do for it.
+func compliantPod(tb testing.TB, set Set) *corev1.Pod {
+	tb.Helper()
+	pod := sandboxPod(func(p *corev1.Pod) { p.Labels[fleetlabels.RunID] = "run-1" })
+	if _, err := Mutate(pod, set, ""); err != nil {
+		tb.Fatal(err)
+	}
+	return pod
+}
+
+// checkSkip fails t if the API server, judging pod by m, would not call
+// the webhook, yet the webhook under the set named name would change or
+// refuse it; input says what the fuzzer gave.
+func checkSkip(t *testing.T, name string, m matchconditions.Matcher, set Set, pod *corev1.Pod, input string) {
+	t.Helper()
+	if calls(t, m, pod) {
+		return
+	}
+	if changes, err := Mutate(pod, set, runIDOf(pod)); err != nil || len(changes) > 0 {
+		t.Errorf("under %q the webhook is not called for %s, but it would change %v (%v)", name, input, changes, err)
+	}
 }
 
 // BenchmarkCallCondition is what the API server spends judging a Pod
@@ -399,11 +403,7 @@ func FuzzCallConditionImage(f *testing.F) {
 // them and evaluates a constant.
 func BenchmarkCallCondition(b *testing.B) {
 	set := callSets()["gvisor, colocation, scheduler, two policies"]
-	pod := sandboxPod(func(p *corev1.Pod) { p.Labels[fleetlabels.RunID] = "run-1" })
-	if _, err := Mutate(pod, set, ""); err != nil {
-		b.Fatal(err)
-	}
-	attr := attributes(pod)
+	attr := attributes(compliantPod(b, set))
 	for _, bb := range []struct{ name, expr string }{{"policies", CallCondition(set)}, {"floor", "false"}} {
 		m := callMatcher(b, bb.expr)
 		b.Run(bb.name, func(b *testing.B) {
