@@ -56,9 +56,10 @@ image: ## build the asrl-webhook, asrl-prepull-agent and asrl-scheduler images a
 	done
 
 .PHONY: generate
-generate: ## regenerate api/'s deep-copy functions and manifests/crd/ with controller-gen
-	cd hack/tools/controller-gen && go tool controller-gen object paths=../../../api/... \
+generate: ## regenerate api/'s deep-copy functions and manifests/crd/ with controller-gen, and api/fleet/v1's Go code with protogen
+	cd hack/tools/controller-gen && go tool controller-gen object paths=../../../api/v1alpha1/... \
 		crd:crdVersions=v1 output:crd:artifacts:config=../../../manifests/crd
+	cd hack/tools/protogen && go run . -root ../../.. -out ../../.. api/fleet/v1/fleet.proto
 
 .PHONY: lint
 lint: ## gofmt and go vet (the main module and asrl-scheduler's)
