@@ -41,14 +41,14 @@ type Options struct {
 // maxErrors bounds how many problems one load reports.
 const maxErrors = 20
 
-// Error is one problem with a task file.
+// Error is one problem with a task: Where names it (file:line, or its
+// place in a request).
 type Error struct {
-	File string
-	Line int
-	Msg  string
+	Where string
+	Msg   string
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg) }
+func (e *Error) Error() string { return e.Where + ": " + e.Msg }
 
 // Load reads tasks from files; "-" reads stdin. Task ids must be unique
 // across all files. It returns every problem found (up to 20), joined.
@@ -85,10 +85,34 @@ type loader struct {
 	seen  map[string]string // task id -> where it was first read
 }
 
-func (l *loader) fail(file string, line int, format string, args ...any) {
+func (l *loader) fail(where string, format string, args ...any) {
 	if len(l.errs) < maxErrors {
-		l.errs = append(l.errs, &Error{File: file, Line: line, Msg: fmt.Sprintf(format, args...)})
+		l.errs = append(l.errs, &Error{Where: where, Msg: fmt.Sprintf(format, args...)})
 	}
+}
+
+// Check checks tasks given as data rather than read from a file — a
+// session's AddTasks — as Load checks rows: valid ids unique among them and
+// the ids already in seen (id -> where it came from, updated), images that
+// rewrite applies to. Each is named as the n-th task of source.
+func Check(source string, ts []Task, seen map[string]string, rewrite []images.Rule) ([]Task, error) {
+	l := loader{opts: Options{Rewrite: rewrite}, seen: seen}
+	for i, t := range ts {
+		where := fmt.Sprintf("%s, task %d", source, i+1)
+		if t.Image == "" {
+			l.fail(where, "task %q has no image", t.ID)
+			continue
+		}
+		if _, err := images.Normalize(t.Image); err != nil {
+			l.fail(where, "task %q: %v", t.ID, err)
+			continue
+		}
+		l.add(where, t)
+	}
+	if len(l.errs) > 0 {
+		return nil, errors.Join(l.errs...)
+	}
+	return l.tasks, nil
 }
 
 // read takes a file as JSONL if its first content line is a JSON object,
@@ -107,9 +131,9 @@ func (l *loader) read(file string, r io.Reader) {
 			jsonl, decided = strings.HasPrefix(text, "{"), true
 		}
 		if jsonl {
-			l.row(file, line, []byte(text))
+			l.row(fmt.Sprintf("%s:%d", file, line), []byte(text))
 		} else {
-			l.add(file, line, Task{ID: fmt.Sprint(len(l.tasks)), Image: text})
+			l.add(fmt.Sprintf("%s:%d", file, line), Task{ID: fmt.Sprint(len(l.tasks)), Image: text})
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -117,22 +141,22 @@ func (l *loader) read(file string, r io.Reader) {
 	}
 }
 
-func (l *loader) row(file string, line int, text []byte) {
+func (l *loader) row(where string, text []byte) {
 	dec := json.NewDecoder(bytes.NewReader(text))
 	dec.UseNumber()
 	var row map[string]any
 	if err := dec.Decode(&row); err != nil {
-		l.fail(file, line, "invalid JSON: %v", err)
+		l.fail(where, "invalid JSON: %v", err)
 		return
 	}
 	id, idKeys, err := l.id(row)
 	if err != nil {
-		l.fail(file, line, "%v", err)
+		l.fail(where, "%v", err)
 		return
 	}
 	image, imageKey, err := l.image(row)
 	if err != nil {
-		l.fail(file, line, "task %q: %v", id, err)
+		l.fail(where, "task %q: %v", id, err)
 		return
 	}
 	meta := maps.Clone(row)
@@ -142,7 +166,7 @@ func (l *loader) row(file string, line int, text []byte) {
 	if len(meta) == 0 {
 		meta = nil
 	}
-	l.add(file, line, Task{ID: id, Image: image, Metadata: meta})
+	l.add(where, Task{ID: id, Image: image, Metadata: meta})
 }
 
 // id finds the row's task id: the --id-field, else "id", else SWE-bench's
@@ -197,20 +221,19 @@ func SWEBenchImage(instanceID string) string {
 	return "docker.io/swebench/sweb.eval.x86_64." + strings.ToLower(strings.ReplaceAll(instanceID, "__", "_1776_")) + ":latest"
 }
 
-func (l *loader) add(file string, line int, t Task) {
-	where := fmt.Sprintf("%s:%d", file, line)
+func (l *loader) add(where string, t Task) {
 	// Task ids label claims and results, so they must be valid label values.
 	if errs := validation.IsValidLabelValue(t.ID); t.ID == "" || len(errs) > 0 {
-		l.fail(file, line, "task id %q cannot be a Kubernetes label value (%s); choose another field with --id-field", t.ID, strings.Join(errs, "; "))
+		l.fail(where, "task id %q cannot be a Kubernetes label value (%s); choose another field with --id-field", t.ID, strings.Join(errs, "; "))
 		return
 	}
 	if first, ok := l.seen[t.ID]; ok {
-		l.fail(file, line, "duplicate task id %q (first at %s)", t.ID, first)
+		l.fail(where, "duplicate task id %q (first at %s)", t.ID, first)
 		return
 	}
 	rewritten, ok, err := images.Rewrite(l.opts.Rewrite, t.Image)
 	if err != nil {
-		l.fail(file, line, "task %q: %v", t.ID, err)
+		l.fail(where, "task %q: %v", t.ID, err)
 		return
 	}
 	if ok {

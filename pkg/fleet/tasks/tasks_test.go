@@ -143,3 +143,37 @@ func TestIDsAreUniqueAcrossFiles(t *testing.T) {
 		t.Errorf("stdin: %+v, %v", got, err)
 	}
 }
+
+func TestCheck(t *testing.T) {
+	rule, err := images.ParseRule("docker.io=mirror.example/hub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{"old": "tasks.jsonl:1"}
+	got, err := Check("AddTasks", []Task{{ID: "a", Image: "docker.io/library/python:3"}, {ID: "b", Image: "quay.io/x/y:1"}}, seen, []images.Rule{rule})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].Image != "mirror.example/hub/library/python:3" || got[0].OriginalImage != "docker.io/library/python:3" || got[1].Image != "quay.io/x/y:1" {
+		t.Errorf("Check = %+v", got)
+	}
+	if seen["a"] != "AddTasks, task 1" {
+		t.Errorf("seen = %v", seen)
+	}
+	for _, tc := range []struct {
+		name string
+		ts   []Task
+		want string
+	}{
+		{"duplicate of a known task", []Task{{ID: "old", Image: "x:1"}}, `AddTasks, task 1: duplicate task id "old" (first at tasks.jsonl:1)`},
+		{"duplicate within", []Task{{ID: "c", Image: "x:1"}, {ID: "c", Image: "x:1"}}, `AddTasks, task 2: duplicate task id "c" (first at AddTasks, task 1)`},
+		{"no image", []Task{{ID: "d"}}, `AddTasks, task 1: task "d" has no image`},
+		{"bad image", []Task{{ID: "e", Image: "Bad Image"}}, `AddTasks, task 1: task "e": invalid image reference "Bad Image"`},
+		{"bad id", []Task{{ID: "", Image: "x:1"}}, `AddTasks, task 1: task id "" cannot be a Kubernetes label value`},
+	} {
+		_, err := Check("AddTasks", tc.ts, map[string]string{"old": "tasks.jsonl:1"}, nil)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%s: Check error = %v, want it to start with %q", tc.name, err, tc.want)
+		}
+	}
+}

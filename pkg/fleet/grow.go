@@ -1,0 +1,110 @@
+package fleet
+
+import (
+	"context"
+	"sync"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+)
+
+// A session (package session) grows a fleet's tasks while it runs, instead
+// of running a batch. The methods below serve it; they must not be used
+// while Run runs.
+
+// PoolChange is a pool whose planned size changed when tasks were added.
+type PoolChange struct {
+	Image, Pool string
+	// Before is 0 for an image new to the plan.
+	Before, Replicas int
+}
+
+// AddTasks adds ts, which must be checked already (tasks.Check), to the
+// fleet and plans it again: every image's pool is its share of the
+// concurrency, within maxWarmPoolSize. It returns the pools whose planned
+// size changed. Pools already warm are grown by the next Warm of their
+// image, never shrunk.
+func (f *Fleet) AddTasks(ts []tasks.Task) []PoolChange {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	before := map[string]int{}
+	for _, p := range f.Plan.Pools {
+		before[p.Image] = p.Replicas
+	}
+	f.Tasks = append(f.Tasks, ts...)
+	for _, t := range ts {
+		if t.OriginalImage != "" {
+			f.originals[t.Image] = t.OriginalImage
+		}
+	}
+	f.Plan = NewPlan(f.Config, f.Tasks)
+	f.stats.total.Add(int64(len(ts)))
+	var changes []PoolChange
+	for _, p := range f.Plan.Pools {
+		if p.Replicas != before[p.Image] {
+			changes = append(changes, PoolChange{Image: p.Image, Pool: resources.PoolName(f.RunID, p.Image), Before: before[p.Image], Replicas: p.Replicas})
+		}
+	}
+	return changes
+}
+
+// Planned is the planned size of image's pool, 0 for an image no task has.
+func (f *Fleet) Planned(image string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range f.Plan.Pools {
+		if p.Image == image {
+			return p.Replicas
+		}
+	}
+	return 0
+}
+
+// PoolState is an image's pool as the fleet knows it now.
+type PoolState struct {
+	Image, Pool, Cluster string
+	// Warm is true while the pool exists; Ready counts its Ready sandboxes
+	// (from the tracker's cache), Replicas its size.
+	Warm            bool
+	Replicas, Ready int
+}
+
+// PoolState reads image's pool from the tracker's cache.
+func (f *Fleet) PoolState(ctx context.Context, image string) (PoolState, error) {
+	st := PoolState{Image: image, Pool: resources.PoolName(f.RunID, image)}
+	f.mu.Lock()
+	p, ok := f.warm[image]
+	if ok {
+		st.Cluster, st.Replicas = p.cluster.Name, p.replicas
+	}
+	f.mu.Unlock()
+	if !ok {
+		return st, nil
+	}
+	pool, found, err := p.cluster.Tracker.WarmPool(ctx, st.Pool)
+	if err != nil || !found {
+		return st, err
+	}
+	st.Warm, st.Ready = true, int(pool.Status.ReadyReplicas)
+	return st, nil
+}
+
+// Changed returns a channel closed at the next change of any of the run's
+// objects on any cluster.
+func (f *Fleet) Changed() <-chan struct{} {
+	if len(f.Clusters) == 1 {
+		return f.Clusters[0].Tracker.Changed()
+	}
+	out := make(chan struct{})
+	var once sync.Once
+	for _, c := range f.Clusters {
+		go func(ch <-chan struct{}) {
+			select {
+			case <-ch:
+				once.Do(func() { close(out) })
+			case <-out:
+			}
+		}(c.Tracker.Changed())
+	}
+	return out
+}

@@ -1,0 +1,116 @@
+// Package heartbeat keeps a driver's liveness in the cluster: a
+// coordination.k8s.io Lease in the run's namespace, named after and
+// labelled with its run id, renewed while the driver (`run` or `serve`)
+// lives. A run whose Lease has expired lost its driver: `reap --orphans`
+// removes it. A run that is merely old is never an orphan while its driver
+// renews.
+package heartbeat
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
+)
+
+// DefaultDuration is how long a Lease stays valid unrenewed; it is renewed
+// every third of it.
+const DefaultDuration = 30 * time.Second
+
+// Name is the Lease of run runID.
+func Name(runID string) string { return "sandbox-fleet-" + runID }
+
+// Heartbeat renews one run's Lease until Stop.
+type Heartbeat struct {
+	kube      kubernetes.Interface
+	namespace string
+	name      string
+	stop      context.CancelFunc
+	done      chan struct{}
+}
+
+// Start creates the run's Lease, held by holder, and renews it every third
+// of duration until Stop. A Lease left by an earlier driver of the same run
+// (a resumed run) is taken over.
+func Start(ctx context.Context, kube kubernetes.Interface, namespace, runID, holder string, duration time.Duration) (*Heartbeat, error) {
+	now := metav1.NewMicroTime(time.Now())
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: Name(runID), Namespace: namespace, Labels: labels.ForRun(runID)},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity:       &holder,
+			LeaseDurationSeconds: ptr.To(int32(max(1, duration/time.Second))),
+			AcquireTime:          &now,
+			RenewTime:            &now,
+		},
+	}
+	leases := kube.CoordinationV1().Leases(namespace)
+	_, err := leases.Create(ctx, lease, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		var old *coordinationv1.Lease
+		if old, err = leases.Get(ctx, lease.Name, metav1.GetOptions{}); err == nil {
+			lease.ResourceVersion = old.ResourceVersion
+			_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("creating the run's heartbeat Lease %s/%s: %w", namespace, lease.Name, err)
+	}
+	renewCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	h := &Heartbeat{kube: kube, namespace: namespace, name: lease.Name, stop: stop, done: make(chan struct{})}
+	go h.renew(renewCtx, duration/3)
+	return h, nil
+}
+
+func (h *Heartbeat) renew(ctx context.Context, every time.Duration) {
+	defer close(h.done)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		leases := h.kube.CoordinationV1().Leases(h.namespace)
+		lease, err := leases.Get(ctx, h.name, metav1.GetOptions{})
+		if err == nil {
+			lease.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+			_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+		}
+		if err != nil && ctx.Err() == nil {
+			klog.Warningf("renewing the run's heartbeat Lease %s/%s: %v", h.namespace, h.name, err)
+		}
+	}
+}
+
+// Stop stops renewing and deletes the Lease: the run has ended.
+func (h *Heartbeat) Stop(ctx context.Context) error {
+	h.stop()
+	<-h.done
+	err := h.kube.CoordinationV1().Leases(h.namespace).Delete(ctx, h.name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting the run's heartbeat Lease %s/%s: %w", h.namespace, h.name, err)
+	}
+	return nil
+}
+
+// Expired reports whether lease went unrenewed for longer than its
+// duration at now.
+func Expired(lease *coordinationv1.Lease, now time.Time) bool {
+	renewed := lease.Spec.RenewTime
+	if renewed == nil {
+		renewed = lease.Spec.AcquireTime
+	}
+	if renewed == nil || lease.Spec.LeaseDurationSeconds == nil {
+		return true
+	}
+	return now.Sub(renewed.Time) > time.Duration(*lease.Spec.LeaseDurationSeconds)*time.Second
+}
