@@ -1,0 +1,175 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
+)
+
+// ExecRequest is a command to run in a sandbox.
+type ExecRequest struct {
+	Argv []string
+	// Stdin, when set, is the command's input; it sees EOF after it.
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	// Timeout bounds the command; 0 is no bound.
+	Timeout   time.Duration
+	Container string
+	Env       map[string]string
+	Cwd       string
+}
+
+// Exec runs r in client's sandbox id and returns its exit code. A command
+// that ran and failed is an exit code; an error is an infrastructure
+// failure (the sandbox was lost, the command could not run or timed out)
+// or a bad request.
+func (s *Session) Exec(ctx context.Context, id, client string, r ExecRequest) (int, error) {
+	h, err := s.Handle(id, client)
+	if err != nil {
+		return 0, err
+	}
+	argv, err := command(r.Argv, r.Env, r.Cwd)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	s.counts.Execs++
+	s.mu.Unlock()
+	if r.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.Timeout)
+		defer cancel()
+	}
+	code, err := h.Exec(ctx, exec.Request{Command: argv, Container: r.Container, Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr})
+	if err != nil {
+		return 0, s.execFailure(ctx, h, err, r.Timeout)
+	}
+	// A command killed because its Pod is going ends with a signal's exit
+	// code, not a broken stream: that is the sandbox's failure, not the
+	// task's.
+	var lost *claim.LostError
+	if code > 128 && errors.As(h.Alive(ctx), &lost) {
+		return 0, verdict.Infrastructure(verdict.Lost, lost)
+	}
+	return code, nil
+}
+
+// execFailure says why a command could not run: its sandbox was lost, it
+// timed out, or exec itself failed.
+func (s *Session) execFailure(ctx context.Context, h *Handle, err error, timeout time.Duration) error {
+	// The Pod's deletion may reach the cache a moment after the stream
+	// broke; give it that moment.
+	lost := s.waitLost(context.WithoutCancel(ctx), h, 2*time.Second)
+	switch {
+	case lost != nil:
+		return verdict.Infrastructure(verdict.Lost, lost)
+	case errors.Is(ctx.Err(), context.DeadlineExceeded) && timeout > 0:
+		return verdict.Infrastructure(verdict.Timeout, fmt.Errorf("the command ran out of its %s: %w", timeout, err))
+	default:
+		return verdict.Infrastructure(verdict.Exec, err)
+	}
+}
+
+// waitLost returns the sandbox's *claim.LostError if it is lost within
+// wait, nil otherwise.
+func (s *Session) waitLost(ctx context.Context, h *Handle, wait time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		changed := s.fleet.Changed()
+		var lost *claim.LostError
+		if err := h.Alive(ctx); errors.As(err, &lost) {
+			return lost
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		}
+	}
+}
+
+// command is argv run with env set and in cwd. The exec API has neither,
+// so a shell in the sandbox sets them; argv runs as given otherwise.
+func command(argv []string, env map[string]string, cwd string) ([]string, error) {
+	if len(argv) == 0 {
+		return nil, fmt.Errorf("%w: no command: argv is empty", ErrInvalid)
+	}
+	var assign []string
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, fmt.Errorf("%w: environment variable name %q: it must be non-empty without '=' or NUL", ErrInvalid, k)
+		}
+		assign = append(assign, k+"="+env[k])
+	}
+	switch {
+	case cwd != "":
+		return append([]string{"sh", "-c", `cd "$1" || exit 126; shift; exec env "$@"`, "sh", cwd}, append(assign, argv...)...), nil
+	case len(assign) > 0:
+		return append(append([]string{"env"}, assign...), argv...), nil
+	default:
+		return argv, nil
+	}
+}
+
+// WriteFiles unpacks the tar archive read from archive into dir (made if
+// missing) in client's sandbox id with the sandbox's tar, and returns the
+// archive's size.
+func (s *Session) WriteFiles(ctx context.Context, id, client, dir string, archive io.Reader) (int64, error) {
+	if !strings.HasPrefix(dir, "/") {
+		return 0, fmt.Errorf("%w: directory %q: give an absolute path", ErrInvalid, dir)
+	}
+	counted := &counter{r: archive}
+	err := s.tar(ctx, id, client, []string{"sh", "-c", `mkdir -p -- "$1" && exec tar -x -f - -C "$1"`, "sh", dir}, counted, io.Discard)
+	return counted.n, err
+}
+
+// ReadFiles writes a tar archive of paths (files or directories; relative
+// ones are under /) in client's sandbox id to w.
+func (s *Session) ReadFiles(ctx context.Context, id, client string, paths []string, w io.Writer) error {
+	if len(paths) == 0 {
+		return fmt.Errorf("%w: no paths to read", ErrInvalid)
+	}
+	rel := make([]string, len(paths))
+	for i, p := range paths {
+		rel[i] = strings.TrimLeft(p, "/")
+		if rel[i] == "" {
+			return fmt.Errorf("%w: path %q: name a file or directory below /", ErrInvalid, p)
+		}
+	}
+	return s.tar(ctx, id, client, append([]string{"sh", "-c", `cd / && exec tar -c -f - -- "$@"`, "sh"}, rel...), nil, w)
+}
+
+// tar runs a tar command in the sandbox; its failure (a path that does not
+// exist, a full disk) is an ErrFailed with tar's own words.
+func (s *Session) tar(ctx context.Context, id, client string, argv []string, stdin io.Reader, stdout io.Writer) error {
+	var stderr strings.Builder
+	code, err := s.Exec(ctx, id, client, ExecRequest{Argv: argv, Stdin: stdin, Stdout: stdout, Stderr: &stderr})
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return fmt.Errorf("%w: tar in sandbox %s exited %d: %s", ErrFailed, id, code, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+type counter struct {
+	r io.Reader
+	n int64
+}
+
+func (c *counter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
