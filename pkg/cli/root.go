@@ -20,6 +20,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/prepull"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/reap"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/run"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/serve"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/teardown"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/version"
@@ -59,6 +60,7 @@ Agent Sandboxes, claims one per task, runs work in it and cleans up.`,
 		version.NewCommand(configFlags, streams),
 		preflight.NewCommand(configFlags, streams),
 		run.NewCommand(configFlags, streams),
+		serve.NewCommand(configFlags, streams),
 		plan.NewCommand(streams),
 		get.NewCommand(configFlags, streams),
 		describe.NewCommand(configFlags, streams),

@@ -22,8 +22,11 @@ import (
 type Flags struct {
 	ConfigFile string
 	TaskFiles  []string
-	taskOpts   tasks.Options
-	rewrites   []string
+	// TasksOptional lets Load succeed with no task file: a session
+	// (`serve`) is given its tasks as it runs.
+	TasksOptional bool
+	taskOpts      tasks.Options
+	rewrites      []string
 
 	// Overrides of the configuration file, applied when given.
 	strategy, placement, claimPacing    string
@@ -71,6 +74,9 @@ func (f *Flags) Load(fs *pflag.FlagSet, stdin io.Reader) (config.Fleet, []tasks.
 	}
 	if err := f.override(fs, &cfg); err != nil {
 		return config.Fleet{}, nil, err
+	}
+	if len(f.TaskFiles) == 0 && f.TasksOptional {
+		return cfg, nil, nil
 	}
 	if len(f.TaskFiles) == 0 {
 		return config.Fleet{}, nil, usage.Errorf("no tasks: give a task file with --tasks FILE (JSONL rows or a list of images; - for stdin)")

@@ -150,10 +150,8 @@ func (o *options) complete(cmd *cobra.Command, args []string) error {
 	if err := o.work(); err != nil {
 		return err
 	}
-	if o.runID == "" {
-		o.runID = newRunID()
-	} else if msgs := validation.IsDNS1123Label(o.runID); len(msgs) > 0 {
-		return usage.Errorf("--run-id %q: %s", o.runID, strings.Join(msgs, "; "))
+	if o.runID, err = RunID(o.runID); err != nil {
+		return err
 	}
 	o.done = map[results.Key]bool{}
 	if o.resultsFile != "" {
@@ -203,10 +201,17 @@ func (o *options) work() error {
 	return nil
 }
 
-func newRunID() string {
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	return "run-" + time.Now().UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b)
+// RunID checks a --run-id, or makes a new one when it is empty.
+func RunID(id string) (string, error) {
+	if id == "" {
+		b := make([]byte, 3)
+		_, _ = rand.Read(b)
+		return "run-" + time.Now().UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b), nil
+	}
+	if msgs := validation.IsDNS1123Label(id); len(msgs) > 0 {
+		return "", usage.Errorf("--run-id %q: %s", id, strings.Join(msgs, "; "))
+	}
+	return id, nil
 }
 
 func (o *options) run(parent context.Context) error {

@@ -1,0 +1,289 @@
+// Package serve serves a fleet session (package session) over the fleet
+// session API (api/fleet/v1) with Connect: one port speaks Connect's JSON
+// and binary protocols, gRPC and gRPC-Web, so a Python trainer needs only
+// HTTP and JSON.
+package serve
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	fleetv1 "github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1"
+	"github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1/fleetv1connect"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/session"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
+)
+
+// Metadata keys of an error's verdict and reason.
+const (
+	VerdictKey = "Sandbox-Fleet-Verdict"
+	ReasonKey  = "Sandbox-Fleet-Reason"
+)
+
+// Service implements the fleet session API over a session.
+type Service struct {
+	Session *session.Session
+	// closed is closed once a Close call has torn the session down.
+	closed    chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ fleetv1connect.FleetServiceHandler = (*Service)(nil)
+
+// NewService serves s.
+func NewService(s *session.Session) *Service {
+	return &Service{Session: s, closed: make(chan struct{})}
+}
+
+// Closed is closed once a client's Close has torn the session down.
+func (v *Service) Closed() <-chan struct{} { return v.closed }
+
+// Shutdown tears the session down, once.
+func (v *Service) Shutdown(ctx context.Context) error {
+	v.closeOnce.Do(func() {
+		v.closeErr = v.Session.Close(ctx)
+		close(v.closed)
+	})
+	return v.closeErr
+}
+
+// toConnect gives err its status code and, for a failure of the sandbox or
+// the cluster, its verdict and reason as metadata.
+func toConnect(err error) error {
+	if err == nil {
+		return nil
+	}
+	var infra *verdict.Error
+	var code connect.Code
+	switch {
+	case errors.Is(err, session.ErrInvalid):
+		code = connect.CodeInvalidArgument
+	case errors.Is(err, session.ErrNotFound):
+		code = connect.CodeNotFound
+	case errors.Is(err, session.ErrForeign):
+		code = connect.CodePermissionDenied
+	case errors.Is(err, session.ErrClosed), errors.Is(err, session.ErrFailed):
+		code = connect.CodeFailedPrecondition
+	case errors.As(err, &infra):
+		code = map[string]connect.Code{
+			verdict.Start: connect.CodeFailedPrecondition, verdict.Lost: connect.CodeAborted,
+			verdict.Timeout: connect.CodeDeadlineExceeded, verdict.API: connect.CodeUnavailable,
+		}[infra.Reason]
+		if code == 0 {
+			code = connect.CodeInternal
+		}
+	case errors.Is(err, context.Canceled):
+		code = connect.CodeCanceled
+	case errors.Is(err, context.DeadlineExceeded):
+		code = connect.CodeDeadlineExceeded
+	default:
+		code = connect.CodeInternal
+	}
+	cerr := connect.NewError(code, err)
+	if infra != nil {
+		cerr.Meta().Set(VerdictKey, verdict.Infra)
+		cerr.Meta().Set(ReasonKey, infra.Reason)
+	}
+	return cerr
+}
+
+func (v *Service) AddTasks(_ context.Context, req *connect.Request[fleetv1.AddTasksRequest]) (*connect.Response[fleetv1.AddTasksResponse], error) {
+	ts := make([]tasks.Task, len(req.Msg.Tasks))
+	for i, t := range req.Msg.Tasks {
+		ts[i] = tasks.Task{ID: t.Id, Image: t.Image, Metadata: t.Metadata.AsMap()}
+		if len(ts[i].Metadata) == 0 {
+			ts[i].Metadata = nil
+		}
+	}
+	changes, err := v.Session.AddTasks(ts, "AddTasks")
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &fleetv1.AddTasksResponse{Added: int32(len(ts)), Total: int32(v.Session.TaskCount())}
+	for _, c := range changes {
+		out.Pools = append(out.Pools, &fleetv1.PoolChange{Image: c.Image, Pool: c.Pool, Before: int32(c.Before), Replicas: int32(c.Replicas)})
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (v *Service) Lookahead(ctx context.Context, req *connect.Request[fleetv1.LookaheadRequest]) (*connect.Response[fleetv1.LookaheadResponse], error) {
+	images, err := v.Session.Lookahead(req.Msg.TaskIds, req.Msg.Images)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	pools, err := v.Session.Pools(ctx, images)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&fleetv1.LookaheadResponse{Pools: poolsOf(pools)}), nil
+}
+
+func (v *Service) WaitPoolsReady(ctx context.Context, req *connect.Request[fleetv1.WaitPoolsReadyRequest]) (*connect.Response[fleetv1.WaitPoolsReadyResponse], error) {
+	timeout := req.Msg.Timeout.AsDuration()
+	if req.Msg.Timeout == nil || timeout <= 0 {
+		return nil, toConnect(fmt.Errorf("%w: timeout must be positive, e.g. \"300s\"", session.ErrInvalid))
+	}
+	ready, pools, err := v.Session.WaitPoolsReady(ctx, req.Msg.Images, timeout)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&fleetv1.WaitPoolsReadyResponse{Ready: ready, Pools: poolsOf(pools)}), nil
+}
+
+func poolsOf(pools []session.PoolStatus) []*fleetv1.Pool {
+	out := make([]*fleetv1.Pool, len(pools))
+	for i, p := range pools {
+		out[i] = &fleetv1.Pool{Image: p.Image, Name: p.Pool, Cluster: p.Cluster, Tasks: int32(p.Tasks),
+			Desired: int32(p.Desired), Ready: int32(p.Ready), Warm: p.Warm}
+		if p.Err != nil {
+			out[i].Error = p.Err.Error()
+		}
+		if !p.LastWanted.IsZero() {
+			out[i].LastWanted = timestamppb.New(p.LastWanted)
+		}
+	}
+	return out
+}
+
+func (v *Service) Acquire(ctx context.Context, req *connect.Request[fleetv1.AcquireRequest]) (*connect.Response[fleetv1.AcquireResponse], error) {
+	m := req.Msg
+	h, err := v.Session.Acquire(ctx, session.AcquireRequest{RequestID: m.RequestId, ClientID: m.ClientId,
+		TaskID: m.TaskId, Image: m.Image, Timeout: m.Timeout.AsDuration()})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&fleetv1.AcquireResponse{Handle: v.handleOf(h)}), nil
+}
+
+func (v *Service) handleOf(h *session.Handle) *fleetv1.Handle {
+	return &fleetv1.Handle{Id: h.Claim, TaskId: h.TaskID, Image: h.Image, Cluster: h.Cluster, Namespace: h.Namespace,
+		Claim: h.Claim, Sandbox: h.Sandbox.Sandbox, Pod: h.Pod, PodIp: h.PodIP, Hostname: h.Hostname, Node: h.Node,
+		Container: resources.ContainerName, ClientId: h.Client, LeaseExpires: timestamppb.New(v.Session.LeaseExpiry(h.Client))}
+}
+
+func (v *Service) Renew(_ context.Context, req *connect.Request[fleetv1.RenewRequest]) (*connect.Response[fleetv1.RenewResponse], error) {
+	n, err := v.Session.Renew(req.Msg.ClientId)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&fleetv1.RenewResponse{Handles: int32(n), LeaseTtl: durationpb.New(v.Session.Options().LeaseTTL)}), nil
+}
+
+// sender sends what is written to it as stream messages, one writer at a
+// time: a command's stdout and stderr are copied concurrently.
+type sender struct {
+	mu   *sync.Mutex
+	send func(p []byte) error
+}
+
+func (s sender) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.send(p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (v *Service) Exec(ctx context.Context, req *connect.Request[fleetv1.ExecRequest], stream *connect.ServerStream[fleetv1.ExecResponse]) error {
+	m := req.Msg
+	var mu sync.Mutex
+	r := session.ExecRequest{Argv: m.Argv, Timeout: m.Timeout.AsDuration(), Container: m.Container, Env: m.Env, Cwd: m.Cwd,
+		Stdout: sender{&mu, func(p []byte) error { return stream.Send(&fleetv1.ExecResponse{Stdout: p}) }},
+		Stderr: sender{&mu, func(p []byte) error { return stream.Send(&fleetv1.ExecResponse{Stderr: p}) }},
+	}
+	if m.Stdin != nil {
+		r.Stdin = bytes.NewReader(m.Stdin)
+	}
+	code, err := v.Session.Exec(ctx, m.Handle, m.ClientId, r)
+	if err != nil {
+		return toConnect(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	c := int32(code)
+	return stream.Send(&fleetv1.ExecResponse{ExitCode: &c})
+}
+
+func (v *Service) WriteFiles(ctx context.Context, stream *connect.ClientStream[fleetv1.WriteFilesRequest]) (*connect.Response[fleetv1.WriteFilesResponse], error) {
+	if !stream.Receive() {
+		if err := stream.Err(); err != nil {
+			return nil, err
+		}
+		return nil, toConnect(fmt.Errorf("%w: no message: the first names the handle and the directory", session.ErrInvalid))
+	}
+	first := stream.Msg()
+	if _, err := v.Session.Handle(first.Handle, first.ClientId); err != nil {
+		return nil, toConnect(err)
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		data := first.Tar
+		for {
+			if _, err := pw.Write(data); err != nil {
+				return
+			}
+			if !stream.Receive() {
+				pw.CloseWithError(stream.Err())
+				return
+			}
+			data = stream.Msg().Tar
+		}
+	}()
+	n, err := v.Session.WriteFiles(ctx, first.Handle, first.ClientId, first.Directory, pr)
+	// Unblock the receiving goroutine if the sandbox stopped reading.
+	pr.CloseWithError(errors.New("the archive was not read to its end"))
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&fleetv1.WriteFilesResponse{Bytes: n}), nil
+}
+
+func (v *Service) ReadFiles(ctx context.Context, req *connect.Request[fleetv1.ReadFilesRequest], stream *connect.ServerStream[fleetv1.ReadFilesResponse]) error {
+	var mu sync.Mutex
+	w := sender{&mu, func(p []byte) error { return stream.Send(&fleetv1.ReadFilesResponse{Tar: p}) }}
+	return toConnect(v.Session.ReadFiles(ctx, req.Msg.Handle, req.Msg.ClientId, req.Msg.Paths, w))
+}
+
+func (v *Service) Release(ctx context.Context, req *connect.Request[fleetv1.ReleaseRequest]) (*connect.Response[fleetv1.ReleaseResponse], error) {
+	if err := v.Session.Release(ctx, req.Msg.Handle, req.Msg.ClientId); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&fleetv1.ReleaseResponse{}), nil
+}
+
+func (v *Service) Status(ctx context.Context, _ *connect.Request[fleetv1.StatusRequest]) (*connect.Response[fleetv1.StatusResponse], error) {
+	s := v.Session
+	pools, err := s.Pools(ctx, nil)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	c := s.Counts()
+	out := &fleetv1.StatusResponse{RunId: s.RunID(), Namespace: s.Fleet().Clusters[0].Namespace(), Tasks: int32(s.TaskCount()),
+		Pools: poolsOf(pools), LeaseTtl: durationpb.New(s.Options().LeaseTTL), WarmTtl: durationpb.New(s.Options().WarmTTL),
+		Counts: &fleetv1.Counts{Acquired: c.Acquired, Released: c.Released, Expired: c.Expired, Failed: c.Failed, Execs: c.Execs}}
+	for _, h := range s.Handles() {
+		out.Handles = append(out.Handles, v.handleOf(h))
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (v *Service) Close(ctx context.Context, _ *connect.Request[fleetv1.CloseRequest]) (*connect.Response[fleetv1.CloseResponse], error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), v.Session.Fleet().Config.ReadyTimeout.Duration)
+	defer cancel()
+	if err := v.Shutdown(ctx); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&fleetv1.CloseResponse{}), nil
+}
