@@ -30,7 +30,7 @@ testbin: ## build the pinned test binaries (etcd, Kubernetes, kwok, Agent Sandbo
 	hack/testbin.sh >/dev/null
 
 .PHONY: node-deps
-node-deps: ## install from Debian what the real test node needs (runc, CNI plugins, busybox-static, mmdebstrap)
+node-deps: ## install from Debian what the real test node needs (runc, CNI plugins, busybox-static, mmdebstrap) and pytest
 	hack/node-deps.sh
 
 .PHONY: test

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs from Debian what the test cluster's real node needs and Go cannot
 # build: runc, the CNI plugins, busybox-static (the busybox test image),
-# mmdebstrap (the SWE-bench-like test image) and iproute2/iptables. It does
-# nothing when they are all present.
+# mmdebstrap (the SWE-bench-like test image) and iproute2/iptables; and
+# pytest, which runs the Python client's tests. It does nothing when they are
+# all present.
 set -euo pipefail
-packages=(runc containernetworking-plugins busybox-static mmdebstrap iproute2 iptables)
+packages=(runc containernetworking-plugins busybox-static mmdebstrap iproute2 iptables python3-pytest)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,26 @@
+"""sandbox_fleet: drive a fleet of Agent Sandboxes from a training loop.
+
+Start a session with ``kubectl sandbox-fleet serve`` and connect to the
+address it prints::
+
+    from sandbox_fleet import SandboxFleet
+
+    fleet = SandboxFleet("unix:///tmp/sandbox-fleet-run-.../serve.sock")
+    fleet.add_tasks([{"id": "t1", "image": "busybox:1.36"}])
+    fleet.lookahead(["t1"])
+    with fleet.acquire("t1") as h:
+        print(h.exec(["echo", "hi"]).stdout)
+
+The names follow the Python package agent-sandbox-rl, so switching is an
+import. ``sandbox_fleet.testing.FakeFleet`` offers the same interface with
+no cluster, for trainers' unit tests.
+"""
+
+from .aio import AsyncHandle, AsyncSandboxFleet
+from .client import ExecResult, Handle, LookaheadWarmer, SandboxFleet
+from .errors import FleetError, InfraError, SandboxLostError, SandboxStartError, TaskError
+
+__all__ = [
+    "AsyncHandle", "AsyncSandboxFleet", "ExecResult", "FleetError", "Handle", "InfraError",
+    "LookaheadWarmer", "SandboxFleet", "SandboxLostError", "SandboxStartError", "TaskError",
+]

@@ -1,0 +1,155 @@
+"""A minimal Connect protocol client (JSON codec) over HTTP/1.1, on the
+standard library alone: unary calls, server streams and client streams, over
+a unix socket or TCP (optionally TLS with a bearer token)."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import socket
+import ssl
+import struct
+import urllib.parse
+from collections.abc import Iterable, Iterator
+
+from .errors import FleetError, InfraError, from_connect
+
+SERVICE = "/sandboxfleet.fleet.v1.FleetService/"
+
+# Connect streams wrap each message in an envelope: one flag byte and a
+# four-byte big-endian length.
+_END_STREAM = 0x02
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float | None):
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self._path)
+        self.sock = sock
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def unb64(text: str | None) -> bytes:
+    return base64.b64decode(text) if text else b""
+
+
+class Transport:
+    """Calls one fleet session server. ``address`` is ``unix:///path``, a
+    socket path, or ``http(s)://host:port``."""
+
+    def __init__(self, address: str, token: str | None = None, timeout: float | None = None):
+        self.address = address
+        self.token = token
+        self.timeout = timeout
+        if address.startswith("unix://"):
+            self._unix = address[len("unix://"):]
+        elif address.startswith("/") or address.startswith("."):
+            self._unix = address
+        else:
+            self._unix = None
+            url = urllib.parse.urlsplit(address if "://" in address else "http://" + address)
+            if url.scheme not in ("http", "https") or not url.hostname:
+                raise ValueError(f"address {address!r}: use unix:///PATH, a socket path, or http(s)://HOST:PORT")
+            self._scheme, self._host, self._port = url.scheme, url.hostname, url.port
+
+    def _connection(self, timeout: float | None) -> http.client.HTTPConnection:
+        if self._unix is not None:
+            return _UnixConnection(self._unix, timeout)
+        if self._scheme == "https":
+            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=ssl.create_default_context())
+        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+
+    def _headers(self, content_type: str) -> dict[str, str]:
+        h = {"Content-Type": content_type, "Connect-Protocol-Version": "1"}
+        if self.token:
+            h["Authorization"] = "Bearer " + self.token
+        return h
+
+    def _send(self, method: str, body, content_type: str, timeout: float | None, chunked: bool = False):
+        conn = self._connection(timeout)
+        try:
+            conn.request("POST", SERVICE + method, body=body, headers=self._headers(content_type), encode_chunked=chunked)
+            return conn, conn.getresponse()
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise InfraError(f"{method}: the fleet session at {self.address} did not answer: {e}", "unavailable", "api") from e
+
+    def unary(self, method: str, msg: dict, timeout: float | None = None) -> dict:
+        conn, resp = self._send(method, json.dumps(msg).encode(), "application/json", timeout or self.timeout)
+        try:
+            body = resp.read()
+        except (OSError, http.client.HTTPException) as e:
+            raise InfraError(f"{method}: the connection broke: {e}", "unavailable", "api") from e
+        finally:
+            conn.close()
+        if resp.status != 200:
+            raise _unary_error(method, resp, body)
+        return json.loads(body) if body else {}
+
+    def server_stream(self, method: str, msg: dict, timeout: float | None = None) -> Iterator[dict]:
+        body = _envelope(json.dumps(msg).encode())
+        conn, resp = self._send(method, body, "application/connect+json", timeout or self.timeout)
+        yield from _read_stream(method, conn, resp)
+
+    def client_stream(self, method: str, msgs: Iterable[dict], timeout: float | None = None) -> dict:
+        body = (_envelope(json.dumps(m).encode()) for m in msgs)
+        conn, resp = self._send(method, body, "application/connect+json", timeout or self.timeout, chunked=True)
+        out = None
+        for m in _read_stream(method, conn, resp):
+            out = m
+        return out or {}
+
+
+def _envelope(data: bytes, flags: int = 0) -> bytes:
+    return struct.pack(">BI", flags, len(data)) + data
+
+
+def _read_exact(resp, n: int) -> bytes:
+    data = resp.read(n)
+    if len(data) != n:
+        raise InfraError("the stream from the fleet session ended early", "unavailable", "api")
+    return data
+
+
+def _read_stream(method: str, conn, resp) -> Iterator[dict]:
+    try:
+        if resp.status != 200:
+            raise _unary_error(method, resp, resp.read())
+        while True:
+            head = resp.read(5)
+            if not head:
+                raise InfraError(f"{method}: the stream ended without its end message", "unavailable", "api")
+            if len(head) < 5:
+                head += _read_exact(resp, 5 - len(head))
+            flags, size = struct.unpack(">BI", head)
+            data = _read_exact(resp, size) if size else b""
+            if flags & _END_STREAM:
+                end = json.loads(data) if data else {}
+                err = end.get("error")
+                if err:
+                    meta = {k.lower(): v[0] for k, v in (end.get("metadata") or {}).items() if v}
+                    raise from_connect(err.get("code", "unknown"), f"{method}: {err.get('message', '')}", meta)
+                return
+            yield json.loads(data)
+    except (OSError, http.client.HTTPException) as e:
+        raise InfraError(f"{method}: the connection broke: {e}", "unavailable", "api") from e
+    finally:
+        conn.close()
+
+
+def _unary_error(method: str, resp, body: bytes) -> FleetError:
+    try:
+        err = json.loads(body)
+    except ValueError:
+        err = {"code": "unknown", "message": body.decode(errors="replace") or resp.reason}
+    meta = {k.lower(): v for k, v in resp.getheaders()}
+    return from_connect(err.get("code", "unknown"), f"{method}: {err.get('message', '')}", meta)

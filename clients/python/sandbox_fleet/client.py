@@ -1,0 +1,334 @@
+"""The synchronous client of a fleet session (``kubectl sandbox-fleet serve``)."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import threading
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from ._connect import Transport, b64, unb64
+from .errors import FleetError, InfraError, TaskError
+
+
+def _seconds(t: float) -> str:
+    return f"{t:.3f}s"
+
+
+@dataclass
+class ExecResult:
+    """What a command did. ``stdout`` and ``stderr`` are bytes, exactly as the
+    command wrote them; ``text()`` decodes them."""
+
+    exit_code: int
+    stdout: bytes = b""
+    stderr: bytes = b""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def text(self, encoding: str = "utf-8") -> tuple[str, str]:
+        return self.stdout.decode(encoding, "replace"), self.stderr.decode(encoding, "replace")
+
+
+@dataclass
+class Handle:
+    """A sandbox leased to this client. Use it as a context manager to
+    release it on exit."""
+
+    fleet: "SandboxFleet" = field(repr=False)
+    id: str
+    task_id: str
+    image: str
+    cluster: str
+    namespace: str
+    claim: str
+    sandbox: str
+    pod: str
+    pod_ip: str
+    hostname: str
+    node: str
+    container: str
+
+    def endpoint(self, port: int) -> str:
+        """The sandbox's in-cluster address of port."""
+        return f"{self.hostname}.{self.namespace}:{port}"
+
+    def exec_stream(self, argv: list[str], stdin: bytes | str | None = None, timeout: float | None = None,
+                    env: Mapping[str, str] | None = None, cwd: str | None = None,
+                    container: str | None = None) -> Iterator[tuple[str, bytes | int]]:
+        """Runs argv and yields its output as it comes: ``("stdout", bytes)``,
+        ``("stderr", bytes)``, and last ``("exit", code)``."""
+        msg: dict = {"handle": self.id, "clientId": self.fleet.client_id, "argv": list(argv)}
+        if stdin is not None:
+            msg["stdin"] = b64(stdin.encode() if isinstance(stdin, str) else stdin)
+        if timeout:
+            msg["timeout"] = _seconds(timeout)
+        if env:
+            msg["env"] = dict(env)
+        if cwd:
+            msg["cwd"] = cwd
+        if container:
+            msg["container"] = container
+        # The call itself may take as long as the command, and then some.
+        for m in self.fleet._t.server_stream("Exec", msg, timeout=None):
+            if "stdout" in m:
+                yield "stdout", unb64(m["stdout"])
+            if "stderr" in m:
+                yield "stderr", unb64(m["stderr"])
+            if "exitCode" in m:
+                yield "exit", int(m["exitCode"])
+
+    def exec(self, argv: list[str], stdin: bytes | str | None = None, timeout: float | None = None,
+             env: Mapping[str, str] | None = None, cwd: str | None = None, container: str | None = None,
+             check: bool = False) -> ExecResult:
+        """Runs argv in the sandbox and returns its exit code and output
+        (bytes). A non-zero exit is a result, or a TaskError with
+        ``check=True``; a sandbox that was lost raises SandboxLostError."""
+        out, err, code = [], [], None
+        for kind, data in self.exec_stream(argv, stdin=stdin, timeout=timeout, env=env, cwd=cwd, container=container):
+            if kind == "stdout":
+                out.append(data)
+            elif kind == "stderr":
+                err.append(data)
+            else:
+                code = data
+        if code is None:
+            raise InfraError("Exec: the stream ended without an exit code", "unavailable", "exec")
+        result = ExecResult(code, b"".join(out), b"".join(err))
+        if check and code != 0:
+            raise TaskError(f"{argv[0]} exited {code} in sandbox {self.id}", code, result.stdout, result.stderr)
+        return result
+
+    def write_files(self, directory: str, files: Mapping[str, bytes | str], mode: int = 0o644) -> int:
+        """Writes files (name relative to directory -> content) into
+        directory, made if missing. Returns the bytes sent."""
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for name, data in files.items():
+                raw = data.encode() if isinstance(data, str) else data
+                info = tarfile.TarInfo(name.lstrip("/"))
+                info.size, info.mode = len(raw), mode
+                tar.addfile(info, io.BytesIO(raw))
+        return self.write_tar(directory, buf.getvalue())
+
+    def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> int:
+        """Writes one file at an absolute path in the sandbox."""
+        directory, _, name = path.rpartition("/")
+        if not path.startswith("/") or not name:
+            raise ValueError(f"path {path!r}: give an absolute path to a file")
+        return self.write_files(directory or "/", {name: data}, mode)
+
+    def write_tar(self, directory: str, archive: bytes, chunk: int = 1 << 20) -> int:
+        """Unpacks a tar archive into directory."""
+        def msgs():
+            yield {"handle": self.id, "clientId": self.fleet.client_id, "directory": directory,
+                   "tar": b64(archive[:chunk])}
+            for i in range(chunk, len(archive), chunk):
+                yield {"tar": b64(archive[i:i + chunk])}
+        return int(self.fleet._t.client_stream("WriteFiles", msgs(), timeout=None).get("bytes", 0))
+
+    def read_tar(self, paths: Iterable[str]) -> bytes:
+        """A tar archive of files or directories (names relative to /)."""
+        msg = {"handle": self.id, "clientId": self.fleet.client_id, "paths": list(paths)}
+        return b"".join(unb64(m.get("tar")) for m in self.fleet._t.server_stream("ReadFiles", msg, timeout=None))
+
+    def read_files(self, paths: Iterable[str]) -> dict[str, bytes]:
+        """The regular files under paths, by absolute path."""
+        out = {}
+        with tarfile.open(fileobj=io.BytesIO(self.read_tar(paths))) as tar:
+            for m in tar.getmembers():
+                if m.isfile():
+                    out["/" + m.name.lstrip("/")] = tar.extractfile(m).read()
+        return out
+
+    def read_file(self, path: str) -> bytes:
+        """The content of one file in the sandbox."""
+        files = self.read_files([path])
+        key = "/" + path.lstrip("/")
+        if key not in files:
+            raise FleetError(f"ReadFiles: {path} is not a regular file", "failed_precondition")
+        return files[key]
+
+    def release(self) -> None:
+        self.fleet.release(self)
+
+    def __enter__(self) -> "Handle":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.fleet.release(self)
+
+
+def _handle(fleet: "SandboxFleet", h: dict) -> Handle:
+    return Handle(fleet=fleet, id=h["id"], task_id=h.get("taskId", ""), image=h.get("image", ""),
+                  cluster=h.get("cluster", ""), namespace=h.get("namespace", ""), claim=h.get("claim", ""),
+                  sandbox=h.get("sandbox", ""), pod=h.get("pod", ""), pod_ip=h.get("podIp", ""),
+                  hostname=h.get("hostname", ""), node=h.get("node", ""), container=h.get("container", ""))
+
+
+class SandboxFleet:
+    """A client of one fleet session.
+
+    ``address`` is what ``serve`` printed: ``unix:///path`` or
+    ``http://127.0.0.1:PORT``. Sandboxes acquired here are leased to this
+    client: a background thread renews the lease while any is held, so a
+    crashed trainer's sandboxes are released by the server.
+    """
+
+    def __init__(self, address: str, token: str | None = None, client_id: str | None = None,
+                 timeout: float | None = 60.0, retries: int = 3):
+        self._t = Transport(address, token=token, timeout=timeout)
+        self.client_id = client_id or "py-" + uuid.uuid4().hex[:12]
+        self.retries = retries
+        self._held: set[str] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+        self._ttl = 60.0
+
+    # The plan.
+
+    def add_tasks(self, tasks: Iterable[Mapping]) -> dict:
+        """Adds tasks (dicts with "id" and "image"; other keys kept as
+        metadata) to the plan. Returns what changed: added, total, pools."""
+        out = []
+        for t in tasks:
+            t = dict(t)
+            if "id" not in t or "image" not in t:
+                raise ValueError(f"task {t!r}: a task needs an 'id' and an 'image'")
+            tid, image = t.pop("id"), t.pop("image")
+            task = {"id": str(tid), "image": image}
+            if t:
+                task["metadata"] = t
+            out.append(task)
+        return self._t.unary("AddTasks", {"tasks": out})
+
+    def lookahead(self, tasks_or_images: Iterable) -> list[dict]:
+        """Starts warming the pools of these tasks (dicts or ids) or images
+        ("repo:tag" strings with a ':' or '/') and returns at once."""
+        ids, images = [], []
+        for x in tasks_or_images:
+            if isinstance(x, Mapping):
+                ids.append(str(x["id"]))
+            elif isinstance(x, str) and ("/" in x or ":" in x):
+                images.append(x)
+            else:
+                ids.append(str(x))
+        return self._t.unary("Lookahead", {"taskIds": ids, "images": images}).get("pools", [])
+
+    def wait_pools_ready(self, timeout: float = 600.0, images: Iterable[str] = ()) -> dict:
+        """Waits until the pools are Ready or timeout passes; returns
+        {"ready": bool, "pools": [...]}, never raising for not ready."""
+        out = self._t.unary("WaitPoolsReady", {"timeout": _seconds(timeout), "images": list(images)},
+                            timeout=timeout + 30)
+        return {"ready": bool(out.get("ready")), "pools": out.get("pools", [])}
+
+    # Sandboxes.
+
+    def acquire(self, task_id: str | Mapping | None = None, image: str | None = None,
+                timeout: float | None = None) -> Handle:
+        """A Ready sandbox for a task (id or dict) or an image. Retried on a
+        dropped connection with the same request id, so a retry never takes
+        a second sandbox. Use the handle as a context manager to release it."""
+        if isinstance(task_id, Mapping):
+            task_id = str(task_id["id"])
+        msg = {"requestId": uuid.uuid4().hex, "clientId": self.client_id}
+        if task_id is not None:
+            msg["taskId"] = str(task_id)
+        if image is not None:
+            msg["image"] = image
+        if timeout:
+            msg["timeout"] = _seconds(timeout)
+        wait = (timeout or 900.0) + 30
+        for attempt in range(self.retries + 1):
+            try:
+                h = _handle(self, self._t.unary("Acquire", msg, timeout=wait)["handle"])
+                break
+            except InfraError as e:
+                if e.reason != "api" or attempt == self.retries:
+                    raise
+        with self._lock:
+            self._held.add(h.id)
+        self._start_renewer()
+        return h
+
+    def release(self, handle: Handle | str) -> None:
+        """Hands a sandbox back; it is deleted."""
+        hid = handle.id if isinstance(handle, Handle) else handle
+        try:
+            self._t.unary("Release", {"handle": hid, "clientId": self.client_id})
+        finally:
+            with self._lock:
+                self._held.discard(hid)
+
+    def renew(self) -> dict:
+        out = self._t.unary("Renew", {"clientId": self.client_id})
+        ttl = out.get("leaseTtl", "60s")
+        self._ttl = float(ttl.rstrip("s")) if isinstance(ttl, str) else 60.0
+        return out
+
+    def _start_renewer(self) -> None:
+        with self._lock:
+            if self._renewer is not None and self._renewer.is_alive():
+                return
+            self._renewer = threading.Thread(target=self._renew_loop, name="sandbox-fleet-lease", daemon=True)
+            self._renewer.start()
+
+    def _renew_loop(self) -> None:
+        while True:
+            try:
+                self.renew()
+            except FleetError:
+                pass  # a later renewal may get through; the lease allows for it
+            if self._stop.wait(max(0.05, self._ttl / 3)):
+                return
+            with self._lock:
+                if not self._held:
+                    self._renewer = None
+                    return
+
+    # The session.
+
+    def status(self) -> dict:
+        return self._t.unary("Status", {})
+
+    def close(self) -> None:
+        """Tears the whole session down (every sandbox and pool) and stops
+        the server."""
+        self._stop.set()
+        self._t.unary("Close", {}, timeout=None)
+
+    def disconnect(self) -> None:
+        """Stops renewing this client's leases without closing the session."""
+        self._stop.set()
+
+
+class LookaheadWarmer:
+    """Warms the next steps' images while a step runs.
+
+    ``steps`` is a sequence of steps, each a list of tasks (dicts or ids).
+    Iterating yields the steps in order; before yielding step N it asks the
+    fleet to warm steps N+1 .. N+depth, so their pulls overlap step N's
+    rollouts::
+
+        for step in LookaheadWarmer(fleet, steps):
+            run_rollouts(step)
+    """
+
+    def __init__(self, fleet, steps: Iterable[Iterable], depth: int = 1):
+        self.fleet = fleet
+        self.steps = [list(s) for s in steps]
+        self.depth = depth
+
+    def __iter__(self):
+        if self.steps:
+            self.fleet.lookahead(self.steps[0])
+        for i, step in enumerate(self.steps):
+            ahead = [t for s in self.steps[i + 1:i + 1 + self.depth] for t in s]
+            if ahead:
+                self.fleet.lookahead(ahead)
+            yield step

@@ -1,0 +1,119 @@
+"""Fixtures: a FakeFleet, and `kubectl sandbox-fleet serve` sessions on the
+local test cluster. The Go test clients/python/python_test.go starts the
+cluster and sets SANDBOX_FLEET_BIN, KUBECONFIG and SANDBOX_FLEET_NAMESPACE;
+without them only the FakeFleet tests run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from sandbox_fleet import SandboxFleet  # noqa: E402
+from sandbox_fleet.testing import FakeFleet  # noqa: E402
+
+BIN = os.environ.get("SANDBOX_FLEET_BIN")
+KUBECTL = os.environ.get("SANDBOX_FLEET_KUBECTL", "kubectl")
+NAMESPACE = os.environ.get("SANDBOX_FLEET_NAMESPACE")
+
+needs_cluster = pytest.mark.skipif(not (BIN and NAMESPACE), reason="needs the local test cluster (run through go test ./clients/python)")
+
+RUN_KINDS = "sandboxclaims,sandboxwarmpools,sandboxtemplates,sandboxes,pods,leases"
+
+
+def leftovers(run_id: str) -> list[str]:
+    """What of run_id is still in the cluster."""
+    out = subprocess.run([KUBECTL, "get", RUN_KINDS, "-n", NAMESPACE, "-l", f"sandbox-fleet.io/run-id={run_id}",
+                          "-o", "name"], capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+class Server:
+    """One `serve` process and its session."""
+
+    def __init__(self, *args: str, lease_ttl: str = "60s", warm_ttl: str = "10m"):
+        self.dir = tempfile.mkdtemp(prefix="sf-serve-")
+        self.run_id = "py-" + os.urandom(4).hex()
+        self.log = open(os.path.join(self.dir, "serve.log"), "w+")
+        self.proc = subprocess.Popen(
+            [BIN, "serve", "-n", NAMESPACE, "--run-id", self.run_id, "--listen", f"unix://{self.dir}/serve.sock",
+             "--lease-ttl", lease_ttl, "--warm-ttl", warm_ttl, "--max-concurrent", "4", "--max-warmpool-size", "2", *args],
+            stdout=subprocess.PIPE, stderr=self.log, text=True)
+        self.address = self.proc.stdout.readline().strip()
+        if not self.address:
+            self.proc.wait(30)
+            raise RuntimeError(f"serve did not start: {self.logs()}")
+
+    def logs(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
+
+    def client(self, **kw) -> SandboxFleet:
+        return SandboxFleet(self.address, **kw)
+
+    def stop(self, sig=signal.SIGTERM, timeout: float = 120) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout)
+
+
+@pytest.fixture
+def server():
+    servers = []
+
+    def start(*args, **kw) -> Server:
+        s = Server(*args, **kw)
+        servers.append(s)
+        return s
+
+    yield start
+    for s in servers:
+        code = s.stop()
+        assert code == 0 or s.proc.returncode is not None, s.logs()
+        # The garbage collector finishes a foreground deletion of a
+        # template after the session saw its Pods go.
+        gone(s)
+
+
+def gone(s: Server) -> None:
+    """Waits until nothing of s's run is left in the cluster."""
+    try:
+        wait_for(f"session {s.run_id}'s objects to go", lambda: leftovers(s.run_id) == [], timeout=60)
+    except AssertionError:
+        raise AssertionError(f"session {s.run_id} left {leftovers(s.run_id)} behind:\n{s.logs()}") from None
+
+
+@pytest.fixture(params=["fake", "serve"])
+def fleet(request, server):
+    """The same interface, as FakeFleet and through serve."""
+    if request.param == "fake":
+        f = FakeFleet()
+        yield f
+        f.close()
+        return
+    if not (BIN and NAMESPACE):
+        pytest.skip("needs the local test cluster")
+    yield server().client()
+
+
+def dump(obj) -> str:
+    return json.dumps(obj, indent=1, sort_keys=True)
+
+
+def wait_for(what: str, check, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)

@@ -1,0 +1,104 @@
+"""Exec and files through `serve` on the local cluster's real node (kubelet,
+containerd, images from the loopback registry). e2e/python_test.go runs it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import KUBECTL, NAMESPACE, needs_cluster, wait_for
+
+from sandbox_fleet import InfraError, SandboxLostError, SandboxStartError, TaskError
+
+pytestmark = [needs_cluster, pytest.mark.skipif(not os.environ.get("SANDBOX_FLEET_REAL_NODE"), reason="needs the real node (run through go test ./e2e)")]
+
+BUSYBOX = os.environ.get("SANDBOX_FLEET_BUSYBOX", "docker.io/library/busybox:1.36")
+PROBLEM = os.environ.get("SANDBOX_FLEET_PROBLEM", "")
+
+
+@pytest.fixture(scope="module")
+def session():
+    from conftest import Server, gone
+
+    s = Server("--claim-grace", "10s")
+    c = s.client()
+    c.add_tasks([{"id": f"bb-{i}", "image": BUSYBOX} for i in range(3)] +
+                [{"id": "swe", "image": PROBLEM}, {"id": "bad", "image": "docker.io/library/busybox:no-such-tag"}])
+    c.lookahead(["bb-0", "swe"])
+    assert c.wait_pools_ready(timeout=300, images=[BUSYBOX, PROBLEM])["ready"]
+    yield c
+    assert s.stop() == 0, s.logs()
+    gone(s)
+
+
+def test_exec_streams_stdin_and_exit_codes(session):
+    with session.acquire("bb-0") as h:
+        chunks = []
+        started = time.monotonic()
+        for kind, data in h.exec_stream(["sh", "-c", "echo first; sleep 2; echo second >&2; exit 7"]):
+            chunks.append((kind, data, time.monotonic() - started))
+        assert [(k, d) for k, d, _ in chunks] == [("stdout", b"first\n"), ("stderr", b"second\n"), ("exit", 7)]
+        # The first line came as it was written, before the command ended.
+        assert chunks[0][2] < chunks[-1][2] - 1, chunks
+
+        assert h.exec(["cat"], stdin=b"\x00\x01binary\xff").stdout == b"\x00\x01binary\xff"
+        for code in (0, 1, 42, 255):
+            assert h.exec(["sh", "-c", f"exit {code}"]).exit_code == code
+        assert h.exec(["sh", "-c", "printf no-newline"]).stdout == b"no-newline"
+        r = h.exec(["sh", "-c", 'echo "$A $PWD"'], env={"A": "x y"}, cwd="/tmp")
+        assert r.stdout == b"x y /tmp\n", r
+        with pytest.raises(TaskError) as e:
+            h.exec(["false"], check=True)
+        assert e.value.verdict == "task" and e.value.exit_code == 1
+        with pytest.raises(InfraError) as e:
+            h.exec(["sleep", "30"], timeout=1)
+        assert e.value.reason == "timeout"
+
+
+def test_files_round_trip(session):
+    data = os.urandom(20 << 20)
+    with session.acquire("swe") as h:
+        assert h.write_file("/testbed/big.bin", data) >= len(data)
+        assert h.read_file("/testbed/big.bin") == data
+        h.write_files("/work/patch", {"fix.diff": "--- a\n+++ b\n", "nested/x.txt": b"x"})
+        got = h.read_files(["/work/patch"])
+        assert got == {"/work/patch/fix.diff": b"--- a\n+++ b\n", "/work/patch/nested/x.txt": b"x"}
+        r = h.exec(["git", "-C", "/testbed", "status", "--porcelain"])
+        assert b"big.bin" in r.stdout, r
+        with pytest.raises(Exception) as e:
+            h.read_file("/no/such/file")
+        assert "No such file" in str(e.value) or "not" in str(e.value)
+
+
+def test_a_sandbox_that_cannot_start(session):
+    started = time.monotonic()
+    with pytest.raises(SandboxStartError) as e:
+        session.acquire("bad", timeout=120)
+    assert e.value.verdict == "infra" and e.value.reason == "start", e.value
+    assert time.monotonic() - started < 110
+
+
+def test_a_pod_deleted_mid_exec(session):
+    h = session.acquire("bb-1")
+    result = {}
+
+    def run():
+        try:
+            result["r"] = h.exec(["sleep", "60"])
+        except Exception as e:  # noqa: BLE001 - the test inspects it
+            result["e"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(1)
+    subprocess.run([KUBECTL, "delete", "pod", "-n", NAMESPACE, h.pod, "--wait=false"], check=True, capture_output=True)
+    t.join(90)
+    assert isinstance(result.get("e"), SandboxLostError), result
+    assert result["e"].verdict == "infra" and result["e"].reason == "lost"
+    # A lost sandbox can still be released.
+    session.release(h)
+    wait_for("no handle", lambda: not session.status().get("handles"))

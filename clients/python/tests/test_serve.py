@@ -1,0 +1,165 @@
+"""What only a real session shows: idempotent acquire across a dropped
+response, leases of a killed client, teardown, on kwok nodes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+
+from conftest import gone, leftovers, needs_cluster, wait_for
+
+from sandbox_fleet import SandboxFleet
+
+pytestmark = needs_cluster
+
+TASKS = [{"id": f"t{i}", "image": "registry.example/swe/a:1"} for i in range(3)]
+
+
+def _read_http_message(sock: socket.socket, buf: bytes) -> tuple[bytes, bytes]:
+    """Reads one HTTP/1.1 message with a Content-Length body; returns it and
+    what followed."""
+    while b"\r\n\r\n" not in buf:
+        data = sock.recv(65536)
+        if not data:
+            return b"", b""
+        buf += data
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        k, _, v = line.partition(b":")
+        if k.strip().lower() == b"content-length":
+            length = int(v.strip())
+    while len(rest) < length:
+        data = sock.recv(65536)
+        if not data:
+            break
+        rest += data
+    return head + b"\r\n\r\n" + rest[:length], rest[length:]
+
+
+class DroppingProxy:
+    """A loopback TCP proxy to the session's unix socket that forwards the
+    first Acquire to the server, reads the server's answer, and drops the
+    client's connection instead of passing the answer on."""
+
+    def __init__(self, unix_path: str):
+        self.unix_path = unix_path
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen()
+        self.address = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.dropped = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c: socket.socket):
+        upstream = socket.socket(socket.AF_UNIX)
+        upstream.connect(self.unix_path)
+        buf, ubuf = b"", b""
+        try:
+            while True:
+                req, buf = _read_http_message(c, buf)
+                if not req:
+                    return
+                upstream.sendall(req)
+                resp, ubuf = _read_http_message(upstream, ubuf)
+                if b"/Acquire " in req.split(b"\r\n", 1)[0] and self.dropped == 0:
+                    self.dropped += 1
+                    return  # the answer is lost on the way back
+                c.sendall(resp)
+        finally:
+            c.close()
+            upstream.close()
+
+    def close(self):
+        self.listener.close()
+
+
+def test_acquire_is_idempotent_across_a_dropped_response(server):
+    s = server()
+    direct = s.client()
+    direct.add_tasks(TASKS)
+    proxy = DroppingProxy(s.address[len("unix://"):])
+    try:
+        via = SandboxFleet(proxy.address)
+        h = via.acquire("t0")
+        assert proxy.dropped == 1
+        status = direct.status()
+        assert [x["id"] for x in status["handles"]] == [h.id], status
+        assert int(status["counts"]["acquired"]) == 1, status
+        claims = [o for o in leftovers(s.run_id) if o.startswith("sandboxclaim")]
+        assert len(claims) == 1, claims
+        via.release(h)
+    finally:
+        proxy.close()
+
+
+TRAINER = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, sys.argv[2])
+    from sandbox_fleet import SandboxFleet
+    f = SandboxFleet(sys.argv[1])
+    h = f.acquire("t1")
+    print(h.id, flush=True)
+    time.sleep(600)
+""")
+
+
+def test_a_killed_clients_sandboxes_are_released(server):
+    s = server(lease_ttl="2s")
+    c = s.client()
+    c.add_tasks(TASKS)
+    keep = c.acquire("t0")  # a live client's sandbox outlives the other's lease
+    pkg = os.path.join(os.path.dirname(__file__), "..")
+    trainer = subprocess.Popen([sys.executable, "-c", TRAINER, s.address, pkg], stdout=subprocess.PIPE, text=True)
+    try:
+        hid = trainer.stdout.readline().strip()
+        assert hid, "the trainer acquired nothing"
+        assert hid in [x["id"] for x in c.status()["handles"]]
+        trainer.send_signal(signal.SIGKILL)
+        trainer.wait(10)
+        def released():
+            st = c.status()
+            return st if hid not in [x["id"] for x in st.get("handles", [])] else None
+
+        status = wait_for("the killed trainer's sandbox to be released", released)
+        assert int(status["counts"]["expired"]) == 1, status
+        assert [x["id"] for x in status["handles"]] == [keep.id]
+        wait_for("the released claim to go", lambda: not any(hid in o for o in leftovers(s.run_id)))
+    finally:
+        trainer.kill()
+    c.release(keep)
+
+
+def test_close_tears_down_and_stops_the_server(server):
+    s = server()
+    c = s.client()
+    c.add_tasks(TASKS)
+    c.lookahead(["t0"])
+    assert c.wait_pools_ready(timeout=120)["ready"]
+    c.acquire("t1")
+    assert leftovers(s.run_id)
+    c.close()
+    assert s.proc.wait(60) == 0, s.logs()
+    gone(s)
+
+
+def test_sigterm_tears_down(server):
+    s = server()
+    c = s.client()
+    c.add_tasks(TASKS)
+    c.acquire("t2")
+    assert s.stop(signal.SIGTERM) == 0, s.logs()
+    gone(s)

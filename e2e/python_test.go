@@ -1,0 +1,16 @@
+package e2e
+
+import (
+	"testing"
+
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testpython"
+)
+
+// The Python client through `serve` on the real node: exec streaming,
+// stdin, exit codes, files in and out, a sandbox that cannot start and one
+// lost mid-exec (clients/python/tests/test_real_node.py).
+func TestPythonClientOnTheRealNode(t *testing.T) {
+	testpython.Run(t, kubeconfig(), newNamespace(t), []string{"tests/test_real_node.py"},
+		"SANDBOX_FLEET_REAL_NODE=1", "SANDBOX_FLEET_BUSYBOX="+testimages.Busybox, "SANDBOX_FLEET_PROBLEM="+testimages.Problem(1))
+}
