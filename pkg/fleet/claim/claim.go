@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -24,8 +25,11 @@ type Handle struct {
 	// gives every Sandbox a headless Service of its own name.
 	Hostname string `json:"hostname"`
 	Pod      string `json:"pod"`
-	PodIP    string `json:"podIP"`
-	Node     string `json:"node"`
+	// PodUID tells the claimed Pod from one the Sandbox controller made
+	// again under the same name after it was lost.
+	PodUID types.UID `json:"podUID,omitempty"`
+	PodIP  string    `json:"podIP"`
+	Node   string    `json:"node"`
 }
 
 // Error is a claim given up because its Pod cannot become Ready.
@@ -71,7 +75,7 @@ func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWa
 			if st.Ready() {
 				sandbox := st.Claim.Status.SandboxStatus.Name
 				return &Handle{TaskID: taskID, Namespace: claim.Namespace, Claim: claim.Name,
-					Sandbox: sandbox, Hostname: sandbox, Pod: st.Pod.Name,
+					Sandbox: sandbox, Hostname: sandbox, Pod: st.Pod.Name, PodUID: st.Pod.UID,
 					PodIP: st.Claim.Status.SandboxStatus.PodIPs[0], Node: st.Pod.Spec.NodeName}, nil
 			}
 			trouble := Classify(st.Pod)
@@ -121,8 +125,9 @@ func (e *LostError) Error() string {
 	return fmt.Sprintf("task %s: sandbox pod %s was lost: %s", e.TaskID, e.Pod, e.Why)
 }
 
-// Alive returns nil while the handle's Pod exists, is not being deleted and
-// has not finished, and a *LostError otherwise. It reads the tracker's
+// Alive returns nil while the handle's Pod — the one claimed, not a new
+// Pod of the same name — exists, is not being deleted and has not
+// finished, and a *LostError otherwise. It reads the tracker's
 // cache, so it costs no API request.
 func (c *Claimer) Alive(ctx context.Context, h *Handle) error {
 	pod, found, err := c.Tracker.Pod(ctx, h.Pod)
@@ -133,6 +138,8 @@ func (c *Claimer) Alive(ctx context.Context, h *Handle) error {
 		return &LostError{TaskID: h.TaskID, Pod: h.Pod, Why: "it no longer exists"}
 	case pod.DeletionTimestamp != nil:
 		return &LostError{TaskID: h.TaskID, Pod: h.Pod, Why: "it is being deleted"}
+	case h.PodUID != "" && pod.UID != h.PodUID:
+		return &LostError{TaskID: h.TaskID, Pod: h.Pod, Why: "it was deleted and replaced by a new Pod of the same name"}
 	}
 	if trouble := Classify(pod); trouble != nil && trouble.Terminal {
 		return &LostError{TaskID: h.TaskID, Pod: h.Pod, Why: trouble.Reason + ": " + trouble.Message}

@@ -108,6 +108,26 @@ func TestAcquireAndRelease(t *testing.T) {
 			t.Fatalf("pod %s deleted but its sandbox never reported lost", h.Pod)
 		}
 	}
+	// The Sandbox controller makes a new Pod of the same name; the claimed
+	// sandbox, and whatever ran in it, stays lost.
+	for {
+		changed := claimer.Tracker.Changed()
+		p, found, err := claimer.Tracker.Pod(ctx, h.Pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if found && p.UID != h.PodUID && p.DeletionTimestamp == nil {
+			break
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			t.Fatalf("the Sandbox controller made no new pod %s", h.Pod)
+		}
+	}
+	if err := claimer.Alive(ctx, h); !errors.As(err, &lost) {
+		t.Errorf("Alive = %v once a new pod of the name replaced the claimed one; want it lost", err)
+	}
 
 	if err := claimer.Release(ctx, h); err != nil {
 		t.Fatal(err)
