@@ -205,7 +205,7 @@ func startHungRun(t *testing.T, bin, ns, runID string) (*exec.Cmd, *strings.Buil
 	dir := write(t, map[string]string{"tasks.jsonl": skewedTasks()})
 	marker := filepath.Join(dir, "claimed")
 	cmd := exec.Command(bin, "--kubeconfig", cluster.Kubeconfig(), "run", "-n", ns, "--run-id", runID,
-		"--tasks", filepath.Join(dir, "tasks.jsonl"), "--max-concurrent", "8", "--process", "local",
+		"--tasks", filepath.Join(dir, "tasks.jsonl"), "--max-concurrent", "8", "--process", "local", "--heartbeat", "3s",
 		"--", "sh", "-c", "touch "+marker+"; exec sleep 600")
 	// Its own process group, so that killing it takes its children too.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -268,9 +268,15 @@ func TestRunKilledThenReaped(t *testing.T) {
 		t.Fatalf("after SIGKILL: %+v (%v), want the killed run's objects", inv, err)
 	}
 	checkGetAndDescribe(t, ns, "killed")
+	// Until its heartbeat expires, the run may be alive for all reap knows.
 	code, out, stderr := execute("reap", "-n", ns, "--orphans", "--min-age", "0", "--dry-run")
+	if code != cli.ExitOK || strings.Contains(out, "killed") {
+		t.Errorf("reap --orphans took a run whose heartbeat is still valid: exit %d\n%s%s", code, out, stderr)
+	}
+	time.Sleep(4 * time.Second)
+	code, out, stderr = execute("reap", "-n", ns, "--orphans", "--dry-run")
 	if code != cli.ExitOK || !strings.Contains(out, "killed") || !strings.Contains(out, "would reap") {
-		t.Errorf("reap --dry-run: exit %d\n%s%s", code, out, stderr)
+		t.Errorf("reap --orphans --dry-run after the heartbeat expired: exit %d\n%s%s", code, out, stderr)
 	}
 	code, out, stderr = execute("reap", "-n", ns, "--run-id", "killed")
 	if code != cli.ExitOK || !strings.Contains(out, "reaped") {

@@ -47,9 +47,11 @@ func NewCommand(configFlags *genericclioptions.ConfigFlags, streams genericioopt
 sandboxes and Pods — selected by the sandbox-fleet.io/run-id label. Nothing
 without the label is touched.
 
---run-id names runs to reap. --orphans reaps every run in the namespace that
-is not named by --alive-run-ids and whose oldest object is older than
---min-age, so a run that is just starting is never taken. --dry-run lists what
+--run-id names runs to reap. --orphans reaps every run in the namespace whose
+driver (run or serve) stopped renewing its heartbeat Lease, and is not named
+by --alive-run-ids; a run whose driver is alive is never taken, however old.
+Runs with no heartbeat at all (left by versions before heartbeats) are taken
+once their oldest object is older than --min-age. --dry-run lists what
 would be reaped. With -f, every cluster of the fleet configuration is swept.`,
 		Example: `  # a run killed with SIGKILL
   kubectl sandbox-fleet reap --run-id run-20261129-120000-a1b2c3 -n rl
@@ -80,7 +82,7 @@ would be reaped. With -f, every cluster of the fleet configuration is swept.`,
 	_ = cmd.RegisterFlagCompletionFunc("run-id", get.CompleteRunIDs(configFlags))
 	f.BoolVar(&o.orphans, "orphans", false, "reap every run not named by --alive-run-ids")
 	f.StringSliceVar(&o.alive, "alive-run-ids", nil, "runs still going, which --orphans keeps")
-	f.DurationVar(&o.minAge, "min-age", 5*time.Minute, "with --orphans, keep runs younger than this")
+	f.DurationVar(&o.minAge, "min-age", 5*time.Minute, "with --orphans, keep runs with no heartbeat Lease younger than this")
 	f.BoolVar(&o.dryRun, "dry-run", false, "list what would be reaped, delete nothing")
 	return cmd
 }
@@ -111,7 +113,12 @@ func (o *options) run(ctx context.Context, targets []fleet.Target) error {
 		runs := inv.Runs().Items
 		var chosen []inventory.Run
 		if o.orphans {
-			chosen = teardown.Orphans(runs, o.alive, o.minAge, now)
+			beats, err := teardown.Heartbeats(ctx, t.Clients, now)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("cluster %s: %w", t.Config.Name, err))
+				continue
+			}
+			chosen = teardown.Orphans(runs, o.alive, beats, o.minAge, now)
 		} else {
 			for _, r := range runs {
 				if slices.Contains(o.runIDs, r.Name) {

@@ -28,6 +28,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/heartbeat"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/metrics"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/results"
@@ -46,7 +47,7 @@ type options struct {
 
 	// What to do and where to put the outcome.
 	process, script                              string
-	timeout                                      time.Duration
+	timeout, heartbeat                           time.Duration
 	resultsFile, reportFile, output, metricsAddr string
 	progressInterval                             time.Duration
 	quiet, prepull                               bool
@@ -121,6 +122,7 @@ run failed, 2 for bad flags or input.`,
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at this address, e.g. 127.0.0.1:9095")
 	f.DurationVar(&o.progressInterval, "progress-interval", 10*time.Second, "how often progress is logged when stderr is not a terminal")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print no progress and no report table")
+	f.DurationVar(&o.heartbeat, "heartbeat", heartbeat.DefaultDuration, "how long the run's heartbeat Lease stays valid unrenewed; reap --orphans takes the run once it has expired")
 	f.BoolVar(&o.prepull, "prepull", false, "before warming, have the nodes with asrl-prepull-agent pull the run's images (a PrepullJob per cluster, deleted at the end)")
 	f.Int32Var(&o.prepullHighWater, "prepull-high-water", 80, "with --prepull, start no pull once a node's image filesystem is this full, in percent (1-100)")
 	return cmd
@@ -138,6 +140,9 @@ func (o *options) complete(cmd *cobra.Command, args []string) error {
 	o.command = args
 	if o.timeout < 0 {
 		return usage.Errorf("--timeout %s: must not be negative", o.timeout)
+	}
+	if o.heartbeat < time.Second {
+		return usage.Errorf("--heartbeat %s: must be at least 1s", o.heartbeat)
 	}
 	if o.prepullHighWater < 1 || o.prepullHighWater > 100 {
 		return usage.Errorf("--prepull-high-water %d: must be a percentage, 1 to 100", o.prepullHighWater)
@@ -232,6 +237,19 @@ func (o *options) run(parent context.Context) error {
 	if err := f.Preflight(ctx); err != nil {
 		return fmt.Errorf("%w\nNothing was created", err)
 	}
+	// The heartbeat tells `reap --orphans` this run's driver is alive; it
+	// stops after teardown, so a SIGKILLed run is reaped and a live one not.
+	stopBeats, err := f.StartHeartbeats(ctx, "run", o.heartbeat)
+	if err != nil {
+		return fmt.Errorf("%w\nNothing was created", err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := stopBeats(ctx); err != nil {
+			fmt.Fprintf(o.streams.ErrOut, "Warning: %v\n", err)
+		}
+	}()
 	if o.prepull {
 		defer func() {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

@@ -94,11 +94,13 @@ var (
 	sandboxClaims    = apiResource{extensionsv1beta1.GroupVersion.String(), "sandboxclaims", []string{"create", "get", "list", "watch", "delete"}, true}
 	pods             = apiResource{"v1", "pods", []string{"get", "list", "watch"}, false}
 	podsExec         = apiResource{"v1", "pods/exec", []string{"create"}, false}
+	// leases hold a driver's heartbeat (package heartbeat).
+	leases = apiResource{"coordination.k8s.io/v1", "leases", []string{"create", "get", "list", "update", "delete"}, true}
 
 	// agentSandboxAPI is what must be served: the four Agent Sandbox kinds.
 	agentSandboxAPI = []apiResource{sandboxes, sandboxTemplates, sandboxWarmPools, sandboxClaims}
 	// permissions are what the caller must be allowed in the namespace.
-	permissions = []apiResource{sandboxTemplates, sandboxWarmPools, sandboxClaims, sandboxes, pods, podsExec}
+	permissions = []apiResource{sandboxTemplates, sandboxWarmPools, sandboxClaims, sandboxes, pods, podsExec, leases}
 )
 
 // Run checks the cluster behind kc. server is the API server's address, for

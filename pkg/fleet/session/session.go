@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"sync"
 	"time"
@@ -62,7 +61,8 @@ var (
 type Session struct {
 	fleet *fleet.Fleet
 	opts  Options
-	beats []*heartbeat.Heartbeat
+	// stopBeats ends the run's heartbeat.
+	stopBeats func(context.Context) error
 	// ctx lives as long as the session; background work runs under it.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -130,15 +130,9 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 	}
 	s := &Session{fleet: f, opts: opts, tasks: map[string]tasks.Task{}, seen: map[string]string{},
 		pools: map[string]*pool{}, handles: map[string]*Handle{}, requests: map[string]*request{}, clients: map[string]time.Time{}}
-	host, _ := os.Hostname()
-	for _, c := range f.Clusters {
-		b, err := heartbeat.Start(ctx, c.Clients.Kube, c.Namespace(), runID, fmt.Sprintf("serve@%s/%d", host, os.Getpid()), opts.Heartbeat)
-		if err != nil {
-			s.stopBeats(ctx)
-			f.Close()
-			return nil, err
-		}
-		s.beats = append(s.beats, b)
+	if s.stopBeats, err = f.StartHeartbeats(ctx, "serve", opts.Heartbeat); err != nil {
+		f.Close()
+		return nil, err
 	}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	for _, t := range ts {
@@ -718,14 +712,6 @@ func (s *Session) Close(ctx context.Context) error {
 	err = errors.Join(err, s.stopBeats(ctx))
 	s.fleet.Close()
 	return err
-}
-
-func (s *Session) stopBeats(ctx context.Context) error {
-	var errs []error
-	for _, b := range s.beats {
-		errs = append(errs, b.Stop(ctx))
-	}
-	return errors.Join(errs...)
 }
 
 // PoolName is the name of image's pool in this session.

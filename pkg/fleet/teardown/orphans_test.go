@@ -20,20 +20,23 @@ func TestOrphans(t *testing.T) {
 		run("dead-old", now.Add(-time.Hour)),
 		run("dead-young", now.Add(-time.Minute)),
 		run("dead-at-limit", now.Add(-5*time.Minute)),
+		run("beating-old", now.Add(-time.Hour)),
+		run("stopped-young", now.Add(-time.Minute)),
 	}
+	heartbeats := map[string]bool{"beating-old": false, "stopped-young": true}
 	for _, tt := range []struct {
 		name   string
 		alive  []string
 		minAge time.Duration
 		want   []string
 	}{
-		{"alive runs and young runs are kept", []string{"alive"}, 5 * time.Minute, []string{"dead-old", "dead-at-limit"}},
-		{"no minimum age takes every dead run", []string{"alive"}, 0, []string{"dead-old", "dead-young", "dead-at-limit"}},
-		{"no alive list takes every old run", nil, 30 * time.Minute, []string{"alive", "dead-old"}},
-		{"everything alive", []string{"alive", "dead-old", "dead-young", "dead-at-limit"}, 0, nil},
+		{"alive runs and young runs are kept", []string{"alive"}, 5 * time.Minute, []string{"dead-old", "dead-at-limit", "stopped-young"}},
+		{"no minimum age takes every dead run", []string{"alive"}, 0, []string{"dead-old", "dead-young", "dead-at-limit", "stopped-young"}},
+		{"no alive list takes every old run without a live heartbeat", nil, 30 * time.Minute, []string{"alive", "dead-old", "stopped-young"}},
+		{"everything alive", []string{"alive", "dead-old", "dead-young", "dead-at-limit", "stopped-young"}, 0, nil},
 	} {
 		var got []string
-		for _, r := range Orphans(runs, tt.alive, tt.minAge, now) {
+		for _, r := range Orphans(runs, tt.alive, heartbeats, tt.minAge, now) {
 			got = append(got, r.Name)
 		}
 		if !slices.Equal(got, tt.want) {

@@ -8,10 +8,12 @@ import (
 	"slices"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/heartbeat"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracker"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
@@ -70,17 +72,50 @@ func Reap(ctx context.Context, clients *kube.Clients, runID string) error {
 	if err != nil {
 		return err
 	}
-	return Run(ctx, clients.Client, tr, clients.Namespace, runID)
+	if err := Run(ctx, clients.Client, tr, clients.Namespace, runID); err != nil {
+		return err
+	}
+	// The heartbeat of a driver that died goes last: until the rest is
+	// gone, an expired heartbeat keeps marking the run an orphan.
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: heartbeat.Name(runID), Namespace: clients.Namespace}}
+	if err := client.IgnoreNotFound(clients.Client.Delete(ctx, lease)); err != nil {
+		return fmt.Errorf("deleting the heartbeat Lease of run %s: %w", runID, err)
+	}
+	return nil
 }
 
-// Orphans picks the runs to reap: those not in alive whose oldest object is
-// at least minAge old at now, so that a run still starting is never taken.
-func Orphans(runs []inventory.Run, alive []string, minAge time.Duration, now time.Time) []inventory.Run {
+// Orphans picks the runs to reap: those not in alive whose driver's
+// heartbeat Lease (package heartbeat) has expired — however young — and,
+// among runs with no heartbeat at all (a driver older than heartbeats),
+// those whose oldest object is at least minAge old at now. A run whose
+// driver still renews its heartbeat is never taken, however old.
+// heartbeats maps a run id to whether its Lease has expired.
+func Orphans(runs []inventory.Run, alive []string, heartbeats map[string]bool, minAge time.Duration, now time.Time) []inventory.Run {
 	var out []inventory.Run
 	for _, r := range runs {
-		if !slices.Contains(alive, r.Name) && now.Sub(r.CreationTimestamp.Time) >= minAge {
+		expired, beats := heartbeats[r.Name]
+		switch {
+		case slices.Contains(alive, r.Name):
+		case beats && expired:
+			out = append(out, r)
+		case !beats && now.Sub(r.CreationTimestamp.Time) >= minAge:
 			out = append(out, r)
 		}
 	}
 	return out
+}
+
+// Heartbeats reads the heartbeat Leases of the runs in the namespace of
+// clients: run id -> whether it has expired at now.
+func Heartbeats(ctx context.Context, clients *kube.Clients, now time.Time) (map[string]bool, error) {
+	leases := &coordinationv1.LeaseList{}
+	if err := clients.Client.List(ctx, leases, client.InNamespace(clients.Namespace), client.HasLabels{labels.RunID}); err != nil {
+		return nil, fmt.Errorf("reading the runs' heartbeat Leases: %w", err)
+	}
+	out := map[string]bool{}
+	for i := range leases.Items {
+		l := &leases.Items[i]
+		out[l.Labels[labels.RunID]] = heartbeat.Expired(l, now)
+	}
+	return out, nil
 }
