@@ -89,11 +89,12 @@ func TestRunEvalSweep(t *testing.T) {
 		byID[r.ID] = append(byID[r.ID], r)
 	}
 	for id, want := range map[string]struct {
-		code   int
-		stdout string
+		code    int
+		stdout  string
+		verdict string
 	}{
-		"p1-fixed": {0, "OK"}, "p2-fixed": {0, "OK"},
-		"p1-broken": {1, "FAILED (failures=1)"}, "p2-broken": {1, "FAILED (failures=1)"},
+		"p1-fixed": {0, "OK", ""}, "p2-fixed": {0, "OK", ""},
+		"p1-broken": {1, "FAILED (failures=1)", "task"}, "p2-broken": {1, "FAILED (failures=1)", "task"},
 	} {
 		rs := byID[id]
 		if len(rs) != 1 {
@@ -102,13 +103,14 @@ func TestRunEvalSweep(t *testing.T) {
 		}
 		r := rs[0]
 		if r.ExitCode == nil || *r.ExitCode != want.code || !strings.Contains(r.Stdout, want.stdout) ||
-			!strings.Contains(r.Stderr, "task "+id+" tested") || r.Node == "" || r.OK != (want.code == 0) {
-			t.Errorf("task %s: %+v; want exit code %d and %q in stdout", id, r, want.code, want.stdout)
+			!strings.Contains(r.Stderr, "task "+id+" tested") || r.Node == "" || r.OK != (want.code == 0) || r.Verdict != want.verdict {
+			t.Errorf("task %s: %+v; want exit code %d, %q in stdout and verdict %q", id, r, want.code, want.stdout, want.verdict)
 		}
 	}
 	bad := byID["no-such-image"]
-	if len(bad) != 1 || bad[0].ExitCode != nil || bad[0].OK || !strings.Contains(bad[0].Error, "no-such-tag") {
-		t.Errorf("the bad image's task: %+v; want an error naming the image and no exit code", bad)
+	if len(bad) != 1 || bad[0].ExitCode != nil || bad[0].OK || !strings.Contains(bad[0].Error, "no-such-tag") ||
+		bad[0].Verdict != "infra" || bad[0].Reason != "start" {
+		t.Errorf("the bad image's task: %+v; want an error naming the image, no exit code, and the verdict infra (start)", bad)
 	}
 
 	// The rerun does only the task that could not run.

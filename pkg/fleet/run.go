@@ -15,6 +15,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/warm"
 )
 
@@ -40,6 +41,12 @@ type Result struct {
 	OK bool `json:"ok"`
 	// Error says why the task did not run or did not succeed.
 	Error string `json:"error,omitempty"`
+	// Verdict says whose fault a failure is: "task" (the work ran and
+	// exited non-zero) or "infra" (the sandbox could not start or was
+	// lost, a wait timed out, the cluster failed); Reason says, for
+	// infra, what failed (package verdict). Both are empty on success.
+	Verdict string `json:"verdict,omitempty"`
+	Reason  string `json:"reason,omitempty"`
 	// ExitCode is set when the work ran to completion.
 	ExitCode *int   `json:"exitCode,omitempty"`
 	Stdout   string `json:"stdout,omitempty"`
@@ -307,6 +314,7 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.F
 	}()
 	if err := failed[resources.PoolName(f.RunID, t.Image)]; err != nil {
 		r.Error = fmt.Sprintf("task %s: the warm pool of %s was given up: %v", t.ID, t.Image, err)
+		r.Verdict, r.Reason = verdict.Infra, verdict.Start
 		return r
 	}
 
@@ -315,6 +323,7 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.F
 	r.Phases["claim"] = time.Since(start).Seconds()
 	if err != nil {
 		r.Error = err.Error()
+		r.Verdict, r.Reason = verdict.Infra, verdict.Reason(err)
 		return r
 	}
 	cluster = s.Cluster
@@ -336,14 +345,18 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.F
 		if aerr := s.Alive(context.WithoutCancel(ctx)); errors.As(aerr, &lost) {
 			err = lost
 		} else if wctx.Err() != nil && ctx.Err() == nil {
-			err = fmt.Errorf("task %s: work timed out after %s: %w", t.ID, o.TaskTimeout, err)
+			err = verdict.Infrastructure(verdict.Timeout, fmt.Errorf("task %s: work timed out after %s: %w", t.ID, o.TaskTimeout, err))
+		} else {
+			err = verdict.Infrastructure(verdict.Exec, err)
 		}
 		r.Error = err.Error()
+		r.Verdict, r.Reason = verdict.Infra, verdict.Reason(err)
 	default:
 		r.ExitCode = &out.ExitCode
 		r.OK = out.ExitCode == 0
 		if !r.OK {
 			r.Error = fmt.Sprintf("exit code %d", out.ExitCode)
+			r.Verdict = verdict.Task
 		}
 	}
 	r.Stdout, r.Stderr = out.Stdout, out.Stderr
