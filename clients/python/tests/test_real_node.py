@@ -102,3 +102,24 @@ def test_a_pod_deleted_mid_exec(session):
     # A lost sandbox can still be released.
     session.release(h)
     wait_for("no handle", lambda: not session.status().get("handles"))
+
+
+def test_trainer_example(session):
+    """examples/trainer runs as a user would run it, against this session."""
+    import json
+    import sys
+
+    trainer = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "trainer", "trainer.py")
+    out = subprocess.run([sys.executable, trainer, "--address", session._t.address, "--images", PROBLEM,
+                          "--steps", "2", "--group", "3", "--run", "example"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    steps = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [s["step"] for s in steps] == [0, 1]
+    for s in steps:
+        assert s["rollouts"] == 3 and s["scored"] + s["masked"] == 3
+        assert s["scored"] == 3, out.stderr  # no infrastructure failure here
+        assert s["mean_reward"] is not None
+    detail = json.loads(out.stderr)
+    for r in (r for s in detail for r in s["results"]):
+        # The reward is the tests' verdict on the policy's patch.
+        assert r["reward"] == (1.0 if r["patched"] else 0.0), r

@@ -4,6 +4,7 @@ response, leases of a killed client, teardown, on kwok nodes."""
 from __future__ import annotations
 
 import os
+import time
 import signal
 import socket
 import subprocess
@@ -11,7 +12,7 @@ import sys
 import textwrap
 import threading
 
-from conftest import gone, leftovers, needs_cluster, wait_for
+from conftest import BIN, NAMESPACE, gone, leftovers, needs_cluster, wait_for
 
 from sandbox_fleet import SandboxFleet
 
@@ -163,3 +164,22 @@ def test_sigterm_tears_down(server):
     c.acquire("t2")
     assert s.stop(signal.SIGTERM) == 0, s.logs()
     gone(s)
+
+
+def test_reap_orphans_takes_a_killed_session_and_leaves_a_live_one(server):
+    live, dead = server("--heartbeat", "2s"), server("--heartbeat", "2s")
+    clients = [live.client(), dead.client()]
+    for c in clients:
+        c.add_tasks(TASKS)
+        c.acquire("t0")
+    dead.stop(signal.SIGKILL)
+    assert leftovers(dead.run_id)
+    # Long enough for the dead session's heartbeat to expire; the live one
+    # renews its own every third of it.
+    time.sleep(3)
+    out = subprocess.run([BIN, "reap", "-n", NAMESPACE, "--orphans"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert dead.run_id in out.stdout and live.run_id not in out.stdout, out.stdout
+    gone(dead)
+    assert any(o.startswith("sandboxclaim") for o in leftovers(live.run_id))
+    clients[0].status()  # the live session still serves

@@ -56,19 +56,23 @@ func (s *Session) Exec(ctx context.Context, id, client string, r ExecRequest) (i
 	// A command killed because its Pod is going ends with a signal's exit
 	// code, not a broken stream: that is the sandbox's failure, not the
 	// task's.
-	var lost *claim.LostError
-	if code > 128 && errors.As(h.Alive(ctx), &lost) {
-		return 0, verdict.Infrastructure(verdict.Lost, lost)
+	if code > 128 {
+		if lost := s.waitLost(context.WithoutCancel(ctx), h, lostWait); lost != nil {
+			return 0, verdict.Infrastructure(verdict.Lost, lost)
+		}
 	}
 	return code, nil
 }
 
+// lostWait is how long a command that broke off waits to learn whether its
+// sandbox was lost: the Pod's deletion may reach the run's cache a moment
+// after the kubelet killed the command.
+const lostWait = 2 * time.Second
+
 // execFailure says why a command could not run: its sandbox was lost, it
 // timed out, or exec itself failed.
 func (s *Session) execFailure(ctx context.Context, h *Handle, err error, timeout time.Duration) error {
-	// The Pod's deletion may reach the cache a moment after the stream
-	// broke; give it that moment.
-	lost := s.waitLost(context.WithoutCancel(ctx), h, 2*time.Second)
+	lost := s.waitLost(context.WithoutCancel(ctx), h, lostWait)
 	switch {
 	case lost != nil:
 		return verdict.Infrastructure(verdict.Lost, lost)
