@@ -1,0 +1,188 @@
+package fleetclient_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	fleetv1 "github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/serve"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/session"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleetclient"
+)
+
+var cluster *testcluster.Cluster
+
+func TestMain(m *testing.M) { testcluster.Main(m, &cluster) }
+
+// startSession serves a session of its own on kwok nodes, as serve does,
+// and returns it; everything of it is torn down when the test ends.
+func startSession(t *testing.T, ctx context.Context, access serve.Access) (*serve.Service, string) {
+	t.Helper()
+	clients, err := cluster.Clients(cluster.NewNamespace(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config.Default()
+	cfg.MaxConcurrent, cfg.MaxWarmPoolSize = 4, 2
+	s, err := session.Open(ctx, "go-client", cfg, nil, []fleet.Target{{Config: config.Cluster{Name: "kwok", Weight: 1}, Clients: clients}}, session.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := serve.NewService(s)
+	l, addr, err := serve.Listen(access)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- serve.Serve(sctx, l, v, access) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("serving: %v", err)
+		}
+		if err := v.Shutdown(context.Background()); err != nil {
+			t.Errorf("closing the session: %v", err)
+		}
+		left, err := s.Fleet().Leftovers(context.Background())
+		if err != nil || len(left) > 0 {
+			t.Errorf("after Close: %v left (%v)", left, err)
+		}
+	})
+	return v, addr
+}
+
+func code(err error) connect.Code {
+	var cerr *connect.Error
+	if errors.As(err, &cerr) {
+		return cerr.Code()
+	}
+	return 0
+}
+
+// The Go client over a unix socket: the plan grows, pools warm, a retried
+// Acquire gets the same sandbox, and bad requests get precise errors.
+func TestSessionOverUnixSocket(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, addr := startSession(t, ctx, serve.Access{Address: filepath.Join(t.TempDir(), "s.sock")})
+	c, err := fleetclient.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	added, err := c.AddTasks(ctx, connect.NewRequest(&fleetv1.AddTasksRequest{Tasks: []*fleetv1.Task{
+		{Id: "a", Image: "registry.example/a:1"}, {Id: "b", Image: "registry.example/a:1"}, {Id: "c", Image: "registry.example/c:1"},
+	}}))
+	if err != nil || added.Msg.Total != 3 || len(added.Msg.Pools) != 2 {
+		t.Fatalf("AddTasks = %v, %v; want 3 tasks over 2 new pools", added, err)
+	}
+	if _, err := c.Lookahead(ctx, connect.NewRequest(&fleetv1.LookaheadRequest{TaskIds: []string{"a", "c"}})); err != nil {
+		t.Fatal(err)
+	}
+	ready, err := c.WaitPoolsReady(ctx, connect.NewRequest(&fleetv1.WaitPoolsReadyRequest{Timeout: durationpb.New(time.Minute)}))
+	if err != nil || !ready.Msg.Ready {
+		t.Fatalf("WaitPoolsReady = %v, %v", ready, err)
+	}
+
+	// Two calls with one request id, at once: one sandbox.
+	req := &fleetv1.AcquireRequest{RequestId: "r1", ClientId: "go", TaskId: "a"}
+	ids := make([]string, 2)
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Go(func() {
+			resp, err := c.Acquire(ctx, connect.NewRequest(req))
+			if err != nil {
+				t.Errorf("Acquire: %v", err)
+				return
+			}
+			ids[i] = resp.Msg.Handle.Id
+		})
+	}
+	wg.Wait()
+	if ids[0] == "" || ids[0] != ids[1] {
+		t.Fatalf("a retried Acquire got %q and %q, want one sandbox", ids[0], ids[1])
+	}
+	st, err := c.Status(ctx, connect.NewRequest(&fleetv1.StatusRequest{}))
+	if err != nil || len(st.Msg.Handles) != 1 || st.Msg.Counts.Acquired != 1 {
+		t.Fatalf("Status = %v, %v; want one handle", st, err)
+	}
+
+	for _, tc := range []struct {
+		name string
+		call func() error
+		want connect.Code
+	}{
+		{"an unknown task", func() error {
+			_, err := c.Acquire(ctx, connect.NewRequest(&fleetv1.AcquireRequest{ClientId: "go", TaskId: "nope"}))
+			return err
+		}, connect.CodeNotFound},
+		{"no client id", func() error {
+			_, err := c.Acquire(ctx, connect.NewRequest(&fleetv1.AcquireRequest{TaskId: "a"}))
+			return err
+		}, connect.CodeInvalidArgument},
+		{"a request id reused for another task", func() error {
+			_, err := c.Acquire(ctx, connect.NewRequest(&fleetv1.AcquireRequest{RequestId: "r1", ClientId: "go", TaskId: "c"}))
+			return err
+		}, connect.CodeInvalidArgument},
+		{"a foreign handle", func() error {
+			_, err := c.Release(ctx, connect.NewRequest(&fleetv1.ReleaseRequest{Handle: ids[0], ClientId: "someone-else"}))
+			return err
+		}, connect.CodePermissionDenied},
+		{"no timeout", func() error {
+			_, err := c.WaitPoolsReady(ctx, connect.NewRequest(&fleetv1.WaitPoolsReadyRequest{}))
+			return err
+		}, connect.CodeInvalidArgument},
+		{"a bad image", func() error {
+			_, err := c.AddTasks(ctx, connect.NewRequest(&fleetv1.AddTasksRequest{Tasks: []*fleetv1.Task{{Id: "x", Image: "Bad Image"}}}))
+			return err
+		}, connect.CodeInvalidArgument},
+	} {
+		if err := tc.call(); code(err) != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	st, err = c.Status(ctx, connect.NewRequest(&fleetv1.StatusRequest{}))
+	if err != nil || len(st.Msg.Handles) != 1 || st.Msg.Tasks != 3 {
+		t.Fatalf("bad requests changed the session: %v, %v", st, err)
+	}
+	if _, err := c.Release(ctx, connect.NewRequest(&fleetv1.ReleaseRequest{Handle: ids[0], ClientId: "go"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Close(ctx, connect.NewRequest(&fleetv1.CloseRequest{})); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Beyond loopback and unix sockets, every call must carry the token.
+func TestToken(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, addr := startSession(t, ctx, serve.Access{Address: "127.0.0.1:0", Token: "s3cret"})
+	for _, tc := range []struct {
+		opts []fleetclient.Option
+		want connect.Code
+	}{
+		{nil, connect.CodeUnauthenticated},
+		{[]fleetclient.Option{fleetclient.WithToken("wrong")}, connect.CodeUnauthenticated},
+		{[]fleetclient.Option{fleetclient.WithToken("s3cret")}, 0},
+	} {
+		c, err := fleetclient.New(addr, tc.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Status(ctx, connect.NewRequest(&fleetv1.StatusRequest{}))
+		if code(err) != tc.want {
+			t.Errorf("with %d options: %v, want code %v", len(tc.opts), err, tc.want)
+		}
+	}
+}
