@@ -21,6 +21,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/heartbeat"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/session"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 )
@@ -93,7 +94,7 @@ exits at once and prints how to reap what is left.`,
 			for _, d := range []struct {
 				flag string
 				v    time.Duration
-			}{{"lease-ttl", o.opts.LeaseTTL}, {"warm-ttl", o.opts.WarmTTL}} {
+			}{{"lease-ttl", o.opts.LeaseTTL}, {"warm-ttl", o.opts.WarmTTL}, {"heartbeat", o.opts.Heartbeat}} {
 				if d.v <= 0 {
 					return usage.Errorf("--%s %s: must be positive", d.flag, d.v)
 				}
@@ -110,6 +111,7 @@ exits at once and prints how to reap what is left.`,
 	f.StringVar(&o.access.KeyFile, "tls-key-file", "", "the private key of --tls-cert-file")
 	f.DurationVar(&o.opts.LeaseTTL, "lease-ttl", session.DefaultLeaseTTL, "a client's sandboxes are released this long after its last call")
 	f.DurationVar(&o.opts.WarmTTL, "warm-ttl", session.DefaultWarmTTL, "a pool nobody asked for this long, with no sandbox held, is removed")
+	f.DurationVar(&o.opts.Heartbeat, "heartbeat", heartbeat.DefaultDuration, "how long the session's heartbeat Lease stays valid unrenewed; reap --orphans takes the session once it has expired")
 	return cmd
 }
 
