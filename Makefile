@@ -87,6 +87,11 @@ demo: build testbin node-deps ## a sample eval sweep (12 tasks, 3 images) throug
 bench: testbin ## benchmark the claim path against a bare client on a local kwok cluster (~45 min)
 	go run ./bench/claims -rounds 2
 
+.PHONY: bench-serve
+bench-serve: testbin ## benchmark the training-loop path: Python through serve, the engine in process, a bare python3-kubernetes client (~10 min)
+	hack/node-deps.sh bench
+	go run ./bench/serve -rounds 3
+
 .PHONY: bench-webhook
 bench-webhook: testbin ## benchmark asrl-webhook against no webhook, a policy-free webhook and a constant condition: latency at 200 Pods/s, creates/s ratios, warm pool fill (~20 min)
 	go run ./bench/webhook -rounds 6

@@ -2,10 +2,12 @@
 # Installs from Debian what the test cluster's real node needs and Go cannot
 # build: runc, the CNI plugins, busybox-static (the busybox test image),
 # mmdebstrap (the SWE-bench-like test image) and iproute2/iptables; and
-# pytest, which runs the Python client's tests. It does nothing when they are
-# all present.
+# pytest, which runs the Python client's tests. With the argument "bench" it
+# also installs python3-kubernetes, the bare client of bench/serve. It does
+# nothing when they are all present.
 set -euo pipefail
 packages=(runc containernetworking-plugins busybox-static mmdebstrap iproute2 iptables python3-pytest)
+[[ ${1:-} == bench ]] && packages+=(python3-kubernetes)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -228,7 +228,9 @@ func (v *Service) WriteFiles(ctx context.Context, stream *connect.ClientStream[f
 		return nil, toConnect(err)
 	}
 	pr, pw := io.Pipe()
+	received := make(chan struct{})
 	go func() {
+		defer close(received)
 		data := first.Tar
 		for {
 			if _, err := pw.Write(data); err != nil {
@@ -242,8 +244,10 @@ func (v *Service) WriteFiles(ctx context.Context, stream *connect.ClientStream[f
 		}
 	}()
 	n, err := v.Session.WriteFiles(ctx, first.Handle, first.ClientId, first.Directory, pr)
-	// Unblock the receiving goroutine if the sandbox stopped reading.
+	// Unblock the receiving goroutine if the sandbox stopped reading, and
+	// let it finish: the stream is not to be used once this returns.
 	pr.CloseWithError(errors.New("the archive was not read to its end"))
+	<-received
 	if err != nil {
 		return nil, toConnect(err)
 	}

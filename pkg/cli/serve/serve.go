@@ -89,7 +89,14 @@ exits at once and prints how to reap what is left.`,
 				return usage.Errorf("--tls-cert-file and --tls-key-file go together")
 			}
 			if o.access.Address == "" {
-				o.access.Address = filepath.Join(os.TempDir(), "sandbox-fleet-"+o.runID, "serve.sock")
+				// A directory of a fresh name that only this user may
+				// enter, so nobody can put a socket of their own there.
+				dir, err := os.MkdirTemp("", "sandbox-fleet-"+o.runID+"-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+				o.access.Address = filepath.Join(dir, "serve.sock")
 			}
 			for _, d := range []struct {
 				flag string
@@ -105,7 +112,7 @@ exits at once and prints how to reap what is left.`,
 	f := cmd.Flags()
 	o.inputs.AddFlags(f)
 	f.StringVar(&o.runID, "run-id", "", "id labelling everything the session creates (default: generated)")
-	f.StringVar(&o.access.Address, "listen", "", "unix:///PATH or a socket path, or HOST:PORT (default: a unix socket in a private temporary directory)")
+	f.StringVar(&o.access.Address, "listen", "", "unix:///PATH or a socket path, or HOST:PORT (default: a unix socket in a new private temporary directory, printed at start)")
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token every call must carry; needed to listen beyond loopback")
 	f.StringVar(&o.access.CertFile, "tls-cert-file", "", "serve TLS with this certificate")
 	f.StringVar(&o.access.KeyFile, "tls-key-file", "", "the private key of --tls-cert-file")
