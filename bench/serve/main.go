@@ -464,28 +464,40 @@ func pct(xs []float64, p float64) float64 {
 
 func median(xs []float64) float64 { return pct(xs, 50) }
 
-// report prints each client's medians over the rounds and the ratios the
-// targets are stated in.
+// report prints each client's medians over the rounds, and the ratios the
+// targets are stated in: per round (the clients of a round ran back to
+// back, so drift of the machine cancels) and their median.
 func report(all map[string][]result) {
 	type row struct{ p50, p99, rate, cpu, server, requests float64 }
-	rows := map[string]row{}
-	for name, rs := range all {
-		var p50, p99, rate, cpu, server, reqs []float64
-		for _, r := range rs {
-			p50, p99 = append(p50, pct(r.Latencies, 50)), append(p99, pct(r.Latencies, 99))
-			rate, cpu, server = append(rate, float64(r.Tasks)/r.Wall), append(cpu, r.CPU), append(server, r.ServerCPU)
-			reqs = append(reqs, float64(r.Requests+r.Watches)/float64(r.Tasks))
-		}
-		rows[name] = row{median(p50), median(p99), median(rate), median(cpu), median(server), median(reqs)}
+	summary := func(r result) row {
+		return row{pct(r.Latencies, 50), pct(r.Latencies, 99), float64(r.Tasks) / r.Wall, r.CPU, r.ServerCPU,
+			float64(r.Requests+r.Watches) / float64(r.Tasks)}
 	}
 	fmt.Printf("\nmedians over the rounds\n%-13s %9s %9s %12s %12s %10s %14s\n", "client", "p50 ms", "p99 ms", "sandboxes/s", "trainer CPU", "serve CPU", "API req/task")
 	for _, name := range clients {
-		r := rows[name]
-		fmt.Printf("%-13s %9.1f %9.1f %12.1f %12.2f %10.2f %14.2f\n", name, 1000*r.p50, 1000*r.p99, r.rate, r.cpu, r.server, r.requests)
+		var p50, p99, rate, cpu, server, reqs []float64
+		for _, r := range all[name] {
+			x := summary(r)
+			p50, p99, rate = append(p50, x.p50), append(p99, x.p99), append(rate, x.rate)
+			cpu, server, reqs = append(cpu, x.cpu), append(server, x.server), append(reqs, x.requests)
+		}
+		fmt.Printf("%-13s %9.1f %9.1f %12.1f %12.2f %10.2f %14.2f\n", name, 1000*median(p50), 1000*median(p99),
+			median(rate), median(cpu), median(server), median(reqs))
 	}
-	s, e, b := rows["python-serve"], rows["go-engine"], rows["python-bare"]
-	fmt.Printf("\nthrough serve vs the engine in process: p99 %.2f× (target ≤ 1.05)\n", s.p99/e.p99)
-	fmt.Printf("through serve vs the bare Python client: sandboxes/s %.2f× (target ≥ 1), p99 %.2f× (target ≤ 1), trainer CPU %.2f× (target ≤ 0.3)\n",
-		s.rate/b.rate, s.p99/b.p99, s.cpu/b.cpu)
-	fmt.Println(strings.Repeat("-", 40))
+	ratios := map[string][]float64{}
+	names := []string{"serve/engine p99", "serve/bare sandboxes/s", "serve/bare p99", "serve/bare trainer CPU"}
+	for i := range all["python-serve"] {
+		s, e, b := summary(all["python-serve"][i]), summary(all["go-engine"][i]), summary(all["python-bare"][i])
+		for j, v := range []float64{s.p99 / e.p99, s.rate / b.rate, s.p99 / b.p99, s.cpu / b.cpu} {
+			ratios[names[j]] = append(ratios[names[j]], v)
+		}
+	}
+	fmt.Println("\nratios per round, and their median (targets: serve/engine p99 ≤ 1.05; serve/bare sandboxes/s ≥ 1, p99 ≤ 1, trainer CPU ≤ 0.3)")
+	for _, n := range names {
+		var each []string
+		for _, v := range ratios[n] {
+			each = append(each, fmt.Sprintf("%.2f", v))
+		}
+		fmt.Printf("%-24s %s  median %.2f\n", n, strings.Join(each, " "), median(ratios[n]))
+	}
 }

@@ -2,8 +2,20 @@ package fleetclient_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -163,18 +175,25 @@ func TestSessionOverUnixSocket(t *testing.T) {
 	}
 }
 
-// Beyond loopback and unix sockets, every call must carry the token.
-func TestToken(t *testing.T) {
+// Beyond loopback and unix sockets, every call must carry the token, best
+// over TLS.
+func TestTokenOverTLS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, addr := startSession(t, ctx, serve.Access{Address: "127.0.0.1:0", Token: "s3cret"})
+	certFile, keyFile, pool := selfSigned(t)
+	_, addr := startSession(t, ctx, serve.Access{Address: "127.0.0.1:0", Token: "s3cret", CertFile: certFile, KeyFile: keyFile})
+	if !strings.HasPrefix(addr, "https://") {
+		t.Fatalf("address %q, want https", addr)
+	}
+	tlsClient := fleetclient.WithHTTPClient(&http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}})
 	for _, tc := range []struct {
 		opts []fleetclient.Option
 		want connect.Code
 	}{
-		{nil, connect.CodeUnauthenticated},
-		{[]fleetclient.Option{fleetclient.WithToken("wrong")}, connect.CodeUnauthenticated},
-		{[]fleetclient.Option{fleetclient.WithToken("s3cret")}, 0},
+		{[]fleetclient.Option{tlsClient}, connect.CodeUnauthenticated},
+		{[]fleetclient.Option{tlsClient, fleetclient.WithToken("wrong")}, connect.CodeUnauthenticated},
+		{[]fleetclient.Option{tlsClient, fleetclient.WithToken("s3cret")}, 0},
+		{[]fleetclient.Option{fleetclient.WithToken("s3cret")}, connect.CodeUnavailable}, // the server's certificate is not trusted
 	} {
 		c, err := fleetclient.New(addr, tc.opts...)
 		if err != nil {
@@ -185,4 +204,40 @@ func TestToken(t *testing.T) {
 			t.Errorf("with %d options: %v, want code %v", len(tc.opts), err, tc.want)
 		}
 	}
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and its key, and returns a
+// pool that trusts it.
+func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "serve"},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	for path, block := range map[string]*pem.Block{certFile: {Type: "CERTIFICATE", Bytes: der}, keyFile: {Type: "EC PRIVATE KEY", Bytes: keyDER}} {
+		if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
 }

@@ -183,3 +183,81 @@ def test_reap_orphans_takes_a_killed_session_and_leaves_a_live_one(server):
     gone(dead)
     assert any(o.startswith("sandboxclaim") for o in leftovers(live.run_id))
     clients[0].status()  # the live session still serves
+
+
+def test_a_pool_nobody_wants_is_removed_after_the_warm_ttl(server):
+    s = server(warm_ttl="2s")
+    c = s.client()
+    c.add_tasks(TASKS)
+    c.lookahead(["t0"])
+    assert c.wait_pools_ready(timeout=120)["ready"]
+    assert any(o.startswith("sandboxwarmpool") for o in leftovers(s.run_id))
+    wait_for("the unwanted pool to go", lambda: not any(o.startswith("sandboxwarmpool") for o in leftovers(s.run_id)))
+    pools = c.status()["pools"]
+    assert [p.get("warm", False) for p in pools] == [False], pools
+
+
+def test_async_client(server):
+    import asyncio
+
+    from sandbox_fleet import AsyncSandboxFleet
+
+    s = server()
+
+    async def main():
+        fleet = AsyncSandboxFleet(s.address)
+        await fleet.add_tasks(TASKS)
+        await fleet.lookahead(["t0"])
+        assert (await fleet.wait_pools_ready(timeout=120))["ready"]
+        handles = await asyncio.gather(*(fleet.acquire(t["id"]) for t in TASKS))
+        assert len({h.id for h in handles}) == 3 and all(h.pod for h in handles)
+        assert len((await fleet.status())["handles"]) == 3
+        for h in handles:
+            async with h:
+                pass
+        assert not (await fleet.status()).get("handles")
+
+    asyncio.run(main())
+
+
+def test_malformed_requests_change_nothing(server):
+    import http.client
+    import json
+
+    s = server()
+    c = s.client()
+    c.add_tasks(TASKS)
+    path = s.address[len("unix://"):]
+    from sandbox_fleet._connect import _UnixConnection
+
+    for body, method in [(b"{not json", "Acquire"), (b'{"taskId": 42}', "Acquire"), (b"{}", "NoSuchMethod"),
+                         (b'{"tasks": [{"id": "x", "image": "Bad Image"}]}', "AddTasks")]:
+        conn = _UnixConnection(path, 10)
+        conn.request("POST", "/sandboxfleet.fleet.v1.FleetService/" + method, body=body,
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        err = resp.read()
+        conn.close()
+        assert resp.status >= 400, (method, body, resp.status, err)
+        if resp.status != 404:
+            assert json.loads(err)["code"] == "invalid_argument", err
+    st = c.status()
+    assert int(st["tasks"]) == 3, st
+    assert not st.get("handles") and not st.get("counts", {}).get("acquired"), st
+    assert not any(o.startswith("sandboxclaim") for o in leftovers(s.run_id))
+
+
+def test_token_guards_tcp(server, tmp_path):
+    from sandbox_fleet import FleetError
+
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    s = server("--listen", "127.0.0.1:0", "--token-file", str(token))
+    assert s.address.startswith("http://127.0.0.1:"), s.address
+    with_token = SandboxFleet(s.address, token="s3cret")
+    assert with_token.status()["runId"] == s.run_id
+    try:
+        SandboxFleet(s.address).status()
+        raise AssertionError("a call without the token went through")
+    except FleetError as e:
+        assert e.code == "unauthenticated", e
