@@ -84,6 +84,9 @@ func collect(t *testing.T, ctx context.Context, f *fleet.Fleet) map[string]fleet
 		if _, dup := got[r.ID]; dup {
 			t.Errorf("task %s reported twice", r.ID)
 		}
+		if r.Started.IsZero() || r.Finished.Before(r.Started) {
+			t.Errorf("task %s started %s and finished %s", r.ID, r.Started, r.Finished)
+		}
 		got[r.ID] = r
 	}})
 	if err != nil {

@@ -192,7 +192,7 @@ func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func
 			process(window, failed)
 			// Unwarm this window before waiting for the next, so that no
 			// more than two windows are ever warm.
-			if err := f.Unwarm(ctx, window); err != nil {
+			if err := f.unwarmWindow(ctx, window); err != nil {
 				return err
 			}
 			if n+1 < len(windows) {
@@ -210,12 +210,23 @@ func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func
 				return err
 			}
 			process(window, failed)
-			if err := f.Unwarm(ctx, window); err != nil {
+			if err := f.unwarmWindow(ctx, window); err != nil {
 				return err
 			}
 		}
 	}
 	return context.Cause(ctx)
+}
+
+// unwarmWindow unwarms a window that has run. When the run was stopped,
+// that is what it says: teardown removes the window, and the errors of
+// deleting with a cancelled context would only hide why the run ended.
+func (f *Fleet) unwarmWindow(ctx context.Context, window []string) error {
+	err := f.Unwarm(ctx, window)
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return err
 }
 
 // Interleave orders tasks so that every stretch of the order holds each
@@ -303,10 +314,12 @@ func (f *Fleet) process(ctx context.Context, epoch int, ts []tasks.Task, failed 
 }
 
 // task claims a sandbox for t, does the work in it and releases it.
-func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.Failed, o RunOptions) Result {
+// The result is named so that the deferred end time lands in what is
+// returned.
+func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.Failed, o RunOptions) (r Result) {
 	f.stats.running.Add(1)
 	defer f.stats.running.Add(-1)
-	r := Result{ID: t.ID, Image: t.Image, OriginalImage: t.OriginalImage, Epoch: epoch, Started: time.Now(), Phases: map[string]float64{}}
+	r = Result{ID: t.ID, Image: t.Image, OriginalImage: t.OriginalImage, Epoch: epoch, Started: time.Now(), Phases: map[string]float64{}}
 	cluster := ""
 	defer func() {
 		r.Finished = time.Now()

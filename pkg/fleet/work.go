@@ -13,6 +13,8 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
@@ -115,6 +117,12 @@ func LocalWork(command []string) Work {
 		)
 		stdout, stderr := newTail(TailBytes), newTail(TailBytes)
 		cmd.Stdout, cmd.Stderr = stdout, stderr
+		// Ctrl-C or the task timeout ends the command and everything it
+		// started (an agent's own children), and a grandchild that keeps
+		// the output open cannot hold the task past localWaitDelay.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+		cmd.WaitDelay = localWaitDelay
 		err = cmd.Run()
 		out := Output{Stdout: stdout.String(), Stderr: stderr.String()}
 		var exitErr *osexec.ExitError
@@ -125,6 +133,10 @@ func LocalWork(command []string) Work {
 		return out, err
 	}
 }
+
+// localWaitDelay bounds how long a local command's output is read after it
+// was killed or exited.
+const localWaitDelay = 5 * time.Second
 
 var placeholder = regexp.MustCompile(`\{([a-zA-Z_.][a-zA-Z0-9_.\-]*)\}`)
 

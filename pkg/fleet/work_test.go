@@ -1,8 +1,15 @@
 package fleet
 
 import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
@@ -50,5 +57,35 @@ func TestTail(t *testing.T) {
 	short.Write([]byte("ok"))
 	if got := short.String(); got != "ok" {
 		t.Errorf("tail = %q, want ok", got)
+	}
+}
+
+// A local command that times out is killed with everything it started,
+// even a grandchild that keeps its output open.
+func TestLocalWorkKillsItsProcessGroup(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	work := LocalWork([]string{"sh", "-c", "sleep 60 & echo $! > " + pidFile + "; wait"})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := work(ctx, tasks.Task{ID: "t"}, &Sandbox{Handle: &claim.Handle{}})
+	if took := time.Since(start); took > localWaitDelay+5*time.Second {
+		t.Errorf("the timed-out command held the task for %s", took)
+	}
+	if err == nil {
+		t.Error("a killed command reported no error")
+	}
+	b, rerr := os.ReadFile(pidFile)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	deadline := time.Now().Add(5 * time.Second)
+	for !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("the command's child %d outlived it", pid)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -53,7 +53,7 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.warmPerTask, "warm-per-task", false, "warm one sandbox per task, up to the cap, for instant claims")
 	fs.IntVar(&f.windowSize, "window-size", 0, "images warm at once for sliding and pipelined (default: sized from the budget and disk)")
 	fs.IntVar(&f.epochs, "epochs", 0, "passes over the tasks, pools kept warm between them (default 1)")
-	fs.BoolVar(&f.keepWarm, "keep-warm", false, "leave the pools warm at the end; tear them down with `teardown --run-id`")
+	fs.BoolVar(&f.keepWarm, "keep-warm", false, "leave the pools warm at the end; tear them down with: teardown --run-id ID")
 	fs.IntVar(&f.warmCreateBudget, "warm-create-budget", 0, "fill pools in waves of at most this many creates; 0 = all at once (default 1000)")
 	fs.DurationVar(&f.readyTimeout, "ready-timeout", 0, "how long a pool may take to be ready (default 15m)")
 	fs.StringVar(&f.claimPacing, "claim-pacing", "", "none: claim at once; warm: claim only while the pool has a free Ready sandbox (default none)")

@@ -120,10 +120,17 @@ func Check(source string, ts []Task, seen map[string]string, rewrite []images.Ru
 // starting with # are skipped.
 func (l *loader) read(file string, r io.Reader) {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 16<<20) // SWE-bench rows carry whole patches
+	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
 	jsonl, decided := false, false
-	for line := 1; sc.Scan(); line++ {
-		text := strings.TrimSpace(sc.Text())
+	line := 0
+	for sc.Scan() {
+		line++
+		text := sc.Text()
+		if line == 1 {
+			// A byte-order mark some editors write is no part of the row.
+			text = strings.TrimPrefix(text, "\uFEFF")
+		}
+		text = strings.TrimSpace(text)
 		if text == "" || strings.HasPrefix(text, "#") {
 			continue
 		}
@@ -136,16 +143,55 @@ func (l *loader) read(file string, r io.Reader) {
 			l.add(fmt.Sprintf("%s:%d", file, line), Task{ID: fmt.Sprint(len(l.tasks)), Image: text})
 		}
 	}
-	if err := sc.Err(); err != nil {
+	switch err := sc.Err(); {
+	case errors.Is(err, bufio.ErrTooLong):
+		l.fail(fmt.Sprintf("%s:%d", file, line+1), "the line is longer than %d MiB; split the row or move its large fields to files", maxLine>>20)
+	case err != nil:
 		l.errs = append(l.errs, fmt.Errorf("%s: %w", file, err))
 	}
 }
 
-func (l *loader) row(where string, text []byte) {
+// maxLine bounds a task file's line: SWE-bench rows carry whole patches.
+const maxLine = 16 << 20
+
+// decodeRow decodes one JSONL row: a single JSON object, nothing after it,
+// no key twice (encoding/json would silently keep the last).
+func decodeRow(text []byte) (map[string]any, error) {
 	dec := json.NewDecoder(bytes.NewReader(text))
 	dec.UseNumber()
-	var row map[string]any
-	if err := dec.Decode(&row); err != nil {
+	if tok, err := dec.Token(); err != nil {
+		return nil, err
+	} else if tok != json.Delim('{') {
+		return nil, errors.New("a row must be a JSON object")
+	}
+	row := map[string]any{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key := tok.(string) // an object's keys are strings, or Token fails
+		if _, dup := row[key]; dup {
+			return nil, fmt.Errorf("the key %q appears twice", key)
+		}
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		row[key] = v
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("text after the JSON object at offset %d: one object a line", dec.InputOffset())
+	}
+	return row, nil
+}
+
+func (l *loader) row(where string, text []byte) {
+	row, err := decodeRow(text)
+	if err != nil {
 		l.fail(where, "invalid JSON: %v", err)
 		return
 	}
@@ -182,6 +228,8 @@ func (l *loader) id(row map[string]any) (string, []string, error) {
 	for _, f := range []string{"id", "instance_id"} {
 		if v, ok := scalar(row[f]); ok {
 			return v, []string{f}, nil
+		} else if x, present := row[f]; present {
+			return "", nil, fmt.Errorf("the task id %q is %s, not a string or number", f, kindOf(x))
 		}
 	}
 	repo, okRepo := scalar(row["repo_name"])
@@ -206,6 +254,8 @@ func (l *loader) image(row map[string]any) (string, string, error) {
 	for _, f := range []string{"image", "docker_image"} {
 		if v, ok := row[f].(string); ok && v != "" {
 			return v, f, nil
+		} else if x, present := row[f]; present && !ok {
+			return "", "", fmt.Errorf("the image %q is %s, not a string", f, kindOf(x))
 		}
 	}
 	if id, ok := row["instance_id"].(string); ok && id != "" {
@@ -242,6 +292,24 @@ func (l *loader) add(where string, t Task) {
 	l.seen[t.ID] = where
 	t.Source = where
 	l.tasks = append(l.tasks, t)
+}
+
+// kindOf names the JSON kind of a decoded value, for errors.
+func kindOf(v any) string {
+	switch v.(type) {
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "an object"
+	case json.Number:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case nil:
+		return "null"
+	default:
+		return "a string"
+	}
 }
 
 // scalar returns a string or JSON number field as a string.

@@ -95,10 +95,15 @@ func TestLoadRejects(t *testing.T) {
 		{"no id", `{"image": "busybox"}`, `tasks.jsonl:1: no task id: the row has no "id", "instance_id"`, Options{}},
 		{"no image", `{"id": "a"}`, `tasks.jsonl:1: task "a": no image`, Options{}},
 		{"empty image", `{"id": "a", "image": ""}`, `tasks.jsonl:1: task "a": no image`, Options{}},
-		{"image not a string", `{"id": "a", "image": 7}`, `tasks.jsonl:1: task "a": no image`, Options{}},
+		{"image not a string", `{"id": "a", "image": 7}`, `tasks.jsonl:1: task "a": the image "image" is a number, not a string`, Options{}},
 		{"id field missing", `{"id": "a", "image": "busybox"}`, `no string or number field "task" (--id-field)`, Options{IDField: "task"}},
 		{"image field missing", `{"id": "a", "image": "busybox"}`, `no string field "img" (--image-field)`, Options{ImageField: "img"}},
-		{"id is an object", `{"id": {"x": 1}, "image": "busybox"}`, "tasks.jsonl:1: no task id", Options{}},
+		{"id is an object", `{"id": {"x": 1}, "image": "busybox"}`, `tasks.jsonl:1: the task id "id" is an object, not a string or number`, Options{}},
+		{"id is a list", `{"id": ["x"], "image": "busybox"}`, `tasks.jsonl:1: the task id "id" is a list`, Options{}},
+		{"another row after the object", `{"id":"a","image":"busybox:1.36"} {"id":"zzz","image":"Bad Image"}`, "tasks.jsonl:1: invalid JSON: text after the JSON object", Options{}},
+		{"garbage after the object", `{"id":"a","image":"busybox:1.36"}garbage`, "tasks.jsonl:1: invalid JSON", Options{}},
+		{"a key twice", `{"id":"a","image":"busybox","image":"alpine"}`, `tasks.jsonl:1: invalid JSON: the key "image" appears twice`, Options{}},
+		{"a line over the limit", `{"id":"a","image":"busybox"}` + "\n" + `{"id":"b","image":"busybox","patch":"` + strings.Repeat("x", maxLine) + `"}`, "tasks.jsonl:2: the line is longer than 16 MiB", Options{}},
 		{"invalid image", `{"id": "a", "image": "Busybox:UPPER:case"}`, `tasks.jsonl:1: task "a": invalid image reference "Busybox:UPPER:case"`, Options{}},
 		{"invalid image in a list", "busybox\nnot a valid image\n", `tasks.jsonl:2: task "1": invalid image reference`, Options{}},
 		{"duplicate id", `{"id": "a", "image": "busybox"}` + "\n" + `{"id": "a", "image": "busybox"}`, `tasks.jsonl:2: duplicate task id "a" (first at `, Options{}},
@@ -118,6 +123,14 @@ func TestLoadRejects(t *testing.T) {
 				t.Errorf("Load returned tasks with an error: %+v", got)
 			}
 		})
+	}
+}
+
+// A file saved with a UTF-8 byte-order mark reads as the JSONL it is.
+func TestLoadSkipsAByteOrderMark(t *testing.T) {
+	got, err := load(t, "\uFEFF"+`{"id": "a", "image": "busybox"}`+"\n", Options{})
+	if err != nil || len(got) != 1 || got[0].ID != "a" || got[0].Image != "busybox" {
+		t.Fatalf("Load = %+v, %v; want task a of busybox", got, err)
 	}
 }
 
