@@ -448,7 +448,7 @@ func (f *Fleet) Unwarm(ctx context.Context, images []string) error {
 }
 
 // Acquire claims a sandbox of t's image from its warm pool and waits until
-// it is Ready. The pool must be warm.
+// it is Ready, for readyTimeout at most. The pool must be warm.
 func (f *Fleet) Acquire(ctx context.Context, t tasks.Task) (*Sandbox, error) {
 	f.mu.Lock()
 	p, ok := f.warm[t.Image]
@@ -459,6 +459,10 @@ func (f *Fleet) Acquire(ctx context.Context, t tasks.Task) (*Sandbox, error) {
 	if !ok {
 		return nil, fmt.Errorf("task %s: no warm pool for %s", t.ID, t.Image)
 	}
+	// A claim the controller never makes Ready (it is down, or the claim
+	// is stuck) must not hold its task for ever: readyTimeout bounds it.
+	ctx, cancel := context.WithTimeout(ctx, f.Config.ReadyTimeout.Duration)
+	defer cancel()
 	start := time.Now()
 	settled := f.pace(ctx, p)
 	h, err := p.cluster.Claimer.Acquire(ctx, p.pool, t.ID)

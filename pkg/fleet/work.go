@@ -29,13 +29,45 @@ type Sandbox struct {
 }
 
 // Exec runs a command in the sandbox's container (the sandbox container
-// unless r.Container says otherwise) through the cluster's API server.
+// unless r.Container says otherwise) through the cluster's API server. When
+// the sandbox was lost under the command — its stream broke, or it was
+// killed by a signal as its Pod went — the error is a *claim.LostError.
 func (s *Sandbox) Exec(ctx context.Context, r exec.Request) (int, error) {
 	r.Namespace, r.Pod = s.Namespace, s.Pod
 	if r.Container == "" {
 		r.Container = resources.ContainerName
 	}
-	return exec.Run(ctx, s.cluster.Clients.Config, s.cluster.Clients.Kube, r)
+	code, err := exec.Run(ctx, s.cluster.Clients.Config, s.cluster.Clients.Kube, r)
+	if err != nil || code > 128 {
+		if lost := s.lost(context.WithoutCancel(ctx)); lost != nil {
+			return 0, lost
+		}
+	}
+	return code, err
+}
+
+// lostWait is how long a command that broke off waits to learn whether its
+// sandbox was lost: the Pod's deletion may reach the run's cache a moment
+// after the kubelet killed the command.
+const lostWait = 2 * time.Second
+
+// lost returns the sandbox's *claim.LostError if it is lost within
+// lostWait, nil otherwise.
+func (s *Sandbox) lost(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, lostWait)
+	defer cancel()
+	for {
+		changed := s.cluster.Tracker.Changed()
+		var lost *claim.LostError
+		if err := s.Alive(ctx); errors.As(err, &lost) {
+			return lost
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		}
+	}
 }
 
 // Alive returns nil while the sandbox's Pod is up and a *claim.LostError

@@ -57,19 +57,25 @@ type Claimer struct {
 // Acquire claims a sandbox of pool for task and waits until it is Ready.
 // When the claimed Pod cannot start — at once for terminal trouble, after
 // Grace for the rest — or ctx ends, the claim is deleted and an error
-// returned; an *Error says why the Pod failed.
+// returned; an *Error says why the Pod failed, a *VanishedError that
+// someone else deleted the claim. Callers bound ctx.
 func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWarmPool, taskID string) (*Handle, error) {
 	claim := resources.Claim(pool, taskID)
 	if err := c.Client.Create(ctx, claim); err != nil {
 		return nil, fmt.Errorf("task %s: creating a claim on pool %s: %w", taskID, pool.Name, err)
 	}
 	patience := Patience{Grace: c.Grace}
+	seen := false
 	for {
 		changed := c.Tracker.ClaimChanged(claim.Name)
 		st, found, err := c.Tracker.Claim(ctx, claim.Name)
 		if err != nil {
 			return nil, c.abandon(claim, err)
 		}
+		if seen && (!found || st.Claim.DeletionTimestamp != nil) {
+			return nil, &VanishedError{TaskID: taskID, Claim: claim.Name}
+		}
+		seen = seen || found
 		var timer <-chan time.Time
 		if found {
 			if st.Ready() {
@@ -96,6 +102,16 @@ func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWa
 		case <-timer:
 		}
 	}
+}
+
+// VanishedError says a claim was deleted — by another client, or the
+// namespace going — while its task waited for it.
+type VanishedError struct {
+	TaskID, Claim string
+}
+
+func (e *VanishedError) Error() string {
+	return fmt.Sprintf("task %s: claim %s was deleted while the task waited for it (by another client or with its namespace)", e.TaskID, e.Claim)
 }
 
 // abandon deletes a claim that will not be used and returns err.
@@ -147,8 +163,14 @@ func (c *Claimer) Alive(ctx context.Context, h *Handle) error {
 	return nil
 }
 
+// releaseTimeout bounds a release, so that a stalled API server cannot hold
+// a task for ever; the run's teardown removes what a failed release left.
+const releaseTimeout = time.Minute
+
 // Release deletes the handle's claim, and with it the sandbox.
 func (c *Claimer) Release(ctx context.Context, h *Handle) error {
+	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
+	defer cancel()
 	claim := &extensionsv1beta1.SandboxClaim{}
 	claim.Name, claim.Namespace = h.Claim, h.Namespace
 	if err := client.IgnoreNotFound(c.Client.Delete(ctx, claim)); err != nil {

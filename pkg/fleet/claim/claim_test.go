@@ -176,3 +176,45 @@ func TestUnschedulableFailsAfterGrace(t *testing.T) {
 		}
 	}
 }
+
+// A claim someone else deletes while its task waits ends the wait at once,
+// instead of holding the task until its timeout.
+func TestClaimDeletedByAnotherClient(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	clients, claimer := setup(t, ctx, "vanished")
+	claimer.Grace = time.Hour
+	tmpl, err := resources.Template(clients.Namespace, "vanished", "busybox:1.36", resources.PodSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl.Spec.PodTemplate.Spec.NodeSelector = map[string]string{"no-such-label": "anywhere"}
+	pool := resources.WarmPool(tmpl, 1)
+	for _, obj := range []client.Object{tmpl, pool} {
+		if err := clients.Client.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() {
+		// Another client deletes every claim of the namespace once one is there.
+		for ctx.Err() == nil {
+			claims := &extensionsv1beta1.SandboxClaimList{}
+			if err := clients.Client.List(ctx, claims, client.InNamespace(clients.Namespace)); err == nil && len(claims.Items) > 0 {
+				for i := range claims.Items {
+					_ = clients.Client.Delete(ctx, &claims.Items[i])
+				}
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	start := time.Now()
+	_, err = claimer.Acquire(ctx, pool, "task-1")
+	var vanished *claim.VanishedError
+	if !errors.As(err, &vanished) {
+		t.Fatalf("Acquire = %v; want a VanishedError", err)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("noticed the deletion after %s", took)
+	}
+}

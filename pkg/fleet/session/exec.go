@@ -50,55 +50,16 @@ func (s *Session) Exec(ctx context.Context, id, client string, r ExecRequest) (i
 		defer cancel()
 	}
 	code, err := h.Exec(ctx, exec.Request{Command: argv, Container: r.Container, Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr})
-	if err != nil {
-		return 0, s.execFailure(ctx, h, err, r.Timeout)
-	}
-	// A command killed because its Pod is going ends with a signal's exit
-	// code, not a broken stream: that is the sandbox's failure, not the
-	// task's.
-	if code > 128 {
-		if lost := s.waitLost(context.WithoutCancel(ctx), h, lostWait); lost != nil {
-			return 0, verdict.Infrastructure(verdict.Lost, lost)
-		}
-	}
-	return code, nil
-}
-
-// lostWait is how long a command that broke off waits to learn whether its
-// sandbox was lost: the Pod's deletion may reach the run's cache a moment
-// after the kubelet killed the command.
-const lostWait = 2 * time.Second
-
-// execFailure says why a command could not run: its sandbox was lost, it
-// timed out, or exec itself failed.
-func (s *Session) execFailure(ctx context.Context, h *Handle, err error, timeout time.Duration) error {
-	lost := s.waitLost(context.WithoutCancel(ctx), h, lostWait)
+	var lost *claim.LostError
 	switch {
-	case lost != nil:
-		return verdict.Infrastructure(verdict.Lost, lost)
-	case errors.Is(ctx.Err(), context.DeadlineExceeded) && timeout > 0:
-		return verdict.Infrastructure(verdict.Timeout, fmt.Errorf("the command ran out of its %s: %w", timeout, err))
+	case err == nil:
+		return code, nil
+	case errors.As(err, &lost):
+		return 0, verdict.Infrastructure(verdict.Lost, err)
+	case errors.Is(ctx.Err(), context.DeadlineExceeded) && r.Timeout > 0:
+		return 0, verdict.Infrastructure(verdict.Timeout, fmt.Errorf("the command ran out of its %s: %w", r.Timeout, err))
 	default:
-		return verdict.Infrastructure(verdict.Exec, err)
-	}
-}
-
-// waitLost returns the sandbox's *claim.LostError if it is lost within
-// wait, nil otherwise.
-func (s *Session) waitLost(ctx context.Context, h *Handle, wait time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	for {
-		changed := s.fleet.Changed()
-		var lost *claim.LostError
-		if err := h.Alive(ctx); errors.As(err, &lost) {
-			return lost
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-changed:
-		}
+		return 0, verdict.Infrastructure(verdict.Exec, err)
 	}
 }
 

@@ -77,6 +77,8 @@ type Session struct {
 	requests map[string]*request
 	clients  map[string]time.Time // client id -> lease expiry
 	counts   Counts
+	// acquiring counts the acquires in flight per image.
+	acquiring map[string]int
 }
 
 // pool is what the session knows of an image's pool beyond the fleet.
@@ -93,11 +95,11 @@ type pool struct {
 // request is an Acquire, kept so that a retry finds it.
 type request struct {
 	client string
-	// what is the task id or image asked for, image the image.
-	what, image string
-	done        chan struct{}
-	handle      *Handle
-	err         error
+	// what is the task id or image asked for.
+	what   string
+	done   chan struct{}
+	handle *Handle
+	err    error
 }
 
 // Handle is a sandbox leased to a client.
@@ -129,7 +131,7 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 		return nil, fmt.Errorf("%w\nNothing was created", err)
 	}
 	s := &Session{fleet: f, opts: opts, tasks: map[string]tasks.Task{}, seen: map[string]string{},
-		pools: map[string]*pool{}, handles: map[string]*Handle{}, requests: map[string]*request{}, clients: map[string]time.Time{}}
+		pools: map[string]*pool{}, handles: map[string]*Handle{}, requests: map[string]*request{}, clients: map[string]time.Time{}, acquiring: map[string]int{}}
 	if s.stopBeats, err = f.StartHeartbeats(ctx, "serve", opts.Heartbeat); err != nil {
 		f.Close()
 		return nil, err
@@ -442,10 +444,11 @@ func (s *Session) Acquire(ctx context.Context, r AcquireRequest) (*Handle, error
 		}
 		t = tasks.Task{ID: r.RequestID, Image: r.Image}
 	}
-	req := &request{client: r.ClientID, what: r.TaskID + r.Image, image: t.Image, done: make(chan struct{})}
+	req := &request{client: r.ClientID, what: r.TaskID + r.Image, done: make(chan struct{})}
 	if r.RequestID != "" {
 		s.requests[r.RequestID] = req
 	}
+	s.acquiring[t.Image]++
 	s.renewLocked(r.ClientID)
 	p := s.want(t.Image)
 	s.mu.Unlock()
@@ -459,6 +462,7 @@ func (s *Session) Acquire(ctx context.Context, r AcquireRequest) (*Handle, error
 	s.mu.Lock()
 	req.handle, req.err = h, err
 	close(req.done)
+	s.acquiring[t.Image]--
 	if err != nil {
 		s.counts.Failed++
 		delete(s.requests, r.RequestID) // a failed request may be retried afresh
@@ -662,12 +666,8 @@ func (s *Session) sweep() {
 		for _, h := range s.handles {
 			held[h.Image] = true
 		}
-		for _, r := range s.requests {
-			select {
-			case <-r.done:
-			default:
-				held[r.image] = true // an acquire in flight
-			}
+		for img, n := range s.acquiring {
+			held[img] = held[img] || n > 0
 		}
 		var cold []string
 		for img, p := range s.pools {

@@ -53,10 +53,11 @@ func Reason(err error) string {
 	var e *Error
 	var start *claim.Error
 	var lost *claim.LostError
+	var vanished *claim.VanishedError
 	switch {
 	case errors.As(err, &e):
 		return e.Reason
-	case errors.As(err, &lost):
+	case errors.As(err, &lost), errors.As(err, &vanished):
 		return Lost
 	case errors.As(err, &start):
 		return Start
