@@ -49,16 +49,17 @@ func (f *Fleet) startBreaker(ctx context.Context, cancel context.CancelCauseFunc
 				return
 			case <-ticker.C:
 			}
-			live := 0
-			for _, c := range f.Clusters {
+			entries := make([]liveEntry, len(f.Clusters))
+			for i, c := range f.Clusters {
 				names, err := c.Tracker.LivePods(ctx)
 				if err != nil {
 					klog.Warningf("runaway breaker: counting sandboxes on %s: %v", c.Name, err)
 				}
-				f.mu.Lock()
-				live += unreleased(names, c.released)
-				f.mu.Unlock()
+				entries[i] = liveEntry{where: c.Clients.Config.Host + "/" + c.Namespace(), live: names, released: c.released}
 			}
+			f.mu.Lock()
+			live := countLive(entries)
+			f.mu.Unlock()
 			if live <= ceiling {
 				breaches = 0
 				continue
@@ -79,25 +80,43 @@ func (f *Fleet) startBreaker(ctx context.Context, cancel context.CancelCauseFunc
 	}
 }
 
-// unreleased counts the live Pods not among released, the Pods of the
-// sandboxes the run gave back, and forgets those of released no longer
-// live. A given-back sandbox is on its way out however long the garbage
-// collector takes to delete its Pod — seconds in a burst of releases on a
-// controller-manager held to its default 20 requests a second — and
-// counting it would trip the breaker on a run doing just what it means to.
-func unreleased(live []string, released map[string]bool) int {
+// liveEntry is what one cluster entry of the fleet sees of the run: where
+// (its API server and namespace), the run's live Pods there, and the Pods
+// of the sandboxes the run gave back through it.
+type liveEntry struct {
+	where    string
+	live     []string
+	released map[string]bool
+}
+
+// countLive counts the run's live sandbox Pods over entries, each once:
+// two entries may be the same cluster and namespace (one per node pool), and
+// both trackers then see every Pod. A sandbox the run gave back through
+// any entry is not counted while the garbage collector deletes its Pod —
+// seconds in a burst of releases on a controller-manager held to its default
+// 20 requests a second — or the breaker would trip on a run doing just what
+// it means to. Given-back Pods no longer live are forgotten.
+func countLive(entries []liveEntry) int {
+	live, released := map[string]bool{}, map[string]bool{}
+	for _, e := range entries {
+		for _, name := range e.live {
+			live[e.where+"/"+name] = true
+		}
+		for name := range e.released {
+			released[e.where+"/"+name] = true
+		}
+	}
 	n := 0
-	still := make(map[string]bool, len(live))
-	for _, name := range live {
-		if released[name] {
-			still[name] = true
-		} else {
+	for pod := range live {
+		if !released[pod] {
 			n++
 		}
 	}
-	for name := range released {
-		if !still[name] {
-			delete(released, name)
+	for _, e := range entries {
+		for name := range e.released {
+			if !live[e.where+"/"+name] {
+				delete(e.released, name)
+			}
 		}
 	}
 	return n

@@ -5,26 +5,40 @@ import (
 	"testing"
 )
 
-func TestUnreleased(t *testing.T) {
+func TestCountLive(t *testing.T) {
+	set := func(names ...string) map[string]bool {
+		m := map[string]bool{}
+		for _, n := range names {
+			m[n] = true
+		}
+		return m
+	}
 	for _, tt := range []struct {
 		name         string
-		live         []string
-		released     map[string]bool
+		entries      []liveEntry
 		want         int
-		stillTracked map[string]bool
+		stillTracked []map[string]bool
 	}{
-		{"nothing released", []string{"a", "b"}, map[string]bool{}, 2, map[string]bool{}},
-		{"released Pods the collector has not reached", []string{"a", "b", "c"}, map[string]bool{"b": true, "c": true}, 1, map[string]bool{"b": true, "c": true}},
-		{"released Pods gone are forgotten", []string{"a"}, map[string]bool{"b": true}, 1, map[string]bool{}},
-		{"no Pods", nil, map[string]bool{"b": true}, 0, map[string]bool{}},
+		{"nothing released", []liveEntry{{"a/ns", []string{"p", "q"}, set()}}, 2, []map[string]bool{set()}},
+		{"released Pods the collector has not reached",
+			[]liveEntry{{"a/ns", []string{"p", "q", "r"}, set("q", "r")}}, 1, []map[string]bool{set("q", "r")}},
+		{"released Pods gone are forgotten", []liveEntry{{"a/ns", []string{"p"}, set("q")}}, 1, []map[string]bool{set()}},
+		{"no Pods", []liveEntry{{"a/ns", nil, set("q")}}, 0, []map[string]bool{set()}},
+		{"two entries on one cluster and namespace count each Pod once",
+			[]liveEntry{{"a/ns", []string{"p", "q"}, set()}, {"a/ns", []string{"p", "q"}, set()}}, 2, []map[string]bool{set(), set()}},
+		{"a Pod released through the other entry of the same namespace",
+			[]liveEntry{{"a/ns", []string{"p", "q"}, set("q")}, {"a/ns", []string{"p", "q"}, set()}}, 1, []map[string]bool{set("q"), set()}},
+		{"the same names on two clusters are two Pods",
+			[]liveEntry{{"a/ns", []string{"p"}, set()}, {"b/ns", []string{"p"}, set()}}, 2, []map[string]bool{set(), set()}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			released := maps.Clone(tt.released)
-			if got := unreleased(tt.live, released); got != tt.want {
-				t.Errorf("unreleased = %d, want %d", got, tt.want)
+			if got := countLive(tt.entries); got != tt.want {
+				t.Errorf("countLive = %d, want %d", got, tt.want)
 			}
-			if !maps.Equal(released, tt.stillTracked) {
-				t.Errorf("still tracked %v, want %v", released, tt.stillTracked)
+			for i, e := range tt.entries {
+				if !maps.Equal(e.released, tt.stillTracked[i]) {
+					t.Errorf("entry %d still tracks %v, want %v", i, e.released, tt.stillTracked[i])
+				}
 			}
 		})
 	}
