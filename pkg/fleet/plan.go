@@ -93,6 +93,12 @@ func NewPlan(cfg config.Fleet, ts []tasks.Task) Plan {
 	p.Peak.CPU = times(requests[corev1.ResourceCPU], p.Peak.Pods)
 	p.Peak.Memory = times(requests[corev1.ResourceMemory], p.Peak.Pods)
 	p.Peak.DiskGB = float64(warm) * cfg.Disk.AvgImageGB
+	if d := diskOf(cfg); cfg.Strategy == "naive" && d.AvgImageGB > 0 && d.UsableGB > 0 {
+		if fit := sizing.DiskWindow(images, sizingParams(cfg), d, 1); fit < len(images) {
+			p.Warnings = append(p.Warnings, fmt.Sprintf(
+				"only %d of %d images fit the nodes' disk at once, and naive warms them all: use the sliding or pipelined strategy", fit, len(images)))
+		}
+	}
 	if limit := cfg.MaxLiveSandboxes; limit > 0 && p.Peak.Pods > limit {
 		p.Warnings = append(p.Warnings, fmt.Sprintf(
 			"the run holds up to %d sandboxes at once but maxLiveSandboxes is %d: the runaway breaker would stop it; raise maxLiveSandboxes or lower maxConcurrent and concurrency",

@@ -54,6 +54,14 @@ func TestNewPlan(t *testing.T) {
 		{name: "over the breaker's hard ceiling", spec: skewed, cfg: func(c *config.Fleet) { c.MaxLiveSandboxes = 6 },
 			windows: "abc", replicas: []int{4}, pods: 8, cpu: "2", mem: "4Gi", warnings: 1},
 		{name: "no tasks", spec: "", windows: "", pods: 0, cpu: "0", mem: "0"},
+		{name: "naive over the disk warns", spec: skewed, cfg: func(c *config.Fleet) { c.Disk.AvgImageGB, c.Disk.NodeEphemeralGB, c.Disk.Nodes = 10, 25, 1 },
+			windows: "abc", replicas: []int{4}, pods: 8, cpu: "2", mem: "4Gi", diskGB: 40, warnings: 1},
+		{name: "sliding fits the disk, and does not warn", spec: skewed,
+			cfg: func(c *config.Fleet) {
+				c.Strategy = "sliding"
+				c.Disk.AvgImageGB, c.Disk.NodeEphemeralGB, c.Disk.Nodes = 10, 25, 1
+			},
+			windows: "a|b|c", replicas: []int{2, 1, 1}, pods: 6, cpu: "1500m", mem: "3Gi", diskGB: 20},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := config.Default()

@@ -102,6 +102,12 @@ func DiskWindow(images []Image, p Params, d Disk, residentWindows float64) int {
 	return max(1, window)
 }
 
+// SlidingWindow is the window of the sliding strategy: Window, and with
+// disk figures no more than fits the nodes' disk.
+func SlidingWindow(images []Image, p Params, d Disk) int {
+	return min(Window(images, p), DiskWindow(images, p, d, 1))
+}
+
 // PipelinedWindow is the window of the double-buffered strategy: two
 // windows are warm at once, so it is half the sliding window, and with disk
 // figures no more than fits twice over.
@@ -132,10 +138,11 @@ type Pool struct {
 }
 
 // NewPlan sizes every image's pool and the windows, and says where the
-// configuration works against itself.
+// configuration works against itself. Whether the images fit the disk is
+// the strategy's matter: the caller, who knows it, warns.
 func NewPlan(images []Image, p Params, d Disk) Plan {
 	total := totalTasks(images)
-	plan := Plan{SlidingWindow: Window(images, p), PipelinedWindow: PipelinedWindow(images, p, d)}
+	plan := Plan{SlidingWindow: SlidingWindow(images, p, d), PipelinedWindow: PipelinedWindow(images, p, d)}
 	for _, img := range images {
 		r := Replicas(img.Tasks, total, p)
 		plan.Pools = append(plan.Pools, Pool{Image: img.Name, Tasks: img.Tasks, Replicas: r})
@@ -149,12 +156,6 @@ func NewPlan(images []Image, p Params, d Disk) Plan {
 	if p.MaxConcurrent > total && len(images) > 0 {
 		plan.Warnings = append(plan.Warnings, fmt.Sprintf(
 			"maxConcurrent %d exceeds the %d tasks: at most %d run at once", p.MaxConcurrent, total, total))
-	}
-	if d.AvgImageGB > 0 && d.UsableGB > 0 {
-		if fit := DiskWindow(images, p, d, 1); fit < len(images) {
-			plan.Warnings = append(plan.Warnings, fmt.Sprintf(
-				"only %d of %d images fit the nodes' disk at once: use the sliding or pipelined strategy, not naive", fit, len(images)))
-		}
 	}
 	return plan
 }

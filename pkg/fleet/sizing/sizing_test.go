@@ -102,6 +102,13 @@ func TestDiskCapsTheWindow(t *testing.T) {
 	if got := PipelinedWindow(skewed, Params{MaxConcurrent: 256, MaxWarmPoolSize: 32}, Disk{AvgImageGB: 10, UsableGB: 100, Nodes: 1}); got != 1 {
 		t.Errorf("PipelinedWindow with a small disk = %d, want 1", got)
 	}
+	// The sliding window is capped by the disk too, as the reference does.
+	if got := SlidingWindow(skewed, p, Disk{AvgImageGB: 10, UsableGB: 40, Nodes: 1}); got != 1 {
+		t.Errorf("SlidingWindow with a small disk = %d, want 1", got)
+	}
+	if got := SlidingWindow(skewed, p, Disk{}); got != Window(skewed, p) {
+		t.Errorf("SlidingWindow with no disk figures = %d, want the budget's %d", got, Window(skewed, p))
+	}
 }
 
 func TestPlanWarnings(t *testing.T) {
@@ -110,7 +117,6 @@ func TestPlanWarnings(t *testing.T) {
 		"django has 40 tasks but maxWarmPoolSize is 16: its pool is clamped to 16, so 24 of its tasks wait",
 		"astropy has 20 tasks but maxWarmPoolSize is 16",
 		"maxConcurrent 200 exceeds the 100 tasks",
-		"of 8 images fit the nodes' disk at once",
 	}
 	all := strings.Join(p.Warnings, "\n")
 	for _, w := range want {
