@@ -9,11 +9,14 @@ import (
 	"slices"
 	"strconv"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/preflight"
 )
 
 // installCRDs creates the CRDs of the pinned Agent Sandbox version, and
@@ -94,9 +97,14 @@ func (c *Cluster) installCRDs(ctx context.Context) error {
 }
 
 // startAgentSandboxController runs the controller with its extensions
-// (templates, warm pools, claims). Its webhook stays off because its server
-// would listen on every interface.
-func (c *Cluster) startAgentSandboxController() (waitFunc, error) {
+// (templates, warm pools, claims), electing its leader in its own namespace
+// as its release manifests do. Its webhook stays off because its server
+// would listen on every interface. It is ready once it leads.
+func (c *Cluster) startAgentSandboxController(ctx context.Context) (waitFunc, error) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: preflight.ControllerNamespace}}
+	if _, err := c.kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("creating namespace %s: %w", ns.Name, err)
+	}
 	ports, err := freePorts(2)
 	if err != nil {
 		return nil, err
@@ -105,7 +113,10 @@ func (c *Cluster) startAgentSandboxController() (waitFunc, error) {
 	p, err := c.run("agent-sandbox-controller", []string{
 		"--extensions",
 		"--enable-webhook=false",
-		"--leader-elect=false",
+		// Leader election as its Deployment runs it, so that the Lease a
+		// preflight looks for is there.
+		"--leader-elect=true",
+		"--leader-election-namespace=" + preflight.ControllerNamespace,
 		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(ports[0]),
 		"--health-probe-bind-address=" + probe,
 	}, "KUBECONFIG="+c.Kubeconfig())
@@ -113,6 +124,12 @@ func (c *Cluster) startAgentSandboxController() (waitFunc, error) {
 		return nil, err
 	}
 	return func(ctx context.Context) error {
-		return p.waitFor(ctx, "readyz", httpOK(http.DefaultClient, "http://"+probe+"/readyz"))
+		if err := p.waitFor(ctx, "readyz", httpOK(http.DefaultClient, "http://"+probe+"/readyz")); err != nil {
+			return err
+		}
+		return p.waitFor(ctx, "its leader Lease", func(ctx context.Context) error {
+			_, err := c.kube.CoordinationV1().Leases(preflight.ControllerNamespace).Get(ctx, preflight.ControllerLease, metav1.GetOptions{})
+			return err
+		})
 	}, nil
 }

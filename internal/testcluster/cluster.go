@@ -126,7 +126,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		if err := c.installCRDs(ctx); err != nil {
 			return err
 		}
-		w, err := c.startAgentSandboxController()
+		w, err := c.startAgentSandboxController(ctx)
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,6 @@
 // Package preflight checks that a cluster and namespace can run a sandbox
 // fleet before anything is created there: the API server answers, the Agent
-// Sandbox API is served at v1beta1, the namespace exists, the caller holds the
+// Sandbox API is served at v1beta1 and its controller runs, the namespace exists, the caller holds the
 // permissions a run needs, and the optional runtime class and image pull
 // secret exist. It only reads; it never creates or changes an object.
 package preflight
@@ -118,6 +118,7 @@ func Run(ctx context.Context, kc kubernetes.Interface, server string, opts Optio
 	r.Checks = append(r.Checks, Check{Name: "reachable", Status: Pass, Detail: server + " " + v.GitVersion})
 
 	r.Checks = append(r.Checks, checkAPI(kc)...)
+	r.Checks = append(r.Checks, checkController(ctx, kc))
 	r.Checks = append(r.Checks, checkNamespace(ctx, kc, opts.Namespace))
 	r.Checks = append(r.Checks, checkPermissions(ctx, kc, opts.Namespace)...)
 	if opts.RuntimeClass != "" {

@@ -78,7 +78,9 @@ func TestPassesOnAClusterWithAgentSandbox(t *testing.T) {
 		expect(t, r, name, preflight.Pass, "v1beta1 served")
 	}
 	expect(t, r, "namespace", preflight.Pass, ns)
+	expect(t, r, "agent-sandbox-controller", preflight.Pass, "renews its Lease")
 	expect(t, r, "rbac/sandboxclaims", preflight.Pass, "create")
+	expect(t, r, "rbac/leases", preflight.Pass, "create")
 	expect(t, r, "nodes", preflight.Pass, "2 of 2 Ready")
 }
 
@@ -102,6 +104,7 @@ func TestFailsPreciselyWithoutTheAgentSandboxAPI(t *testing.T) {
 		t.Errorf("fix %q does not say to enable the extensions", fix)
 	}
 	expect(t, r, "nodes", preflight.Warn, "none of 0 nodes")
+	expect(t, r, "agent-sandbox-controller", preflight.Warn, "found neither its Deployment")
 
 	// An Agent Sandbox too old to serve v1beta1.
 	ext, err := apiextensionsclient.NewForConfig(bare.RESTConfig())
