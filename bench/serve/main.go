@@ -33,6 +33,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -102,6 +103,7 @@ func main() {
 	flag.IntVar(&sh.Problems, "problems", 4, "problem images per step (P)")
 	flag.IntVar(&sh.Group, "group", 8, "rollouts per problem per step (G)")
 	nodes := flag.Int("nodes", 6, "kwok nodes")
+	split := flag.Bool("split", true, "run the control plane on CPU 0 and the clients on the other CPUs, as a real cluster keeps them apart")
 	flag.Parse()
 	if *child != "" {
 		if err := runChild(*child, *kubeconfig, *namespace, *socket, sh); err != nil {
@@ -110,19 +112,35 @@ func main() {
 		}
 		return
 	}
-	if err := run(*rounds, *nodes, sh); err != nil {
+	if err := run(*rounds, *nodes, *split, sh); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 }
 
-func run(rounds, nodes int, sh shape) error {
+func run(rounds, nodes int, split bool, sh shape) error {
 	if err := exec.Command(testpython.Python(), "-c", "import kubernetes").Run(); err != nil {
 		return fmt.Errorf("the bare client needs Debian's python3-kubernetes: apt-get install python3-kubernetes (%v)", err)
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	c, err := testcluster.Start(ctx, testcluster.WithNodes(testcluster.FakeNodes("kwok-node", nodes, testcluster.DefaultCapacity(), nil)...))
+	opts := []testcluster.Option{testcluster.WithNodes(testcluster.FakeNodes("kwok-node", nodes, testcluster.DefaultCapacity(), nil)...)}
+	if split {
+		// The clients (this process's children) inherit CPUs 1..; the
+		// control plane gets CPU 0.
+		cpus := make([]int, 0, runtime.NumCPU()-1)
+		for cpu := 1; cpu < runtime.NumCPU(); cpu++ {
+			cpus = append(cpus, cpu)
+		}
+		if len(cpus) == 0 {
+			return fmt.Errorf("-split needs at least two CPUs; use -split=false")
+		}
+		if err := testcluster.PinThisProcess(cpus...); err != nil {
+			return err
+		}
+		opts = append(opts, testcluster.WithCPUs(0))
+	}
+	c, err := testcluster.Start(ctx, opts...)
 	if err != nil {
 		return err
 	}
@@ -131,8 +149,8 @@ func run(rounds, nodes int, sh shape) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("RL-shaped loop: %d steps × %d problems × G=%d (%d rollouts, %d at once), %d kwok nodes, %d rounds\n",
-		sh.Steps, sh.Problems, sh.Group, sh.Steps*sh.Problems*sh.Group, sh.Problems*sh.Group, nodes, rounds)
+	fmt.Printf("RL-shaped loop: %d steps × %d problems × G=%d (%d rollouts, %d at once), %d kwok nodes, %d rounds, control plane apart: %v\n",
+		sh.Steps, sh.Problems, sh.Group, sh.Steps*sh.Problems*sh.Group, sh.Problems*sh.Group, nodes, rounds, split)
 	all := map[string][]result{}
 	for r := range rounds {
 		for i := range clients {
