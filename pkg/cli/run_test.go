@@ -200,13 +200,13 @@ func buildPlugin(t *testing.T) string {
 
 // startHungRun starts the plugin on a run whose tasks hang in a local
 // command, and returns once one task holds a sandbox.
-func startHungRun(t *testing.T, bin, ns, runID string) (*exec.Cmd, *strings.Builder) {
+func startHungRun(t *testing.T, bin, ns, runID string, flags ...string) (*exec.Cmd, *strings.Builder) {
 	t.Helper()
 	dir := write(t, map[string]string{"tasks.jsonl": skewedTasks()})
 	marker := filepath.Join(dir, "claimed")
-	cmd := exec.Command(bin, "--kubeconfig", cluster.Kubeconfig(), "run", "-n", ns, "--run-id", runID,
-		"--tasks", filepath.Join(dir, "tasks.jsonl"), "--max-concurrent", "8", "--process", "local", "--heartbeat", "3s",
-		"--", "sh", "-c", "touch "+marker+"; exec sleep 600")
+	args := append([]string{"--kubeconfig", cluster.Kubeconfig(), "run", "-n", ns, "--run-id", runID,
+		"--tasks", filepath.Join(dir, "tasks.jsonl"), "--max-concurrent", "8", "--process", "local", "--heartbeat", "3s"}, flags...)
+	cmd := exec.Command(bin, append(args, "--", "sh", "-c", "touch "+marker+"; exec sleep 600")...)
 	// Its own process group, so that killing it takes its children too.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var stderr strings.Builder
@@ -232,22 +232,28 @@ func startHungRun(t *testing.T, bin, ns, runID string) (*exec.Cmd, *strings.Buil
 	}
 }
 
-// SIGINT mid-run tears the run down before the plugin exits.
+// SIGINT mid-run tears the run down before the plugin exits, and the
+// plugin says it was interrupted — under every strategy, also those that
+// unwarm a window when its tasks end.
 func TestRunInterrupted(t *testing.T) {
 	bin := buildPlugin(t)
-	ns := cluster.NewNamespace(t)
-	cmd, stderr := startHungRun(t, bin, ns, "interrupted")
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
+	for _, strategy := range []string{"naive", "sliding", "pipelined"} {
+		t.Run(strategy, func(t *testing.T) {
+			ns := cluster.NewNamespace(t)
+			cmd, stderr := startHungRun(t, bin, ns, "interrupted", "--strategy", strategy)
+			if err := cmd.Process.Signal(os.Interrupt); err != nil {
+				t.Fatal(err)
+			}
+			err := cmd.Wait()
+			if code := cmd.ProcessState.ExitCode(); code != cli.ExitFailure {
+				t.Errorf("exit %d (%v), want %d\n%s", code, err, cli.ExitFailure, stderr)
+			}
+			if !strings.Contains(stderr.String(), "interrupted by interrupt") || strings.Contains(stderr.String(), "context canceled") {
+				t.Errorf("stderr does not say plainly that the run was interrupted:\n%s", stderr)
+			}
+			assertNothingIn(t, ns)
+		})
 	}
-	err := cmd.Wait()
-	if code := cmd.ProcessState.ExitCode(); code != cli.ExitFailure {
-		t.Errorf("exit %d (%v), want %d\n%s", code, err, cli.ExitFailure, stderr)
-	}
-	if !strings.Contains(stderr.String(), "interrupted by interrupt") {
-		t.Errorf("stderr does not say the run was interrupted:\n%s", stderr)
-	}
-	assertNothingIn(t, ns)
 }
 
 // A run killed outright leaves its objects; reap --run-id removes them.
