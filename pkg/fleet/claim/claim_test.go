@@ -138,27 +138,34 @@ func TestAcquireAndRelease(t *testing.T) {
 	}
 }
 
-// A Pod that cannot be scheduled may become schedulable, so the claim waits
-// out the grace period, then gives up and deletes itself.
-func TestUnschedulableFailsAfterGrace(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	clients, claimer := setup(t, ctx, "unschedulable")
-	tmpl, err := resources.Template(clients.Namespace, "unschedulable", "busybox:1.36", resources.PodSpec{})
+// unschedulablePool makes a pool of run runID whose Pods no node takes. It
+// never becomes Ready, so it is created by hand, not filled.
+func unschedulablePool(t *testing.T, ctx context.Context, clients *kube.Clients, runID string) *extensionsv1beta1.SandboxWarmPool {
+	t.Helper()
+	tmpl, err := resources.Template(clients.Namespace, runID, "busybox:1.36", resources.PodSpec{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tmpl.Spec.PodTemplate.Spec.NodeSelector = map[string]string{"no-such-label": "anywhere"}
-	// The pool never becomes Ready, so it is created by hand, not filled.
 	pool := resources.WarmPool(tmpl, 1)
 	for _, obj := range []client.Object{tmpl, pool} {
 		if err := clients.Client.Create(ctx, obj); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return pool
+}
+
+// A Pod that cannot be scheduled may become schedulable, so the claim waits
+// out the grace period, then gives up and deletes itself.
+func TestUnschedulableFailsAfterGrace(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	clients, claimer := setup(t, ctx, "unschedulable")
+	pool := unschedulablePool(t, ctx, clients, "unschedulable")
 
 	start := time.Now()
-	_, err = claimer.Acquire(ctx, pool, "task-1")
+	_, err := claimer.Acquire(ctx, pool, "task-1")
 	var claimErr *claim.Error
 	if !errors.As(err, &claimErr) || claimErr.Reason != "Unschedulable" || claimErr.Terminal {
 		t.Fatalf("Acquire = %v; want an Unschedulable claim error", err)
@@ -184,17 +191,7 @@ func TestClaimDeletedByAnotherClient(t *testing.T) {
 	defer cancel()
 	clients, claimer := setup(t, ctx, "vanished")
 	claimer.Grace = time.Hour
-	tmpl, err := resources.Template(clients.Namespace, "vanished", "busybox:1.36", resources.PodSpec{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl.Spec.PodTemplate.Spec.NodeSelector = map[string]string{"no-such-label": "anywhere"}
-	pool := resources.WarmPool(tmpl, 1)
-	for _, obj := range []client.Object{tmpl, pool} {
-		if err := clients.Client.Create(ctx, obj); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pool := unschedulablePool(t, ctx, clients, "vanished")
 	go func() {
 		// Another client deletes every claim of the namespace once one is there.
 		for ctx.Err() == nil {
@@ -209,7 +206,7 @@ func TestClaimDeletedByAnotherClient(t *testing.T) {
 		}
 	}()
 	start := time.Now()
-	_, err = claimer.Acquire(ctx, pool, "task-1")
+	_, err := claimer.Acquire(ctx, pool, "task-1")
 	var vanished *claim.VanishedError
 	if !errors.As(err, &vanished) {
 		t.Fatalf("Acquire = %v; want a VanishedError", err)

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,7 +26,6 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/heartbeat"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 )
@@ -341,18 +341,8 @@ func (s *Session) Pools(ctx context.Context, images []string) ([]PoolStatus, err
 		}
 		out[i].PoolState = st
 	}
-	slices.SortFunc(out, func(a, b PoolStatus) int { return cmpString(a.Image, b.Image) })
+	slices.SortFunc(out, func(a, b PoolStatus) int { return strings.Compare(a.Image, b.Image) })
 	return out, nil
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // WaitPoolsReady waits until the pools of images (every pool the session
@@ -626,7 +616,7 @@ func (s *Session) Handles() []*Handle {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := slices.Collect(maps.Values(s.handles))
-	slices.SortFunc(out, func(a, b *Handle) int { return cmpString(a.Claim, b.Claim) })
+	slices.SortFunc(out, func(a, b *Handle) int { return strings.Compare(a.Claim, b.Claim) })
 	return out
 }
 
@@ -713,6 +703,3 @@ func (s *Session) Close(ctx context.Context) error {
 	s.fleet.Close()
 	return err
 }
-
-// PoolName is the name of image's pool in this session.
-func (s *Session) PoolName(image string) string { return resources.PoolName(s.RunID(), image) }
