@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -253,5 +254,20 @@ func TestPrepullRejectsBadInput(t *testing.T) {
 	if err := clients.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "with-ttl"}, job); err != nil ||
 		job.Spec.TTLSecondsAfterFinished == nil || *job.Spec.TTLSecondsAfterFinished != 3600 {
 		t.Errorf("prepull --ttl 1h made %+v (%v), want ttlSecondsAfterFinished 3600", job.Spec, err)
+	}
+	// A mirrored run's task file: prepull reads it as run does, the same
+	// fields and the same rewrite, so it pulls the images the run will use.
+	rows := filepath.Join(t.TempDir(), "tasks.jsonl")
+	if err := os.WriteFile(rows, []byte(`{"task": "a", "img": "docker.io/library/busybox:1.36"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := execute("prepull", "-n", ns, "--tasks", rows, "--id-field", "task", "--image-field", "img",
+		"--rewrite", "docker.io=mirror.example/hub", "--name", "mirrored")
+	if code != 0 || out != "mirrored\n" {
+		t.Fatalf("prepull of a mirrored task file: exit %d, %q %s", code, out, stderr)
+	}
+	if err := clients.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "mirrored"}, job); err != nil ||
+		!slices.Equal(job.Spec.Images, []string{"mirror.example/hub/library/busybox:1.36"}) {
+		t.Errorf("prepull of a mirrored task file pulls %v (%v), want the mirror's image", job.Spec.Images, err)
 	}
 }

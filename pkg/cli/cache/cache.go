@@ -21,9 +21,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/inputs"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/output"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/usage"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/informer"
@@ -34,6 +34,7 @@ type options struct {
 	configFlags *genericclioptions.ConfigFlags
 	streams     genericiooptions.IOStreams
 	imagesFile  string
+	tasks       inputs.TaskFlags
 	output      string
 	registry    bool
 }
@@ -66,9 +67,9 @@ has, from its registry (with the docker config's credentials), unless
 			}
 			var images []string
 			if o.imagesFile != "" {
-				loaded, err := tasks.Load([]string{o.imagesFile}, o.streams.In, tasks.Options{})
+				loaded, err := o.tasks.Load([]string{o.imagesFile}, o.streams.In, nil)
 				if err != nil {
-					return usage.Errorf("%w", err)
+					return err
 				}
 				for _, t := range loaded {
 					if !slices.Contains(images, t.Image) {
@@ -84,6 +85,7 @@ has, from its registry (with the docker config's credentials), unless
 		},
 	}
 	cmd.Flags().StringVar(&o.imagesFile, "images", "", "task file whose images to look up: JSONL rows or a list of images; - reads stdin")
+	o.tasks.AddFlags(cmd.Flags())
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "output format: json or yaml (default: a table)")
 	cmd.Flags().BoolVar(&o.registry, "registry", true, "read the layers of images no node has from their registries")
 	return cmd

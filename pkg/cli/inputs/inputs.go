@@ -18,6 +18,42 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
 )
 
+// TaskFlags are how a verb's task files are read — rows' id and image
+// fields and mirror rewrites — shared by every verb that reads tasks, so
+// that a mirrored run pre-pulls and looks up the images it will run.
+type TaskFlags struct {
+	opts     tasks.Options
+	rewrites []string
+}
+
+// AddFlags registers --id-field, --image-field and --rewrite on fs; the
+// verb names its own task-file flag.
+func (t *TaskFlags) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&t.opts.IDField, "id-field", "", "row field holding the task id (default: id, instance_id, ...)")
+	fs.StringVar(&t.opts.ImageField, "image-field", "", "row field holding the image (default: image, docker_image, ...)")
+	fs.StringArrayVar(&t.rewrites, "rewrite", nil, "redirect images FROM=TO, e.g. docker.io=mirror.example.com/hub; before the config's rules; repeatable")
+}
+
+// Load reads files ("-" is stdin) with the flags' fields and --rewrite
+// rules, then configRules. Files with no task are an error.
+func (t *TaskFlags) Load(files []string, stdin io.Reader, configRules []images.Rule) ([]tasks.Task, error) {
+	var rules []images.Rule
+	for _, r := range t.rewrites {
+		rule, err := images.ParseRule(r)
+		if err != nil {
+			return nil, usage.Errorf("--rewrite %q: %w", r, err)
+		}
+		rules = append(rules, rule)
+	}
+	opts := t.opts
+	opts.Rewrite = append(rules, configRules...)
+	loaded, err := tasks.Load(files, stdin, opts)
+	if err != nil {
+		return nil, usage.Errorf("%w", err)
+	}
+	return loaded, nil
+}
+
 // Flags are the command-line flags naming a run's configuration and tasks.
 type Flags struct {
 	ConfigFile string
@@ -25,8 +61,7 @@ type Flags struct {
 	// TasksOptional lets Load succeed with no task file: a session
 	// (`serve`) is given its tasks as it runs.
 	TasksOptional bool
-	taskOpts      tasks.Options
-	rewrites      []string
+	tasks         TaskFlags
 
 	// Overrides of the configuration file, applied when given.
 	strategy, placement, claimPacing    string
@@ -42,9 +77,7 @@ type Flags struct {
 func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVarP(&f.ConfigFile, "config", "f", "", "fleet configuration file (see examples/fleet.yaml); flags override it")
 	fs.StringArrayVar(&f.TaskFiles, "tasks", nil, "task file: JSONL rows or a list of images; - reads stdin; repeatable")
-	fs.StringVar(&f.taskOpts.IDField, "id-field", "", "row field holding the task id (default: id, instance_id, ...)")
-	fs.StringVar(&f.taskOpts.ImageField, "image-field", "", "row field holding the image (default: image, docker_image, ...)")
-	fs.StringArrayVar(&f.rewrites, "rewrite", nil, "redirect images FROM=TO, e.g. docker.io=mirror.example.com/hub; before the config's rules; repeatable")
+	f.tasks.AddFlags(fs)
 	fs.StringVar(&f.strategy, "strategy", "", "when pools are warm: "+strings.Join(config.Strategies, ", ")+" (default naive)")
 	fs.StringVar(&f.placement, "placement", "", "how pools spread over clusters: "+strings.Join(config.Placements, ", "))
 	fs.IntVar(&f.concurrency, "concurrency", 0, "tasks at once (default: --max-concurrent)")
@@ -81,22 +114,9 @@ func (f *Flags) Load(fs *pflag.FlagSet, stdin io.Reader) (config.Fleet, []tasks.
 	if len(f.TaskFiles) == 0 {
 		return config.Fleet{}, nil, usage.Errorf("no tasks: give a task file with --tasks FILE (JSONL rows or a list of images; - for stdin)")
 	}
-	var rules []images.Rule
-	for _, r := range f.rewrites {
-		rule, err := images.ParseRule(r)
-		if err != nil {
-			return config.Fleet{}, nil, usage.Errorf("--rewrite %q: %w", r, err)
-		}
-		rules = append(rules, rule)
-	}
-	opts := f.taskOpts
-	opts.Rewrite = append(rules, cfg.Rewrite...)
-	loaded, err := tasks.Load(f.TaskFiles, stdin, opts)
+	loaded, err := f.tasks.Load(f.TaskFiles, stdin, cfg.Rewrite)
 	if err != nil {
-		return config.Fleet{}, nil, usage.Errorf("%w", err)
-	}
-	if len(loaded) == 0 {
-		return config.Fleet{}, nil, usage.Errorf("the task files %s hold no tasks", strings.Join(f.TaskFiles, ", "))
+		return config.Fleet{}, nil, err
 	}
 	return cfg, loaded, nil
 }

@@ -22,10 +22,10 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/inputs"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/output"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/prepull"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
@@ -34,6 +34,7 @@ type options struct {
 	configFlags *genericclioptions.ConfigFlags
 	streams     genericiooptions.IOStreams
 	taskFiles   []string
+	tasks       inputs.TaskFlags
 	selector    string
 	name        string
 	spec        v1alpha1.PrepullJobSpec
@@ -73,9 +74,9 @@ every image. Interrupting the wait leaves the job running.`,
 			if err := o.validate(); err != nil {
 				return err
 			}
-			loaded, err := tasks.Load(o.taskFiles, o.streams.In, tasks.Options{})
+			loaded, err := o.tasks.Load(o.taskFiles, o.streams.In, nil)
 			if err != nil {
-				return usage.Errorf("%w", err)
+				return err
 			}
 			for _, t := range loaded {
 				if !slices.Contains(o.spec.Images, t.Image) {
@@ -87,6 +88,7 @@ every image. Interrupting the wait leaves the job running.`,
 	}
 	f := cmd.Flags()
 	f.StringArrayVar(&o.taskFiles, "tasks", nil, "task file: JSONL rows or a list of images; - reads stdin; repeatable")
+	o.tasks.AddFlags(f)
 	f.StringVarP(&o.selector, "selector", "l", "", "nodes to pull onto, by label (key=value,...); default every node with an agent")
 	f.StringVar(&o.name, "name", "", "the job's name (default: generated, prepull-XXXXX)")
 	f.Int32Var(&o.spec.PerNodeParallelism, "parallelism", 2, "images a node pulls at once (1-16)")
