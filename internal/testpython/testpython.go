@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
@@ -43,6 +44,9 @@ func Run(t *testing.T, kubeconfig, namespace string, tests []string, env ...stri
 	}
 	cmd := exec.Command(Python(), append([]string{"-m", "pytest", "-q", "-p", "no:cacheprovider"}, tests...)...)
 	cmd.Dir = filepath.Join(root, "clients", "python")
+	// pytest, and through its own fixtures the serve processes it starts,
+	// die with the test binary however it ends.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Env = append(append(os.Environ(),
 		"SANDBOX_FLEET_BIN="+bin,
 		"SANDBOX_FLEET_KUBECTL="+filepath.Join(binDir, "kubectl"),

@@ -36,6 +36,15 @@ def leftovers(run_id: str) -> list[str]:
     return out.stdout.split()
 
 
+def _die_with_parent() -> None:
+    """Has the kernel kill this child when pytest dies, however it dies:
+    a serve left behind would outlive its test cluster."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 class Server:
     """One `serve` process and its session."""
 
@@ -46,7 +55,7 @@ class Server:
         self.proc = subprocess.Popen(
             [BIN, "serve", "-n", NAMESPACE, "--run-id", self.run_id, "--listen", f"unix://{self.dir}/serve.sock",
              "--lease-ttl", lease_ttl, "--warm-ttl", warm_ttl, "--max-concurrent", "4", "--max-warmpool-size", "2", *args],
-            stdout=subprocess.PIPE, stderr=self.log, text=True)
+            stdout=subprocess.PIPE, stderr=self.log, text=True, preexec_fn=_die_with_parent)
         self.address = self.proc.stdout.readline().strip()
         if not self.address:
             self.proc.wait(30)
