@@ -30,15 +30,15 @@ func TestClaimOnBadImageFailsFast(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	claimer := &claim.Claimer{Client: clients.Client, Tracker: tr, Grace: time.Minute}
+	claimer := &claim.Claimer{Client: clients.Client, Tracker: tr, Grace: claim.Grace{Backoff: time.Minute, Unschedulable: time.Minute}}
 	start := time.Now()
 	_, err = claimer.Acquire(ctx, pool, "bad-1")
 	var claimErr *claim.Error
 	if !errors.As(err, &claimErr) || claimErr.Reason != "InvalidImageName" || !claimErr.Terminal {
 		t.Fatalf("Acquire = %v; want a terminal InvalidImageName claim error", err)
 	}
-	if took := time.Since(start); took >= claimer.Grace {
-		t.Errorf("failed after %s, not before the %s grace", took, claimer.Grace)
+	if took := time.Since(start); took >= claimer.Grace.Backoff {
+		t.Errorf("failed after %s, not before the %s grace", took, claimer.Grace.Backoff)
 	}
 	t.Logf("failed fast in %s: %v", time.Since(start).Round(time.Millisecond), err)
 }

@@ -45,7 +45,7 @@ func TestWarmPoolClaimAndExec(t *testing.T) {
 	if err := (&warm.Filler{Client: clients.Client, Tracker: tr}).Fill(ctx, []warm.Pool{{Template: template, Pool: pool}}); err != nil {
 		t.Fatal(err)
 	}
-	h, err := (&claim.Claimer{Client: clients.Client, Tracker: tr, Grace: time.Minute}).Acquire(ctx, pool, "task-1")
+	h, err := (&claim.Claimer{Client: clients.Client, Tracker: tr, Grace: claim.Grace{Backoff: time.Minute, Unschedulable: time.Minute}}).Acquire(ctx, pool, "task-1")
 	if err != nil {
 		t.Fatal(err)
 	}

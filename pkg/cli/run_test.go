@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -110,8 +111,35 @@ func TestRunAndResume(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.TasksOK+rep.TasksErr != 0 || rep.Claims != 0 {
 		t.Errorf("rerun report %+v: want no task done again", rep)
 	}
+	if !strings.Contains(stderr, "resuming, 0 of 40 tasks left") {
+		t.Errorf("rerun stderr does not say no task is left:\n%s", stderr)
+	}
 	if n := len(mustRead(t, resultsFile)); n != 40 {
 		t.Errorf("results file has %d lines after the rerun, want 40", n)
+	}
+
+	// A run stopped after 30 results does the 10 others, and says so.
+	b, err := os.ReadFile(resultsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	if err := os.WriteFile(resultsFile, []byte(strings.Join(lines[:30], "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Low client limits hold the requests back, and the report says so.
+	code, out, stderr = execute(append(args, "--kube-api-qps", "10", "--kube-api-burst", "1")...)
+	if code != cli.ExitOK {
+		t.Fatalf("resumed run: exit %d\n%s", code, stderr)
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.TasksOK != 10 {
+		t.Errorf("resumed run report %+v: want the 10 tasks left done", rep)
+	}
+	if rep.Throttled == nil || rep.Throttled.Requests == 0 {
+		t.Errorf("a run at 10 requests a second reports no client-side throttling: %+v", rep.Throttled)
+	}
+	if !strings.Contains(stderr, "resuming, 10 of 40 tasks left") {
+		t.Errorf("resumed run stderr does not count the tasks left:\n%s", stderr)
 	}
 }
 
@@ -284,9 +312,10 @@ func TestRunKilledThenReaped(t *testing.T) {
 	if code != cli.ExitOK || !strings.Contains(out, "killed") || !strings.Contains(out, "would reap") {
 		t.Errorf("reap --orphans --dry-run after the heartbeat expired: exit %d\n%s%s", code, out, stderr)
 	}
-	code, out, stderr = execute("reap", "-n", ns, "--run-id", "killed")
-	if code != cli.ExitOK || !strings.Contains(out, "reaped") {
-		t.Errorf("reap --run-id: exit %d\n%s%s", code, out, stderr)
+	// -A finds it from another namespace, and reaps it in its own.
+	code, out, stderr = execute("reap", "-n", "default", "-A", "--run-id", "killed")
+	if code != cli.ExitOK || !regexp.MustCompile(ns+`\s+killed\s.*reaped`).MatchString(out) {
+		t.Errorf("reap -A --run-id: exit %d\n%s%s", code, out, stderr)
 	}
 	assertNothingIn(t, ns)
 	code, out, stderr = execute("teardown", "-n", ns, "--run-id", "killed", "--verify")

@@ -143,7 +143,7 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 		spec := podSpec(cfg, t.Config)
 		f.Clusters = append(f.Clusters, &Cluster{
 			Name: t.Config.Name, Clients: t.Clients, Tracker: tr, config: t.Config, spec: spec,
-			Claimer: &claim.Claimer{Client: t.Clients.Client, Tracker: tr, Grace: cfg.ClaimGrace.Duration},
+			Claimer: &claim.Claimer{Client: t.Clients.Client, Tracker: tr, Grace: graces(cfg)},
 		})
 	}
 	if cfg.Placement == "image-affinity" && len(f.Clusters) > 1 {
@@ -358,7 +358,10 @@ func (f *Fleet) Warm(ctx context.Context, images []string, replicas func(image s
 		go func() {
 			filler := &warm.Filler{Client: c.Clients.Client, Tracker: c.Tracker, Budget: *f.Config.WarmCreateBudget,
 				Observe: func(phase string, d time.Duration) { f.phase(phase, c.Name, d) },
-				Check:   f.poolCheck(ctx, c)}
+				Check:   f.poolCheck(ctx, c),
+				Settled: func(pool, why string) {
+					klog.Warningf("pool %s serves with fewer sandboxes than planned: %s", pool, why)
+				}}
 			done <- filled{c, filler.Fill(ctx, pools)}
 		}()
 	}
@@ -384,39 +387,34 @@ func (f *Fleet) Warm(ctx context.Context, images []string, replicas func(image s
 	return nil
 }
 
-// poolCheck gives up a pool whose Pods cannot start: at once for terminal
-// trouble (an invalid image, an image that may not be pulled, OOM), after
-// the claim grace for trouble that may clear up.
-func (f *Fleet) poolCheck(ctx context.Context, c *Cluster) func(pool string) (time.Duration, error) {
+// graces is how long sandboxes may be in trouble that can clear up before
+// they are given up: for as long as readyTimeout allows when fail-fast is
+// off.
+func graces(cfg config.Fleet) claim.Grace {
+	if cfg.FailFast != nil && !*cfg.FailFast {
+		return claim.Grace{}
+	}
+	return claim.Grace{Backoff: cfg.ClaimGrace.Duration, Unschedulable: cfg.UnschedulableGrace.Duration}
+}
+
+// poolCheck judges a pool that is not Ready replica by replica (see
+// claim.PoolPatience): it is given up only when none of it can serve.
+func (f *Fleet) poolCheck(ctx context.Context, c *Cluster) warm.Check {
 	var mu sync.Mutex
-	patience := map[string]*claim.Patience{}
-	return func(pool string) (time.Duration, error) {
+	patience := map[string]*claim.PoolPatience{}
+	return func(pool string, want int32) (claim.PoolJudgement, error) {
 		pods, err := c.Tracker.PoolPods(ctx, pool)
 		if err != nil {
-			return 0, err
-		}
-		var trouble *claim.Trouble
-		for i := range pods {
-			if t := claim.Classify(&pods[i]); t != nil && (trouble == nil || t.Terminal) {
-				trouble = t
-			}
+			return claim.PoolJudgement{}, err
 		}
 		mu.Lock()
 		defer mu.Unlock()
 		p := patience[pool]
 		if p == nil {
-			p = &claim.Patience{Grace: f.Config.ClaimGrace.Duration}
+			p = &claim.PoolPatience{Grace: graces(f.Config)}
 			patience[pool] = p
 		}
-		giveUp, recheck := p.Judge(trouble)
-		switch {
-		case !giveUp:
-			return recheck, nil
-		case trouble.Terminal:
-			return 0, fmt.Errorf("pool %s: %s: %s", pool, trouble.Reason, trouble.Message)
-		default:
-			return 0, fmt.Errorf("pool %s: %s for %s: %s", pool, trouble.Reason, p.Grace, trouble.Message)
-		}
+		return p.Judge(pods, int(want), time.Now()), nil
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
@@ -392,5 +393,34 @@ func TestEpochsKeepPools(t *testing.T) {
 	if rep.WarmReplicasTotal != f.Plan.WarmFootprint {
 		t.Errorf("%d replicas warmed over two epochs, want the plan's %d once", rep.WarmReplicasTotal, f.Plan.WarmFootprint)
 	}
+	assertEmpty(t, ctx, f)
+}
+
+// A pool with a replica no node has room for — as while an autoscaler
+// adds a node — is not given up for it: once that replica is past its
+// grace the pool serves with the replicas Ready, and the image's tasks run.
+func TestPoolServesWithWhatIsReady(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	// Room for two 250m sandboxes, tainted so no other test's Pods land here.
+	taint := corev1.Taint{Key: "sandbox-fleet.test/tight", Effect: corev1.TaintEffectNoSchedule}
+	if err := cluster.AddNodes(ctx, testcluster.Node{Name: "tight-0", Labels: map[string]string{"tight": "true"},
+		Taints: []corev1.Taint{taint}, Capacity: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("600m"), corev1.ResourceMemory: resource.MustParse("8Gi"),
+			corev1.ResourcePods: resource.MustParse("110")}}); err != nil {
+		t.Fatal(err)
+	}
+	ts := []tasks.Task{{ID: "a", Image: "example.com/img:v1"}, {ID: "b", Image: "example.com/img:v1"}}
+	cfg := testConfig("naive")
+	cfg.MaxConcurrent = 2
+	cfg.UnschedulableGrace.Duration = 2 * time.Second
+	cfg.Template.NodeSelector = map[string]string{"tight": "true"}
+	cfg.Template.Tolerations = []corev1.Toleration{{Key: taint.Key, Operator: corev1.TolerationOpExists}}
+	f := open(t, ctx, "short", cfg, ts, cluster)
+
+	if err := f.Warm(ctx, []string{"example.com/img:v1"}, func(string) int { return 3 }); err != nil {
+		t.Fatalf("Warm of a pool with two of three replicas Ready = %v; want it to serve with those", err)
+	}
+	collect(t, ctx, f)
 	assertEmpty(t, ctx, f)
 }

@@ -3,6 +3,8 @@ package fleet
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
 )
 
 // stats are live counters for progress displays.
@@ -67,4 +69,23 @@ func (f *Fleet) finished(cluster string, ok, ran bool, d time.Duration) {
 	if f.Metrics != nil {
 		f.Metrics.Task(cluster, ok, d)
 	}
+}
+
+// Throttled sums what the clusters' client-side rate limiters delayed, or
+// is nil when they delayed nothing.
+func (f *Fleet) Throttled() *report.Throttled {
+	var t report.Throttled
+	for _, c := range f.Clusters {
+		if c.Clients.Throttle == nil {
+			continue
+		}
+		d := c.Clients.Throttle.Delayed()
+		t.Requests += d.Requests
+		t.TotalSeconds += d.Total.Seconds()
+		t.MaxSeconds = max(t.MaxSeconds, d.Max.Seconds())
+	}
+	if t.Requests == 0 {
+		return nil
+	}
+	return &t
 }

@@ -114,7 +114,7 @@ func times(q resource.Quantity, n int) resource.Quantity {
 }
 
 func sizingParams(cfg config.Fleet) sizing.Params {
-	return sizing.Params{MaxConcurrent: cfg.MaxConcurrent, MaxWarmPoolSize: cfg.MaxWarmPoolSize, WarmPerTask: cfg.WarmPerTask}
+	return sizing.Params{MaxConcurrent: cfg.Budget(), MaxWarmPoolSize: cfg.MaxWarmPoolSize, WarmPerTask: cfg.WarmPerTask}
 }
 
 func diskOf(cfg config.Fleet) sizing.Disk {
@@ -137,7 +137,7 @@ func concurrency(cfg config.Fleet) int {
 	if cfg.Concurrency > 0 {
 		return cfg.Concurrency
 	}
-	return cfg.MaxConcurrent
+	return cfg.Budget()
 }
 
 // windowSize is how many of images a strategy keeps warm at once.

@@ -121,6 +121,7 @@ func (f *Fleet) Run(ctx context.Context, o RunOptions) (rep report.Report, err e
 	}
 	rep = f.rec.Report(time.Since(start))
 	rep.Environment = env
+	rep.Throttled = f.Throttled()
 	return rep, err
 }
 

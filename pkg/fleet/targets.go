@@ -14,8 +14,9 @@ import (
 // A namespace given on the command line applies to every cluster whose
 // configuration names none.
 func Targets(cfg config.Fleet, flags *genericclioptions.ConfigFlags) ([]Target, error) {
+	limits := kube.Limits{QPS: cfg.KubeAPIQPS, Burst: cfg.KubeAPIBurst}
 	if len(cfg.Clusters) == 0 {
-		clients, err := kube.FromFlags(flags)
+		clients, err := kube.FromFlags(flags, limits)
 		if err != nil {
 			return nil, err
 		}
@@ -37,7 +38,7 @@ func Targets(cfg config.Fleet, flags *genericclioptions.ConfigFlags) ([]Target, 
 		if ns == "" {
 			ns = namespace
 		}
-		clients, err := kube.ForTarget(kube.Target{Kubeconfig: c.Kubeconfig, Context: c.Context, InCluster: c.InCluster, Namespace: ns})
+		clients, err := kube.ForTarget(kube.Target{Kubeconfig: c.Kubeconfig, Context: c.Context, InCluster: c.InCluster, Namespace: ns, Limits: limits})
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: %w", c.Name, err)
 		}

@@ -38,14 +38,6 @@ func init() {
 	ctrllog.SetLogger(klog.NewKlogr())
 }
 
-// A fleet creates and watches thousands of objects; client-go's default of
-// 5 QPS / 10 burst would make the client, not the apiserver, the bottleneck.
-// The apiserver's priority and fairness still protects the control plane.
-const (
-	defaultQPS   = 100
-	defaultBurst = 200
-)
-
 // Clients holds the API clients for one cluster and the namespace to work in.
 type Clients struct {
 	Config *rest.Config
@@ -53,12 +45,22 @@ type Clients struct {
 	// Client reads and writes any kind in Scheme, Agent Sandbox kinds included.
 	Client    client.WithWatch
 	Namespace string
+	// Throttle is the rate limiter Config gives every client built from
+	// it; it says how long it delayed requests.
+	Throttle *Throttle
+}
+
+// In returns the same clients working in namespace.
+func (c *Clients) In(namespace string) *Clients {
+	in := *c
+	in.Namespace = namespace
+	return &in
 }
 
 // FromFlags builds Clients from kubectl-style flags (--kubeconfig, --context,
 // -n, --as, ...). The namespace is the -n flag, else the context's, else
 // "default".
-func FromFlags(getter genericclioptions.RESTClientGetter) (*Clients, error) {
+func FromFlags(getter genericclioptions.RESTClientGetter, limits Limits) (*Clients, error) {
 	cfg, err := getter.ToRESTConfig()
 	if err != nil {
 		return nil, fmt.Errorf("loading kubeconfig: %w", err)
@@ -67,18 +69,23 @@ func FromFlags(getter genericclioptions.RESTClientGetter) (*Clients, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the namespace from the kubeconfig: %w", err)
 	}
-	return ForConfig(cfg, ns)
+	return forConfig(cfg, ns, limits)
 }
 
-// ForConfig builds Clients from a rest.Config. It copies cfg before tuning it.
+// ForConfig builds Clients from a rest.Config with the default limits. It
+// copies cfg before tuning it.
 func ForConfig(cfg *rest.Config, namespace string) (*Clients, error) {
+	return forConfig(cfg, namespace, Limits{})
+}
+
+func forConfig(cfg *rest.Config, namespace string, limits Limits) (*Clients, error) {
 	cfg = rest.CopyConfig(cfg)
-	if cfg.QPS == 0 {
-		cfg.QPS = defaultQPS
-	}
-	if cfg.Burst == 0 {
-		cfg.Burst = defaultBurst
-	}
+	// One token bucket for every client built from cfg — these and the
+	// informers callers start — so the limits hold for the process's use
+	// of the cluster, not for each client apart.
+	limits = limits.orDefaults()
+	throttle := newThrottle(limits)
+	cfg.QPS, cfg.Burst, cfg.RateLimiter = limits.QPS, limits.Burst, throttle
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "sandbox-fleet/" + version.Get().GitVersion
 	}
@@ -93,7 +100,7 @@ func ForConfig(cfg *rest.Config, namespace string) (*Clients, error) {
 	if namespace == "" {
 		namespace = "default"
 	}
-	return &Clients{Config: cfg, Kube: kc, Client: c, Namespace: namespace}, nil
+	return &Clients{Config: cfg, Kube: kc, Client: c, Namespace: namespace, Throttle: throttle}, nil
 }
 
 // Target names a cluster the way a fleet configuration does.
@@ -106,6 +113,7 @@ type Target struct {
 	InCluster bool
 	// Namespace overrides the context's namespace.
 	Namespace string
+	Limits    Limits
 }
 
 // ForTarget builds Clients for one cluster of a fleet.
@@ -115,7 +123,7 @@ func ForTarget(t Target) (*Clients, error) {
 		if err != nil {
 			return nil, fmt.Errorf("in-cluster configuration: %w", err)
 		}
-		return ForConfig(cfg, t.Namespace)
+		return forConfig(cfg, t.Namespace, t.Limits)
 	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if t.Kubeconfig != "" {
@@ -132,5 +140,5 @@ func ForTarget(t Target) (*Clients, error) {
 			return nil, fmt.Errorf("reading the namespace of context %q: %w", t.Context, err)
 		}
 	}
-	return ForConfig(cfg, ns)
+	return forConfig(cfg, ns, t.Limits)
 }

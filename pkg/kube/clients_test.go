@@ -1,11 +1,16 @@
 package kube_test
 
 import (
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
@@ -55,5 +60,36 @@ func TestForTarget(t *testing.T) {
 	}
 	if _, err := kube.ForTarget(kube.Target{InCluster: true}); err == nil || !strings.Contains(err.Error(), "in-cluster") {
 		t.Errorf("in-cluster outside a Pod: %v", err)
+	}
+}
+
+// Every client built from one Clients shares its rate limits, and the
+// Throttle counts the requests those limits held back: none at the
+// defaults, nearly all past the burst at 2 requests a second.
+func TestThrottleCountsDelays(t *testing.T) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		limits  kube.Limits
+		delayed bool
+	}{{kube.Limits{}, false}, {kube.Limits{QPS: 4, Burst: 1}, true}} {
+		c, err := kube.ForTarget(kube.Target{Kubeconfig: cluster.Kubeconfig(), Limits: tt.limits})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			if _, err := c.Kube.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Client.Get(ctx, client.ObjectKey{Name: "default"}, &corev1.Namespace{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d := c.Throttle.Delayed()
+		if tt.delayed && (d.Requests < 4 || d.Total < time.Second || d.Max < 100*time.Millisecond) {
+			t.Errorf("limits %+v: 6 requests through two clients delayed %+v; want at least 4 held back, 1s in all", tt.limits, d)
+		}
+		if !tt.delayed && d.Requests != 0 {
+			t.Errorf("default limits delayed %+v, want nothing", d)
+		}
 	}
 }

@@ -77,7 +77,7 @@ has, from its registry (with the docker config's credentials), unless
 					}
 				}
 			}
-			clients, err := kube.FromFlags(o.configFlags)
+			clients, err := kube.FromFlags(o.configFlags, kube.Limits{})
 			if err != nil {
 				return err
 			}

@@ -55,7 +55,7 @@ func NewCommand(configFlags *genericclioptions.ConfigFlags, streams genericioopt
 }
 
 func run(ctx context.Context, configFlags *genericclioptions.ConfigFlags, w io.Writer, runID string) error {
-	clients, err := kube.FromFlags(configFlags)
+	clients, err := kube.FromFlags(configFlags, kube.Limits{})
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ func CompleteRunIDs(configFlags *genericclioptions.ConfigFlags) cobra.Completion
 		if len(args) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		clients, err := kube.FromFlags(configFlags)
+		clients, err := kube.FromFlags(configFlags, kube.Limits{})
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveError
 		}

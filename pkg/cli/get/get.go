@@ -101,7 +101,7 @@ func (o *options) run(ctx context.Context, k kind) error {
 	if err := output.Validate(o.print.Format, Formats...); err != nil {
 		return err
 	}
-	clients, err := kube.FromFlags(o.configFlags)
+	clients, err := kube.FromFlags(o.configFlags, kube.Limits{})
 	if err != nil {
 		return err
 	}

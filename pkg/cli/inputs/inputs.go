@@ -5,6 +5,7 @@
 package inputs
 
 import (
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 )
 
 // TaskFlags are how a verb's task files are read — rows' id and image
@@ -68,9 +70,12 @@ type Flags struct {
 	concurrency, maxConcurrent          int
 	maxWarmPoolSize, windowSize, epochs int
 	warmCreateBudget, maxLiveSandboxes  int
-	warmPerTask, keepWarm               bool
+	warmPerTask, keepWarm, failFast     bool
 	readyTimeout, claimGrace            time.Duration
+	unschedulableGrace                  time.Duration
 	overcommitFactor                    float64
+	kubeAPIQPS                          float32
+	kubeAPIBurst                        int
 }
 
 // AddFlags registers the flags on fs.
@@ -81,7 +86,7 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.strategy, "strategy", "", "when pools are warm: "+strings.Join(config.Strategies, ", ")+" (default naive)")
 	fs.StringVar(&f.placement, "placement", "", "how pools spread over clusters: "+strings.Join(config.Placements, ", "))
 	fs.IntVar(&f.concurrency, "concurrency", 0, "tasks at once (default: --max-concurrent)")
-	fs.IntVar(&f.maxConcurrent, "max-concurrent", 0, "concurrency budget that sizes the warm pools (default 1)")
+	fs.IntVar(&f.maxConcurrent, "max-concurrent", 0, "concurrency budget that sizes the warm pools (default: --concurrency, else 1)")
 	fs.IntVar(&f.maxWarmPoolSize, "max-warmpool-size", 0, "cap on any one pool (default 8)")
 	fs.BoolVar(&f.warmPerTask, "warm-per-task", false, "warm one sandbox per task, up to the cap, for instant claims")
 	fs.IntVar(&f.windowSize, "window-size", 0, "images warm at once for sliding and pipelined (default: sized from the budget and disk)")
@@ -90,9 +95,13 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&f.warmCreateBudget, "warm-create-budget", 0, "fill pools in waves of at most this many creates; 0 = all at once (default 1000)")
 	fs.DurationVar(&f.readyTimeout, "ready-timeout", 0, "how long a pool may take to be ready (default 15m)")
 	fs.StringVar(&f.claimPacing, "claim-pacing", "", "none: claim at once; warm: claim only while the pool has a free Ready sandbox (default none)")
-	fs.DurationVar(&f.claimGrace, "claim-grace", 0, "how long a sandbox may stay in trouble that can clear up (default 2m)")
+	fs.DurationVar(&f.claimGrace, "claim-grace", 0, "how long a sandbox may back off (image pull, crash loop) before it is given up (default 2m)")
+	fs.DurationVar(&f.unschedulableGrace, "unschedulable-grace", 0, "how long a sandbox may wait for a node with room before it is given up (default 10m)")
+	fs.BoolVar(&f.failFast, "fail-fast", true, "give up sandboxes in trouble after the graces; false waits out --ready-timeout")
 	fs.Float64Var(&f.overcommitFactor, "overcommit-factor", 0, "runaway breaker: tear down above expected × this; 0 = off (default 1.5)")
 	fs.IntVar(&f.maxLiveSandboxes, "max-live-sandboxes", 0, "runaway breaker: absolute ceiling of live sandboxes")
+	fs.Float32Var(&f.kubeAPIQPS, "kube-api-qps", 0, fmt.Sprintf("requests a second to each API server, on average (default %d)", kube.DefaultQPS))
+	fs.IntVar(&f.kubeAPIBurst, "kube-api-burst", 0, fmt.Sprintf("requests to each API server at once (default %d)", kube.DefaultBurst))
 }
 
 // Load reads the configuration, applies the flags given on fs over it, and
@@ -148,6 +157,7 @@ func (f *Flags) override(fs *pflag.FlagSet, cfg *config.Fleet) error {
 		{"window-size", f.windowSize, &cfg.WindowSize, 0},
 		{"epochs", f.epochs, &cfg.Epochs, 1},
 		{"max-live-sandboxes", f.maxLiveSandboxes, &cfg.MaxLiveSandboxes, 0},
+		{"kube-api-burst", f.kubeAPIBurst, &cfg.KubeAPIBurst, 1},
 	}
 	for _, i := range ints {
 		if !set(i.flag) {
@@ -157,6 +167,12 @@ func (f *Flags) override(fs *pflag.FlagSet, cfg *config.Fleet) error {
 			return usage.Errorf("--%s %d: must be at least %d", i.flag, i.value, i.least)
 		}
 		*i.target = i.value
+	}
+	if set("kube-api-qps") {
+		if f.kubeAPIQPS <= 0 {
+			return usage.Errorf("--kube-api-qps %g: must be positive", f.kubeAPIQPS)
+		}
+		cfg.KubeAPIQPS = f.kubeAPIQPS
 	}
 	if set("warm-create-budget") {
 		if f.warmCreateBudget < 0 {
@@ -174,7 +190,8 @@ func (f *Flags) override(fs *pflag.FlagSet, cfg *config.Fleet) error {
 		flag   string
 		value  time.Duration
 		target *time.Duration
-	}{{"ready-timeout", f.readyTimeout, &cfg.ReadyTimeout.Duration}, {"claim-grace", f.claimGrace, &cfg.ClaimGrace.Duration}} {
+	}{{"ready-timeout", f.readyTimeout, &cfg.ReadyTimeout.Duration}, {"claim-grace", f.claimGrace, &cfg.ClaimGrace.Duration},
+		{"unschedulable-grace", f.unschedulableGrace, &cfg.UnschedulableGrace.Duration}} {
 		if !set(d.flag) {
 			continue
 		}
@@ -194,6 +211,9 @@ func (f *Flags) override(fs *pflag.FlagSet, cfg *config.Fleet) error {
 	}
 	if set("keep-warm") {
 		cfg.KeepWarm = f.keepWarm
+	}
+	if set("fail-fast") {
+		cfg.FailFast = &f.failFast
 	}
 	return nil
 }

@@ -74,3 +74,18 @@ func TestPlanJSONRoundTrips(t *testing.T) {
 		t.Errorf("a pipelined plan of 4 images with no peak or one window: %+v", got)
 	}
 }
+
+// --concurrency alone sizes the pools for that many tasks at once, as
+// --max-concurrent does; it used to leave every pool at one replica.
+func TestPlanSizesFromConcurrencyAlone(t *testing.T) {
+	var alone, budget fleet.Plan
+	for out, args := range map[*fleet.Plan][]string{&alone: {"--concurrency", "16"}, &budget: {"--max-concurrent", "16"}} {
+		if err := json.Unmarshal([]byte(execute(t, append([]string{"plan", "--tasks", taskFile, "-o", "json"}, args...)...)), out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if alone.WarmFootprint != budget.WarmFootprint || alone.WarmFootprint <= len(alone.Pools) {
+		t.Errorf("--concurrency 16 warms %d sandboxes over %d pools, --max-concurrent 16 warms %d: want the same, more than one a pool",
+			alone.WarmFootprint, len(alone.Pools), budget.WarmFootprint)
+	}
+}

@@ -55,7 +55,7 @@ func (o *options) run(cmd *cobra.Command) error {
 	if err := output.Validate(o.output, "table", output.JSON, output.YAML); err != nil {
 		return err
 	}
-	clients, err := kube.FromFlags(o.configFlags)
+	clients, err := kube.FromFlags(o.configFlags, kube.Limits{})
 	if err != nil {
 		return err
 	}

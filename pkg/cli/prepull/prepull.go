@@ -131,7 +131,7 @@ func (o *options) validate() error {
 }
 
 func (o *options) run(ctx context.Context) error {
-	clients, err := kube.FromFlags(o.configFlags)
+	clients, err := kube.FromFlags(o.configFlags, kube.Limits{})
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -24,6 +25,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/teardown"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 )
 
 type options struct {
@@ -35,6 +37,7 @@ type options struct {
 	alive       []string
 	minAge      time.Duration
 	dryRun      bool
+	allNS       bool
 }
 
 // NewCommand returns the reap verb.
@@ -52,12 +55,16 @@ driver (run or serve) stopped renewing its heartbeat Lease, and is not named
 by --alive-run-ids; a run whose driver is alive is never taken, however old.
 Runs with no heartbeat at all (left by versions before heartbeats) are taken
 once their oldest object is older than --min-age. --dry-run lists what
-would be reaped. With -f, every cluster of the fleet configuration is swept.`,
+would be reaped. -A sweeps every namespace. With -f, every cluster of the
+fleet configuration is swept.`,
 		Example: `  # a run killed with SIGKILL
   kubectl sandbox-fleet reap --run-id run-20261129-120000-a1b2c3 -n rl
 
   # everything but the runs still going, older than ten minutes, listed first
-  kubectl sandbox-fleet reap --orphans --alive-run-ids run-a,run-b --min-age 10m --dry-run`,
+  kubectl sandbox-fleet reap --orphans --alive-run-ids run-a,run-b --min-age 10m --dry-run
+
+  # every orphaned run in every namespace
+  kubectl sandbox-fleet reap --orphans -A`,
 		Args: usage.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(o.runIDs) == 0 && !o.orphans {
@@ -84,6 +91,7 @@ would be reaped. With -f, every cluster of the fleet configuration is swept.`,
 	f.StringSliceVar(&o.alive, "alive-run-ids", nil, "runs still going, which --orphans keeps")
 	f.DurationVar(&o.minAge, "min-age", 5*time.Minute, "with --orphans, keep runs with no heartbeat Lease younger than this")
 	f.BoolVar(&o.dryRun, "dry-run", false, "list what would be reaped, delete nothing")
+	f.BoolVarP(&o.allNS, "all-namespaces", "A", false, "reap in every namespace, not only the current one")
 	return cmd
 }
 
@@ -105,43 +113,63 @@ func (o *options) run(ctx context.Context, targets []fleet.Target) error {
 	var errs []error
 	now := time.Now()
 	for _, t := range targets {
-		inv, err := inventory.List(ctx, t.Clients.Client, t.Clients.Namespace, "")
+		namespace := t.Clients.Namespace
+		if o.allNS {
+			namespace = ""
+		}
+		inv, err := inventory.List(ctx, t.Clients.Client, namespace, "")
 		if err != nil {
 			errs = append(errs, fmt.Errorf("cluster %s: %w", t.Config.Name, err))
 			continue
 		}
-		runs := inv.Runs().Items
-		var chosen []inventory.Run
-		if o.orphans {
-			beats, err := teardown.Heartbeats(ctx, t.Clients, now)
+		// Heartbeats, like the objects they vouch for, live in a run's
+		// namespace: judge and reap each namespace with its own.
+		byNamespace := map[string][]inventory.Run{}
+		for _, r := range inv.Runs().Items {
+			byNamespace[r.Namespace] = append(byNamespace[r.Namespace], r)
+		}
+		for _, ns := range slices.Sorted(maps.Keys(byNamespace)) {
+			clients := t.Clients.In(ns)
+			chosen, err := o.choose(ctx, clients, byNamespace[ns], now)
 			if err != nil {
-				errs = append(errs, fmt.Errorf("cluster %s: %w", t.Config.Name, err))
+				errs = append(errs, fmt.Errorf("cluster %s: namespace %s: %w", t.Config.Name, ns, err))
 				continue
 			}
-			chosen = teardown.Orphans(runs, o.alive, beats, o.minAge, now)
-		} else {
-			for _, r := range runs {
-				if slices.Contains(o.runIDs, r.Name) {
-					chosen = append(chosen, r)
+			for _, r := range chosen {
+				action := "would reap"
+				if !o.dryRun {
+					action = "reaped"
+					if err := teardown.Reap(ctx, clients, r.Name); err != nil {
+						action = "failed"
+						errs = append(errs, fmt.Errorf("cluster %s: namespace %s: reaping run %s: %w", t.Config.Name, ns, r.Name, err))
+					}
 				}
+				rows = append(rows, row{cluster: t.Config.Name, run: r, action: action})
 			}
-		}
-		for _, r := range chosen {
-			action := "would reap"
-			if !o.dryRun {
-				action = "reaped"
-				if err := teardown.Reap(ctx, t.Clients, r.Name); err != nil {
-					action = "failed"
-					errs = append(errs, fmt.Errorf("cluster %s: reaping run %s: %w", t.Config.Name, r.Name, err))
-				}
-			}
-			rows = append(rows, row{cluster: t.Config.Name, run: r, action: action})
 		}
 	}
 	if err := printRows(o.streams.Out, rows, now); err != nil {
 		return err
 	}
 	return errors.Join(errs...)
+}
+
+// choose picks the runs of one namespace to reap: orphans, or those named.
+func (o *options) choose(ctx context.Context, clients *kube.Clients, runs []inventory.Run, now time.Time) ([]inventory.Run, error) {
+	if o.orphans {
+		beats, err := teardown.Heartbeats(ctx, clients, now)
+		if err != nil {
+			return nil, err
+		}
+		return teardown.Orphans(runs, o.alive, beats, o.minAge, now), nil
+	}
+	var chosen []inventory.Run
+	for _, r := range runs {
+		if slices.Contains(o.runIDs, r.Name) {
+			chosen = append(chosen, r)
+		}
+	}
+	return chosen, nil
 }
 
 // row is a run reap chose, on a cluster, and what became of it.

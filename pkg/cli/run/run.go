@@ -280,7 +280,7 @@ func (o *options) run(parent context.Context) error {
 		}
 		defer writer.Close()
 	}
-	fmt.Fprintf(o.streams.ErrOut, "run %s: %s over %s, strategy %s, %s\n", o.runID, output.Count(len(o.loaded), "task"),
+	fmt.Fprintf(o.streams.ErrOut, "run %s: %s over %s, strategy %s, %s\n", o.runID, o.taskCount(),
 		output.Count(len(f.Plan.Pools), "image"), o.cfg.Strategy, output.Count(len(f.Clusters), "cluster"))
 	var printer *progress.Printer
 	if !o.quiet {
@@ -315,6 +315,28 @@ func (o *options) run(parent context.Context) error {
 		return fmt.Errorf("run %s: %d of %d tasks could not run (see the error of each in the results)%s", o.runID, notRun, rep.TasksOK+rep.TasksErr, hint)
 	}
 	return nil
+}
+
+// taskCount says how many tasks the run does: those left, of how many,
+// when it resumes from a results file.
+func (o *options) taskCount() string {
+	all := len(o.loaded) * o.cfg.Epochs
+	left := all
+	for e := 1; e <= o.cfg.Epochs; e++ {
+		for _, t := range o.loaded {
+			if o.done[results.Key{Epoch: e, ID: t.ID}] {
+				left--
+			}
+		}
+	}
+	what := "task"
+	if o.cfg.Epochs > 1 {
+		what = "task run"
+	}
+	if left == all {
+		return output.Count(all, what)
+	}
+	return fmt.Sprintf("resuming, %d of %s left", left, output.Count(all, what))
 }
 
 // writeReport prints the run report and writes it to --report.

@@ -74,7 +74,7 @@ func (o *options) run(cmd *cobra.Command) error {
 }
 
 func serverVersion(configFlags *genericclioptions.ConfigFlags) (string, error) {
-	clients, err := kube.FromFlags(configFlags)
+	clients, err := kube.FromFlags(configFlags, kube.Limits{})
 	if err != nil {
 		return "", err
 	}

@@ -3,14 +3,20 @@ package claim
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracker"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
 
 // Handle is a claimed sandbox, ready for work.
@@ -50,8 +56,8 @@ func (e *Error) Error() string {
 type Claimer struct {
 	Client  client.Client
 	Tracker *tracker.Tracker
-	// Grace is how long trouble that may clear up is tolerated.
-	Grace time.Duration
+	// Grace is how long trouble that may clear up is borne.
+	Grace Grace
 }
 
 // Acquire claims a sandbox of pool for task and waits until it is Ready.
@@ -61,8 +67,8 @@ type Claimer struct {
 // someone else deleted the claim. Callers bound ctx.
 func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWarmPool, taskID string) (*Handle, error) {
 	claim := resources.Claim(pool, taskID)
-	if err := c.Client.Create(ctx, claim); err != nil {
-		return nil, fmt.Errorf("task %s: creating a claim on pool %s: %w", taskID, pool.Name, err)
+	if err := c.create(ctx, pool, claim); err != nil {
+		return nil, c.abandon(claim, fmt.Errorf("task %s: creating a claim on pool %s: %w", taskID, pool.Name, err))
 	}
 	patience := Patience{Grace: c.Grace}
 	seen := false
@@ -85,7 +91,7 @@ func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWa
 					PodIP: st.Claim.Status.SandboxStatus.PodIPs[0], Node: st.Pod.Spec.NodeName}, nil
 			}
 			trouble := Classify(st.Pod)
-			giveUp, recheck := patience.Judge(trouble)
+			giveUp, recheck := patience.Judge(trouble, time.Now())
 			if giveUp {
 				return nil, c.abandon(claim, &Error{TaskID: taskID, Claim: claim.Name, Pod: st.Pod.Name, Trouble: *trouble})
 			}
@@ -100,6 +106,48 @@ func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWa
 			return nil, c.abandon(claim, fmt.Errorf("task %s: waiting for claim %s: %w", taskID, claim.Name, context.Cause(ctx)))
 		case <-changed:
 		case <-timer:
+		}
+	}
+}
+
+// create creates claim, trying again while the API server cannot be
+// reached or asks to be asked later, until ctx ends. The claim's name is
+// fixed before the first try, so when a try landed but its answer was lost
+// (a dropped connection), the next meets AlreadyExists and finds the claim
+// of this task under that name: it is the one made. A name another claim
+// holds gets a new one.
+func (c *Claimer) create(ctx context.Context, pool *extensionsv1beta1.SandboxWarmPool, claim *extensionsv1beta1.SandboxClaim) error {
+	delay := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: math.MaxInt32, Cap: 5 * time.Second}
+	tried := false
+	for {
+		err := c.Client.Create(ctx, claim.DeepCopy())
+		switch {
+		case err == nil:
+			return nil
+		case apierrors.IsAlreadyExists(err) && tried:
+			have := &extensionsv1beta1.SandboxClaim{}
+			gerr := c.Client.Get(ctx, client.ObjectKeyFromObject(claim), have)
+			switch {
+			case gerr == nil && have.Annotations[labels.TaskID] == claim.Annotations[labels.TaskID] &&
+				have.Labels[labels.RunID] == claim.Labels[labels.RunID]:
+				return nil
+			case gerr == nil || apierrors.IsNotFound(gerr):
+				claim.Name = resources.ClaimName(pool)
+			case !kube.Transient(gerr):
+				return gerr
+			}
+		case apierrors.IsAlreadyExists(err):
+			claim.Name = resources.ClaimName(pool)
+		case !kube.Transient(err):
+			return err
+		default:
+			tried = true
+			klog.V(2).Infof("creating claim %s: %v; trying again", claim.Name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (the last try: %v)", context.Cause(ctx), err)
+		case <-time.After(delay.Step()):
 		}
 	}
 }

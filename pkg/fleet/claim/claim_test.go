@@ -3,7 +3,10 @@ package claim_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"net/netip"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,7 +41,7 @@ func setup(t *testing.T, ctx context.Context, runID string) (*kube.Clients, *cla
 	if err != nil {
 		t.Fatal(err)
 	}
-	return clients, &claim.Claimer{Client: clients.Client, Tracker: tr, Grace: 2 * time.Second}
+	return clients, &claim.Claimer{Client: clients.Client, Tracker: tr, Grace: claim.Grace{Backoff: 2 * time.Second, Unschedulable: 2 * time.Second}}
 }
 
 // A template, a warm pool of 3 and a claim, made and followed by the
@@ -170,8 +173,8 @@ func TestUnschedulableFailsAfterGrace(t *testing.T) {
 	if !errors.As(err, &claimErr) || claimErr.Reason != "Unschedulable" || claimErr.Terminal {
 		t.Fatalf("Acquire = %v; want an Unschedulable claim error", err)
 	}
-	if took := time.Since(start); took < claimer.Grace {
-		t.Errorf("gave up after %s, before the %s grace", took, claimer.Grace)
+	if took := time.Since(start); took < claimer.Grace.Unschedulable {
+		t.Errorf("gave up after %s, before the %s grace", took, claimer.Grace.Unschedulable)
 	}
 	claims := &extensionsv1beta1.SandboxClaimList{}
 	if err := clients.Client.List(ctx, claims, client.InNamespace(clients.Namespace)); err != nil {
@@ -190,7 +193,7 @@ func TestClaimDeletedByAnotherClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	clients, claimer := setup(t, ctx, "vanished")
-	claimer.Grace = time.Hour
+	claimer.Grace = claim.Grace{Backoff: time.Hour, Unschedulable: time.Hour}
 	pool := unschedulablePool(t, ctx, clients, "vanished")
 	go func() {
 		// Another client deletes every claim of the namespace once one is there.
@@ -213,5 +216,66 @@ func TestClaimDeletedByAnotherClient(t *testing.T) {
 	}
 	if took := time.Since(start); took > 20*time.Second {
 		t.Errorf("noticed the deletion after %s", took)
+	}
+}
+
+// losesAnswers sends every request on, but loses the answer to the first
+// n creates of a claim, as a connection dropped by a stalled API server
+// does: the claim is made, and the client is told the connection was lost.
+// It stands in for the network because a drop must fall exactly between
+// the write and its answer for the test to say anything.
+type losesAnswers struct {
+	next http.RoundTripper
+	n    atomic.Int32
+}
+
+func (l *losesAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := l.next.RoundTrip(req)
+	if err != nil || req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/sandboxclaims") || l.n.Add(-1) < 0 {
+		return resp, err
+	}
+	resp.Body.Close()
+	return nil, errors.New("http2: client connection lost")
+}
+
+// A claim whose create landed but whose answer was lost is recognised on
+// the retry: the task gets its sandbox, and the namespace holds one claim
+// for it, not two.
+func TestClaimCreateRetriedAfterALostAnswer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const runID = "lost-answer"
+	clients, claimer := setup(t, ctx, runID)
+	cfg := cluster.RESTConfig()
+	drop := &losesAnswers{}
+	drop.n.Store(2)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { drop.next = rt; return drop }
+	lossy, err := kube.ForConfig(cfg, clients.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimer.Client = lossy.Client
+
+	tmpl, err := resources.Template(clients.Namespace, runID, "docker.io/library/busybox:1.36", resources.PodSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := resources.WarmPool(tmpl, 1)
+	if err := (&warm.Filler{Client: clients.Client, Tracker: claimer.Tracker}).Fill(ctx, []warm.Pool{{Template: tmpl, Pool: pool}}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := claimer.Acquire(ctx, pool, "task-1")
+	if err != nil {
+		t.Fatalf("Acquire with the first two answers lost = %v; want the claim it made", err)
+	}
+	claims := &extensionsv1beta1.SandboxClaimList{}
+	if err := clients.Client.List(ctx, claims, client.InNamespace(clients.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	if len(claims.Items) != 1 || claims.Items[0].Name != h.Claim {
+		t.Errorf("%d claims in the namespace, want only %s", len(claims.Items), h.Claim)
+	}
+	if err := claimer.Release(ctx, h); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -64,18 +64,39 @@ func Classify(pod *corev1.Pod) *Trouble {
 	return nil
 }
 
+// Grace is how long trouble that may clear up is borne before a wait gives
+// up, by kind of trouble. Zero bears it for as long as the caller's context
+// allows.
+type Grace struct {
+	// Backoff covers image pull back-offs, crash loops and container config
+	// errors: a registry that throttles or a Secret created late clears up
+	// within minutes, a wrong tag never does.
+	Backoff time.Duration
+	// Unschedulable covers a Pod no node has room for, which is normal for
+	// as long as a cluster autoscaler takes to add a node.
+	Unschedulable time.Duration
+}
+
+// For returns the grace for trouble t, which may clear up.
+func (g Grace) For(t *Trouble) time.Duration {
+	if t.Reason == corev1.PodReasonUnschedulable {
+		return g.Unschedulable
+	}
+	return g.Backoff
+}
+
 // Patience gives a Pod's trouble its due: terminal trouble ends the wait at
-// once, trouble that may clear up only once it has lasted Grace without a
-// break. One Patience follows one Pod, or one pool's Pods.
+// once, trouble that may clear up only once it has lasted its grace without
+// a break. One Patience follows one Pod.
 type Patience struct {
-	Grace time.Duration
+	Grace Grace
 	since time.Time
 }
 
 // Judge takes the latest trouble, nil when there is none, and says whether
 // to give up and, if not, how long to wait at most before judging again (0:
 // until something changes).
-func (p *Patience) Judge(t *Trouble) (giveUp bool, recheck time.Duration) {
+func (p *Patience) Judge(t *Trouble, now time.Time) (giveUp bool, recheck time.Duration) {
 	switch {
 	case t == nil:
 		p.since = time.Time{}
@@ -84,9 +105,13 @@ func (p *Patience) Judge(t *Trouble) (giveUp bool, recheck time.Duration) {
 		return true, 0
 	}
 	if p.since.IsZero() {
-		p.since = time.Now()
+		p.since = now
 	}
-	if left := p.Grace - time.Since(p.since); left > 0 {
+	grace := p.Grace.For(t)
+	if grace == 0 {
+		return false, 0
+	}
+	if left := grace - now.Sub(p.since); left > 0 {
 		return false, left
 	}
 	return true, 0

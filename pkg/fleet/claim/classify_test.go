@@ -59,28 +59,45 @@ func TestClassify(t *testing.T) {
 func TestPatience(t *testing.T) {
 	terminal := &Trouble{Reason: "InvalidImageName", Terminal: true}
 	backoff := &Trouble{Reason: "ImagePullBackOff"}
+	unschedulable := &Trouble{Reason: corev1.PodReasonUnschedulable}
+	t0 := time.Unix(1000, 0)
 
-	p := Patience{Grace: time.Hour}
-	if giveUp, recheck := p.Judge(nil); giveUp || recheck != 0 {
+	p := Patience{Grace: Grace{Backoff: time.Hour, Unschedulable: time.Hour}}
+	if giveUp, recheck := p.Judge(nil, t0); giveUp || recheck != 0 {
 		t.Errorf("no trouble: Judge = %v, %v; want to wait for a change", giveUp, recheck)
 	}
-	if giveUp, _ := p.Judge(terminal); !giveUp {
+	if giveUp, _ := p.Judge(terminal, t0); !giveUp {
 		t.Error("terminal trouble: Judge did not give up at once")
 	}
-	if giveUp, recheck := p.Judge(backoff); giveUp || recheck <= 0 || recheck > time.Hour {
-		t.Errorf("new back-off: Judge = %v, %v; want to recheck within the grace", giveUp, recheck)
+	if giveUp, recheck := p.Judge(backoff, t0); giveUp || recheck != time.Hour {
+		t.Errorf("new back-off: Judge = %v, %v; want to recheck when the grace ends", giveUp, recheck)
 	}
 
-	const grace = 300 * time.Millisecond
-	short := Patience{Grace: grace}
-	short.Judge(backoff)
-	time.Sleep(grace + 50*time.Millisecond)
-	short.Judge(nil) // the trouble cleared: the grace starts again
-	if giveUp, _ := short.Judge(backoff); giveUp {
+	short := Patience{Grace: Grace{Backoff: time.Minute, Unschedulable: 10 * time.Minute}}
+	short.Judge(backoff, t0)
+	short.Judge(nil, t0.Add(2*time.Minute)) // the trouble cleared: the grace starts again
+	if giveUp, _ := short.Judge(backoff, t0.Add(2*time.Minute)); giveUp {
 		t.Error("back-off after a break: Judge gave up before the grace began anew")
 	}
-	time.Sleep(grace + 50*time.Millisecond)
-	if giveUp, _ := short.Judge(backoff); !giveUp {
-		t.Error("back-off past the grace: Judge did not give up")
+	if giveUp, _ := short.Judge(backoff, t0.Add(3*time.Minute)); !giveUp {
+		t.Error("back-off past its grace: Judge did not give up")
+	}
+
+	pending := Patience{Grace: Grace{Backoff: time.Minute, Unschedulable: 10 * time.Minute}}
+	pending.Judge(unschedulable, t0)
+	if giveUp, recheck := pending.Judge(unschedulable, t0.Add(2*time.Minute)); giveUp || recheck != 8*time.Minute {
+		t.Errorf("unschedulable past the back-off grace: Judge = %v, %v; want to wait out its own grace", giveUp, recheck)
+	}
+	if giveUp, _ := pending.Judge(unschedulable, t0.Add(10*time.Minute)); !giveUp {
+		t.Error("unschedulable past its grace: Judge did not give up")
+	}
+
+	off := Patience{}
+	off.Judge(backoff, t0)
+	if giveUp, recheck := off.Judge(backoff, t0.Add(24*time.Hour)); giveUp || recheck != 0 {
+		t.Errorf("fail-fast off: Judge = %v, %v; want to wait for as long as the caller allows", giveUp, recheck)
+	}
+	if giveUp, _ := off.Judge(terminal, t0); !giveUp {
+		t.Error("fail-fast off, terminal trouble: Judge did not give up at once")
 	}
 }

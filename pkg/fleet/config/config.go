@@ -57,7 +57,8 @@ type Fleet struct {
 	// Default naive.
 	Strategy string `json:"strategy,omitempty"`
 	// MaxConcurrent is the concurrency budget: it sizes pools and bounds
-	// tasks in flight. Default 1.
+	// tasks in flight. Default: Concurrency when that is given, else 1
+	// (see Budget).
 	MaxConcurrent int `json:"maxConcurrent,omitempty"`
 	// Concurrency is how many tasks run at once; 0 is MaxConcurrent.
 	Concurrency int `json:"concurrency,omitempty"`
@@ -97,10 +98,29 @@ type Fleet struct {
 	// throughput, since waiting for a refill is as slow as a cold start
 	// where Pods start at once (see the README's performance section).
 	ClaimPacing string `json:"claimPacing,omitempty"`
-	// ClaimGrace is how long a claimed sandbox may show trouble that can
-	// clear up (ImagePullBackOff, CrashLoopBackOff, Unschedulable) before
-	// the claim is given up. Terminal trouble fails at once. Default 2m.
+	// ClaimGrace is how long a sandbox may back off (ImagePullBackOff,
+	// CrashLoopBackOff, a container config error) before its claim, or its
+	// replica of a warm pool, is given up. Default 2m: the kubelet retries
+	// a pull within 10 s, 20 s, 40 s… so two minutes sees several retries,
+	// enough for a throttling registry or a late pull Secret; a wrong tag
+	// never clears. Terminal trouble (an invalid image name, a pull that
+	// policy forbids, OOM) fails at once.
 	ClaimGrace metav1.Duration `json:"claimGrace,omitempty"`
+	// UnschedulableGrace is how long a sandbox may find no node with room
+	// before it is given up. Default 10m: a cluster autoscaler adds a node
+	// in a few minutes, and a pending sandbox costs nothing meanwhile.
+	UnschedulableGrace metav1.Duration `json:"unschedulableGrace,omitempty"`
+	// FailFast gives up sandboxes in trouble after the graces above; false
+	// waits out readyTimeout instead (terminal trouble still fails at
+	// once: no wait can mend it). Default true.
+	FailFast *bool `json:"failFast,omitempty"`
+	// KubeAPIQPS and KubeAPIBurst are this client's rate limits on each
+	// cluster's API server. Defaults 500 and 1000: a thousand claims are
+	// created at once, and priority and fairness on the server, not this
+	// client, protects the control plane. The run report says when these
+	// limits delayed requests.
+	KubeAPIQPS   float32 `json:"kubeAPIQPS,omitempty"`
+	KubeAPIBurst int     `json:"kubeAPIBurst,omitempty"`
 	// Template is how every sandbox Pod is built.
 	Template Template `json:"template,omitempty"`
 	// Disk lets windows be capped so resident images fit the nodes' disk.
@@ -196,8 +216,11 @@ func (f *Fleet) applyDefaults() {
 	if f.ClaimGrace.Duration == 0 {
 		f.ClaimGrace.Duration = 2 * time.Minute
 	}
-	if f.MaxConcurrent == 0 {
-		f.MaxConcurrent = 1
+	if f.UnschedulableGrace.Duration == 0 {
+		f.UnschedulableGrace.Duration = 10 * time.Minute
+	}
+	if f.FailFast == nil {
+		f.FailFast = new(true)
 	}
 	if f.MaxWarmPoolSize == 0 {
 		f.MaxWarmPoolSize = 8
@@ -232,6 +255,19 @@ func (f *Fleet) applyDefaults() {
 			f.Clusters[i].Weight = 1
 		}
 	}
+}
+
+// Budget is the concurrency budget that sizes the pools: MaxConcurrent, or
+// when only Concurrency is given that, so that a run asked to do 16 tasks
+// at once warms for 16, or 1.
+func (f *Fleet) Budget() int {
+	switch {
+	case f.MaxConcurrent > 0:
+		return f.MaxConcurrent
+	case f.Concurrency > 0:
+		return f.Concurrency
+	}
+	return 1
 }
 
 // Load reads and checks a configuration file, filling in defaults.
@@ -302,10 +338,13 @@ func (f *Fleet) validate(fail func(path, format string, args ...any)) {
 	}
 	for path, v := range map[string]int{"maxConcurrent": f.MaxConcurrent, "maxWarmPoolSize": f.MaxWarmPoolSize,
 		"windowSize": f.WindowSize, "maxLiveSandboxes": f.MaxLiveSandboxes, "disk.nodes": f.Disk.Nodes,
-		"concurrency": f.Concurrency, "epochs": f.Epochs, "breakerPolls": f.BreakerPolls} {
+		"concurrency": f.Concurrency, "epochs": f.Epochs, "breakerPolls": f.BreakerPolls, "kubeAPIBurst": f.KubeAPIBurst} {
 		if v < 0 {
 			fail(path, "must not be negative, got %d", v)
 		}
+	}
+	if f.KubeAPIQPS < 0 {
+		fail("kubeAPIQPS", "must not be negative, got %g", f.KubeAPIQPS)
 	}
 	if f.WarmCreateBudget != nil && *f.WarmCreateBudget < 0 {
 		fail("warmCreateBudget", "must not be negative (0 fills every pool at once), got %d", *f.WarmCreateBudget)
@@ -314,7 +353,8 @@ func (f *Fleet) validate(fail func(path, format string, args ...any)) {
 		fail("overcommitFactor", "must be at least 1 (or 0 to turn the breaker off), got %g", *f.OvercommitFactor)
 	}
 	for path, d := range map[string]time.Duration{"readyTimeout": f.ReadyTimeout.Duration,
-		"breakerInterval": f.BreakerInterval.Duration, "claimGrace": f.ClaimGrace.Duration} {
+		"breakerInterval": f.BreakerInterval.Duration, "claimGrace": f.ClaimGrace.Duration,
+		"unschedulableGrace": f.UnschedulableGrace.Duration} {
 		if d < 0 {
 			fail(path, "must not be negative, got %s", d)
 		}

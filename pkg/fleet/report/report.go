@@ -96,6 +96,17 @@ type Report struct {
 	WarmReplicasPeak  int `json:"warmReplicasPeak"`
 	// Environment describes each cluster of the run, by name.
 	Environment map[string]Environment `json:"environment,omitempty"`
+	// Throttled is set when this client's own rate limits delayed
+	// requests: the run went slower than the API server allowed.
+	Throttled *Throttled `json:"clientThrottled,omitempty"`
+}
+
+// Throttled says how many requests the client-side rate limiter delayed by
+// more than 50 ms, over all clusters, and by how long in all and at most.
+type Throttled struct {
+	Requests     int     `json:"requests"`
+	TotalSeconds float64 `json:"totalSeconds"`
+	MaxSeconds   float64 `json:"maxSeconds"`
 }
 
 // Environment is what a run knows of one cluster.
@@ -195,5 +206,9 @@ func (rep Report) WriteTable(w io.Writer) error {
 	}
 	_, err := fmt.Fprintf(w, "claims %d, tasks %d ok / %d failed (%d could not run), warm replicas %d in all, %d at peak\n",
 		rep.Claims, rep.TasksOK, rep.TasksErr, rep.TasksNotRun, rep.WarmReplicasTotal, rep.WarmReplicasPeak)
+	if t := rep.Throttled; t != nil && err == nil {
+		_, err = fmt.Fprintf(w, "client-side throttling delayed %d requests, %.2fs in all, %.2fs at most: raise --kube-api-qps and --kube-api-burst\n",
+			t.Requests, t.TotalSeconds, t.MaxSeconds)
+	}
 	return err
 }

@@ -106,6 +106,7 @@ func TestWriteTable(t *testing.T) {
 			"gpu-west": {Server: "https://10.0.0.1", Namespace: "rl", KubernetesVersion: "v1.36.3", Nodes: 40, NodePools: []string{"a", "b"}},
 			"cpu-east": {Server: "https://10.0.0.2", Namespace: "rl", KubernetesVersion: "v1.35.1", Nodes: 8},
 		},
+		Throttled: &Throttled{Requests: 37, TotalSeconds: 4.2, MaxSeconds: 0.31},
 	}
 	var out bytes.Buffer
 	if err := rep.WriteTable(&out); err != nil {

@@ -44,7 +44,7 @@ func run(t *testing.T, ctx context.Context, clients *kube.Clients, runID string)
 	if err := (&warm.Filler{Client: clients.Client, Tracker: tr}).Fill(ctx, pools); err != nil {
 		t.Fatal(err)
 	}
-	claimer := &claim.Claimer{Client: clients.Client, Tracker: tr, Grace: time.Minute}
+	claimer := &claim.Claimer{Client: clients.Client, Tracker: tr, Grace: claim.Grace{Backoff: time.Minute, Unschedulable: time.Minute}}
 	h, err := claimer.Acquire(ctx, pools[0].Pool, "task-1")
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracker"
 )
 
@@ -31,11 +32,17 @@ type Filler struct {
 	// Observe, when set, is told how long each wave took to create
 	// (create_warmpool) and to become Ready (wait_pool_ready).
 	Observe func(phase string, d time.Duration)
-	// Check, when set, is asked about a pool while it is not Ready: an
-	// error gives the pool up (its Pods cannot start), and a non-zero wake
-	// asks to be asked again then even if nothing changes.
-	Check func(pool string) (wake time.Duration, err error)
+	// Check, when set, judges a pool while it is not Ready.
+	Check Check
+	// Settled, when set, is told of a pool that serves with fewer
+	// sandboxes Ready than it wants, and why.
+	Settled func(pool, why string)
 }
+
+// Check judges a pool that wants want replicas and is not Ready: give it
+// up (an error, or GiveUp: none of it can serve), settle for the replicas
+// Ready, or wait — at most Recheck when that is not 0.
+type Check func(pool string, want int32) (claim.PoolJudgement, error)
 
 // Failed lists the pools a fill gave up, with why.
 type Failed map[string]error
@@ -52,11 +59,13 @@ func (f Failed) Error() string {
 // (see Waves), returning once every pool has all its replicas Ready. A
 // pool is created at its first wave's size, then patched up. Pools that
 // already exist (kept warm by an earlier pass or run) are grown, never
-// shrunk. Pools that Check gives up, or that are not Ready when ctx ends,
-// are returned as Failed while the others fill on; any other error ends
-// the fill.
+// shrunk. Pools that Check gives up, or that have no sandbox Ready when
+// ctx ends, are returned as Failed while the others fill on; a pool that
+// Check settles, or that has some sandboxes Ready when ctx ends, serves
+// with those and grows no further. Any other error ends the fill.
 func (f *Filler) Fill(ctx context.Context, pools []Pool) error {
 	failed := Failed{}
+	settled := map[string]bool{}
 	replicas := make([]int32, len(pools))
 	for i, p := range pools {
 		replicas[i] = *p.Pool.Spec.Replicas
@@ -67,7 +76,7 @@ func (f *Filler) Fill(ctx context.Context, pools []Pool) error {
 		start := time.Now()
 		for _, s := range wave {
 			p := pools[s.Pool]
-			if failed[p.Pool.Name] != nil {
+			if failed[p.Pool.Name] != nil || settled[p.Pool.Name] {
 				continue
 			}
 			if !created[s.Pool] {
@@ -90,11 +99,18 @@ func (f *Filler) Fill(ctx context.Context, pools []Pool) error {
 		start = time.Now()
 		for _, s := range wave {
 			name := pools[s.Pool].Pool.Name
-			if failed[name] != nil {
+			if failed[name] != nil || settled[name] {
 				continue
 			}
-			if err := f.waitReady(ctx, name, s.Replicas); err != nil {
+			why, err := f.waitReady(ctx, name, s.Replicas)
+			switch {
+			case err != nil:
 				failed[name] = err
+			case why != "":
+				settled[name] = true
+				if f.Settled != nil {
+					f.Settled(name, why)
+				}
 			}
 		}
 		f.observe("wait_pool_ready", start)
@@ -105,35 +121,42 @@ func (f *Filler) Fill(ctx context.Context, pools []Pool) error {
 	return nil
 }
 
-// waitReady waits until pool has ready Ready sandboxes, Check gives it up
-// or ctx ends.
-func (f *Filler) waitReady(ctx context.Context, pool string, ready int32) error {
+// waitReady waits until pool has ready Ready sandboxes. It returns why
+// when the pool is to serve with fewer, and an error when it is given up.
+func (f *Filler) waitReady(ctx context.Context, pool string, ready int32) (settle string, err error) {
 	for {
 		changed := f.Tracker.PoolChanged(pool)
 		p, found, err := f.Tracker.WarmPool(ctx, pool)
 		if err != nil {
-			return err
+			return "", err
 		}
-		if found && p.Status.ReadyReplicas >= ready {
-			return nil
+		have := int32(0)
+		if found {
+			have = p.Status.ReadyReplicas
+		}
+		if have >= ready {
+			return "", nil
 		}
 		var wake <-chan time.Time
 		if f.Check != nil {
-			after, err := f.Check(pool)
-			if err != nil {
-				return err
-			}
-			if after > 0 {
-				wake = time.After(after)
+			j, err := f.Check(pool, ready)
+			switch {
+			case err != nil:
+				return "", err
+			case j.GiveUp:
+				return "", fmt.Errorf("pool %s: %s", pool, j.Reason())
+			case j.Settle:
+				return fmt.Sprintf("%d of %d sandboxes Ready; %s", j.Ready, ready, j.Reason()), nil
+			case j.Recheck > 0:
+				wake = time.After(j.Recheck)
 			}
 		}
 		select {
 		case <-ctx.Done():
-			have := int32(0)
-			if found {
-				have = p.Status.ReadyReplicas
+			if have > 0 {
+				return fmt.Sprintf("%d of %d sandboxes Ready when the wait ended: %v", have, ready, context.Cause(ctx)), nil
 			}
-			return fmt.Errorf("warm pool %s has %d of %d sandboxes ready: %w", pool, have, ready, context.Cause(ctx))
+			return "", fmt.Errorf("warm pool %s has none of %d sandboxes ready: %w", pool, ready, context.Cause(ctx))
 		case <-changed:
 		case <-wake:
 		}
