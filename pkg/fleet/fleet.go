@@ -210,16 +210,26 @@ func (f *Fleet) readNodeCaches(ctx context.Context) {
 
 // readRegistries reads the layers of images no node lists from their
 // registries (with the docker config's credentials), so that a new image
-// is placed where its base already is. An image that cannot be read is
-// placed without: the failures are warned about at once.
+// is placed where its base already is. Start-up waits for this at most a
+// minute, each image 30 s; an image not read then is placed without its
+// layers, and the failures and skips are warned about at once.
 func readRegistries(ctx context.Context, images []string) map[string][]v1alpha1.Layer {
-	found, failed := (&registry.Layers{}).GetAll(ctx, images)
-	if len(failed) > 0 {
+	ctx, cancel := context.WithTimeout(ctx, registryBudget)
+	defer cancel()
+	r := (&registry.Layers{}).GetAll(ctx, images, 30*time.Second)
+	if len(r.Failed) > 0 {
 		klog.Warningf("image-affinity: %d of %d images no node holds could not be read from their registries, and are placed without their layers; the first: %v",
-			len(failed), len(images), failed[0])
+			len(r.Failed), len(images), r.Failed[0])
 	}
-	return found
+	if len(r.Skipped) > 0 {
+		klog.Warningf("image-affinity: %d of %d images no node holds were not read (their registry did not answer, or start-up's %s for reading ran out), and are placed without their layers; the first: %s",
+			len(r.Skipped), len(images), registryBudget, r.Skipped[0])
+	}
+	return r.Found
 }
+
+// registryBudget bounds how long start-up reads registries for placement.
+const registryBudget = time.Minute
 
 // Preflight checks every cluster, concurrently, before anything is
 // created: the Agent Sandbox API, the namespace, permissions, runtime class

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -138,11 +139,15 @@ func (o *options) fromRegistries(ctx context.Context, nodes []*nodecache.Node, i
 			unlisted = append(unlisted, img)
 		}
 	}
-	found, failed := (&registry.Layers{}).GetAll(ctx, unlisted)
-	for _, err := range failed {
+	r := (&registry.Layers{}).GetAll(ctx, unlisted, 30*time.Second)
+	for _, err := range r.Failed {
 		fmt.Fprintf(o.streams.ErrOut, "Warning: %v\n", err)
 	}
-	return found
+	if len(r.Skipped) > 0 {
+		fmt.Fprintf(o.streams.ErrOut, "Warning: %d images were not read, their registry having let a read time out: %s\n",
+			len(r.Skipped), strings.Join(r.Skipped, ", "))
+	}
+	return r.Found
 }
 
 // NodeSummary is what one node holds.

@@ -99,35 +99,79 @@ func (l *Layers) readInBackground(ref string) {
 	}
 }
 
-// GetAll reads the layers of images, a few at a time, each read bounded
-// by a timeout, for a command that waits for them: the images read, and
-// an error for each that could not be, in the images' order.
-func (l *Layers) GetAll(ctx context.Context, images []string) (map[string][]v1alpha1.Layer, []error) {
-	const reads, timeout = 8, 30 * time.Second
+// Read is what GetAll read: the layers of the images read, an error for
+// each that could not be, and the images not read at all.
+type Read struct {
+	Found  map[string][]v1alpha1.Layer
+	Failed []error
+	// Skipped were not read: ctx ended first, or their registry had let
+	// another read time out, so that one registry that does not answer
+	// costs one timeout, not one per image.
+	Skipped []string
+}
+
+// GetAll reads the layers of images, eight at a time, each read bounded by
+// timeout and all of them by ctx, for a command that waits for them.
+// Failures and skips are in the images' order.
+func (l *Layers) GetAll(ctx context.Context, images []string, timeout time.Duration) Read {
+	const reads = 8
 	layers := make([][]v1alpha1.Layer, len(images))
 	errs := make([]error, len(images))
+	skipped := make([]bool, len(images))
+	var mu sync.Mutex
+	silent := map[string]bool{} // registries a read timed out on
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, reads)
 	for i, img := range images {
+		host := registryOf(img)
 		wg.Go(func() {
-			slots <- struct{}{}
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				skipped[i] = true
+				return
+			}
 			defer func() { <-slots }()
-			ctx, cancel := context.WithTimeout(ctx, timeout)
+			mu.Lock()
+			skip := silent[host] || ctx.Err() != nil
+			mu.Unlock()
+			if skip {
+				skipped[i] = true
+				return
+			}
+			rctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			layers[i], errs[i] = l.Get(ctx, img)
+			layers[i], errs[i] = l.Get(rctx, img)
+			if errs[i] != nil && ctx.Err() == nil && rctx.Err() != nil {
+				mu.Lock()
+				silent[host] = true
+				mu.Unlock()
+			}
 		})
 	}
 	wg.Wait()
-	found := map[string][]v1alpha1.Layer{}
-	var failed []error
+	r := Read{Found: map[string][]v1alpha1.Layer{}}
 	for i, img := range images {
-		if errs[i] != nil {
-			failed = append(failed, errs[i])
-		} else {
-			found[img] = layers[i]
+		switch {
+		case skipped[i]:
+			r.Skipped = append(r.Skipped, img)
+		case errs[i] != nil:
+			r.Failed = append(r.Failed, errs[i])
+		default:
+			r.Found[img] = layers[i]
 		}
 	}
-	return found, failed
+	return r
+}
+
+// registryOf is the registry host of image ref, or ref itself when it
+// does not parse (its read then fails on its own).
+func registryOf(ref string) string {
+	parsed, err := name.ParseReference(ref)
+	if err != nil {
+		return ref
+	}
+	return parsed.Context().RegistryStr()
 }
 
 // Get returns the layers of image ref, base first.

@@ -2,8 +2,12 @@ package registry_test
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,12 +36,75 @@ func TestLayers(t *testing.T) {
 	}
 
 	other, wantOther := r.PushRandom(t, "swebench/flask-1:latest")
-	found, failed := l.GetAll(context.Background(), []string{ref, r.Host + "/swebench/missing:1", other, r.Host + "/swebench/missing:2"})
+	read := l.GetAll(context.Background(), []string{ref, r.Host + "/swebench/missing:1", other, r.Host + "/swebench/missing:2"}, time.Minute)
+	found, failed := read.Found, read.Failed
+	if len(read.Skipped) > 0 {
+		t.Errorf("GetAll skipped %v of a registry that answers", read.Skipped)
+	}
 	if len(found) != 2 || !slices.Equal(found[ref], want) || !slices.Equal(found[other], wantOther) {
 		t.Errorf("GetAll found %v, want %s and %s", found, ref, other)
 	}
 	if len(failed) != 2 || !strings.Contains(failed[0].Error(), "missing:1") || !strings.Contains(failed[1].Error(), "missing:2") {
 		t.Errorf("GetAll failed %v, want the two missing images, in order", failed)
+	}
+}
+
+// A registry that never answers costs GetAll one read's timeout, not one
+// per image: once a read of it times out, its other images are skipped and
+// said to be. Images of a registry that answers are read all the same, and
+// once ctx has ended nothing more is read.
+func TestGetAllBounded(t *testing.T) {
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns atomic.Int32
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		silent.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	r := testregistry.Start(t)
+	ref, want := r.PushRandom(t, "swebench/django-1:latest")
+
+	images := []string{ref}
+	for i := range 40 {
+		images = append(images, fmt.Sprintf("%s/swebench/img-%d:v1", silent.Addr(), i))
+	}
+	read := (&registry.Layers{}).GetAll(context.Background(), images, 300*time.Millisecond)
+	if !slices.Equal(read.Found[ref], want) {
+		t.Errorf("the answering registry's image was not read: %v", read.Found)
+	}
+	if len(read.Failed)+len(read.Skipped) != 40 || len(read.Skipped) < 40-8 {
+		t.Errorf("of 40 images on a silent registry %d failed and %d were skipped; want at most one round of reads to fail, the rest skipped",
+			len(read.Failed), len(read.Skipped))
+	}
+	if n := conns.Load(); n > 8 {
+		t.Errorf("the silent registry was tried %d times, more than one round of reads", n)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	read = (&registry.Layers{}).GetAll(ctx, []string{ref}, time.Minute)
+	if len(read.Found) != 0 || !slices.Equal(read.Skipped, []string{ref}) {
+		t.Errorf("GetAll after ctx ended = %+v, want the image skipped", read)
 	}
 }
 
