@@ -232,10 +232,10 @@ func WarmPool(template *extensionsv1beta1.SandboxTemplate, replicas int32) *exte
 func Claim(pool *extensionsv1beta1.SandboxWarmPool, taskID string) *extensionsv1beta1.SandboxClaim {
 	return &extensionsv1beta1.SandboxClaim{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:         ClaimName(pool),
-			Namespace:    pool.Namespace,
-			Labels:       maps.Clone(pool.Labels),
-			Annotations:  map[string]string{labels.TaskID: taskID},
+			Name:        ClaimName(pool),
+			Namespace:   pool.Namespace,
+			Labels:      maps.Clone(pool.Labels),
+			Annotations: map[string]string{labels.TaskID: taskID},
 		},
 		Spec: extensionsv1beta1.SandboxClaimSpec{
 			WarmPoolRef: extensionsv1beta1.SandboxWarmPoolRef{Name: pool.Name},
