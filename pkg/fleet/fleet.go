@@ -436,9 +436,11 @@ func (f *Fleet) Unwarm(ctx context.Context, images []string) error {
 		f.mu.Lock()
 		p, ok := f.warm[img]
 		delete(f.warm, img)
+		var objs []client.Object
 		if ok {
 			p.cluster.replicas -= p.replicas
 			f.warmed(p.cluster.Name, -p.replicas)
+			objs = []client.Object{p.pool.DeepCopy(), p.template.DeepCopy()}
 		}
 		f.mu.Unlock()
 		if !ok {
@@ -446,7 +448,7 @@ func (f *Fleet) Unwarm(ctx context.Context, images []string) error {
 		}
 		c := p.cluster.Clients.Client
 		background := client.PropagationPolicy(metav1.DeletePropagationBackground)
-		for _, obj := range []client.Object{p.pool.DeepCopy(), p.template.DeepCopy()} {
+		for _, obj := range objs {
 			if err := client.IgnoreNotFound(c.Delete(ctx, obj, background)); err != nil {
 				errs = append(errs, fmt.Errorf("cluster %s: deleting %s: %w", p.cluster.Name, obj.GetName(), err))
 			}
@@ -460,8 +462,11 @@ func (f *Fleet) Unwarm(ctx context.Context, images []string) error {
 func (f *Fleet) Acquire(ctx context.Context, t tasks.Task) (*Sandbox, error) {
 	f.mu.Lock()
 	p, ok := f.warm[t.Image]
+	var pool *extensionsv1beta1.SandboxWarmPool
 	if ok {
 		p.cluster.claims++
+		// Warm replaces p.pool when it grows the pool; take this one.
+		pool = p.pool
 	}
 	f.mu.Unlock()
 	if !ok {
@@ -472,8 +477,8 @@ func (f *Fleet) Acquire(ctx context.Context, t tasks.Task) (*Sandbox, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.Config.ReadyTimeout.Duration)
 	defer cancel()
 	start := time.Now()
-	settled := f.pace(ctx, p)
-	h, err := p.cluster.Claimer.Acquire(ctx, p.pool, t.ID)
+	settled := f.pace(ctx, p, pool.Name)
+	h, err := p.cluster.Claimer.Acquire(ctx, pool, t.ID)
 	settled()
 	f.claimed(p.cluster.Name, err == nil, time.Since(start))
 	if err != nil {
@@ -509,7 +514,7 @@ const paceLimit = time.Minute
 // plane already behind. Free sandboxes are counted from the pool's Pods in
 // the tracker's cache rather than from the pool's status, which lags
 // adoptions. The returned func settles the claim once it has been made.
-func (f *Fleet) pace(ctx context.Context, p *placed) (settled func()) {
+func (f *Fleet) pace(ctx context.Context, p *placed, pool string) (settled func()) {
 	if !f.paced() {
 		return func() {}
 	}
@@ -524,10 +529,10 @@ func (f *Fleet) pace(ctx context.Context, p *placed) (settled func()) {
 		wait = false
 	}
 	for {
-		changed := p.cluster.Tracker.PoolChanged(p.pool.Name)
+		changed := p.cluster.Tracker.PoolChanged(pool)
 		free := 1 // unknown: hold nothing back
 		if wait {
-			if pods, err := p.cluster.Tracker.PoolPods(ctx, p.pool.Name); err == nil {
+			if pods, err := p.cluster.Tracker.PoolPods(ctx, pool); err == nil {
 				free = f.freeSandboxes(p, pods)
 			}
 		}

@@ -177,31 +177,9 @@ func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func
 			return err
 		}
 		for n, window := range windows {
-			type prefetched struct {
-				failed warm.Failed
-				err    error
-			}
-			next := make(chan prefetched, 1)
-			if n+1 < len(windows) {
-				go func() {
-					start := time.Now()
-					failed, err := f.warmWindow(ctx, windows[n+1], replicas)
-					f.phase("prefetch", "", time.Since(start))
-					next <- prefetched{failed, err}
-				}()
-			}
-			process(window, failed)
-			// Unwarm this window before waiting for the next, so that no
-			// more than two windows are ever warm.
-			if err := f.unwarmWindow(ctx, window); err != nil {
+			failed, err = f.pipelinedStep(ctx, window, windows[n+1:], failed, replicas, process)
+			if err != nil {
 				return err
-			}
-			if n+1 < len(windows) {
-				p := <-next
-				if p.err != nil {
-					return p.err
-				}
-				failed = p.failed
 			}
 		}
 	default: // sliding, and none (windows of one image, one replica)
@@ -217,6 +195,45 @@ func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func
 		}
 	}
 	return context.Cause(ctx)
+}
+
+// pipelinedStep runs window while the next of rest warms, unwarms window,
+// and returns what the next window's warming gave up. It always waits for
+// that warming to end — cancelled when the step fails — so that no pool
+// is still being created when teardown runs.
+func (f *Fleet) pipelinedStep(ctx context.Context, window []string, rest [][]string, failed warm.Failed,
+	replicas func(string) int, process func([]string, warm.Failed)) (warm.Failed, error) {
+	type prefetched struct {
+		failed warm.Failed
+		err    error
+	}
+	var next chan prefetched
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if len(rest) > 0 {
+		next = make(chan prefetched, 1)
+		go func() {
+			start := time.Now()
+			failed, err := f.warmWindow(pctx, rest[0], replicas)
+			f.phase("prefetch", "", time.Since(start))
+			next <- prefetched{failed, err}
+		}()
+	}
+	process(window, failed)
+	// Unwarm this window before waiting for the next, so that no more
+	// than two windows are ever warm.
+	err := f.unwarmWindow(ctx, window)
+	if next == nil {
+		return nil, err
+	}
+	if err != nil {
+		cancel()
+	}
+	p := <-next
+	if err != nil {
+		return nil, err
+	}
+	return p.failed, p.err
 }
 
 // unwarmWindow unwarms a window that has run. When the run was stopped,
