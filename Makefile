@@ -33,9 +33,14 @@ testbin: ## build the pinned test binaries (etcd, Kubernetes, kwok, Agent Sandbo
 node-deps: ## install from Debian what the real test node needs (runc, CNI plugins, busybox-static, mmdebstrap) and pytest
 	hack/node-deps.sh
 
+.PHONY: prebuild
+prebuild: ## build what tests build as they ship (the release archives, asrl-scheduler), so that a cold Go cache fills before any test's deadline starts
+	tmp=$$(mktemp -d) && go run ./hack/dist -version v0.0.0 -out $$tmp; rc=$$?; rm -rf $$tmp; exit $$rc
+	cd cmd/asrl-scheduler && CGO_ENABLED=0 go build -trimpath -o /dev/null .
+
 .PHONY: test
-test: testbin node-deps lint ## run every test: unit, integration on a local control plane, e2e on a real node
-	go test -count=1 -timeout 30m ./...
+test: testbin node-deps lint prebuild ## run every test: unit, integration on a local control plane, e2e on a real node
+	go test -race -count=1 -timeout 30m ./...
 	go test -run '^$$' -fuzz '^FuzzMutate$$' -fuzztime 30s ./pkg/webhook/policy/
 	go test -run '^$$' -fuzz '^FuzzCallCondition$$' -fuzztime 30s ./pkg/webhook/policy/
 	go test -run '^$$' -fuzz '^FuzzCallConditionImage$$' -fuzztime 30s ./pkg/webhook/policy/

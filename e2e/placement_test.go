@@ -24,6 +24,12 @@ import (
 // prefers the emptier kwok nodes beside it.
 func TestPoolLandsWherePrepulled(t *testing.T) {
 	requireLocal(t)
+	// Built before the test's deadline starts: a cold build of the
+	// scheduler (it links k8s.io/kubernetes) can take longer than the test.
+	bin, err := testscheduler.Build(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	// Two kwok nodes beside the real one, for this test only: emptier
@@ -37,10 +43,6 @@ func TestPoolLandsWherePrepulled(t *testing.T) {
 		}
 	})
 	if err := local.AddNodes(ctx, fake...); err != nil {
-		t.Fatal(err)
-	}
-	bin, err := testscheduler.Build(t.TempDir())
-	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := testscheduler.Start(ctx, local, bin, nil); err != nil {

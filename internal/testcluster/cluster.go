@@ -158,8 +158,10 @@ func (c *Cluster) run(name string, args []string, env ...string) (*Process, erro
 	if err != nil {
 		return nil, err
 	}
+	i := len(c.procs)
 	c.procs = append(c.procs, p)
-	c.cleanups = append(c.cleanups, func() error { return p.stop(10 * time.Second) })
+	// By index: Restart puts a new process in the old one's place.
+	c.cleanups = append(c.cleanups, func() error { return c.procs[i].stop(10 * time.Second) })
 	return p, nil
 }
 

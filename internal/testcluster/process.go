@@ -27,6 +27,16 @@ type Process struct {
 	logPath string
 	done    chan struct{} // closed when the process has exited
 	exitErr error         // valid once done is closed
+	// start starts the process again as it was started, for Restart.
+	start func() (*Process, error)
+	// probes are what start-up waited for, in order, for Restart to wait
+	// for again.
+	probes []probe
+}
+
+type probe struct {
+	what  string
+	ready func(context.Context) error
 }
 
 // spawnRequests feeds the one goroutine that starts every child. It is
@@ -102,7 +112,8 @@ func startProcess(name, bin string, args, env []string, logDir string, detached 
 	if err := <-req.err; err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	p := &Process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	p := &Process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{}),
+		start: func() (*Process, error) { return startProcess(name, bin, args, env, logDir, detached, cpus) }}
 	go func() {
 		p.exitErr = cmd.Wait()
 		close(p.done)
@@ -144,6 +155,11 @@ func (p *Process) failure() error {
 
 // waitFor polls ready until it succeeds, the process exits, or ctx ends.
 func (p *Process) waitFor(ctx context.Context, what string, ready func(context.Context) error) error {
+	p.probes = append(p.probes, probe{what, ready})
+	return p.poll(ctx, what, ready)
+}
+
+func (p *Process) poll(ctx context.Context, what string, ready func(context.Context) error) error {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	var last error
@@ -171,6 +187,8 @@ func (p *Process) stop(grace time.Duration) error {
 	if err := syscall.Kill(-pgid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("stopping %s: %w", p.name, err)
 	}
+	// A frozen process (Freeze) must run to hear the SIGTERM.
+	_ = syscall.Kill(-pgid, syscall.SIGCONT)
 	select {
 	case <-p.done:
 	case <-time.After(grace):

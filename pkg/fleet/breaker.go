@@ -55,9 +55,13 @@ func (f *Fleet) startBreaker(ctx context.Context, cancel context.CancelCauseFunc
 				if err != nil {
 					klog.Warningf("runaway breaker: counting sandboxes on %s: %v", c.Name, err)
 				}
-				entries[i] = liveEntry{where: c.Clients.Config.Host + "/" + c.Namespace(), live: names, released: c.released}
+				entries[i] = liveEntry{where: c.Clients.Config.Host + "/" + c.Namespace(), live: names}
 			}
 			f.mu.Lock()
+			// Release writes released under the lock; read it under it too.
+			for i, c := range f.Clusters {
+				entries[i].released = c.released
+			}
 			live := countLive(entries)
 			f.mu.Unlock()
 			if live <= ceiling {

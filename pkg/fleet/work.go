@@ -47,9 +47,10 @@ func (s *Sandbox) Exec(ctx context.Context, r exec.Request) (int, error) {
 }
 
 // lostWait is how long a command that broke off waits to learn whether its
-// sandbox was lost: the Pod's deletion may reach the run's cache a moment
-// after the kubelet killed the command.
-const lostWait = 2 * time.Second
+// sandbox was lost: the Pod's deletion, or its container's restart, reaches
+// the run's cache a moment after the kubelet killed the command — the
+// kubelet notices a dead container on its next relist, each second.
+const lostWait = 5 * time.Second
 
 // lost returns the sandbox's *claim.LostError if it is lost within
 // lostWait, nil otherwise.

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -34,8 +35,12 @@ type Handle struct {
 	// PodUID tells the claimed Pod from one the Sandbox controller made
 	// again under the same name after it was lost.
 	PodUID types.UID `json:"podUID,omitempty"`
-	PodIP  string    `json:"podIP"`
-	Node   string    `json:"node"`
+	// Restarts counts the Pod's container restarts when it was claimed:
+	// one more means a container was killed and started afresh, and
+	// whatever a task had done in it is gone.
+	Restarts int32  `json:"restarts,omitempty"`
+	PodIP    string `json:"podIP"`
+	Node     string `json:"node"`
 }
 
 // Error is a claim given up because its Pod cannot become Ready.
@@ -87,7 +92,7 @@ func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWa
 			if st.Ready() {
 				sandbox := st.Claim.Status.SandboxStatus.Name
 				return &Handle{TaskID: taskID, Namespace: claim.Namespace, Claim: claim.Name,
-					Sandbox: sandbox, Hostname: sandbox, Pod: st.Pod.Name, PodUID: st.Pod.UID,
+					Sandbox: sandbox, Hostname: sandbox, Pod: st.Pod.Name, PodUID: st.Pod.UID, Restarts: restarts(st.Pod),
 					PodIP: st.Claim.Status.SandboxStatus.PodIPs[0], Node: st.Pod.Spec.NodeName}, nil
 			}
 			trouble := Classify(st.Pod)
@@ -208,7 +213,19 @@ func (c *Claimer) Alive(ctx context.Context, h *Handle) error {
 	if trouble := Classify(pod); trouble != nil && trouble.Terminal {
 		return &LostError{TaskID: h.TaskID, Pod: h.Pod, Why: trouble.Reason + ": " + trouble.Message}
 	}
+	if restarts(pod) > h.Restarts {
+		return &LostError{TaskID: h.TaskID, Pod: h.Pod, Why: "a container of it was killed and restarted, losing what the task did in it"}
+	}
 	return nil
+}
+
+// restarts sums the restarts of pod's containers.
+func restarts(pod *corev1.Pod) int32 {
+	var n int32
+	for _, cs := range pod.Status.ContainerStatuses {
+		n += cs.RestartCount
+	}
+	return n
 }
 
 // releaseTimeout bounds a release, so that a stalled API server cannot hold
