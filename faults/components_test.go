@@ -37,7 +37,7 @@ func TestComponentFaults(t *testing.T) {
 	}
 	warming := func(t *testing.T, r *run) bool { return len(podsOf(t, r.ns, r.id)) > 0 }
 	claiming := func(t *testing.T, r *run) bool { return claimsOf(t, r.ns, r.id) > 0 }
-	halfDone := func(_ *testing.T, r *run) bool { return r.resultCount() >= r.tasks/2 }
+	halfDone := func(t *testing.T, r *run) bool { return r.resultCount(t) >= r.tasks/2 }
 	for _, tt := range []struct {
 		fault   string
 		stage   string

@@ -21,7 +21,7 @@ func TestDriverSignalled(t *testing.T) {
 		{"starting", func(_ *testing.T, r *run) bool { return strings.Contains(r.stderr.String(), "run "+r.id+":") }},
 		{"warming", func(t *testing.T, r *run) bool { return len(podsOf(t, r.ns, r.id)) > 0 }},
 		{"claiming", func(t *testing.T, r *run) bool { return claimsOf(t, r.ns, r.id) > 0 }},
-		{"half done", func(t *testing.T, r *run) bool { return r.resultCount() >= r.tasks/2 }},
+		{"half done", func(t *testing.T, r *run) bool { return r.resultCount(t) >= r.tasks/2 }},
 	}
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGKILL} {
 		for _, stage := range stages {

@@ -52,8 +52,8 @@ func TestObjectsDeleted(t *testing.T) {
 				if err := client.IgnoreNotFound(c.Delete(context.Background(), victim)); err != nil {
 					t.Fatal(err)
 				}
-				done := r.resultCount()
-				r.waitFor(t, "a task to end after the deletion", func() bool { return r.resultCount() > done })
+				done := r.resultCount(t)
+				r.waitFor(t, "a task to end after the deletion", func() bool { return r.resultCount(t) > done })
 			}
 			if code := r.end(t); code != 0 && code != 1 {
 				t.Errorf("exit %d:\n%s", code, r.stderr)
