@@ -65,7 +65,6 @@ func TestComponentFaults(t *testing.T) {
 			time.Sleep(jitter)
 			inject(t, tt.fault+" while "+tt.stage)
 			tt.inject(t)
-			reviveExited(t)
 			for _, run := range []*run{r, beside} {
 				if code := run.end(t); code != 0 && code != 1 {
 					t.Errorf("run %s exit %d:\n%s", run.id, code, run.stderr)
@@ -74,26 +73,5 @@ func TestComponentFaults(t *testing.T) {
 				assertGone(t, ns, run.id)
 			}
 		})
-	}
-}
-
-// reviveExited starts again, as their Deployments would, the cluster's
-// components that exited under a fault: the Agent Sandbox controller exits
-// when it cannot renew its leader Lease while the API server is down, and
-// in a cluster its Pod would be restarted.
-func reviveExited(t *testing.T) {
-	t.Helper()
-	for _, name := range []string{"agent-sandbox-controller", "kube-controller-manager", "kube-scheduler", "kwok"} {
-		select {
-		case <-cluster.Component(name).Done():
-			t.Logf("%s exited under the fault; restarting it as its Deployment would", name)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			err := cluster.Restart(ctx, name)
-			cancel()
-			if err != nil {
-				t.Fatal(err)
-			}
-		default:
-		}
 	}
 }

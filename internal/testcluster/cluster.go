@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,15 +39,19 @@ const (
 
 // Cluster is a running test cluster.
 type Cluster struct {
-	opts   options
-	dir    string
-	bins   binaries
-	pki    *pki
-	procs  []*Process
-	config *rest.Config
-	kube   kubernetes.Interface
-	node   *realNode
-	images []testimages.Image
+	opts options
+	dir  string
+	bins binaries
+	pki  *pki
+	// mu guards procs, which Restart and the restarting of exited
+	// components replace while tests read them, and stopping.
+	mu       sync.Mutex
+	procs    []*Process
+	stopping bool
+	config   *rest.Config
+	kube     kubernetes.Interface
+	node     *realNode
+	images   []testimages.Image
 	// cleanups undo what Start did, run newest first: stopping each
 	// process, and for a real node, its pods, mounts, cgroups, network and
 	// sysctls.
@@ -95,6 +100,11 @@ func Start(ctx context.Context, opts ...Option) (_ *Cluster, err error) {
 	if o.detached {
 		if err := c.saveState(); err != nil {
 			return nil, err
+		}
+	}
+	if o.restartExits {
+		for i := range c.procs {
+			go c.restartWhenExited(i)
 		}
 	}
 	return c, nil
@@ -161,7 +171,7 @@ func (c *Cluster) run(name string, args []string, env ...string) (*Process, erro
 	i := len(c.procs)
 	c.procs = append(c.procs, p)
 	// By index: Restart puts a new process in the old one's place.
-	c.cleanups = append(c.cleanups, func() error { return c.procs[i].stop(10 * time.Second) })
+	c.cleanups = append(c.cleanups, func() error { return c.proc(i).stop(10 * time.Second) })
 	return p, nil
 }
 
@@ -392,6 +402,9 @@ func (c *Cluster) Clients(namespace string) (*kube.Clients, error) {
 // mounts, cgroups, bridge and sysctls — and removes the run directory unless
 // keepLogs is set, in which case only the logs stay.
 func (c *Cluster) Stop(keepLogs bool) error {
+	c.mu.Lock()
+	c.stopping = true
+	c.mu.Unlock()
 	err := c.cleanup()
 	if c.node != nil {
 		if left := c.node.leftovers(c.bins.dir); len(left) > 0 {

@@ -87,6 +87,70 @@ func TestStopLeavesNothing(t *testing.T) {
 	}
 }
 
+// A cluster RestartingExited starts a component that crashed again, and
+// only once; one restarted on purpose is not started twice; and Stop
+// stops every process it ever ran, with no restart behind its back.
+func TestRestartingExited(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := Start(ctx, WithNodes(FakeNodes("n", 1, DefaultCapacity(), nil)...), RestartingExited())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = c.Stop(false)
+		}
+	})
+	const name = "agent-sandbox-controller"
+	crashed := c.Component(name)
+	pids := []int{crashed.Pid()}
+	if err := syscall.Kill(-crashed.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-crashed.Done()
+	var started *Process
+	for started == nil || started == crashed {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s was not started again after it crashed", name)
+		case <-time.After(100 * time.Millisecond):
+		}
+		started = c.Component(name)
+	}
+	pids = append(pids, started.Pid())
+	if log, err := os.ReadFile(crashed.logPath); err != nil || !strings.Contains(string(log), "started again as its Pod would be") {
+		t.Errorf("the restart is not noted in %s (%v)", crashed.logPath, err)
+	}
+
+	if err := c.Restart(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	restarted := c.Component(name)
+	pids = append(pids, restarted.Pid())
+	// Longer than the one-second look: a second start would be in place.
+	time.Sleep(2500 * time.Millisecond)
+	if now := c.Component(name); now != restarted {
+		t.Errorf("%s restarted on purpose was started again (pid %d, then %d)", name, restarted.Pid(), now.Pid())
+	}
+
+	err = c.Stop(false)
+	stopped = true
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("%s (pid %d) still exists after stop: %v", name, pid, err)
+		}
+	}
+	if now := c.Component(name); now != restarted {
+		t.Errorf("%s was started again after Stop (pid %d)", name, now.Pid())
+	}
+}
+
 // On a cluster WithPullDelays kwok leaves a Pod Pending until it carries
 // ReadyAtAnnotation, then makes it Ready at the time that holds, not
 // before.

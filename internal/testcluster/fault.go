@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"syscall"
+	"time"
 )
 
 // The fault suite's handles on the cluster: it freezes, kills and
@@ -14,12 +16,21 @@ import (
 // Component returns the running component name (kube-apiserver,
 // agent-sandbox-controller, kubelet, ...), or nil.
 func (c *Cluster) Component(name string) *Process {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, p := range c.procs {
 		if p.name == name {
 			return p
 		}
 	}
 	return nil
+}
+
+// proc is the process now in component slot i.
+func (c *Cluster) proc(i int) *Process {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.procs[i]
 }
 
 // Freeze stops the process and its group (SIGSTOP), as a stalled machine
@@ -44,6 +55,26 @@ func (p *Process) signal(sig syscall.Signal) error {
 // kill would), starts it again with the same arguments, ports and log,
 // and returns once it is as ready as it was at start-up.
 func (c *Cluster) Restart(ctx context.Context, name string) error {
+	c.mu.Lock()
+	p, err := c.replaceLocked(name)
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	for _, pr := range p.probes {
+		if err := p.poll(ctx, pr.what, pr.ready); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// replaceLocked kills component name if it runs and starts it again in
+// its place. c.mu is held.
+func (c *Cluster) replaceLocked(name string) (*Process, error) {
+	if c.stopping {
+		return nil, fmt.Errorf("restarting %s: the cluster is stopping", name)
+	}
 	for i, old := range c.procs {
 		if old.name != name {
 			continue
@@ -54,16 +85,44 @@ func (c *Cluster) Restart(ctx context.Context, name string) error {
 		}
 		p, err := old.start()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		p.probes = old.probes
 		c.procs[i] = p
-		for _, pr := range p.probes {
-			if err := p.poll(ctx, pr.what, pr.ready); err != nil {
-				return err
+		return p, nil
+	}
+	return nil, fmt.Errorf("no component %s in this cluster", name)
+}
+
+// restartWhenExited looks at component slot i every second until the
+// cluster stops, and starts again a process that has exited
+// (RestartingExited): Restart holds c.mu from the kill to the new start,
+// so a process found exited here exited on its own or could not be
+// started again. Each restart is noted in the component's log.
+func (c *Cluster) restartWhenExited(i int) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for range tick.C {
+		c.mu.Lock()
+		if c.stopping {
+			c.mu.Unlock()
+			return
+		}
+		if p := c.procs[i]; p.exited() {
+			noteInLog(p, fmt.Sprintf("exited (%v); started again as its Pod would be", p.exitErr))
+			if _, err := c.replaceLocked(p.name); err != nil {
+				noteInLog(p, fmt.Sprintf("starting again: %v", err))
 			}
 		}
-		return nil
+		c.mu.Unlock()
 	}
-	return fmt.Errorf("no component %s in this cluster", name)
+}
+
+func noteInLog(p *Process, note string) {
+	f, err := os.OpenFile(p.logPath, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "--- test cluster, %s: %s\n", time.Now().Format(time.RFC3339), note)
 }

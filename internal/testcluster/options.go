@@ -18,6 +18,7 @@ type options struct {
 	realNode     bool
 	cpus         []int
 	pullDelays   bool
+	restartExits bool
 }
 
 func defaultOptions() options {
@@ -87,6 +88,16 @@ func Detached() Option {
 // image pulls, exec, logs and disk usage are what they would be anywhere.
 func WithRealNode() Option {
 	return func(o *options) { o.realNode = true }
+}
+
+// RestartingExited starts again, a second later, any component that exits
+// on its own once the cluster is up, as the kubelet restarts a crashed
+// control-plane Pod or a Deployment's. Fault tests use it: the Agent
+// Sandbox controller exits by design when it cannot renew its leader Lease
+// while the API server is down, and a real cluster survives that. Other
+// tests leave it off, so that a component exiting is a failure they see.
+func RestartingExited() Option {
+	return func(o *options) { o.restartExits = true }
 }
 
 // WithCPUs runs every component on the given CPUs only, so that a
