@@ -45,8 +45,11 @@ var (
 
 const minFaults = 30
 
+// The cluster starts again a component that exits, as a real cluster
+// would its Pod: the Agent Sandbox controller exits when the API server
+// is gone longer than its leader Lease allows.
 func TestMain(m *testing.M) {
-	testcluster.Main(m, &cluster)
+	testcluster.Main(m, &cluster, testcluster.RestartingExited())
 }
 
 // The bounds the suite holds runs to. A run's tasks take about 10 s
@@ -225,9 +228,11 @@ func (r *run) checkResults(t *testing.T, complete bool) (ok, infra int) {
 
 // assertGone fails unless nothing of run id is left in ns — no template,
 // pool or claim, no Sandbox and no Pod — within goneWithin of the run's
-// end. The wait is there because after a kube-apiserver restart a run was
-// once seen to end with one ownerless Pod still present (issue 21's note):
-// the wait is logged whenever it was needed, so the case stays visible.
+// end. Teardown waits until the API server shows the run gone and deletes
+// run Pods whose Sandbox is gone; the wait covers a Pod that appears only
+// after that (once, after a kube-apiserver restart, a run ended with one
+// left, before teardown checked). It is logged whenever it was needed, so
+// the case stays visible.
 func assertGone(t *testing.T, ns, id string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -92,8 +92,9 @@ var (
 	sandboxTemplates = apiResource{extensionsv1beta1.GroupVersion.String(), "sandboxtemplates", []string{"create", "get", "list", "watch", "delete"}, true}
 	sandboxWarmPools = apiResource{extensionsv1beta1.GroupVersion.String(), "sandboxwarmpools", []string{"create", "get", "list", "watch", "patch", "delete"}, true}
 	sandboxClaims    = apiResource{extensionsv1beta1.GroupVersion.String(), "sandboxclaims", []string{"create", "get", "list", "watch", "delete"}, true}
-	pods             = apiResource{"v1", "pods", []string{"get", "list", "watch"}, false}
-	podsExec         = apiResource{"v1", "pods/exec", []string{"create"}, false}
+	// delete: teardown deletes a run Pod whose Sandbox is gone.
+	pods     = apiResource{"v1", "pods", []string{"get", "list", "watch", "delete"}, false}
+	podsExec = apiResource{"v1", "pods/exec", []string{"create"}, false}
 	// leases hold a driver's heartbeat (package heartbeat).
 	leases = apiResource{"coordination.k8s.io/v1", "leases", []string{"create", "get", "list", "update", "delete"}, true}
 

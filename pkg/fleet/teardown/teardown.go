@@ -9,7 +9,10 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -21,10 +24,12 @@ import (
 )
 
 // Run deletes the run's claims, then its warm pools, then its templates —
-// one request per kind — and waits until they and the run's Pods are gone.
-// Deletion is foreground, so a claim or pool only disappears once the
-// Sandboxes the controller made for it (which carry no run label) have gone
-// too.
+// one request per kind — and waits until they and the run's Pods are gone,
+// as the API server says, not only the watch cache. Deletion is
+// foreground, so a claim or pool only disappears once the Sandboxes the
+// controller made for it (which carry no run label) have gone too. A run
+// Pod whose Sandbox is gone, which nothing else would delete, is deleted
+// here (see strays).
 func Run(ctx context.Context, c client.Client, tr *tracker.Tracker, namespace, runID string) error {
 	run := client.MatchingLabels(labels.ForRun(runID))
 	foreground := client.PropagationPolicy(metav1.DeletePropagationForeground)
@@ -35,7 +40,76 @@ func Run(ctx context.Context, c client.Client, tr *tracker.Tracker, namespace, r
 			return fmt.Errorf("deleting the %T objects of run %s in %s: %w", obj, runID, namespace, err)
 		}
 	}
-	return tr.WaitEmpty(ctx)
+	for {
+		// The watch cache says when to look; the API server says whether
+		// it is so. A watch that missed an event, around an API server
+		// restart, must not end a teardown early nor hold it forever.
+		waitCtx, cancel := context.WithTimeout(ctx, verifyEvery)
+		err := tr.WaitEmpty(waitCtx)
+		cancel()
+		if ctx.Err() != nil {
+			return err
+		}
+		inv, err := inventory.List(ctx, c, namespace, runID)
+		if err != nil {
+			return fmt.Errorf("run %s: %w", runID, err)
+		}
+		if len(inv.Claims)+len(inv.Pools)+len(inv.Pods) == 0 {
+			return nil
+		}
+		if err := deleteStrays(ctx, c, inv.Pods); err != nil {
+			return fmt.Errorf("run %s: %w", runID, err)
+		}
+	}
+}
+
+// verifyEvery is how long teardown trusts its watch before asking the API
+// server whether the run is gone.
+const verifyEvery = 5 * time.Second
+
+// deleteStrays deletes those of a run's Pods that no Sandbox owns: the
+// controller can create a sandbox's Pod from a stale cache after the
+// Sandbox is gone (seen once after an API server restart), and such a Pod,
+// with no owner to collect it, would stay.
+func deleteStrays(ctx context.Context, c client.Client, pods []corev1.Pod) error {
+	for i := range pods {
+		pod := &pods[i]
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		stray, err := ownerGone(ctx, c, pod)
+		if err != nil || !stray {
+			return err
+		}
+		err = c.Delete(ctx, pod, client.Preconditions{UID: &pod.UID})
+		switch {
+		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		case err != nil:
+			return fmt.Errorf("Pod %s has no Sandbox left to delete it, and deleting it failed: %w; to fix: delete it (kubectl -n %s delete pod %s), or allow this user to delete pods", pod.Name, err, pod.Namespace, pod.Name)
+		}
+	}
+	return nil
+}
+
+// ownerGone reports whether the Sandbox that controls pod no longer
+// exists, or the pod has no controller at all.
+func ownerGone(ctx context.Context, c client.Client, pod *corev1.Pod) (bool, error) {
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil {
+		return true, nil
+	}
+	if ref.Kind != "Sandbox" {
+		return false, nil
+	}
+	owner := &sandboxv1beta1.Sandbox{}
+	err := c.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: ref.Name}, owner)
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("reading Sandbox %s, owner of Pod %s: %w", ref.Name, pod.Name, err)
+	}
+	return owner.UID != ref.UID, nil
 }
 
 // Leftovers lists, as kind/name, what of run runID is still in the

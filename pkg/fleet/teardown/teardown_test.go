@@ -7,7 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,6 +24,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracker"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/warm"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
 
 var cluster *testcluster.Cluster
@@ -129,6 +134,36 @@ func TestTeardownIsScopedToItsRun(t *testing.T) {
 	// not have refilled yet).
 	if len(sandboxes.Items) < 4 {
 		t.Errorf("%d sandboxes remain, want run-b's", len(sandboxes.Items))
+	}
+}
+
+// A run Pod whose Sandbox is gone, or that has no owner — as the
+// controller may leave one after an API server restart — is deleted by
+// teardown, which checks with the API server that nothing is left.
+func TestTeardownDeletesStrayPods(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	clients, err := cluster.Clients(cluster.NewNamespace(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, _ := run(t, ctx, clients, "stray")
+	gone := metav1.OwnerReference{APIVersion: sandboxv1beta1.GroupVersion.String(), Kind: "Sandbox",
+		Name: "deleted-sandbox", UID: types.UID(uuid.NewString()), Controller: ptr.To(true)}
+	for name, owners := range map[string][]metav1.OwnerReference{"ownerless": nil, "owner-gone": {gone}} {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: clients.Namespace, Labels: labels.ForRun("stray"), OwnerReferences: owners},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}},
+		}
+		if err := clients.Client.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := teardown.Run(ctx, clients.Client, tr, clients.Namespace, "stray"); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := teardown.Leftovers(ctx, clients.Client, clients.Namespace, "stray"); err != nil || len(left) > 0 {
+		t.Errorf("teardown left %v (%v)", left, err)
 	}
 }
 
