@@ -129,10 +129,18 @@ func (c *Client) update(ctx context.Context, cache *v1alpha1.NodeImageCache) err
 func (c *Client) write(ctx context.Context, cache *v1alpha1.NodeImageCache, req *rest.Request) error {
 	cache.APIVersion, cache.Kind = v1alpha1.GroupVersion.String(), "NodeImageCache"
 	body, w := io.Pipe()
-	// Closing body ends the encoding if the request ends before reading it all.
-	defer body.Close()
-	go func() { w.CloseWithError(nodecache.Encode(w, cache)) }()
+	encoded := make(chan struct{})
+	go func() {
+		defer close(encoded)
+		w.CloseWithError(nodecache.Encode(w, cache))
+	}()
 	resp, err := req.SetHeader("Content-Type", "application/json").Body(body).Stream(ctx)
+	// The encoder reads cache, which the caller changes once this returns.
+	// A server may answer (a conflict, an error) before reading the whole
+	// body: closing body ends that encoding, and it must have ended before
+	// cache is touched again.
+	body.Close()
+	<-encoded
 	if err != nil {
 		return err
 	}
