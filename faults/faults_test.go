@@ -30,6 +30,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/results"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
@@ -109,14 +110,17 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// startRun starts a run of n tasks over four images, four at a time, each
-// the local command work.
+// images are the four images a run's tasks use.
+var images = []string{"example.com/faults/img-0:v1", "example.com/faults/img-1:v1", "example.com/faults/img-2:v1", "example.com/faults/img-3:v1"}
+
+// startRun starts a run of n tasks over images, four at a time, each the
+// local command work.
 func startRun(t *testing.T, ns, id string, n int, work string, flags ...string) *run {
 	t.Helper()
 	dir := t.TempDir()
 	var rows strings.Builder
 	for i := range n {
-		fmt.Fprintf(&rows, `{"id":"%s-%d","image":"example.com/faults/img-%d:v1"}`+"\n", id, i, i%4)
+		fmt.Fprintf(&rows, `{"id":"%s-%d","image":"%s"}`+"\n", id, i, images[i%len(images)])
 	}
 	if err := os.WriteFile(filepath.Join(dir, "tasks.jsonl"), []byte(rows.String()), 0o644); err != nil {
 		t.Fatal(err)
@@ -244,20 +248,17 @@ func assertGone(t *testing.T, ns, id string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sandboxes := &sandboxv1beta1.SandboxList{}
-		if err := c.Client.List(ctx, sandboxes, client.InNamespace(ns), client.MatchingLabels{labels.RunID: id}); err != nil {
-			t.Fatal(err)
-		}
+		sandboxes := sandboxesOf(ctx, t, c, id)
 		runs := inv.Runs().Items
-		if len(runs) == 0 && len(sandboxes.Items) == 0 {
+		if len(runs) == 0 && len(sandboxes) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
 			if len(runs) > 0 {
 				t.Errorf("run %s left %+v", id, runs[0].Status)
 			}
-			if len(sandboxes.Items) > 0 {
-				t.Errorf("run %s left %d Sandboxes", id, len(sandboxes.Items))
+			if len(sandboxes) > 0 {
+				t.Errorf("run %s left Sandboxes %v", id, sandboxes)
 			}
 			return
 		}
@@ -266,6 +267,26 @@ func assertGone(t *testing.T, ns, id string) {
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// sandboxesOf names the Sandboxes of run id. They carry no run label: the
+// controller names them after the run's warm pool or claim, both named
+// after the pool (resources.PoolName).
+func sandboxesOf(ctx context.Context, t *testing.T, c *kube.Clients, id string) []string {
+	t.Helper()
+	list := &sandboxv1beta1.SandboxList{}
+	if err := c.Client.List(ctx, list, client.InNamespace(c.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, sb := range list.Items {
+		for _, img := range images {
+			if strings.HasPrefix(sb.Name, resources.PoolName(id, img)+"-") {
+				out = append(out, sb.Name)
+			}
+		}
+	}
+	return out
 }
 
 // goneWithin is how long after its end a run's last objects may take to go.

@@ -164,13 +164,16 @@ func summarize(sc scenario, client string, ms []measurement) summary {
 		CPUSeconds:                 med(func(m measurement) float64 { return m.CPUSeconds }),
 		RSSMiB:                     med(func(m measurement) float64 { return m.RSSMiB }),
 		WallSeconds:                med(func(m measurement) float64 { return m.WallSeconds }),
+		StartToFirstClaim:          med(func(m measurement) float64 { return m.StartToFirstClaim }),
+		TeardownSeconds:            med(func(m measurement) float64 { return m.TeardownSeconds }),
+		ProcessWallSeconds:         med(func(m measurement) float64 { return m.ProcessWallSeconds }),
 	}}
 }
 
 // printTable prints every summary with its ratios to the bare client's.
 func printTable(w io.Writer, all []summary) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tCLIENT\tP50\tP99 (×bare)\tCLAIMS/S (×bare)\tWARM\tREQ/TASK\tSERVER CLAIM REQ/TASK\tCPU (×bare)\tRSS\tWALL (×bare)")
+	fmt.Fprintln(tw, "SCENARIO\tCLIENT\tP50\tP99 (×bare)\tCLAIMS/S (×bare)\tWARM\tREQ/TASK\tSERVER CLAIM REQ/TASK\tCPU (×bare)\tRSS\tWALL (×bare)\tSTART→1ST CLAIM\tLAST TASK→NOTHING LEFT\tPROCESS WALL (×bare)")
 	base := map[string]summary{}
 	for _, s := range all {
 		if s.Client == "bare" {
@@ -179,10 +182,11 @@ func printTable(w io.Writer, all []summary) {
 	}
 	for _, s := range all {
 		b := base[s.Scenario]
-		fmt.Fprintf(tw, "%s\t%s\t%.3fs\t%.3fs (%.2f)\t%.1f (%.2f)\t%.0f%%\t%.2f\t%.2f\t%.1fs (%.2f)\t%.0fMiB\t%.1fs (%.2f)\n",
+		fmt.Fprintf(tw, "%s\t%s\t%.3fs\t%.3fs (%.2f)\t%.1f (%.2f)\t%.0f%%\t%.2f\t%.2f\t%.1fs (%.2f)\t%.0fMiB\t%.1fs (%.2f)\t%.2fs\t%.2fs\t%.1fs (%.2f)\n",
 			s.Scenario, s.Client, s.P50, s.P99, s.P99/b.P99, s.ClaimsPerSec, s.ClaimsPerSec/b.ClaimsPerSec,
 			100*s.WarmShare, s.RequestsPerTask, s.ServerClaimRequestsPerTask, s.CPUSeconds, s.CPUSeconds/b.CPUSeconds,
-			s.RSSMiB, s.WallSeconds, s.WallSeconds/b.WallSeconds)
+			s.RSSMiB, s.WallSeconds, s.WallSeconds/b.WallSeconds, s.StartToFirstClaim, s.TeardownSeconds,
+			s.ProcessWallSeconds, s.ProcessWallSeconds/b.ProcessWallSeconds)
 	}
 	_ = tw.Flush()
 }

@@ -8,10 +8,12 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -38,17 +40,29 @@ type trialResult struct {
 	Sandboxes   []string
 	// Requests counts the API requests the client made, watches excepted.
 	Requests int64
+	// ProcessStart is when the trial process started; LastTaskEnd when its
+	// last task was done with its sandbox; TornDown when nothing of the
+	// trial was left in its namespace, as the API server said.
+	ProcessStart, LastTaskEnd, TornDown time.Time
 }
+
+// processStart is when this process started, near enough: package
+// variables are set before main runs.
+var processStart = time.Now()
 
 // measurement is one trial's figures.
 type measurement struct {
-	P50, P99                   float64
-	ClaimsPerSec               float64
-	WarmShare                  float64
-	RequestsPerTask            float64
-	ServerClaimRequestsPerTask float64
-	CPUSeconds, RSSMiB         float64
-	WallSeconds                float64
+	P50, P99     float64
+	ClaimsPerSec float64
+	// StartToFirstClaim runs from process start to the first claim asked
+	// for; TeardownSeconds from the last task's end to nothing left;
+	// ProcessWallSeconds is the whole process, as its parent saw it.
+	StartToFirstClaim, TeardownSeconds, ProcessWallSeconds float64
+	WarmShare                                              float64
+	RequestsPerTask                                        float64
+	ServerClaimRequestsPerTask                             float64
+	CPUSeconds, RSSMiB                                     float64
+	WallSeconds                                            float64
 }
 
 func (r trialResult) measure(sc scenario) measurement {
@@ -57,9 +71,11 @@ func (r trialResult) measure(sc scenario) measurement {
 	wall := r.Last.Sub(r.First).Seconds()
 	return measurement{
 		P50: percentile(sorted, 0.50), P99: percentile(sorted, 0.99),
-		ClaimsPerSec:    float64(len(sorted)) / wall,
-		RequestsPerTask: float64(r.Requests) / float64(sc.Tasks),
-		WallSeconds:     wall,
+		ClaimsPerSec:      float64(len(sorted)) / wall,
+		RequestsPerTask:   float64(r.Requests) / float64(sc.Tasks),
+		WallSeconds:       wall,
+		StartToFirstClaim: r.First.Sub(r.ProcessStart).Seconds(),
+		TeardownSeconds:   r.TornDown.Sub(r.LastTaskEnd).Seconds(),
 	}
 }
 
@@ -121,6 +137,10 @@ func runTrial(client, kubeconfig, namespace string, sc scenario) error {
 		return err
 	}
 	res.Requests = requests.Load()
+	res.ProcessStart = processStart
+	if res.TornDown, err = goneAt(ctx, clients, res.TornDown); err != nil {
+		return err
+	}
 	return json.NewEncoder(os.Stdout).Encode(res)
 }
 
@@ -151,8 +171,38 @@ func engine(ctx context.Context, clients *kube.Clients, sc scenario, paced bool)
 		}
 		claim := r.Phases["claim"]
 		res.add(r.Started, r.Started.Add(time.Duration(claim*float64(time.Second))), r.Sandbox)
+		res.LastTaskEnd = time.Now()
 	}})
+	res.TornDown = time.Now()
 	return res, err
+}
+
+// goneAt returns when nothing of the trial is left in its namespace —
+// claims, pools, templates, Sandboxes, Pods — as the API server says:
+// claimed, the time the client says its teardown ended, if nothing is
+// left then; else the time the last of it was seen gone.
+func goneAt(ctx context.Context, clients *kube.Clients, claimed time.Time) (time.Time, error) {
+	for first := true; ; first = false {
+		left := 0
+		for _, list := range []client.ObjectList{&extensionsv1beta1.SandboxClaimList{}, &extensionsv1beta1.SandboxWarmPoolList{},
+			&extensionsv1beta1.SandboxTemplateList{}, &sandboxv1beta1.SandboxList{}, &corev1.PodList{}} {
+			if err := clients.Client.List(ctx, list, client.InNamespace(clients.Namespace)); err != nil {
+				return time.Time{}, err
+			}
+			left += apimeta.LenList(list)
+		}
+		switch {
+		case left == 0 && first:
+			return claimed, nil
+		case left == 0:
+			return time.Now(), nil
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 func (r *trialResult) add(asked, ready time.Time, sandbox string) {
@@ -166,28 +216,32 @@ func (r *trialResult) add(asked, ready time.Time, sandbox string) {
 	r.Sandboxes = append(r.Sandboxes, sandbox)
 }
 
-// bare is the bare-minimum client: the same pools, then per task create a
-// claim, wait for it to be Ready through one shared informer, delete it.
+// bare is the least a competent engineer would write for the batch: one
+// informer per kind for the run's objects, no deep copies, and a waiter
+// woken only by events of its own object. It makes the same pools, then
+// per task creates a claim, waits for it to be Ready and deletes it; at
+// the end it deletes its pools and templates and waits, as a careful
+// script would, until its Pods are gone.
 func bare(ctx context.Context, clients *kube.Clients, sc scenario) (trialResult, error) {
 	ns := clients.Namespace
-	c, err := cache.New(clients.Config, cache.Options{Scheme: kube.Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
+	c, err := cache.New(clients.Config, cache.Options{
+		Scheme:                       kube.Scheme,
+		DefaultNamespaces:            map[string]cache.Config{ns: {}},
+		DefaultLabelSelector:         labels.RunSelector(bareRun),
+		DefaultUnsafeDisableDeepCopy: new(true),
+	})
 	if err != nil {
 		return trialResult{}, err
 	}
-	var mu sync.Mutex
-	changed := make(chan struct{})
-	notify := func() {
-		mu.Lock()
-		close(changed)
-		changed = make(chan struct{})
-		mu.Unlock()
+	w := waiters{byKey: map[string]chan struct{}{}}
+	wake := func(obj any) {
+		if o, ok := obj.(client.Object); ok {
+			w.wake(o.GetName())
+		} else if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			w.wake(d.Key[strings.LastIndexByte(d.Key, '/')+1:])
+		}
 	}
-	next := func() <-chan struct{} {
-		mu.Lock()
-		defer mu.Unlock()
-		return changed
-	}
-	handler := toolscache.ResourceEventHandlerFuncs{AddFunc: func(any) { notify() }, UpdateFunc: func(any, any) { notify() }, DeleteFunc: func(any) { notify() }}
+	handler := toolscache.ResourceEventHandlerFuncs{AddFunc: wake, UpdateFunc: func(_, obj any) { wake(obj) }, DeleteFunc: wake}
 	for _, obj := range []client.Object{&extensionsv1beta1.SandboxClaim{}, &extensionsv1beta1.SandboxWarmPool{}} {
 		inf, err := c.GetInformer(ctx, obj)
 		if err != nil {
@@ -197,17 +251,24 @@ func bare(ctx context.Context, clients *kube.Clients, sc scenario) (trialResult,
 			return trialResult{}, err
 		}
 	}
+	// Pod events wake the one waiter for the run's Pods to be gone.
+	podInf, err := c.GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return trialResult{}, err
+	}
+	podsChanged := func(any) { w.wake(podsKey) }
+	if _, err := podInf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{DeleteFunc: podsChanged}); err != nil {
+		return trialResult{}, err
+	}
 	go func() { _ = c.Start(ctx) }()
 	if !c.WaitForCacheSync(ctx) {
 		return trialResult{}, fmt.Errorf("cache sync: %w", ctx.Err())
 	}
-	waitFor := func(obj client.Object, done func() bool) error {
+	waitFor := func(key string, done func() (bool, error)) error {
 		for {
-			ch := next()
-			if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); client.IgnoreNotFound(err) != nil {
+			ch := w.on(key)
+			if ok, err := done(); err != nil || ok {
 				return err
-			} else if err == nil && done() {
-				return nil
 			}
 			select {
 			case <-ch:
@@ -216,13 +277,17 @@ func bare(ctx context.Context, clients *kube.Clients, sc scenario) (trialResult,
 			}
 		}
 	}
+	get := func(obj client.Object) (bool, error) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+		return err == nil, client.IgnoreNotFound(err)
+	}
 
 	pools := map[string]*extensionsv1beta1.SandboxWarmPool{}
 	for _, t := range batch(sc) {
 		if pools[t.Image] != nil {
 			continue
 		}
-		tmpl, err := resources.Template(ns, "bare", t.Image, resources.PodSpec{})
+		tmpl, err := resources.Template(ns, bareRun, t.Image, resources.PodSpec{})
 		if err != nil {
 			return trialResult{}, err
 		}
@@ -237,7 +302,10 @@ func bare(ctx context.Context, clients *kube.Clients, sc scenario) (trialResult,
 	for _, p := range pools {
 		got := &extensionsv1beta1.SandboxWarmPool{}
 		got.Name, got.Namespace = p.Name, p.Namespace
-		if err := waitFor(got, func() bool { return got.Status.ReadyReplicas >= int32(sc.Replica) }); err != nil {
+		if err := waitFor(p.Name, func() (bool, error) {
+			found, err := get(got)
+			return found && got.Status.ReadyReplicas >= int32(sc.Replica), err
+		}); err != nil {
 			return trialResult{}, err
 		}
 	}
@@ -252,16 +320,24 @@ func bare(ctx context.Context, clients *kube.Clients, sc scenario) (trialResult,
 		if err := clients.Client.Create(claimCtx, claim); err != nil {
 			return err
 		}
-		if err := waitFor(claim, func() bool {
-			return apimeta.IsStatusConditionTrue(claim.Status.Conditions, string(sandboxv1beta1.SandboxConditionReady))
+		got := &extensionsv1beta1.SandboxClaim{}
+		got.Name, got.Namespace = claim.Name, claim.Namespace
+		if err := waitFor(claim.Name, func() (bool, error) {
+			found, err := get(got)
+			return found && apimeta.IsStatusConditionTrue(got.Status.Conditions, string(sandboxv1beta1.SandboxConditionReady)), err
 		}); err != nil {
 			return err
 		}
 		ready := time.Now()
+		sandbox := got.Status.SandboxStatus.Name
+		if err := clients.Client.Delete(claimCtx, claim); err != nil {
+			return err
+		}
 		resMu.Lock()
-		res.add(asked, ready, claim.Status.SandboxStatus.Name)
+		res.add(asked, ready, sandbox)
+		res.LastTaskEnd = time.Now()
 		resMu.Unlock()
-		return clients.Client.Delete(claimCtx, claim)
+		return nil
 	}
 	queue := make(chan tasks.Task)
 	var wg sync.WaitGroup
@@ -286,9 +362,49 @@ func bare(ctx context.Context, clients *kube.Clients, sc scenario) (trialResult,
 		return trialResult{}, err
 	}
 	for _, obj := range []client.Object{&extensionsv1beta1.SandboxWarmPool{}, &extensionsv1beta1.SandboxTemplate{}} {
-		if err := clients.Client.DeleteAllOf(ctx, obj, client.InNamespace(ns), client.MatchingLabels(labels.ForRun("bare"))); err != nil {
+		if err := clients.Client.DeleteAllOf(ctx, obj, client.InNamespace(ns), client.MatchingLabels(labels.ForRun(bareRun))); err != nil {
 			return trialResult{}, err
 		}
 	}
-	return res, nil
+	err = waitFor(podsKey, func() (bool, error) {
+		pods := &corev1.PodList{}
+		err := c.List(ctx, pods, client.InNamespace(ns))
+		return len(pods.Items) == 0, err
+	})
+	res.TornDown = time.Now()
+	return res, err
+}
+
+// bareRun is the bare client's run id, on its objects as the engine's are.
+const bareRun = "bare"
+
+// podsKey is the waiter key of the bare client's teardown.
+const podsKey = "\x00pods"
+
+// waiters are channels by object name, each closed by the next event of
+// its object.
+type waiters struct {
+	mu    sync.Mutex
+	byKey map[string]chan struct{}
+}
+
+// on returns the channel the next event about key closes.
+func (w *waiters) on(key string) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ch, ok := w.byKey[key]
+	if !ok {
+		ch = make(chan struct{})
+		w.byKey[key] = ch
+	}
+	return ch
+}
+
+func (w *waiters) wake(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ch, ok := w.byKey[key]; ok {
+		close(ch)
+		delete(w.byKey, key)
+	}
 }

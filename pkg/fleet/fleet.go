@@ -600,8 +600,8 @@ func (f *Fleet) Release(ctx context.Context, s *Sandbox) error {
 	return err
 }
 
-// Teardown deletes everything of the run on every cluster — claims, then
-// pools, then templates — and waits until they and their Pods are gone.
+// Teardown deletes everything of the run on every cluster, in parallel
+// (teardown.Run), and waits until the API servers show none of it left.
 func (f *Fleet) Teardown(ctx context.Context) error {
 	start := time.Now()
 	errs := make([]error, len(f.Clusters))

@@ -81,22 +81,28 @@ const installFix = "install Agent Sandbox v0.5 or newer with its extensions " +
 type apiResource struct {
 	groupVersion string
 	resource     string
-	verbs        []string
-	// required is false for permissions only some runs need; lacking them
-	// is a warning.
-	required bool
+	// verbs are what every run needs; lacking one fails.
+	verbs []string
+	// optional are verbs only some runs need, or that make a run faster;
+	// lacking one is a warning.
+	optional []string
 }
 
+// all is every verb the run may use.
+func (r apiResource) all() []string { return append(slices.Clip(r.verbs), r.optional...) }
+
 var (
-	sandboxes        = apiResource{sandboxv1beta1.GroupVersion.String(), "sandboxes", []string{"get", "list", "watch"}, true}
-	sandboxTemplates = apiResource{extensionsv1beta1.GroupVersion.String(), "sandboxtemplates", []string{"create", "get", "list", "watch", "delete"}, true}
-	sandboxWarmPools = apiResource{extensionsv1beta1.GroupVersion.String(), "sandboxwarmpools", []string{"create", "get", "list", "watch", "patch", "delete"}, true}
-	sandboxClaims    = apiResource{extensionsv1beta1.GroupVersion.String(), "sandboxclaims", []string{"create", "get", "list", "watch", "delete"}, true}
+	// delete: teardown deletes a run's Sandboxes directly rather than
+	// waiting on the garbage collector.
+	sandboxes        = apiResource{sandboxv1beta1.GroupVersion.String(), "sandboxes", []string{"get", "list", "watch"}, []string{"delete"}}
+	sandboxTemplates = apiResource{extensionsv1beta1.GroupVersion.String(), "sandboxtemplates", []string{"create", "get", "list", "watch", "delete"}, nil}
+	sandboxWarmPools = apiResource{extensionsv1beta1.GroupVersion.String(), "sandboxwarmpools", []string{"create", "get", "list", "watch", "patch", "delete"}, nil}
+	sandboxClaims    = apiResource{extensionsv1beta1.GroupVersion.String(), "sandboxclaims", []string{"create", "get", "list", "watch", "delete"}, nil}
 	// delete: teardown deletes a run Pod whose Sandbox is gone.
-	pods     = apiResource{"v1", "pods", []string{"get", "list", "watch", "delete"}, false}
-	podsExec = apiResource{"v1", "pods/exec", []string{"create"}, false}
+	pods     = apiResource{"v1", "pods", nil, []string{"get", "list", "watch", "delete"}}
+	podsExec = apiResource{"v1", "pods/exec", nil, []string{"create"}}
 	// leases hold a driver's heartbeat (package heartbeat).
-	leases = apiResource{"coordination.k8s.io/v1", "leases", []string{"create", "get", "list", "update", "delete"}, true}
+	leases = apiResource{"coordination.k8s.io/v1", "leases", []string{"create", "get", "list", "update", "delete"}, nil}
 
 	// agentSandboxAPI is what must be served: the four Agent Sandbox kinds.
 	agentSandboxAPI = []apiResource{sandboxes, sandboxTemplates, sandboxWarmPools, sandboxClaims}
@@ -211,13 +217,13 @@ func checkPermissions(ctx context.Context, kc kubernetes.Interface, ns string) [
 	answers := make([][]answer, len(permissions))
 	var wg sync.WaitGroup
 	for i, res := range permissions {
-		answers[i] = make([]answer, len(res.verbs))
+		answers[i] = make([]answer, len(res.all()))
 		group, _, _ := strings.Cut(res.groupVersion, "/")
 		if !strings.Contains(res.groupVersion, "/") {
 			group = ""
 		}
 		resource, subresource, _ := strings.Cut(res.resource, "/")
-		for j, verb := range res.verbs {
+		for j, verb := range res.all() {
 			wg.Go(func() {
 				review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
 					ResourceAttributes: &authorizationv1.ResourceAttributes{
@@ -237,19 +243,20 @@ func checkPermissions(ctx context.Context, kc kubernetes.Interface, ns string) [
 	checks := make([]Check, 0, len(permissions))
 	for i, res := range permissions {
 		name := "rbac/" + res.resource
+		verbs := res.all()
 		var missing []string
 		var errs []string
+		status := Warn
 		for j, a := range answers[i] {
 			switch {
 			case a.err != nil:
-				errs = append(errs, fmt.Sprintf("%s: %v", res.verbs[j], a.err))
+				errs = append(errs, fmt.Sprintf("%s: %v", verbs[j], a.err))
 			case !a.allowed:
-				missing = append(missing, res.verbs[j])
+				missing = append(missing, verbs[j])
+				if slices.Contains(res.verbs, verbs[j]) {
+					status = Fail
+				}
 			}
-		}
-		status := Fail
-		if !res.required {
-			status = Warn
 		}
 		switch {
 		case len(errs) > 0:
@@ -261,7 +268,7 @@ func checkPermissions(ctx context.Context, kc kubernetes.Interface, ns string) [
 				Fix: fmt.Sprintf("ask a cluster admin for a Role in %q granting %s on %s (see `kubectl auth can-i --list -n %s`)",
 					ns, strings.Join(missing, ", "), res.resource, ns)})
 		default:
-			checks = append(checks, Check{Name: name, Status: Pass, Detail: strings.Join(res.verbs, ",")})
+			checks = append(checks, Check{Name: name, Status: Pass, Detail: strings.Join(verbs, ",")})
 		}
 	}
 	return checks

@@ -8,10 +8,12 @@ import (
 	"slices"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,22 +25,48 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
 
-// Run deletes the run's claims, then its warm pools, then its templates —
-// one request per kind — and waits until they and the run's Pods are gone,
-// as the API server says, not only the watch cache. Deletion is
-// foreground, so a claim or pool only disappears once the Sandboxes the
-// controller made for it (which carry no run label) have gone too. A run
-// Pod whose Sandbox is gone, which nothing else would delete, is deleted
-// here (see strays).
+// Run tears run runID down as fast as the API server and the controller
+// allow, and returns once the API server — not only the watch cache —
+// shows none of its claims, warm pools, templates, Sandboxes or Pods left.
+//
+// What makes Sandboxes goes first: the claims and pools, one request per
+// kind, so that nothing new is made for the run. Then the Sandboxes they
+// owned (found by owner before they went: Sandboxes carry no run label)
+// are deleted directly and in parallel, not left to the garbage
+// collector, which would take them one rate-limited queue hop after their
+// owner; their Pods follow them through the collector, one hop, and are
+// never deleted while their Sandbox could still make them anew. A run Pod
+// whose Sandbox is gone, which nothing else would delete, is deleted here
+// (deleteStrays).
 func Run(ctx context.Context, c client.Client, tr *tracker.Tracker, namespace, runID string) error {
+	sandboxes, err := sandboxesOf(ctx, c, namespace, runID)
+	if err != nil {
+		return err
+	}
 	run := client.MatchingLabels(labels.ForRun(runID))
-	foreground := client.PropagationPolicy(metav1.DeletePropagationForeground)
-	for _, obj := range []client.Object{
-		&extensionsv1beta1.SandboxClaim{}, &extensionsv1beta1.SandboxWarmPool{}, &extensionsv1beta1.SandboxTemplate{},
-	} {
-		if err := c.DeleteAllOf(ctx, obj, client.InNamespace(namespace), run, foreground); err != nil {
-			return fmt.Errorf("deleting the %T objects of run %s in %s: %w", obj, runID, namespace, err)
+	background := client.PropagationPolicy(metav1.DeletePropagationBackground)
+	deleteAll := func(obj client.Object) func() error {
+		return func() error {
+			if err := c.DeleteAllOf(ctx, obj, client.InNamespace(namespace), run, background); err != nil {
+				return fmt.Errorf("deleting the %T objects of run %s in %s: %w", obj, runID, namespace, err)
+			}
+			return nil
 		}
+	}
+	var makers errgroup.Group
+	makers.Go(deleteAll(&extensionsv1beta1.SandboxClaim{}))
+	makers.Go(deleteAll(&extensionsv1beta1.SandboxWarmPool{}))
+	if err := makers.Wait(); err != nil {
+		return err
+	}
+	var rest errgroup.Group
+	rest.SetLimit(parallelDeletes)
+	rest.Go(deleteAll(&extensionsv1beta1.SandboxTemplate{}))
+	for _, sb := range sandboxes {
+		rest.Go(func() error { return deleteSandbox(ctx, c, sb) })
+	}
+	if err := rest.Wait(); err != nil {
+		return fmt.Errorf("run %s: %w", runID, err)
 	}
 	for {
 		// The watch cache says when to look; the API server says whether
@@ -54,13 +82,91 @@ func Run(ctx context.Context, c client.Client, tr *tracker.Tracker, namespace, r
 		if err != nil {
 			return fmt.Errorf("run %s: %w", runID, err)
 		}
-		if len(inv.Claims)+len(inv.Pools)+len(inv.Pods) == 0 {
+		left, err := stillThere(ctx, c, namespace, sandboxes)
+		if err != nil {
+			return fmt.Errorf("run %s: %w", runID, err)
+		}
+		if len(inv.Claims)+len(inv.Pools)+len(inv.Templates)+len(inv.Pods)+len(left) == 0 {
 			return nil
 		}
 		if err := deleteStrays(ctx, c, inv.Pods); err != nil {
 			return fmt.Errorf("run %s: %w", runID, err)
 		}
 	}
+}
+
+// parallelDeletes bounds the deletions in flight, well within the client's
+// burst (kube.Limits).
+const parallelDeletes = 32
+
+// sandboxesOf lists the Sandboxes that run runID's claims and warm pools
+// control.
+func sandboxesOf(ctx context.Context, c client.Client, namespace, runID string) ([]*sandboxv1beta1.Sandbox, error) {
+	owners := map[types.UID]bool{}
+	run := []client.ListOption{client.InNamespace(namespace), client.MatchingLabels(labels.ForRun(runID))}
+	claims := &extensionsv1beta1.SandboxClaimList{}
+	pools := &extensionsv1beta1.SandboxWarmPoolList{}
+	if err := c.List(ctx, claims, run...); err != nil {
+		return nil, fmt.Errorf("listing the claims of run %s: %w", runID, err)
+	}
+	if err := c.List(ctx, pools, run...); err != nil {
+		return nil, fmt.Errorf("listing the warm pools of run %s: %w", runID, err)
+	}
+	for i := range claims.Items {
+		owners[claims.Items[i].UID] = true
+	}
+	for i := range pools.Items {
+		owners[pools.Items[i].UID] = true
+	}
+	if len(owners) == 0 {
+		return nil, nil
+	}
+	all := &sandboxv1beta1.SandboxList{}
+	if err := c.List(ctx, all, client.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("listing the Sandboxes of run %s: %w", runID, err)
+	}
+	var out []*sandboxv1beta1.Sandbox
+	for i := range all.Items {
+		if ref := metav1.GetControllerOf(&all.Items[i]); ref != nil && owners[ref.UID] {
+			out = append(out, &all.Items[i])
+		}
+	}
+	return out, nil
+}
+
+// deleteSandbox deletes sb, the very object found (a UID precondition).
+// One already gone is fine; so is one this user may not delete: its owner
+// is gone, so the garbage collector takes it, only later.
+func deleteSandbox(ctx context.Context, c client.Client, sb *sandboxv1beta1.Sandbox) error {
+	err := c.Delete(ctx, sb, client.Preconditions{UID: &sb.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	switch {
+	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err), apierrors.IsForbidden(err):
+		return nil
+	default:
+		return fmt.Errorf("deleting Sandbox %s: %w", sb.Name, err)
+	}
+}
+
+// stillThere names those of sandboxes the API server still holds.
+func stillThere(ctx context.Context, c client.Client, namespace string, sandboxes []*sandboxv1beta1.Sandbox) ([]string, error) {
+	if len(sandboxes) == 0 {
+		return nil, nil
+	}
+	all := &sandboxv1beta1.SandboxList{}
+	if err := c.List(ctx, all, client.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("listing Sandboxes: %w", err)
+	}
+	ours := map[types.UID]bool{}
+	for _, sb := range sandboxes {
+		ours[sb.UID] = true
+	}
+	var left []string
+	for _, sb := range all.Items {
+		if ours[sb.UID] {
+			left = append(left, sb.Name)
+		}
+	}
+	return left, nil
 }
 
 // verifyEvery is how long teardown trusts its watch before asking the API

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
@@ -165,6 +166,71 @@ func TestTeardownDeletesStrayPods(t *testing.T) {
 	if left, err := teardown.Leftovers(ctx, clients.Client, clients.Namespace, "stray"); err != nil || len(left) > 0 {
 		t.Errorf("teardown left %v (%v)", left, err)
 	}
+}
+
+// When teardown returns, nothing of the run is left — no Sandbox either,
+// though Sandboxes carry no run label — and nothing is made anew after:
+// no Sandbox or Pod appears in the namespace in the seconds that follow.
+func TestTeardownLeavesNothingToRecreate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	clients, err := cluster.Clients(cluster.NewNamespace(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, _ := run(t, ctx, clients, "fast")
+	start := time.Now()
+	if err := teardown.Run(ctx, clients.Client, tr, clients.Namespace, "fast"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("teardown took %s", time.Since(start).Round(time.Millisecond))
+	sandboxes := &sandboxv1beta1.SandboxList{}
+	if err := clients.Client.List(ctx, sandboxes, client.InNamespace(clients.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	pods, err := clients.Kube.CoreV1().Pods(clients.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sandboxes.Items) > 0 || len(pods.Items) > 0 {
+		t.Fatalf("teardown returned with %d Sandboxes and %d Pods in the namespace", len(sandboxes.Items), len(pods.Items))
+	}
+	watchCtx, stop := context.WithTimeout(ctx, 5*time.Second)
+	defer stop()
+	from := func(rv string) *client.ListOptions {
+		return &client.ListOptions{Namespace: clients.Namespace, Raw: &metav1.ListOptions{ResourceVersion: rv}}
+	}
+	sandboxWatch, err := clients.Client.Watch(watchCtx, &sandboxv1beta1.SandboxList{}, from(sandboxes.ResourceVersion))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sandboxWatch.Stop()
+	podWatch, err := clients.Client.Watch(watchCtx, &corev1.PodList{}, from(pods.ResourceVersion))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer podWatch.Stop()
+	events := []<-chan watch.Event{sandboxWatch.ResultChan(), podWatch.ResultChan()}
+	for events[0] != nil || events[1] != nil {
+		var ev watch.Event
+		open := true
+		select {
+		case <-watchCtx.Done():
+			return
+		case ev, open = <-events[0]:
+			if !open {
+				events[0] = nil
+			}
+		case ev, open = <-events[1]:
+			if !open {
+				events[1] = nil
+			}
+		}
+		if obj, ok := ev.Object.(client.Object); ok && ev.Type == watch.Added {
+			t.Errorf("%T %s was made after teardown", obj, obj.GetName())
+		}
+	}
+	t.Error("the watches ended before the 5 s were up")
 }
 
 // A run whose driver is gone is reaped by its id alone.
