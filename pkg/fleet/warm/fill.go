@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
@@ -74,26 +75,37 @@ func (f *Filler) Fill(ctx context.Context, pools []Pool) error {
 	current := make([]int32, len(pools))
 	for _, wave := range Waves(replicas, f.Budget) {
 		start := time.Now()
+		// A wave's pools are created or grown concurrently: one after
+		// another, twenty images' templates and pools took a second
+		// before the first claim. Each step has a pool of its own.
+		var writes errgroup.Group
+		writes.SetLimit(parallelWrites)
 		for _, s := range wave {
 			p := pools[s.Pool]
 			if failed[p.Pool.Name] != nil || settled[p.Pool.Name] {
 				continue
 			}
-			if !created[s.Pool] {
-				have, err := f.create(ctx, p, s.Replicas)
-				if err != nil {
-					return err
+			writes.Go(func() error {
+				if !created[s.Pool] {
+					have, err := f.create(ctx, p, s.Replicas)
+					if err != nil {
+						return err
+					}
+					created[s.Pool], current[s.Pool] = true, have
 				}
-				created[s.Pool], current[s.Pool] = true, have
-			}
-			if s.Replicas <= current[s.Pool] {
-				continue
-			}
-			patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, s.Replicas))
-			if err := f.Client.Patch(ctx, p.Pool.DeepCopy(), patch); err != nil {
-				return fmt.Errorf("growing SandboxWarmPool %s to %d: %w", p.Pool.Name, s.Replicas, err)
-			}
-			current[s.Pool] = s.Replicas
+				if s.Replicas <= current[s.Pool] {
+					return nil
+				}
+				patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, s.Replicas))
+				if err := f.Client.Patch(ctx, p.Pool.DeepCopy(), patch); err != nil {
+					return fmt.Errorf("growing SandboxWarmPool %s to %d: %w", p.Pool.Name, s.Replicas, err)
+				}
+				current[s.Pool] = s.Replicas
+				return nil
+			})
+		}
+		if err := writes.Wait(); err != nil {
+			return err
 		}
 		f.observe("create_warmpool", start)
 		start = time.Now()
@@ -187,6 +199,10 @@ func (f *Filler) create(ctx context.Context, p Pool, replicas int32) (int32, err
 	}
 	return *existing.Spec.Replicas, nil
 }
+
+// parallelWrites bounds the pool writes in flight, well within the
+// client's burst (kube.Limits).
+const parallelWrites = 16
 
 func (f *Filler) observe(phase string, start time.Time) {
 	if f.Observe != nil {
