@@ -172,7 +172,8 @@ func TestPullSecretMustBeADockerConfig(t *testing.T) {
 		"secret/regcred", preflight.Pass, "kubernetes.io/dockerconfigjson")
 }
 
-// A user who may only read claims is told exactly which verbs are missing.
+// A user who may only read claims and sandboxes is told exactly which
+// verbs are missing, and which of them a run cannot do without.
 func TestCallerWithoutPermissions(t *testing.T) {
 	ctx := context.Background()
 	ns := cluster.NewNamespace(t)
@@ -180,8 +181,10 @@ func TestCallerWithoutPermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "claims-reader"}, Rules: []rbacv1.PolicyRule{{
-		APIGroups: []string{"extensions.agents.x-k8s.io"}, Resources: []string{"sandboxclaims"}, Verbs: []string{"get", "list"}}}}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "claims-reader"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{"extensions.agents.x-k8s.io"}, Resources: []string{"sandboxclaims"}, Verbs: []string{"get", "list"}},
+		{APIGroups: []string{"agents.x-k8s.io"}, Resources: []string{"sandboxes"}, Verbs: []string{"get", "list", "watch"}},
+	}}
 	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "alice"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
 		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "alice"}}}
@@ -200,6 +203,8 @@ func TestCallerWithoutPermissions(t *testing.T) {
 		fmt.Sprintf("not allowed to create, watch, delete sandboxclaims in namespace %q", ns))
 	expect(t, r, "rbac/sandboxtemplates", preflight.Fail, "not allowed to create, get, list, watch, delete sandboxtemplates")
 	expect(t, r, "rbac/pods/exec", preflight.Warn, "not allowed to create pods/exec")
+	// Reading sandboxes is all a run needs; deleting them only speeds teardown.
+	expect(t, r, "rbac/sandboxes", preflight.Warn, "not allowed to delete sandboxes")
 	expect(t, r, "namespace", preflight.Warn, "not allowed to read namespace")
 	expect(t, r, "nodes", preflight.Warn, "cannot list nodes (forbidden)")
 }

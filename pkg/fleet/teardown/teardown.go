@@ -4,6 +4,7 @@ package teardown
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -76,7 +77,7 @@ func Run(ctx context.Context, c client.Client, tr *tracker.Tracker, namespace, r
 		err := tr.WaitEmpty(waitCtx)
 		cancel()
 		if ctx.Err() != nil {
-			return err
+			return fmt.Errorf("run %s: %w", runID, errors.Join(err, context.Cause(ctx)))
 		}
 		inv, err := inventory.List(ctx, c, namespace, runID)
 		if err != nil {
@@ -118,16 +119,27 @@ func sandboxesOf(ctx context.Context, c client.Client, namespace, runID string) 
 	for i := range pools.Items {
 		owners[pools.Items[i].UID] = true
 	}
-	if len(owners) == 0 {
+	return sandboxesWhere(ctx, c, namespace, owners, func(sb *sandboxv1beta1.Sandbox) types.UID {
+		if ref := metav1.GetControllerOf(sb); ref != nil {
+			return ref.UID
+		}
+		return ""
+	})
+}
+
+// sandboxesWhere lists the Sandboxes in namespace whose key is in uids;
+// none when uids is empty, without asking.
+func sandboxesWhere(ctx context.Context, c client.Client, namespace string, uids map[types.UID]bool, key func(*sandboxv1beta1.Sandbox) types.UID) ([]*sandboxv1beta1.Sandbox, error) {
+	if len(uids) == 0 {
 		return nil, nil
 	}
 	all := &sandboxv1beta1.SandboxList{}
 	if err := c.List(ctx, all, client.InNamespace(namespace)); err != nil {
-		return nil, fmt.Errorf("listing the Sandboxes of run %s: %w", runID, err)
+		return nil, fmt.Errorf("listing the Sandboxes in %s: %w", namespace, err)
 	}
 	var out []*sandboxv1beta1.Sandbox
 	for i := range all.Items {
-		if ref := metav1.GetControllerOf(&all.Items[i]); ref != nil && owners[ref.UID] {
+		if uids[key(&all.Items[i])] {
 			out = append(out, &all.Items[i])
 		}
 	}
@@ -147,36 +159,22 @@ func deleteSandbox(ctx context.Context, c client.Client, sb *sandboxv1beta1.Sand
 	}
 }
 
-// stillThere names those of sandboxes the API server still holds.
-func stillThere(ctx context.Context, c client.Client, namespace string, sandboxes []*sandboxv1beta1.Sandbox) ([]string, error) {
-	if len(sandboxes) == 0 {
-		return nil, nil
-	}
-	all := &sandboxv1beta1.SandboxList{}
-	if err := c.List(ctx, all, client.InNamespace(namespace)); err != nil {
-		return nil, fmt.Errorf("listing Sandboxes: %w", err)
-	}
+// stillThere lists those of sandboxes the API server still holds.
+func stillThere(ctx context.Context, c client.Client, namespace string, sandboxes []*sandboxv1beta1.Sandbox) ([]*sandboxv1beta1.Sandbox, error) {
 	ours := map[types.UID]bool{}
 	for _, sb := range sandboxes {
 		ours[sb.UID] = true
 	}
-	var left []string
-	for _, sb := range all.Items {
-		if ours[sb.UID] {
-			left = append(left, sb.Name)
-		}
-	}
-	return left, nil
+	return sandboxesWhere(ctx, c, namespace, ours, func(sb *sandboxv1beta1.Sandbox) types.UID { return sb.UID })
 }
 
 // verifyEvery is how long teardown trusts its watch before asking the API
 // server whether the run is gone.
 const verifyEvery = 5 * time.Second
 
-// deleteStrays deletes those of a run's Pods that no Sandbox owns: the
-// controller can create a sandbox's Pod from a stale cache after the
-// Sandbox is gone (seen once after an API server restart), and such a Pod,
-// with no owner to collect it, would stay.
+// deleteStrays deletes those of a run's Pods that no Sandbox owns. Such a
+// Pod has no owner left for the garbage collector to act on; once, after
+// an API server restart, a run ended with one still there.
 func deleteStrays(ctx context.Context, c client.Client, pods []corev1.Pod) error {
 	for i := range pods {
 		pod := &pods[i]
@@ -184,8 +182,11 @@ func deleteStrays(ctx context.Context, c client.Client, pods []corev1.Pod) error
 			continue
 		}
 		stray, err := ownerGone(ctx, c, pod)
-		if err != nil || !stray {
+		if err != nil {
 			return err
+		}
+		if !stray {
+			continue
 		}
 		err = c.Delete(ctx, pod, client.Preconditions{UID: &pod.UID})
 		switch {

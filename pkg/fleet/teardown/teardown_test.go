@@ -32,6 +32,18 @@ var cluster *testcluster.Cluster
 
 func TestMain(m *testing.M) { testcluster.Main(m, &cluster) }
 
+// setup gives a test a namespace of its own, its clients, and two minutes.
+func setup(t *testing.T) (context.Context, *kube.Clients) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	t.Cleanup(cancel)
+	clients, err := cluster.Clients(cluster.NewNamespace(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, clients
+}
+
 // run warms two pools of 2 for runID and claims one sandbox.
 func run(t *testing.T, ctx context.Context, clients *kube.Clients, runID string) (*tracker.Tracker, *claim.Handle) {
 	t.Helper()
@@ -61,12 +73,7 @@ func run(t *testing.T, ctx context.Context, clients *kube.Clients, runID string)
 // Two runs share a namespace; tearing one down removes all of it, Sandboxes
 // included, and leaves the other exactly as it was.
 func TestTeardownIsScopedToItsRun(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	clients, err := cluster.Clients(cluster.NewNamespace(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, clients := setup(t)
 	a, _ := run(t, ctx, clients, "run-a")
 	_, claimedB := run(t, ctx, clients, "run-b")
 	before, err := teardown.Leftovers(ctx, clients.Client, clients.Namespace, "run-b")
@@ -142,12 +149,7 @@ func TestTeardownIsScopedToItsRun(t *testing.T) {
 // controller may leave one after an API server restart — is deleted by
 // teardown, which checks with the API server that nothing is left.
 func TestTeardownDeletesStrayPods(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	clients, err := cluster.Clients(cluster.NewNamespace(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, clients := setup(t)
 	tr, _ := run(t, ctx, clients, "stray")
 	gone := metav1.OwnerReference{APIVersion: sandboxv1beta1.GroupVersion.String(), Kind: "Sandbox",
 		Name: "deleted-sandbox", UID: types.UID(uuid.NewString()), Controller: ptr.To(true)}
@@ -172,12 +174,7 @@ func TestTeardownDeletesStrayPods(t *testing.T) {
 // though Sandboxes carry no run label — and nothing is made anew after:
 // no Sandbox or Pod appears in the namespace in the seconds that follow.
 func TestTeardownLeavesNothingToRecreate(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	clients, err := cluster.Clients(cluster.NewNamespace(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, clients := setup(t)
 	tr, _ := run(t, ctx, clients, "fast")
 	start := time.Now()
 	if err := teardown.Run(ctx, clients.Client, tr, clients.Namespace, "fast"); err != nil {
@@ -235,12 +232,7 @@ func TestTeardownLeavesNothingToRecreate(t *testing.T) {
 
 // A run whose driver is gone is reaped by its id alone.
 func TestReap(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	clients, err := cluster.Clients(cluster.NewNamespace(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, clients := setup(t)
 	runCtx, stopRun := context.WithCancel(ctx)
 	run(t, runCtx, clients, "abandoned")
 	stopRun() // the driver is gone: its tracker stops, nothing is cleaned up
