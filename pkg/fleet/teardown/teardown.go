@@ -39,7 +39,24 @@ import (
 // never deleted while their Sandbox could still make them anew. A run Pod
 // whose Sandbox is gone, which nothing else would delete, is deleted here
 // (deleteStrays).
+//
+// Every step is safe to repeat, so the whole is tried again while the API
+// server cannot be reached (a restart at the end of a run), until ctx ends.
 func Run(ctx context.Context, c client.Client, tr *tracker.Tracker, namespace, runID string) error {
+	for {
+		err := tearDown(ctx, c, tr, namespace, runID)
+		if err == nil || !kube.Transient(err) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func tearDown(ctx context.Context, c client.Client, tr *tracker.Tracker, namespace, runID string) error {
 	sandboxes, err := sandboxesOf(ctx, c, namespace, runID)
 	if err != nil {
 		return err
