@@ -2,8 +2,12 @@ package teardown_test
 
 import (
 	"context"
+	"net"
+	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -166,6 +170,42 @@ func TestTeardownDeletesStrayPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	if left, err := teardown.Leftovers(ctx, clients.Client, clients.Namespace, "stray"); err != nil || len(left) > 0 {
+		t.Errorf("teardown left %v (%v)", left, err)
+	}
+}
+
+// refuses stands in for an API server that is restarting: its first n
+// requests find nothing listening. A real restart cannot be timed to fall
+// on teardown's first request, which is the one that used to give up.
+type refuses struct {
+	next http.RoundTripper
+	n    atomic.Int32
+}
+
+func (r *refuses) RoundTrip(req *http.Request) (*http.Response, error) {
+	if r.n.Add(-1) >= 0 {
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	}
+	return r.next.RoundTrip(req)
+}
+
+// A run that ends while kube-apiserver restarts is torn down once it is
+// back: teardown tries again while the server cannot be reached.
+func TestTeardownWaitsOutAnAPIServerRestart(t *testing.T) {
+	ctx, clients := setup(t)
+	tr, _ := run(t, ctx, clients, "restart")
+	cfg := cluster.RESTConfig()
+	down := &refuses{}
+	down.n.Store(5)
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { down.next = rt; return down }
+	restarting, err := kube.ForConfig(cfg, clients.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := teardown.Run(ctx, restarting.Client, tr, clients.Namespace, "restart"); err != nil {
+		t.Fatalf("teardown with the first 5 requests refused = %v; want it done once the server answers", err)
+	}
+	if left, err := teardown.Leftovers(ctx, clients.Client, clients.Namespace, "restart"); err != nil || len(left) > 0 {
 		t.Errorf("teardown left %v (%v)", left, err)
 	}
 }
