@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,13 +44,21 @@ func List(ctx context.Context, c client.Client, namespace, runID string) (*Inven
 	pools := &extensionsv1beta1.SandboxWarmPoolList{}
 	claims := &extensionsv1beta1.SandboxClaimList{}
 	pods := &corev1.PodList{}
+	// One round trip, not four: the lists go out together.
+	var lists errgroup.Group
 	for _, l := range []struct {
 		kind string
 		list client.ObjectList
 	}{{"SandboxTemplates", templates}, {"SandboxWarmPools", pools}, {"SandboxClaims", claims}, {"Pods", pods}} {
-		if err := c.List(ctx, l.list, opts...); err != nil {
-			return nil, fmt.Errorf("listing %s: %w", l.kind, err)
-		}
+		lists.Go(func() error {
+			if err := c.List(ctx, l.list, opts...); err != nil {
+				return fmt.Errorf("listing %s: %w", l.kind, err)
+			}
+			return nil
+		})
+	}
+	if err := lists.Wait(); err != nil {
+		return nil, err
 	}
 	inv := &Inventory{Templates: templates.Items, Pools: pools.Items, Claims: claims.Items, Pods: pods.Items}
 	byKey := func(a, b metav1.Object) int {

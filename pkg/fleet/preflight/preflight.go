@@ -98,7 +98,7 @@ var (
 	sandboxTemplates = apiResource{extensionsv1beta1.GroupVersion.String(), "sandboxtemplates", []string{"create", "get", "list", "watch", "delete"}, nil}
 	sandboxWarmPools = apiResource{extensionsv1beta1.GroupVersion.String(), "sandboxwarmpools", []string{"create", "get", "list", "watch", "patch", "delete"}, nil}
 	sandboxClaims    = apiResource{extensionsv1beta1.GroupVersion.String(), "sandboxclaims", []string{"create", "get", "list", "watch", "delete"}, nil}
-	// delete: teardown deletes a run Pod whose Sandbox is gone.
+	// delete: teardown deletes a run's Pods once their Sandbox is gone.
 	pods     = apiResource{"v1", "pods", nil, []string{"get", "list", "watch", "delete"}}
 	podsExec = apiResource{"v1", "pods/exec", nil, []string{"create"}}
 	// leases hold a driver's heartbeat (package heartbeat).

@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
-	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/heartbeat"
@@ -30,21 +29,30 @@ import (
 // allow, and returns once the API server — not only the watch cache —
 // shows none of its claims, warm pools, templates, Sandboxes or Pods left.
 //
-// What makes Sandboxes goes first: the claims and pools, one request per
-// kind, so that nothing new is made for the run. Then the Sandboxes they
-// owned (found by owner before they went: Sandboxes carry no run label)
-// are deleted directly and in parallel, not left to the garbage
-// collector, which would take them one rate-limited queue hop after their
-// owner; their Pods follow them through the collector, one hop, and are
-// never deleted while their Sandbox could still make them anew. A run Pod
-// whose Sandbox is gone, which nothing else would delete, is deleted here
-// (deleteStrays).
+// Every object is deleted by itself, in parallel: a collection delete
+// is served one object after another. What makes Sandboxes goes first,
+// the claims and pools, so that nothing new is made for the run. Then the
+// templates and the run's Sandboxes — those the claims and pools
+// controlled, and those controlling a run Pod, as a released claim's
+// Sandbox does while it waits in the garbage collector's queue — each
+// followed at once by its Pods. The garbage collector would take them one
+// rate-limited queue hop after their owner: seconds for a few dozen.
 //
-// Every step is safe to repeat, so the whole is tried again while the API
-// server cannot be reached (a restart at the end of a run), until ctx ends.
+// A Pod is deleted only once its Sandbox is gone, so the controller is
+// not raced into making it anew: it makes no Pod for a Sandbox it has seen
+// deleted, and a Pod's deletion is graceful, so its last event comes a
+// node round trip after the Sandbox's. A Pod made anyway has no owner left
+// and is deleted on the next look.
+//
+// Each look at the API server deletes what it still finds, so a Pod left
+// behind by the controller after an API server restart, which nothing
+// else would delete, goes too. Every step is safe to repeat, and the whole
+// is tried again while the API server cannot be reached (a restart at the
+// end of a run), until ctx ends.
 func Run(ctx context.Context, c client.Client, tr *tracker.Tracker, namespace, runID string) error {
+	owners := map[types.UID]bool{}
 	for {
-		err := tearDown(ctx, c, tr, namespace, runID)
+		err := tearDown(ctx, c, tr, namespace, runID, owners)
 		if err == nil || !kube.Transient(err) || ctx.Err() != nil {
 			return err
 		}
@@ -56,184 +64,192 @@ func Run(ctx context.Context, c client.Client, tr *tracker.Tracker, namespace, r
 	}
 }
 
-func tearDown(ctx context.Context, c client.Client, tr *tracker.Tracker, namespace, runID string) error {
-	sandboxes, err := sandboxesOf(ctx, c, namespace, runID)
-	if err != nil {
-		return err
-	}
-	run := client.MatchingLabels(labels.ForRun(runID))
-	background := client.PropagationPolicy(metav1.DeletePropagationBackground)
-	deleteAll := func(obj client.Object) func() error {
-		return func() error {
-			if err := c.DeleteAllOf(ctx, obj, client.InNamespace(namespace), run, background); err != nil {
-				return fmt.Errorf("deleting the %T objects of run %s in %s: %w", obj, runID, namespace, err)
-			}
+// tearDown looks at the API server and deletes what is left of the run,
+// until nothing is. owners gathers the UIDs of the run's claims and pools
+// seen, whose Sandboxes are the run's after their owners are gone.
+func tearDown(ctx context.Context, c client.Client, tr *tracker.Tracker, namespace, runID string, owners map[types.UID]bool) error {
+	trust := firstRecheck
+	for {
+		looked := time.Now()
+		left, err := look(ctx, c, namespace, runID, owners)
+		if err != nil {
+			return fmt.Errorf("run %s: %w", runID, err)
+		}
+		if left.empty() {
 			return nil
 		}
-	}
-	var makers errgroup.Group
-	makers.Go(deleteAll(&extensionsv1beta1.SandboxClaim{}))
-	makers.Go(deleteAll(&extensionsv1beta1.SandboxWarmPool{}))
-	if err := makers.Wait(); err != nil {
-		return err
-	}
-	var rest errgroup.Group
-	rest.SetLimit(parallelDeletes)
-	rest.Go(deleteAll(&extensionsv1beta1.SandboxTemplate{}))
-	for _, sb := range sandboxes {
-		rest.Go(func() error { return deleteSandbox(ctx, c, sb) })
-	}
-	if err := rest.Wait(); err != nil {
-		return fmt.Errorf("run %s: %w", runID, err)
-	}
-	for {
-		// The watch cache says when to look; the API server says whether
-		// it is so. A watch that missed an event, around an API server
-		// restart, must not end a teardown early nor hold it forever.
-		waitCtx, cancel := context.WithTimeout(ctx, verifyEvery)
-		err := tr.WaitEmpty(waitCtx)
+		if err := left.delete(ctx, c); err != nil {
+			return fmt.Errorf("run %s: %w", runID, err)
+		}
+		// The watch cache says when to look again; the API server says
+		// whether it is so. A watch that missed an event, around an API
+		// server restart, must not end a teardown early nor hold it
+		// forever. Sandboxes carry no run label, so the watch does not
+		// see them, nor those a pool made as it was being deleted: look
+		// again soon, then less and less often.
+		waitCtx, cancel := context.WithTimeout(ctx, trust)
+		err = tr.WaitEmpty(waitCtx)
 		cancel()
+		trust = min(2*trust, verifyEvery)
 		if ctx.Err() != nil {
 			return fmt.Errorf("run %s: %w", runID, errors.Join(err, context.Cause(ctx)))
 		}
-		inv, err := inventory.List(ctx, c, namespace, runID)
-		if err != nil {
-			return fmt.Errorf("run %s: %w", runID, err)
-		}
-		left, err := stillThere(ctx, c, namespace, sandboxes)
-		if err != nil {
-			return fmt.Errorf("run %s: %w", runID, err)
-		}
-		if len(inv.Claims)+len(inv.Pools)+len(inv.Templates)+len(inv.Pods)+len(left) == 0 {
-			return nil
-		}
-		if err := deleteStrays(ctx, c, inv.Pods); err != nil {
-			return fmt.Errorf("run %s: %w", runID, err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("run %s: %w", runID, context.Cause(ctx))
+		case <-time.After(time.Until(looked.Add(recheckAfter))):
 		}
 	}
 }
 
-// parallelDeletes bounds the deletions in flight, well within the client's
-// burst (kube.Limits).
-const parallelDeletes = 32
+const (
+	// parallelDeletes bounds the deletions in flight, well within the
+	// client's burst (kube.Limits).
+	parallelDeletes = 32
+	// firstRecheck is how long teardown trusts its watch, after its first
+	// deletions, before it asks the API server again what is left; the
+	// trust doubles up to verifyEvery.
+	firstRecheck = 500 * time.Millisecond
+	verifyEvery  = 5 * time.Second
+	// recheckAfter spaces the looks at the API server.
+	recheckAfter = 250 * time.Millisecond
+)
 
-// sandboxesOf lists the Sandboxes that run runID's claims and warm pools
-// control.
-func sandboxesOf(ctx context.Context, c client.Client, namespace, runID string) ([]*sandboxv1beta1.Sandbox, error) {
-	owners := map[types.UID]bool{}
-	run := []client.ListOption{client.InNamespace(namespace), client.MatchingLabels(labels.ForRun(runID))}
-	claims := &extensionsv1beta1.SandboxClaimList{}
-	pools := &extensionsv1beta1.SandboxWarmPoolList{}
-	if err := c.List(ctx, claims, run...); err != nil {
-		return nil, fmt.Errorf("listing the claims of run %s: %w", runID, err)
-	}
-	if err := c.List(ctx, pools, run...); err != nil {
-		return nil, fmt.Errorf("listing the warm pools of run %s: %w", runID, err)
-	}
-	for i := range claims.Items {
-		owners[claims.Items[i].UID] = true
-	}
-	for i := range pools.Items {
-		owners[pools.Items[i].UID] = true
-	}
-	return sandboxesWhere(ctx, c, namespace, owners, func(sb *sandboxv1beta1.Sandbox) types.UID {
-		if ref := metav1.GetControllerOf(sb); ref != nil {
-			return ref.UID
-		}
-		return ""
-	})
+// remains is what one look found of a run.
+type remains struct {
+	makers    []client.Object // claims and warm pools
+	templates []client.Object
+	sandboxes []*sandboxv1beta1.Sandbox
+	// pods are the run's Pods by the UID of the Sandbox, still there,
+	// that controls them; strays those whose Sandbox is gone, or that
+	// have none.
+	pods   map[types.UID][]*corev1.Pod
+	strays []*corev1.Pod
 }
 
-// sandboxesWhere lists the Sandboxes in namespace whose key is in uids;
-// none when uids is empty, without asking.
-func sandboxesWhere(ctx context.Context, c client.Client, namespace string, uids map[types.UID]bool, key func(*sandboxv1beta1.Sandbox) types.UID) ([]*sandboxv1beta1.Sandbox, error) {
-	if len(uids) == 0 {
-		return nil, nil
+func (r *remains) empty() bool {
+	return len(r.makers)+len(r.templates)+len(r.sandboxes)+len(r.pods)+len(r.strays) == 0
+}
+
+// look reads what is left of run runID from the API server. The Sandboxes
+// are listed after the Pods, so a Pod whose Sandbox is not in the list
+// has none.
+func look(ctx context.Context, c client.Client, namespace, runID string, owners map[types.UID]bool) (*remains, error) {
+	inv, err := inventory.List(ctx, c, namespace, runID)
+	if err != nil {
+		return nil, err
 	}
 	all := &sandboxv1beta1.SandboxList{}
 	if err := c.List(ctx, all, client.InNamespace(namespace)); err != nil {
 		return nil, fmt.Errorf("listing the Sandboxes in %s: %w", namespace, err)
 	}
-	var out []*sandboxv1beta1.Sandbox
-	for i := range all.Items {
-		if uids[key(&all.Items[i])] {
-			out = append(out, &all.Items[i])
+	r := &remains{pods: map[types.UID][]*corev1.Pod{}}
+	for i := range inv.Claims {
+		owners[inv.Claims[i].UID] = true
+		r.makers = append(r.makers, &inv.Claims[i])
+	}
+	for i := range inv.Pools {
+		owners[inv.Pools[i].UID] = true
+		r.makers = append(r.makers, &inv.Pools[i])
+	}
+	for i := range inv.Templates {
+		r.templates = append(r.templates, &inv.Templates[i])
+	}
+	for i := range inv.Pods {
+		pod := &inv.Pods[i]
+		if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "Sandbox" {
+			r.pods[ref.UID] = append(r.pods[ref.UID], pod)
+		} else {
+			r.strays = append(r.strays, pod)
 		}
 	}
-	return out, nil
+	for i := range all.Items {
+		sb := &all.Items[i]
+		_, controlsPods := r.pods[sb.UID]
+		if ref := metav1.GetControllerOf(sb); controlsPods || ref != nil && owners[ref.UID] {
+			r.sandboxes = append(r.sandboxes, sb)
+		}
+	}
+	for uid, pods := range r.pods {
+		if !slices.ContainsFunc(r.sandboxes, func(sb *sandboxv1beta1.Sandbox) bool { return sb.UID == uid }) {
+			r.strays = append(r.strays, pods...)
+			delete(r.pods, uid)
+		}
+	}
+	return r, nil
 }
 
-// deleteSandbox deletes sb, the very object found (a UID precondition).
-// One already gone is fine; so is one this user may not delete: its owner
-// is gone, so the garbage collector takes it, only later.
-func deleteSandbox(ctx context.Context, c client.Client, sb *sandboxv1beta1.Sandbox) error {
-	err := c.Delete(ctx, sb, client.Preconditions{UID: &sb.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+// delete deletes what r holds, each object the very one found (a UID
+// precondition): the claims and pools first, then in parallel the
+// templates, each Sandbox followed by its Pods, and the strays.
+func (r *remains) delete(ctx context.Context, c client.Client) error {
+	var makers errgroup.Group
+	makers.SetLimit(parallelDeletes)
+	for _, obj := range r.makers {
+		makers.Go(func() error { _, err := deleteObject(ctx, c, obj); return err })
+	}
+	if err := makers.Wait(); err != nil {
+		return err
+	}
+	var rest errgroup.Group
+	rest.SetLimit(parallelDeletes)
+	for _, obj := range r.templates {
+		rest.Go(func() error { _, err := deleteObject(ctx, c, obj); return err })
+	}
+	for _, sb := range r.sandboxes {
+		rest.Go(func() error {
+			gone, err := deleteObject(ctx, c, sb)
+			if !gone {
+				return err
+			}
+			return deletePods(ctx, c, r.pods[sb.UID])
+		})
+	}
+	for _, pod := range r.strays {
+		rest.Go(func() error { return deletePods(ctx, c, []*corev1.Pod{pod}) })
+	}
+	return rest.Wait()
+}
+
+// deleteObject deletes obj, the very object found, and reports whether it
+// is gone. One gone already is fine: none of that name, or another of
+// that name (a Conflict). So is one this user may not delete: the garbage
+// collector takes it, only later.
+func deleteObject(ctx context.Context, c client.Client, obj client.Object) (bool, error) {
+	uid := obj.GetUID()
+	err := c.Delete(ctx, obj, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
 	switch {
-	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err), apierrors.IsForbidden(err):
-		return nil
+	case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		return true, nil
+	case apierrors.IsForbidden(err):
+		return false, nil
 	default:
-		return fmt.Errorf("deleting Sandbox %s: %w", sb.Name, err)
+		kind := fmt.Sprintf("%T", obj)
+		if gvk, gerr := c.GroupVersionKindFor(obj); gerr == nil {
+			kind = gvk.Kind
+		}
+		return false, fmt.Errorf("deleting %s %s: %w", kind, obj.GetName(), err)
 	}
 }
 
-// stillThere lists those of sandboxes the API server still holds.
-func stillThere(ctx context.Context, c client.Client, namespace string, sandboxes []*sandboxv1beta1.Sandbox) ([]*sandboxv1beta1.Sandbox, error) {
-	ours := map[types.UID]bool{}
-	for _, sb := range sandboxes {
-		ours[sb.UID] = true
-	}
-	return sandboxesWhere(ctx, c, namespace, ours, func(sb *sandboxv1beta1.Sandbox) types.UID { return sb.UID })
-}
-
-// verifyEvery is how long teardown trusts its watch before asking the API
-// server whether the run is gone.
-const verifyEvery = 5 * time.Second
-
-// deleteStrays deletes those of a run's Pods that no Sandbox owns. Such a
-// Pod has no owner left for the garbage collector to act on; once, after
-// an API server restart, a run ended with one still there.
-func deleteStrays(ctx context.Context, c client.Client, pods []corev1.Pod) error {
-	for i := range pods {
-		pod := &pods[i]
+// deletePods deletes pods, whose Sandbox is gone, but those being
+// deleted already. One this user may not delete is left to the garbage
+// collector, unless it has no owner for the collector to go by: that one
+// is a leak, and the error says how to fix it.
+func deletePods(ctx context.Context, c client.Client, pods []*corev1.Pod) error {
+	for _, pod := range pods {
 		if pod.DeletionTimestamp != nil {
 			continue
 		}
-		stray, err := ownerGone(ctx, c, pod)
-		if err != nil {
-			return err
-		}
-		if !stray {
-			continue
-		}
-		err = c.Delete(ctx, pod, client.Preconditions{UID: &pod.UID})
+		gone, err := deleteObject(ctx, c, pod)
 		switch {
-		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
 		case err != nil:
-			return fmt.Errorf("Pod %s has no Sandbox left to delete it, and deleting it failed: %w; to fix: delete it (kubectl -n %s delete pod %s), or allow this user to delete pods", pod.Name, err, pod.Namespace, pod.Name)
+			return err
+		case !gone && metav1.GetControllerOf(pod) == nil:
+			return fmt.Errorf("Pod %s has no Sandbox left to delete it, and this user may not delete pods; to fix: delete it (kubectl -n %s delete pod %s), or allow this user to delete pods", pod.Name, pod.Namespace, pod.Name)
 		}
 	}
 	return nil
-}
-
-// ownerGone reports whether the Sandbox that controls pod no longer
-// exists, or the pod has no controller at all.
-func ownerGone(ctx context.Context, c client.Client, pod *corev1.Pod) (bool, error) {
-	ref := metav1.GetControllerOf(pod)
-	if ref == nil {
-		return true, nil
-	}
-	if ref.Kind != "Sandbox" {
-		return false, nil
-	}
-	owner := &sandboxv1beta1.Sandbox{}
-	err := c.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: ref.Name}, owner)
-	switch {
-	case apierrors.IsNotFound(err):
-		return true, nil
-	case err != nil:
-		return false, fmt.Errorf("reading Sandbox %s, owner of Pod %s: %w", ref.Name, pod.Name, err)
-	}
-	return owner.UID != ref.UID, nil
 }
 
 // Leftovers lists, as kind/name, what of run runID is still in the

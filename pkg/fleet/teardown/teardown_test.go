@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
+	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
@@ -207,6 +208,41 @@ func TestTeardownWaitsOutAnAPIServerRestart(t *testing.T) {
 	}
 	if left, err := teardown.Leftovers(ctx, clients.Client, clients.Namespace, "restart"); err != nil || len(left) > 0 {
 		t.Errorf("teardown left %v (%v)", left, err)
+	}
+}
+
+// Teardown does not wait on the garbage collector: with
+// kube-controller-manager stopped, a released claim's Sandbox and Pod,
+// which only the collector would otherwise delete, go with the rest of
+// the run.
+func TestTeardownDoesNotWaitForTheGarbageCollector(t *testing.T) {
+	ctx, clients := setup(t)
+	tr, h := run(t, ctx, clients, "no-gc")
+	kcm := cluster.Component("kube-controller-manager")
+	if err := kcm.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := kcm.Thaw(); err != nil {
+			t.Error(err)
+		}
+	})
+	released := &extensionsv1beta1.SandboxClaim{ObjectMeta: metav1.ObjectMeta{Name: h.Claim, Namespace: clients.Namespace}}
+	if err := clients.Client.Delete(ctx, released); err != nil {
+		t.Fatal(err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := teardown.Run(tctx, clients.Client, tr, clients.Namespace, "no-gc"); err != nil {
+		t.Fatalf("teardown with the garbage collector stopped = %v", err)
+	}
+	sandboxes := &sandboxv1beta1.SandboxList{}
+	if err := clients.Client.List(ctx, sandboxes, client.InNamespace(clients.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	left, err := teardown.Leftovers(ctx, clients.Client, clients.Namespace, "no-gc")
+	if err != nil || len(left)+len(sandboxes.Items) > 0 {
+		t.Errorf("teardown left %v and %d Sandboxes (%v)", left, len(sandboxes.Items), err)
 	}
 }
 
