@@ -37,8 +37,6 @@ type Shell struct {
 	stderr *framed
 	stop   func() error
 	broken error
-	// started: the setup line was sent.
-	started bool
 }
 
 // ErrBroken is the error of a command on a Shell that can no longer run
@@ -58,7 +56,10 @@ func OpenShell(ctx context.Context, run func(context.Context, Request) (int, err
 	errR, errW := io.Pipe()
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan error, 1)
-	r.Command, r.Stdin, r.Stdout, r.Stderr = []string{"sh"}, inR, outW, errW
+	// The commands' stderr goes out on fd 3; the shell's own words
+	// ("Killed" after a command died of a signal, which an exec of its own
+	// would not say) go to /dev/null.
+	r.Command, r.Stdin, r.Stdout, r.Stderr = []string{"sh", "-c", "exec 3>&2 2>/dev/null; exec sh"}, inR, outW, errW
 	go func() {
 		code, err := run(ctx, r)
 		if err == nil {
@@ -83,11 +84,6 @@ func OpenShell(ctx context.Context, run func(context.Context, Request) (int, err
 func newShell(stdin io.WriteCloser, stdout, stderr io.Reader, stop func() error) *Shell {
 	return &Shell{stdin: stdin, stdout: &framed{r: stdout}, stderr: &framed{r: stderr}, stop: sync.OnceValue(stop)}
 }
-
-// setup is the shell's first line: the commands' stderr goes out on fd 3,
-// the shell's own words ("Killed" after a command died of a signal, which
-// an exec of its own would not say) to /dev/null.
-const setup = "exec 3>&2 2>/dev/null\n"
 
 // Run runs argv in the shell with stdin (nil: none) and copies its output
 // to stdout and stderr (nil: discarded). It returns the exit code; an
@@ -135,9 +131,6 @@ func (s *Shell) Run(ctx context.Context, argv []string, stdin []byte, stdout, st
 
 // exchange sends one command and reads its output up to its markers.
 func (s *Shell) exchange(text string, marker []byte, stdout, stderr io.Writer) (int, error) {
-	if !s.started {
-		text, s.started = setup+text, true
-	}
 	if _, err := io.WriteString(s.stdin, text); err != nil {
 		return 0, fmt.Errorf("sending the command: %w", err)
 	}
@@ -196,14 +189,11 @@ func script(argv []string, stdin []byte, marker []byte) string {
 		}
 		b.WriteString("' | ")
 	}
-	b.WriteString("(")
+	words := make([]string, len(argv))
 	for i, a := range argv {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		b.WriteString("'" + strings.ReplaceAll(a, "'", `'\''`) + "'")
+		words[i] = Quote(a)
 	}
-	b.WriteString(") 2>&3 3>&-")
+	b.WriteString("(" + strings.Join(words, " ") + ") 2>&3 3>&-")
 	if len(stdin) == 0 {
 		b.WriteString(" </dev/null")
 	}
@@ -252,3 +242,6 @@ func (f *framed) until(marker []byte, w io.Writer) ([]byte, error) {
 		}
 	}
 }
+
+// Quote makes s one word of a POSIX shell's command line.
+func Quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

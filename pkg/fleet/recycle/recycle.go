@@ -23,6 +23,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
 )
 
 // Spec says how the sandboxes of an image are reset and checked.
@@ -113,13 +115,11 @@ func (s Spec) Reset(b Baseline) []string {
 	s = s.withDefaults()
 	var sb strings.Builder
 	sb.WriteString(prelude(s))
-	fmt.Fprintf(&sb, "commit=%s\nbranch=%s\n", quote(b.Commit), quote(b.Branch))
+	fmt.Fprintf(&sb, "commit=%s\nbranch=%s\n", exec.Quote(b.Commit), exec.Quote(b.Branch))
 	sb.WriteString(`stop
 cd -- "$wd" || fail "no directory $wd"
 gitdir=$(git rev-parse --git-dir) || fail "$wd is not a git work tree"
-for op in rebase-merge rebase-apply MERGE_HEAD MERGE_MSG MERGE_MODE CHERRY_PICK_HEAD REVERT_HEAD BISECT_LOG BISECT_START sequencer; do
-	rm -rf -- "$gitdir/$op"
-done
+for op in $ops; do rm -rf -- "$gitdir/$op"; done
 git checkout -q -f --detach "$commit" || fail "git checkout $commit"
 git for-each-ref --format='delete %(refname)' | git update-ref --stdin || fail "deleting the refs made since"
 `)
@@ -136,7 +136,7 @@ git reset -q --hard "$commit" || fail "git reset --hard $commit"
 `)
 	clean := "git clean -q -ffdx"
 	for _, p := range b.Ignored {
-		clean += " -e " + quote("/"+escapeGlob(p))
+		clean += " -e " + exec.Quote("/"+escapeGlob(p))
 	}
 	sb.WriteString(clean + ` || fail "git clean"
 git reflog expire --expire=now --all || fail "git reflog expire"
@@ -156,11 +156,9 @@ echo "dirty=$(git status --porcelain | wc -l)"
 procs
 echo "procs=$n"
 echo "scratch=$(entries "$scratch")"
-ops=
-for op in rebase-merge rebase-apply MERGE_HEAD CHERRY_PICK_HEAD REVERT_HEAD BISECT_LOG sequencer; do
-	[ -e "$gitdir/$op" ] && ops="$ops $op"
-done
-echo "ops=$ops"
+left=
+for op in $ops; do [ -e "$gitdir/$op" ] && left="$left $op"; done
+echo "ops=$left"
 fingerprint
 `)
 	if s.Canary != "" {
@@ -174,8 +172,10 @@ fingerprint
 // directory.
 func prelude(s Spec) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "set -u\nwd=%s\nscratch=%s\n", quote(s.Workdir), quote(s.Scratch))
-	b.WriteString(`fail() { echo "error=$*"; exit 0; }
+	fmt.Fprintf(&b, "set -u\nwd=%s\nscratch=%s\n", exec.Quote(s.Workdir), exec.Quote(s.Scratch))
+	b.WriteString(`# ops are the files of git operations in progress, in the git dir.
+ops='rebase-merge rebase-apply MERGE_HEAD MERGE_MSG MERGE_MODE CHERRY_PICK_HEAD REVERT_HEAD BISECT_LOG BISECT_START sequencer'
+fail() { echo "error=$*"; exit 0; }
 # hash reads stdin; git hash-object is there wherever git is.
 hash() { git hash-object --stdin; }
 # procs counts in n the processes but the keepalive (PID 1), this shell
@@ -222,14 +222,14 @@ fingerprint() {
 		b.WriteString("\techo \"env=$( (cd / && env) | grep -v -e '^PWD=' -e '^OLDPWD=' -e '^SHLVL=' -e '^_=' | hash)\"\n")
 	}
 	for i, f := range s.CheckFiles {
-		fmt.Fprintf(&b, "\techo \"file:%d=$( (cat -- %s 2>&1; echo \"exit $?\") | hash)\"\n", i+1, quote(f))
+		fmt.Fprintf(&b, "\techo \"file:%d=$( (cat -- %s 2>&1; echo \"exit $?\") | hash)\"\n", i+1, exec.Quote(f))
 	}
 	for i, c := range s.CheckCommands {
-		fmt.Fprintf(&b, "\techo \"command:%d=$( (sh -c %s 2>&1; echo \"exit $?\") </dev/null | hash)\"\n", i+1, quote(c))
+		fmt.Fprintf(&b, "\techo \"command:%d=$( (sh -c %s 2>&1; echo \"exit $?\") </dev/null | hash)\"\n", i+1, exec.Quote(c))
 	}
 	b.WriteString("}\n")
 	if s.Canary != "" {
-		fmt.Fprintf(&b, "canary() { canary=$( (sh -c %s 2>&1; echo \"exit $?\") </dev/null | hash); }\n", quote(s.Canary))
+		fmt.Fprintf(&b, "canary() { canary=$( (sh -c %s 2>&1; echo \"exit $?\") </dev/null | hash); }\n", exec.Quote(s.Canary))
 	}
 	return b.String()
 }
@@ -253,9 +253,11 @@ func ParseRecord(out []byte) (Baseline, error) {
 	for _, p := range lists["keep"] {
 		// git quotes a path with unusual bytes as a C string.
 		if strings.HasPrefix(p, `"`) {
-			if p, err = strconv.Unquote(p); err != nil {
-				return Baseline{}, fmt.Errorf("recording the sandbox: ignored path %s: %w", lists["keep"], err)
+			unquoted, err := strconv.Unquote(p)
+			if err != nil {
+				return Baseline{}, fmt.Errorf("recording the sandbox: ignored path %s: %w", p, err)
 			}
+			p = unquoted
 		}
 		b.Ignored = append(b.Ignored, p)
 	}
@@ -357,9 +359,6 @@ func parse(out []byte) (kv map[string]string, lists map[string][]string, err err
 	}
 	return kv, lists, nil
 }
-
-// quote makes s one shell word.
-func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // escapeGlob makes a path a git pattern that matches only itself.
 func escapeGlob(p string) string {

@@ -163,15 +163,17 @@ func look(ctx context.Context, c client.Client, namespace, runID string, owners 
 			r.strays = append(r.strays, pod)
 		}
 	}
+	there := map[types.UID]bool{}
 	for i := range all.Items {
 		sb := &all.Items[i]
 		_, controlsPods := r.pods[sb.UID]
 		if ref := metav1.GetControllerOf(sb); controlsPods || ref != nil && owners[ref.UID] {
 			r.sandboxes = append(r.sandboxes, sb)
+			there[sb.UID] = true
 		}
 	}
 	for uid, pods := range r.pods {
-		if !slices.ContainsFunc(r.sandboxes, func(sb *sandboxv1beta1.Sandbox) bool { return sb.UID == uid }) {
+		if !there[uid] {
 			r.strays = append(r.strays, pods...)
 			delete(r.pods, uid)
 		}
