@@ -11,10 +11,7 @@ import (
 	"strings"
 	"sync"
 	"text/tabwriter"
-	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -105,27 +102,13 @@ func claimRequests(ctx context.Context, cluster *testcluster.Cluster) (float64, 
 	return total, sc.Err()
 }
 
-// newNamespace creates a namespace and waits for its default service
-// account, without which the controller's Pods are refused.
+// newNamespace creates a namespace ready for the controller's Pods.
 func newNamespace(ctx context.Context, cluster *testcluster.Cluster) (string, error) {
 	kc, err := kubernetes.NewForConfig(cluster.RESTConfig())
 	if err != nil {
 		return "", err
 	}
-	ns, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-"}}, metav1.CreateOptions{})
-	if err != nil {
-		return "", err
-	}
-	for {
-		_, err := kc.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
-		if err == nil {
-			return ns.Name, nil
-		}
-		if !apierrors.IsNotFound(err) {
-			return "", err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return testcluster.CreateNamespace(ctx, kc, "bench-")
 }
 
 func deleteNamespace(cluster *testcluster.Cluster, ns string) {

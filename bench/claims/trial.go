@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"net/http"
 	"os"
 	"slices"
@@ -22,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/stats"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
@@ -70,22 +70,13 @@ func (r trialResult) measure(sc scenario) measurement {
 	slices.Sort(sorted)
 	wall := r.Last.Sub(r.First).Seconds()
 	return measurement{
-		P50: percentile(sorted, 0.50), P99: percentile(sorted, 0.99),
+		P50: stats.Percentile(sorted, 0.50), P99: stats.Percentile(sorted, 0.99),
 		ClaimsPerSec:      float64(len(sorted)) / wall,
 		RequestsPerTask:   float64(r.Requests) / float64(sc.Tasks),
 		WallSeconds:       wall,
 		StartToFirstClaim: r.First.Sub(r.ProcessStart).Seconds(),
 		TeardownSeconds:   r.TornDown.Sub(r.LastTaskEnd).Seconds(),
 	}
-}
-
-// percentile is the nearest-rank percentile of sorted.
-func percentile(sorted []float64, q float64) float64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	rank := int(math.Ceil(q * float64(len(sorted))))
-	return sorted[min(max(rank, 1), len(sorted))-1]
 }
 
 // batch is the scenario's tasks: an equal share of tasks per image.

@@ -34,17 +34,15 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/stats"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/serve"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testpython"
@@ -164,7 +162,7 @@ func run(rounds, nodes int, split bool, sh shape) error {
 				return fmt.Errorf("round %d, %s: %w", r+1, name, err)
 			}
 			fmt.Printf("round %d %-13s p50 %6.1f ms  p99 %6.1f ms  %6.1f sandboxes/s  trainer CPU %5.2f s  serve CPU %5.2f s\n",
-				r+1, name, 1000*pct(res.Latencies, 50), 1000*pct(res.Latencies, 99), float64(res.Tasks)/res.Wall, res.CPU, res.ServerCPU)
+				r+1, name, 1000*stats.Percentile(res.Latencies, 0.50), 1000*stats.Percentile(res.Latencies, 0.99), float64(res.Tasks)/res.Wall, res.CPU, res.ServerCPU)
 			all[name] = append(all[name], res)
 		}
 	}
@@ -177,22 +175,7 @@ func newNamespace(ctx context.Context, c *testcluster.Cluster) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bench-%d", time.Now().UnixNano())}}
-	if err := clients.Client.Create(ctx, ns); err != nil {
-		return "", err
-	}
-	// Pods are admitted once the namespace's default service account is.
-	for {
-		_, err := clients.Kube.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
-		if err == nil {
-			return ns.Name, nil
-		}
-		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return testcluster.CreateNamespace(ctx, clients.Kube, "bench-")
 }
 
 // trial runs one client's loop and returns its result.
@@ -438,7 +421,7 @@ func engineLoop(ctx context.Context, s *session.Session, sh shape, requests, wat
 					os.Exit(1)
 				}
 				res.Latencies[i] = time.Since(asked).Seconds()
-				if err := s.Release(ctx, h.Claim, "go"); err != nil {
+				if _, err := s.Release(ctx, h.Claim, "go", false); err != nil {
 					fmt.Fprintln(os.Stderr, err)
 					os.Exit(1)
 				}
@@ -472,23 +455,13 @@ func (c counting) RoundTrip(r *http.Request) (*http.Response, error) {
 	return c.next.RoundTrip(r)
 }
 
-func pct(xs []float64, p float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Sorted(slices.Values(xs))
-	return s[min(len(s)-1, int(float64(len(s))*p/100))]
-}
-
-func median(xs []float64) float64 { return pct(xs, 50) }
-
 // report prints each client's medians over the rounds, and the ratios the
 // targets are stated in: per round (the clients of a round ran back to
 // back, so drift of the machine cancels) and their median.
 func report(all map[string][]result) {
 	type row struct{ p50, p99, rate, cpu, server, requests float64 }
 	summary := func(r result) row {
-		return row{pct(r.Latencies, 50), pct(r.Latencies, 99), float64(r.Tasks) / r.Wall, r.CPU, r.ServerCPU,
+		return row{stats.Percentile(r.Latencies, 0.50), stats.Percentile(r.Latencies, 0.99), float64(r.Tasks) / r.Wall, r.CPU, r.ServerCPU,
 			float64(r.Requests+r.Watches) / float64(r.Tasks)}
 	}
 	fmt.Printf("\nmedians over the rounds\n%-13s %9s %9s %12s %12s %10s %14s\n", "client", "p50 ms", "p99 ms", "sandboxes/s", "trainer CPU", "serve CPU", "API req/task")
@@ -499,8 +472,8 @@ func report(all map[string][]result) {
 			p50, p99, rate = append(p50, x.p50), append(p99, x.p99), append(rate, x.rate)
 			cpu, server, reqs = append(cpu, x.cpu), append(server, x.server), append(reqs, x.requests)
 		}
-		fmt.Printf("%-13s %9.1f %9.1f %12.1f %12.2f %10.2f %14.2f\n", name, 1000*median(p50), 1000*median(p99),
-			median(rate), median(cpu), median(server), median(reqs))
+		fmt.Printf("%-13s %9.1f %9.1f %12.1f %12.2f %10.2f %14.2f\n", name, 1000*stats.Median(p50), 1000*stats.Median(p99),
+			stats.Median(rate), stats.Median(cpu), stats.Median(server), stats.Median(reqs))
 	}
 	ratios := map[string][]float64{}
 	names := []string{"serve/engine p99", "serve/bare sandboxes/s", "serve/bare p99", "serve/bare trainer CPU"}
@@ -516,6 +489,6 @@ func report(all map[string][]result) {
 		for _, v := range ratios[n] {
 			each = append(each, fmt.Sprintf("%.2f", v))
 		}
-		fmt.Printf("%-24s %s  median %.2f\n", n, strings.Join(each, " "), median(ratios[n]))
+		fmt.Printf("%-24s %s  median %.2f\n", n, strings.Join(each, " "), stats.Median(ratios[n]))
 	}
 }

@@ -43,7 +43,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -63,6 +62,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/stats"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testwebhook"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
@@ -251,11 +251,11 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 			f.apiCPUPerPod = append(f.apiCPUPerPod, (after.apiCPU-before.apiCPU)/float64(pods))
 			f.webhookCPU += after.webhookCPU - before.webhookCPU
 			f.created += float64(pods)
-			f.p50 = append(f.p50, quantile(lat, 0.5))
-			f.p99 = append(f.p99, quantile(lat, 0.99))
+			f.p50 = append(f.p50, stats.Percentile(lat, 0.5))
+			f.p99 = append(f.p99, stats.Percentile(lat, 0.99))
 			f.podsPerSec = append(f.podsPerSec, perSec)
 			fmt.Printf("round %d %-18s create p50 %7.2f ms  p99 %7.2f ms   %6.1f Pods/s flat out\n", round+1, mode,
-				quantile(lat, 0.5)*1e3, quantile(lat, 0.99)*1e3, perSec)
+				stats.Percentile(lat, 0.5)*1e3, stats.Percentile(lat, 0.99)*1e3, perSec)
 		}
 	}
 	fmt.Println()
@@ -263,11 +263,11 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 	for _, mode := range modes {
 		f := results[mode]
 		fmt.Printf("%-18s create p50 %7.2f ms  p99 %7.2f ms   %6.1f Pods/s (%.2f of no webhook)   API server CPU %.2f ms/Pod (%.2fx)", mode,
-			mean(f.p50)*1e3, mean(f.p99)*1e3, mean(f.podsPerSec), mean(f.podsPerSec)/mean(base.podsPerSec),
-			mean(f.apiCPUPerPod)*1e3, mean(f.apiCPUPerPod)/mean(base.apiCPUPerPod))
+			stats.Mean(f.p50)*1e3, stats.Mean(f.p99)*1e3, stats.Mean(f.podsPerSec), stats.Mean(f.podsPerSec)/stats.Mean(base.podsPerSec),
+			stats.Mean(f.apiCPUPerPod)*1e3, stats.Mean(f.apiCPUPerPod)/stats.Mean(base.apiCPUPerPod))
 		if f.calls > 0 {
 			fmt.Printf("   webhook CPU %.3f ms/Pod, decision p50 %.2f ms p99 %.2f ms, call mean %.2f ms", f.webhookCPU/f.created*1e3,
-				quantile(f.decisions, 0.5)*1e3, quantile(f.decisions, 0.99)*1e3, f.callSum/f.calls*1e3)
+				stats.Percentile(f.decisions, 0.5)*1e3, stats.Percentile(f.decisions, 0.99)*1e3, f.callSum/f.calls*1e3)
 		}
 		fmt.Println()
 	}
@@ -279,8 +279,8 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 	for _, mode := range []string{policied, floor, compliant} {
 		f := results[mode]
 		fmt.Printf("%-18s against %s: %.2f of its Pods/s (median of rounds %.2f), %.2fx its API server CPU per Pod (median %.2fx)\n", mode, noneCompliant,
-			mean(f.podsPerSec)/mean(same.podsPerSec), medianRatio(f.podsPerSec, same.podsPerSec),
-			mean(f.apiCPUPerPod)/mean(same.apiCPUPerPod), medianRatio(f.apiCPUPerPod, same.apiCPUPerPod))
+			stats.Mean(f.podsPerSec)/stats.Mean(same.podsPerSec), medianRatio(f.podsPerSec, same.podsPerSec),
+			stats.Mean(f.apiCPUPerPod)/stats.Mean(same.apiCPUPerPod), medianRatio(f.apiCPUPerPod, same.apiCPUPerPod))
 	}
 	fmt.Println("(decision quantiles are bucket upper bounds; targets: decision p99 < 5 ms at 200 Pods/s, creates/s ratio ≥ 0.9)")
 	if poolSize == 0 {
@@ -325,7 +325,7 @@ func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, p
 	}
 	for _, mode := range poolModes[1:] {
 		fmt.Printf("warm pool fill, %s: %.2f of the Pods/s of %s, %.2f of %s\n", mode,
-			mean(fills[none])/mean(fills[mode]), none, mean(fills[noneCompliant])/mean(fills[mode]), noneCompliant)
+			stats.Mean(fills[none])/stats.Mean(fills[mode]), none, stats.Mean(fills[noneCompliant])/stats.Mean(fills[mode]), noneCompliant)
 	}
 	return nil
 }
@@ -428,15 +428,7 @@ func medianRatio(xs, ys []float64) float64 {
 	for i := range xs {
 		ratios[i] = xs[i] / ys[i]
 	}
-	return quantile(ratios, 0.5)
-}
-
-func mean(xs []float64) float64 {
-	total := 0.0
-	for _, x := range xs {
-		total += x
-	}
-	return total / float64(max(1, len(xs)))
+	return stats.Percentile(ratios, 0.5)
 }
 
 // setPolicy creates or deletes the benchmark's policy for ns and waits
@@ -635,16 +627,6 @@ func diff(after, before *dto.Histogram) []float64 {
 		below = cum
 	}
 	return out
-}
-
-func quantile(xs []float64, q float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	i := int(q*float64(len(s))+0.5) - 1
-	return s[max(0, min(i, len(s)-1))]
 }
 
 // counters are the cumulative figures a trial is measured by.

@@ -74,24 +74,33 @@ func NewNamespace(t testing.TB, kube kubernetes.Interface) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ns, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "test-"},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating a test namespace: %v", err)
+	name, err := CreateNamespace(ctx, kube, "test-")
+	if name != "" {
+		t.Cleanup(func() {
+			err := kube.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+			if err != nil {
+				t.Errorf("deleting namespace %s: %v", name, err)
+			}
+		})
 	}
-	t.Cleanup(func() {
-		err := kube.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
-		if err != nil {
-			t.Errorf("deleting namespace %s: %v", ns.Name, err)
-		}
-	})
-	err = poll(ctx, "the default service account of namespace "+ns.Name, func(ctx context.Context) error {
-		_, err := kube.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
-		return err
-	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ns.Name
+	return name
+}
+
+// CreateNamespace creates a namespace named from prefix and waits until
+// it is ready for pods: its default service account exists, without which
+// Pods are refused. The name is returned, once made, also with an error.
+func CreateNamespace(ctx context.Context, kube kubernetes.Interface, prefix string) (string, error) {
+	ns, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: prefix},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("creating a namespace: %w", err)
+	}
+	return ns.Name, poll(ctx, "the default service account of namespace "+ns.Name, func(ctx context.Context) error {
+		_, err := kube.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
 }
