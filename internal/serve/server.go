@@ -169,7 +169,8 @@ func (v *Service) Acquire(ctx context.Context, req *connect.Request[fleetv1.Acqu
 func (v *Service) handleOf(h *session.Handle) *fleetv1.Handle {
 	return &fleetv1.Handle{Id: h.Claim, TaskId: h.TaskID, Image: h.Image, Cluster: h.Cluster, Namespace: h.Namespace,
 		Claim: h.Claim, Sandbox: h.Sandbox.Sandbox, Pod: h.Pod, PodIp: h.PodIP, Hostname: h.Hostname, Node: h.Node,
-		Container: resources.ContainerName, ClientId: h.Client, LeaseExpires: timestamppb.New(v.Session.LeaseExpiry(h.Client))}
+		Container: resources.ContainerName, ClientId: h.Client, LeaseExpires: timestamppb.New(v.Session.LeaseExpiry(h.Client)),
+		Resets: int32(h.Resets)}
 }
 
 func (v *Service) Renew(_ context.Context, req *connect.Request[fleetv1.RenewRequest]) (*connect.Response[fleetv1.RenewResponse], error) {
@@ -261,10 +262,11 @@ func (v *Service) ReadFiles(ctx context.Context, req *connect.Request[fleetv1.Re
 }
 
 func (v *Service) Release(ctx context.Context, req *connect.Request[fleetv1.ReleaseRequest]) (*connect.Response[fleetv1.ReleaseResponse], error) {
-	if err := v.Session.Release(ctx, req.Msg.Handle, req.Msg.ClientId); err != nil {
+	outcome, err := v.Session.Release(ctx, req.Msg.Handle, req.Msg.ClientId, req.Msg.Reuse)
+	if err != nil {
 		return nil, toConnect(err)
 	}
-	return connect.NewResponse(&fleetv1.ReleaseResponse{}), nil
+	return connect.NewResponse(&fleetv1.ReleaseResponse{Outcome: string(outcome)}), nil
 }
 
 func (v *Service) Status(ctx context.Context, _ *connect.Request[fleetv1.StatusRequest]) (*connect.Response[fleetv1.StatusResponse], error) {
@@ -276,7 +278,8 @@ func (v *Service) Status(ctx context.Context, _ *connect.Request[fleetv1.StatusR
 	c := s.Counts()
 	out := &fleetv1.StatusResponse{RunId: s.RunID(), Namespace: s.Fleet().Clusters[0].Namespace(), Tasks: int32(s.TaskCount()),
 		Pools: poolsOf(pools), LeaseTtl: durationpb.New(s.Options().LeaseTTL), WarmTtl: durationpb.New(s.Options().WarmTTL),
-		Counts: &fleetv1.Counts{Acquired: c.Acquired, Released: c.Released, Expired: c.Expired, Failed: c.Failed, Execs: c.Execs}}
+		Counts: &fleetv1.Counts{Acquired: c.Acquired, Released: c.Released, Expired: c.Expired, Failed: c.Failed, Execs: c.Execs,
+			Reused: c.Reused, Quarantined: c.Quarantined}}
 	for _, h := range s.Handles() {
 		out.Handles = append(out.Handles, v.handleOf(h))
 	}

@@ -34,15 +34,16 @@ const (
 	Busybox = "docker.io/library/busybox:1.36"
 )
 
-// Problem is the name of SWE-bench-like problem image n (1 or 2). Both
-// share Debian, git, python3 and a Python environment layer — nearly all
-// their bytes — and differ in a small /testbed repository.
+// Problem is the name of SWE-bench-like problem image n (1 to
+// ProblemCount). All share Debian, git, python3 and a Python environment
+// layer — nearly all their bytes — and differ in a small /testbed
+// repository.
 func Problem(n int) string {
 	return fmt.Sprintf("docker.io/swebench/sweb.eval.x86_64.sandbox-fleet__calc-%d:latest", n)
 }
 
 // ProblemCount is how many problem images there are.
-const ProblemCount = 2
+const ProblemCount = 3
 
 // Builder builds images, caching layers in Dir.
 type Builder struct {

@@ -37,7 +37,7 @@ func (b *Builder) Problems(ctx context.Context) ([]Image, error) {
 	images := make([]Image, 0, ProblemCount)
 	for n := 1; n <= ProblemCount; n++ {
 		files := testbedFiles(n)
-		var inputs [][]byte
+		inputs := [][]byte{[]byte(testbedRecipe)}
 		for _, f := range sortedKeys(files) {
 			inputs = append(inputs, []byte(f), []byte(files[f]))
 		}
@@ -137,9 +137,14 @@ func testbedFiles(n int) map[string]string {
 		"test_calc.py": "import unittest\n\nimport calc\n\n\nclass TestAdd(unittest.TestCase):\n" +
 			"    def test_add(self):\n        self.assertEqual(calc.add(2, 3), 5)\n\n\n" +
 			"if __name__ == \"__main__\":\n    unittest.main()\n",
-		"README.md": fmt.Sprintf("# calc, problem %d\n\nFix add() so that `python3 -m unittest` passes.\n", n),
+		"README.md":  fmt.Sprintf("# calc, problem %d\n\nFix add() so that `python3 -m unittest` passes.\n", n),
+		".gitignore": "__pycache__/\nbuild/\n",
 	}
 }
+
+// testbedRecipe names how gitTestbed builds a testbed, so that a change to
+// it is a new layer in the cache.
+const testbedRecipe = "index from read-tree"
 
 // gitTestbed commits files into a new repository, tags the commit
 // `pristine`, and adds the repository as /testbed. Fixed author, committer
@@ -166,6 +171,9 @@ func gitTestbed(ctx context.Context, w layerWriter, files map[string]string) err
 		{"tag", "pristine"},
 		// Drop what differs between runs and git versions but is not needed.
 		{"gc", "-q", "--prune=now"},
+		// An index without the build's file stats, as in a SWE-bench image
+		// (git status is clean), and the same on every run.
+		{"read-tree", "HEAD"},
 	} {
 		cmd := exec.CommandContext(ctx, "git", args...)
 		cmd.Dir, cmd.Env = dir, env
@@ -173,7 +181,7 @@ func gitTestbed(ctx context.Context, w layerWriter, files map[string]string) err
 			return fmt.Errorf("git %s: %v\n%s", strings.Join(args, " "), err, msg)
 		}
 	}
-	for _, f := range []string{"hooks", "logs", "index", "description", "COMMIT_EDITMSG", "ORIG_HEAD"} {
+	for _, f := range []string{"hooks", "logs", "description", "COMMIT_EDITMSG", "ORIG_HEAD"} {
 		if err := os.RemoveAll(filepath.Join(dir, ".git", f)); err != nil {
 			return err
 		}

@@ -80,9 +80,12 @@ type Fleet struct {
 	Metrics *metrics.Metrics
 
 	policy placement.Policy
-	stop   context.CancelFunc
-	rec    *report.Recorder
-	stats  stats
+	// recycler keeps clean sandboxes for reuse; nil when the run does not
+	// recycle.
+	recycler *recycler
+	stop     context.CancelFunc
+	rec      *report.Recorder
+	stats    stats
 
 	// originals maps a rewritten image to the image its tasks named.
 	originals map[string]string
@@ -123,7 +126,7 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 	watchCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer context.AfterFunc(ctx, stop)()
 	f := &Fleet{RunID: runID, Config: cfg, Tasks: ts, policy: policy, stop: stop,
-		rec: report.New(cfg.Strategy), warm: map[string]*placed{}, originals: map[string]string{}}
+		rec: report.New(cfg.Strategy), warm: map[string]*placed{}, originals: map[string]string{}, recycler: newRecycler(cfg)}
 	start := time.Now()
 	f.Plan = NewPlan(cfg, ts)
 	f.phase("plan", "", time.Since(start))
@@ -428,10 +431,11 @@ func (f *Fleet) poolCheck(ctx context.Context, c *Cluster) warm.Check {
 	}
 }
 
-// Unwarm deletes the pools and templates of images. It does not wait for
-// their sandboxes to go; teardown does.
+// Unwarm deletes the pools and templates of images, and releases the
+// clean sandboxes kept for them. It does not wait for their sandboxes to
+// go; teardown does.
 func (f *Fleet) Unwarm(ctx context.Context, images []string) error {
-	var errs []error
+	errs := []error{f.releaseClean(ctx, images)}
 	for _, img := range images {
 		f.mu.Lock()
 		p, ok := f.warm[img]
@@ -493,7 +497,7 @@ func (f *Fleet) Acquire(ctx context.Context, t tasks.Task) (*Sandbox, error) {
 		p.held[h.Pod] = true
 		f.mu.Unlock()
 	}
-	return &Sandbox{Handle: h, cluster: p.cluster}, nil
+	return &Sandbox{Handle: h, cluster: p.cluster, image: t.Image, session: f.Config.Session}, nil
 }
 
 // paced reports whether claims wait for a warm sandbox. Under the none
@@ -585,6 +589,7 @@ func (f *Fleet) freeSandboxes(p *placed, pods []corev1.Pod) int {
 // Release gives a sandbox back: its claim, and with it the sandbox, is
 // deleted.
 func (f *Fleet) Release(ctx context.Context, s *Sandbox) error {
+	s.closeShell()
 	start := time.Now()
 	err := s.cluster.Claimer.Release(ctx, s.Handle)
 	f.phase("release", s.cluster.Name, time.Since(start))
@@ -614,6 +619,7 @@ func (f *Fleet) Teardown(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
+	f.forgetClean()
 	f.mu.Lock()
 	for img, p := range f.warm {
 		p.cluster.replicas -= p.replicas

@@ -37,7 +37,7 @@ func (f *Fleet) AddTasks(ts []tasks.Task) []PoolChange {
 			f.originals[t.Image] = t.OriginalImage
 		}
 	}
-	f.Plan = NewPlan(f.Config, f.Tasks)
+	f.Plan = newPlan(f.Config, f.Tasks, false)
 	f.stats.total.Add(int64(len(ts)))
 	var changes []PoolChange
 	for _, p := range f.Plan.Pools {

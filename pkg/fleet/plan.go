@@ -26,6 +26,12 @@ type Plan struct {
 	// pipelined strategy warms the next window while one runs.
 	Windows []Window `json:"windows"`
 	Peak    Peak     `json:"peak"`
+	// Claims is how many sandboxes the run claims, at the least: one per
+	// task, or under recycling one per image and maxReuses+1 of its tasks
+	// (quarantines add one each). Fresh is the count without recycling.
+	Claims  int  `json:"claims"`
+	Fresh   int  `json:"claimsWithoutRecycling,omitempty"`
+	Recycle bool `json:"recycle,omitempty"`
 }
 
 // Window is a group of images warm together.
@@ -48,7 +54,13 @@ type Peak struct {
 }
 
 // NewPlan plans a run of ts under cfg, which must be defaulted.
-func NewPlan(cfg config.Fleet, ts []tasks.Task) Plan {
+func NewPlan(cfg config.Fleet, ts []tasks.Task) Plan { return newPlan(cfg, ts, cfg.Recycle.Enabled) }
+
+// newPlan plans ts; serial says that an image's tasks run one at a time on
+// one sandbox, reset between them (a recycled run). A session recycles
+// too, but its trainer acquires an image's sandboxes side by side, so its
+// pools are sized as without recycling.
+func newPlan(cfg config.Fleet, ts []tasks.Task, serial bool) Plan {
 	images := imagesOf(ts)
 	p := Plan{
 		Plan:        sizing.NewPlan(images, sizingParams(cfg), diskOf(cfg)),
@@ -64,7 +76,7 @@ func NewPlan(cfg config.Fleet, ts []tasks.Task) Plan {
 	names := make([]string, len(p.Pools))
 	for i := range p.Pools {
 		pool := &p.Pools[i]
-		pool.Replicas = depth(cfg, pool.Replicas, pool.Tasks)
+		pool.Replicas = depth(cfg, serial, pool.Replicas, pool.Tasks)
 		p.WarmFootprint += pool.Replicas
 		planned[pool.Image] = *pool
 		names[i] = pool.Image
@@ -88,7 +100,14 @@ func NewPlan(cfg config.Fleet, ts []tasks.Task) Plan {
 		}
 		warm = max(warm, at)
 	}
-	p.Peak.Pods = warm + min(p.Concurrency, len(ts))
+	// Under recycling an image's tasks run one at a time.
+	inFlight := min(p.Concurrency, len(ts))
+	p.Claims = len(ts) * cfg.Epochs
+	if serial {
+		inFlight = min(inFlight, len(images))
+		p.Recycle, p.Fresh, p.Claims = true, p.Claims, recycledClaims(cfg, images)
+	}
+	p.Peak.Pods = warm + inFlight
 	requests := cfg.Template.Resources.Requests
 	p.Peak.CPU = times(requests[corev1.ResourceCPU], p.Peak.Pods)
 	p.Peak.Memory = times(requests[corev1.ResourceMemory], p.Peak.Pods)
@@ -107,6 +126,25 @@ func NewPlan(cfg config.Fleet, ts []tasks.Task) Plan {
 	return p
 }
 
+// recycledClaims is how many sandboxes a recycled run of images claims
+// when no reset fails: each serves maxReuses+1 tasks of its image. Only
+// naive keeps a sandbox from one epoch to the next; the other strategies
+// unwarm an image, and release its sandbox, when its window ends.
+func recycledClaims(cfg config.Fleet, images []sizing.Image) int {
+	uses := cfg.Recycle.MaxReuses + 1
+	n := 0
+	for _, img := range images {
+		if cfg.Strategy == "naive" {
+			n += ceilDiv(img.Tasks*cfg.Epochs, uses)
+		} else {
+			n += cfg.Epochs * ceilDiv(img.Tasks, uses)
+		}
+	}
+	return n
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
 func times(q resource.Quantity, n int) resource.Quantity {
 	out := q.DeepCopy()
 	out.Mul(int64(n))
@@ -123,10 +161,12 @@ func diskOf(cfg config.Fleet) sizing.Disk {
 }
 
 // depth is the depth of a pool planned at planned sandboxes when left of
-// its tasks remain: one under the none strategy, and never more than the
-// tasks left, which a resumed run may have few of.
-func depth(cfg config.Fleet, planned, left int) int {
-	if cfg.Strategy == "none" {
+// its tasks remain: one under the none strategy and when the image's tasks
+// run serially on one recycled sandbox (the pool refills for a rotation or
+// a quarantine), and never more than the tasks left, which a resumed run
+// may have few of.
+func depth(cfg config.Fleet, serial bool, planned, left int) int {
+	if cfg.Strategy == "none" || serial {
 		return 1
 	}
 	return max(1, min(planned, left))

@@ -62,6 +62,8 @@ func TestNewPlan(t *testing.T) {
 				c.Disk.AvgImageGB, c.Disk.NodeEphemeralGB, c.Disk.Nodes = 10, 25, 1
 			},
 			windows: "a|b|c", replicas: []int{2, 1, 1}, pods: 6, cpu: "1500m", mem: "3Gi", diskGB: 20},
+		{name: "recycling warms and holds one sandbox per image", spec: skewed, cfg: func(c *config.Fleet) { c.Recycle.Enabled = true },
+			windows: "abc", replicas: []int{3}, pods: 6, cpu: "1500m", mem: "3Gi"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := config.Default()
@@ -85,6 +87,37 @@ func TestNewPlan(t *testing.T) {
 			}
 			if len(p.Warnings) != tt.warnings {
 				t.Errorf("warnings %q, want %d", p.Warnings, tt.warnings)
+			}
+		})
+	}
+}
+
+// Claims scale with tasks, or under recycling with images and the uses a
+// sandbox has before it rotates.
+func TestPlanClaims(t *testing.T) {
+	const skewed = "aaaaaa bbb c"
+	for _, tt := range []struct {
+		name          string
+		strategy      string
+		recycle       bool
+		maxReuses     int
+		epochs        int
+		claims, fresh int
+	}{
+		{name: "one per task", strategy: "naive", epochs: 1, claims: 10},
+		{name: "one per task and epoch", strategy: "sliding", epochs: 2, claims: 20},
+		{name: "recycled: one per image", strategy: "naive", recycle: true, maxReuses: 32, epochs: 1, claims: 3, fresh: 10},
+		{name: "recycled: rotated every third task", strategy: "naive", recycle: true, maxReuses: 2, epochs: 1, claims: 4, fresh: 10},
+		{name: "recycled over epochs under naive", strategy: "naive", recycle: true, maxReuses: 2, epochs: 2, claims: 7, fresh: 20},
+		{name: "recycled per epoch where windows unwarm", strategy: "sliding", recycle: true, maxReuses: 2, epochs: 2, claims: 8, fresh: 20},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := config.Default()
+			cfg.MaxConcurrent, cfg.Strategy, cfg.Epochs = 4, tt.strategy, tt.epochs
+			cfg.Recycle.Enabled, cfg.Recycle.MaxReuses = tt.recycle, tt.maxReuses
+			p := NewPlan(cfg, batch(skewed))
+			if p.Claims != tt.claims || p.Fresh != tt.fresh || p.Recycle != tt.recycle {
+				t.Errorf("claims %d (without recycling %d, recycle %v), want %d (%d, %v)", p.Claims, p.Fresh, p.Recycle, tt.claims, tt.fresh, tt.recycle)
 			}
 		})
 	}

@@ -51,7 +51,14 @@ type Result struct {
 	ExitCode *int   `json:"exitCode,omitempty"`
 	Stdout   string `json:"stdout,omitempty"`
 	Stderr   string `json:"stderr,omitempty"`
-	// Phases are the task's claim, process and release times in seconds.
+	// Reused is true when the task ran on a sandbox reset after another
+	// task of its image (recycle), Resets how many resets that sandbox
+	// had had.
+	Reused bool `json:"reused,omitempty"`
+	Resets int  `json:"resets,omitempty"`
+	// Phases are the task's claim, process and release times in seconds:
+	// under recycling, claim includes recording a fresh sandbox, and
+	// release the reset that readies it for the next task.
 	Phases   map[string]float64 `json:"phases"`
 	Cluster  string             `json:"cluster,omitempty"`
 	Node     string             `json:"node,omitempty"`
@@ -108,6 +115,16 @@ func (f *Fleet) Run(ctx context.Context, o RunOptions) (rep report.Report, err e
 		err = context.Cause(runCtx)
 	}
 
+	if err == nil && f.Config.KeepWarm {
+		// The pools stay for the next run; the claims of this one go.
+		var images []string
+		for _, p := range f.Plan.Pools {
+			images = append(images, p.Image)
+		}
+		if rerr := f.releaseClean(context.WithoutCancel(ctx), images); rerr != nil {
+			klog.Warningf("%v", rerr)
+		}
+	}
 	if err != nil || !f.Config.KeepWarm {
 		// The run's own context may be what ended; teardown must still run.
 		tctx, tcancel := context.WithTimeout(context.WithoutCancel(ctx), f.Config.ReadyTimeout.Duration)
@@ -144,7 +161,7 @@ func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func
 	for _, p := range f.Plan.Pools {
 		planned[p.Image] = p.Replicas
 	}
-	replicas := func(image string) int { return depth(f.Config, planned[image], len(byImage[image])) }
+	replicas := func(image string) int { return depth(f.Config, f.Recycling(), planned[image], len(byImage[image])) }
 	names := make([]string, len(images))
 	for i, img := range images {
 		names[i] = img.Name
@@ -305,36 +322,44 @@ func (f *Fleet) warmWindow(ctx context.Context, images []string, replicas func(s
 	return failed, nil
 }
 
-// process runs ts, up to the concurrency at once. Tasks whose pool failed
-// fail at once. Tasks not started when ctx ends get no result, so that a
-// resumed run does them.
+// process runs ts, up to the concurrency at once; under recycling, one
+// task of an image at a time (see lanes). Tasks whose pool failed fail at
+// once. Tasks not started when ctx ends get no result, so that a resumed
+// run does them.
 func (f *Fleet) process(ctx context.Context, epoch int, ts []tasks.Task, failed warm.Failed, o RunOptions, onResult func(Result)) {
-	queue := make(chan tasks.Task)
+	l, stop := newLanes(ctx, ts, f.Recycling())
+	defer stop()
+	workers := min(concurrency(f.Config), len(ts))
+	if f.Recycling() {
+		workers = min(workers, len(imagesOf(ts)))
+	}
 	var wg sync.WaitGroup
-	for range min(concurrency(f.Config), len(ts)) {
+	for range workers {
 		wg.Go(func() {
-			for t := range queue {
-				onResult(f.task(ctx, epoch, t, failed, o))
+			for {
+				t, ok := l.next()
+				if !ok {
+					return
+				}
+				// A sandbox is kept for the image's next task, in this
+				// pass or, where pools stay warm between epochs, the next.
+				keep := func() bool {
+					return l.more(t.Image) || (epoch < f.Config.Epochs && f.Config.Strategy == "naive")
+				}
+				onResult(f.task(ctx, epoch, t, failed, o, keep))
+				l.done(t.Image)
 			}
 		})
 	}
-	for _, t := range ts {
-		select {
-		case queue <- t:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
-	close(queue)
 	wg.Wait()
 }
 
-// task claims a sandbox for t, does the work in it and releases it.
-// The result is named so that the deferred end time lands in what is
-// returned.
-func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.Failed, o RunOptions) (r Result) {
+// task claims a sandbox for t — or, under recycling, takes over the one
+// the last task of its image left clean — does the work in it and gives it
+// back (GiveBack), keeping it for the next task of the image when keep
+// says there is one. The result is named so that the deferred end time
+// lands in what is returned.
+func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.Failed, o RunOptions, keep func() bool) (r Result) {
 	f.stats.running.Add(1)
 	defer f.stats.running.Add(-1)
 	r = Result{ID: t.ID, Image: t.Image, OriginalImage: t.OriginalImage, Epoch: epoch, Started: time.Now(), Phases: map[string]float64{}}
@@ -350,12 +375,21 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.F
 	}
 
 	start := time.Now()
-	s, err := f.Acquire(ctx, t)
+	s := f.TakeClean(t)
+	if s == nil {
+		var err error
+		if s, err = f.Acquire(ctx, t); err != nil {
+			r.Phases["claim"] = time.Since(start).Seconds()
+			r.Error = err.Error()
+			r.Verdict, r.Reason = verdict.Infra, verdict.Reason(err)
+			return r
+		}
+		f.Record(ctx, s)
+	}
 	r.Phases["claim"] = time.Since(start).Seconds()
-	if err != nil {
-		r.Error = err.Error()
-		r.Verdict, r.Reason = verdict.Infra, verdict.Reason(err)
-		return r
+	r.Reused, r.Resets = s.Resets > 0, s.Resets
+	if r.Reused {
+		f.rec.Reused()
 	}
 	cluster = s.Cluster
 	r.Cluster, r.Node, r.Sandbox, r.Pod = s.Cluster, s.Node, s.Sandbox, s.Pod
@@ -392,8 +426,10 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.F
 	}
 	r.Stdout, r.Stderr = out.Stdout, out.Stderr
 
+	// A sandbox whose work could not run may be lost or wedged: it is
+	// not reused.
 	start = time.Now()
-	if err := f.Release(context.WithoutCancel(ctx), s); err != nil {
+	if _, err := f.GiveBack(context.WithoutCancel(ctx), s, err == nil && ctx.Err() == nil && keep()); err != nil {
 		klog.Warningf("%v", err)
 	}
 	r.Phases["release"] = time.Since(start).Seconds()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/recycle"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 )
@@ -26,13 +27,35 @@ import (
 type Sandbox struct {
 	*claim.Handle
 	cluster *Cluster
+	image   string
+	// baseline is what the sandbox was at its first task, when it is
+	// recycled; Resets counts the resets it has had since.
+	baseline *recycle.Baseline
+	Resets   int
+	// session sends commands over one long-lived shell (config session).
+	session bool
+
+	shellMu sync.Mutex
+	shell   *exec.Shell
+	// breaks counts the shells that broke under a command; after two the
+	// sandbox runs commands by an exec each and is not recycled.
+	breaks int
 }
 
 // Exec runs a command in the sandbox's container (the sandbox container
-// unless r.Container says otherwise) through the cluster's API server. When
+// unless r.Container says otherwise) through the cluster's API server —
+// over the sandbox's command session when the run has sessions on. When
 // the sandbox was lost under the command — its stream broke, or it was
 // killed by a signal as its Pod went — the error is a *claim.LostError.
 func (s *Sandbox) Exec(ctx context.Context, r exec.Request) (int, error) {
+	if s.session && r.Container == "" {
+		return s.execInSession(ctx, r)
+	}
+	return s.exec(ctx, r)
+}
+
+// exec runs r by an exec of its own.
+func (s *Sandbox) exec(ctx context.Context, r exec.Request) (int, error) {
 	r.Namespace, r.Pod = s.Namespace, s.Pod
 	if r.Container == "" {
 		r.Container = resources.ContainerName
@@ -44,6 +67,78 @@ func (s *Sandbox) Exec(ctx context.Context, r exec.Request) (int, error) {
 		}
 	}
 	return code, err
+}
+
+// execInSession runs r over the sandbox's shell, opening one if there is
+// none. A shell that breaks under a command fails that command — it may
+// have run in part — and the next command opens another; after a second
+// break (not counting commands that ran out of their own time) the
+// sandbox goes back to an exec per command and is quarantined when given
+// back. Stdin larger than a shell command carries goes by an exec.
+func (s *Sandbox) execInSession(ctx context.Context, r exec.Request) (int, error) {
+	var stdin []byte
+	if r.Stdin != nil {
+		b, err := io.ReadAll(io.LimitReader(r.Stdin, exec.MaxStdin+1))
+		if err != nil {
+			return 0, fmt.Errorf("reading the command's stdin: %w", err)
+		}
+		if len(b) > exec.MaxStdin {
+			r.Stdin = io.MultiReader(bytes.NewReader(b), r.Stdin)
+			return s.exec(ctx, r)
+		}
+		stdin = b
+	}
+	sh := s.openShell(ctx)
+	if sh == nil {
+		return s.exec(ctx, r)
+	}
+	code, err := sh.Run(ctx, r.Command, stdin, r.Stdout, r.Stderr)
+	if err != nil {
+		s.shellMu.Lock()
+		if s.shell == sh {
+			s.shell = nil
+			if ctx.Err() == nil {
+				s.breaks++
+			}
+		}
+		s.shellMu.Unlock()
+		_ = sh.Close()
+	}
+	if err != nil || code > 128 {
+		if lost := s.lost(context.WithoutCancel(ctx)); lost != nil {
+			return 0, lost
+		}
+	}
+	return code, err
+}
+
+// openShell returns the sandbox's shell, opened if need be, or nil once
+// two have broken.
+func (s *Sandbox) openShell(ctx context.Context) *exec.Shell {
+	s.shellMu.Lock()
+	defer s.shellMu.Unlock()
+	if s.shell == nil && s.breaks < 2 {
+		s.shell = exec.OpenShell(ctx, s.exec, exec.Request{})
+	}
+	return s.shell
+}
+
+// closeShell ends the sandbox's shell, if it has one.
+func (s *Sandbox) closeShell() {
+	s.shellMu.Lock()
+	sh := s.shell
+	s.shell = nil
+	s.shellMu.Unlock()
+	if sh != nil {
+		_ = sh.Close()
+	}
+}
+
+// shellBroken reports whether the sandbox's command sessions broke twice.
+func (s *Sandbox) shellBroken() bool {
+	s.shellMu.Lock()
+	defer s.shellMu.Unlock()
+	return s.breaks >= 2
 }
 
 // lostWait is how long a command that broke off waits to learn whether its

@@ -714,20 +714,23 @@ func (x *AcquireResponse) GetHandle() *Handle {
 type Handle struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Id is the handle's name in every later call (the claim's name).
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	TaskId        string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	Image         string                 `protobuf:"bytes,3,opt,name=image,proto3" json:"image,omitempty"`
-	Cluster       string                 `protobuf:"bytes,4,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Namespace     string                 `protobuf:"bytes,5,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Claim         string                 `protobuf:"bytes,6,opt,name=claim,proto3" json:"claim,omitempty"`
-	Sandbox       string                 `protobuf:"bytes,7,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
-	Pod           string                 `protobuf:"bytes,8,opt,name=pod,proto3" json:"pod,omitempty"`
-	PodIp         string                 `protobuf:"bytes,9,opt,name=pod_ip,json=podIp,proto3" json:"pod_ip,omitempty"`
-	Hostname      string                 `protobuf:"bytes,10,opt,name=hostname,proto3" json:"hostname,omitempty"`
-	Node          string                 `protobuf:"bytes,11,opt,name=node,proto3" json:"node,omitempty"`
-	Container     string                 `protobuf:"bytes,12,opt,name=container,proto3" json:"container,omitempty"`
-	ClientId      string                 `protobuf:"bytes,13,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	LeaseExpires  *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=lease_expires,json=leaseExpires,proto3" json:"lease_expires,omitempty"`
+	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	TaskId       string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Image        string                 `protobuf:"bytes,3,opt,name=image,proto3" json:"image,omitempty"`
+	Cluster      string                 `protobuf:"bytes,4,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Namespace    string                 `protobuf:"bytes,5,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Claim        string                 `protobuf:"bytes,6,opt,name=claim,proto3" json:"claim,omitempty"`
+	Sandbox      string                 `protobuf:"bytes,7,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	Pod          string                 `protobuf:"bytes,8,opt,name=pod,proto3" json:"pod,omitempty"`
+	PodIp        string                 `protobuf:"bytes,9,opt,name=pod_ip,json=podIp,proto3" json:"pod_ip,omitempty"`
+	Hostname     string                 `protobuf:"bytes,10,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	Node         string                 `protobuf:"bytes,11,opt,name=node,proto3" json:"node,omitempty"`
+	Container    string                 `protobuf:"bytes,12,opt,name=container,proto3" json:"container,omitempty"`
+	ClientId     string                 `protobuf:"bytes,13,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	LeaseExpires *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=lease_expires,json=leaseExpires,proto3" json:"lease_expires,omitempty"`
+	// Resets is how many times the sandbox was reset after an earlier lease
+	// (a session that recycles); 0 is a fresh sandbox.
+	Resets        int32 `protobuf:"varint,15,opt,name=resets,proto3" json:"resets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -858,6 +861,13 @@ func (x *Handle) GetLeaseExpires() *timestamppb.Timestamp {
 		return x.LeaseExpires
 	}
 	return nil
+}
+
+func (x *Handle) GetResets() int32 {
+	if x != nil {
+		return x.Resets
+	}
+	return 0
 }
 
 type RenewRequest struct {
@@ -1338,9 +1348,12 @@ func (x *ReadFilesResponse) GetTar() []byte {
 }
 
 type ReleaseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Handle        string                 `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
-	ClientId      string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Handle   string                 `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	ClientId string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// Reuse resets the sandbox for the next Acquire of its image instead of
+	// deleting it; the session must recycle (serve --recycle).
+	Reuse         bool `protobuf:"varint,3,opt,name=reuse,proto3" json:"reuse,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1389,8 +1402,20 @@ func (x *ReleaseRequest) GetClientId() string {
 	return ""
 }
 
+func (x *ReleaseRequest) GetReuse() bool {
+	if x != nil {
+		return x.Reuse
+	}
+	return false
+}
+
 type ReleaseResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Outcome is what became of the sandbox: "released" (deleted), "reset"
+	// (clean, kept for the next Acquire of its image), "quarantined" (its
+	// reset failed or did not verify: deleted) or "rotated" (it had
+	// maxReuses resets: deleted).
+	Outcome       string `protobuf:"bytes,1,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1423,6 +1448,13 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
 	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ReleaseResponse) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
 }
 
 type StatusRequest struct {
@@ -1566,9 +1598,13 @@ type Counts struct {
 	Acquired int64                  `protobuf:"varint,1,opt,name=acquired,proto3" json:"acquired,omitempty"`
 	Released int64                  `protobuf:"varint,2,opt,name=released,proto3" json:"released,omitempty"`
 	// Expired counts handles released because their client's lease ran out.
-	Expired       int64 `protobuf:"varint,3,opt,name=expired,proto3" json:"expired,omitempty"`
-	Failed        int64 `protobuf:"varint,4,opt,name=failed,proto3" json:"failed,omitempty"`
-	Execs         int64 `protobuf:"varint,5,opt,name=execs,proto3" json:"execs,omitempty"`
+	Expired int64 `protobuf:"varint,3,opt,name=expired,proto3" json:"expired,omitempty"`
+	Failed  int64 `protobuf:"varint,4,opt,name=failed,proto3" json:"failed,omitempty"`
+	Execs   int64 `protobuf:"varint,5,opt,name=execs,proto3" json:"execs,omitempty"`
+	// Reused counts acquires served by a sandbox reset after an earlier
+	// lease; Quarantined the sandboxes released because their reset failed.
+	Reused        int64 `protobuf:"varint,6,opt,name=reused,proto3" json:"reused,omitempty"`
+	Quarantined   int64 `protobuf:"varint,7,opt,name=quarantined,proto3" json:"quarantined,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1634,6 +1670,20 @@ func (x *Counts) GetFailed() int64 {
 func (x *Counts) GetExecs() int64 {
 	if x != nil {
 		return x.Execs
+	}
+	return 0
+}
+
+func (x *Counts) GetReused() int64 {
+	if x != nil {
+		return x.Reused
+	}
+	return 0
+}
+
+func (x *Counts) GetQuarantined() int64 {
+	if x != nil {
+		return x.Quarantined
 	}
 	return 0
 }
@@ -1761,7 +1811,7 @@ const file_api_fleet_v1_fleet_proto_rawDesc = "" +
 	"\x05image\x18\x04 \x01(\tR\x05image\x123\n" +
 	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"H\n" +
 	"\x0fAcquireResponse\x125\n" +
-	"\x06handle\x18\x01 \x01(\v2\x1d.sandboxfleet.fleet.v1.HandleR\x06handle\"\x84\x03\n" +
+	"\x06handle\x18\x01 \x01(\v2\x1d.sandboxfleet.fleet.v1.HandleR\x06handle\"\x9c\x03\n" +
 	"\x06Handle\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x14\n" +
@@ -1777,7 +1827,8 @@ const file_api_fleet_v1_fleet_proto_rawDesc = "" +
 	"\x04node\x18\v \x01(\tR\x04node\x12\x1c\n" +
 	"\tcontainer\x18\f \x01(\tR\tcontainer\x12\x1b\n" +
 	"\tclient_id\x18\r \x01(\tR\bclientId\x12?\n" +
-	"\rlease_expires\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\fleaseExpires\"+\n" +
+	"\rlease_expires\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\fleaseExpires\x12\x16\n" +
+	"\x06resets\x18\x0f \x01(\x05R\x06resets\"+\n" +
 	"\fRenewRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\"a\n" +
 	"\rRenewResponse\x12\x18\n" +
@@ -1814,11 +1865,13 @@ const file_api_fleet_v1_fleet_proto_rawDesc = "" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x14\n" +
 	"\x05paths\x18\x03 \x03(\tR\x05paths\"%\n" +
 	"\x11ReadFilesResponse\x12\x10\n" +
-	"\x03tar\x18\x01 \x01(\fR\x03tar\"E\n" +
+	"\x03tar\x18\x01 \x01(\fR\x03tar\"[\n" +
 	"\x0eReleaseRequest\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x1b\n" +
-	"\tclient_id\x18\x02 \x01(\tR\bclientId\"\x11\n" +
-	"\x0fReleaseResponse\"\x0f\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x14\n" +
+	"\x05reuse\x18\x03 \x01(\bR\x05reuse\"+\n" +
+	"\x0fReleaseResponse\x12\x18\n" +
+	"\aoutcome\x18\x01 \x01(\tR\aoutcome\"\x0f\n" +
 	"\rStatusRequest\"\xec\x02\n" +
 	"\x0eStatusResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1c\n" +
@@ -1828,13 +1881,15 @@ const file_api_fleet_v1_fleet_proto_rawDesc = "" +
 	"\ahandles\x18\x05 \x03(\v2\x1d.sandboxfleet.fleet.v1.HandleR\ahandles\x125\n" +
 	"\x06counts\x18\x06 \x01(\v2\x1d.sandboxfleet.fleet.v1.CountsR\x06counts\x126\n" +
 	"\tlease_ttl\x18\a \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x124\n" +
-	"\bwarm_ttl\x18\b \x01(\v2\x19.google.protobuf.DurationR\awarmTtl\"\x88\x01\n" +
+	"\bwarm_ttl\x18\b \x01(\v2\x19.google.protobuf.DurationR\awarmTtl\"\xc2\x01\n" +
 	"\x06Counts\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\x03R\bacquired\x12\x1a\n" +
 	"\breleased\x18\x02 \x01(\x03R\breleased\x12\x18\n" +
 	"\aexpired\x18\x03 \x01(\x03R\aexpired\x12\x16\n" +
 	"\x06failed\x18\x04 \x01(\x03R\x06failed\x12\x14\n" +
-	"\x05execs\x18\x05 \x01(\x03R\x05execs\"\x0e\n" +
+	"\x05execs\x18\x05 \x01(\x03R\x05execs\x12\x16\n" +
+	"\x06reused\x18\x06 \x01(\x03R\x06reused\x12 \n" +
+	"\vquarantined\x18\a \x01(\x03R\vquarantined\"\x0e\n" +
 	"\fCloseRequest\"\x0f\n" +
 	"\rCloseResponse2\x87\b\n" +
 	"\fFleetService\x12[\n" +

@@ -34,8 +34,8 @@ class AsyncHandle:
     async def read_files(self, paths: Iterable[str]) -> dict[str, bytes]:
         return await asyncio.to_thread(self.handle.read_files, list(paths))
 
-    async def release(self) -> None:
-        await self._fleet.release(self)
+    async def release(self, reuse: bool = False) -> str:
+        return await self._fleet.release(self, reuse=reuse)
 
     async def __aenter__(self) -> "AsyncHandle":
         return self
@@ -66,9 +66,9 @@ class AsyncSandboxFleet:
     async def acquire(self, task_id=None, image: str | None = None, timeout: float | None = None) -> AsyncHandle:
         return AsyncHandle(self, await asyncio.to_thread(self.sync.acquire, task_id, image, timeout))
 
-    async def release(self, handle) -> None:
+    async def release(self, handle, reuse: bool = False) -> str:
         h = handle.handle if isinstance(handle, AsyncHandle) else handle
-        await asyncio.to_thread(self.sync.release, h)
+        return await asyncio.to_thread(self.sync.release, h, reuse)
 
     async def status(self) -> dict:
         return await asyncio.to_thread(self.sync.status)

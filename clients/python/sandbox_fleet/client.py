@@ -52,6 +52,9 @@ class Handle:
     hostname: str
     node: str
     container: str
+    # How many times the sandbox was reset after an earlier lease (a session
+    # that recycles); 0 is a fresh sandbox.
+    resets: int = 0
 
     def endpoint(self, port: int) -> str:
         """The sandbox's in-cluster address of port."""
@@ -153,8 +156,9 @@ class Handle:
             raise FleetError(f"ReadFiles: {path} is not a regular file", "failed_precondition")
         return files[key]
 
-    def release(self) -> None:
-        self.fleet.release(self)
+    def release(self, reuse: bool = False) -> str:
+        """Hands the sandbox back; see SandboxFleet.release."""
+        return self.fleet.release(self, reuse=reuse)
 
     def __enter__(self) -> "Handle":
         return self
@@ -167,7 +171,8 @@ def _handle(fleet: "SandboxFleet", h: dict) -> Handle:
     return Handle(fleet=fleet, id=h["id"], task_id=h.get("taskId", ""), image=h.get("image", ""),
                   cluster=h.get("cluster", ""), namespace=h.get("namespace", ""), claim=h.get("claim", ""),
                   sandbox=h.get("sandbox", ""), pod=h.get("pod", ""), pod_ip=h.get("podIp", ""),
-                  hostname=h.get("hostname", ""), node=h.get("node", ""), container=h.get("container", ""))
+                  hostname=h.get("hostname", ""), node=h.get("node", ""), container=h.get("container", ""),
+                  resets=int(h.get("resets", 0)))
 
 
 class SandboxFleet:
@@ -256,11 +261,18 @@ class SandboxFleet:
         self._start_renewer()
         return h
 
-    def release(self, handle: Handle | str) -> None:
-        """Hands a sandbox back; it is deleted."""
+    def release(self, handle: Handle | str, reuse: bool = False) -> str:
+        """Hands a sandbox back and says what became of it. It is deleted
+        ("released"); with ``reuse`` (a session started with ``--recycle``) it
+        is reset in place first and kept for the next acquire of its image
+        ("reset"), or deleted when its reset fails ("quarantined") or it had
+        its maximum of resets ("rotated"). Returns once that is done."""
         hid = handle.id if isinstance(handle, Handle) else handle
+        msg = {"handle": hid, "clientId": self.client_id}
+        if reuse:
+            msg["reuse"] = True
         try:
-            self._t.unary("Release", {"handle": hid, "clientId": self.client_id})
+            return self._t.unary("Release", msg).get("outcome", "released")
         finally:
             with self._lock:
                 self._held.discard(hid)

@@ -157,13 +157,16 @@ class FakeFleet:
             self.counts["acquired"] += 1
         return h
 
-    def release(self, handle) -> None:
+    def release(self, handle, reuse: bool = False) -> str:
+        """Deletes the sandbox's directory. The fake does not recycle: with
+        reuse too the sandbox is deleted, and the outcome is "released"."""
         hid = handle.id if isinstance(handle, Handle) else handle
         self._check(hid)
         with self._lock:
             h = self._held.pop(hid)
             self.counts["released"] += 1
         shutil.rmtree(h.root, ignore_errors=True)
+        return "released"
 
     def status(self) -> dict:
         return {"tasks": len(self._tasks), "pools": [self._pool(i) for i in sorted(self._images)],

@@ -123,3 +123,71 @@ def test_trainer_example(session):
     for r in (r for s in detail for r in s["results"]):
         # The reward is the tests' verdict on the policy's patch.
         assert r["reward"] == (1.0 if r["patched"] else 0.0), r
+
+
+@pytest.fixture(scope="module")
+def recycling():
+    from conftest import Server, gone
+
+    s = Server("--recycle", "--session")
+    c = s.client()
+    c.add_tasks([{"id": f"rollout-{i}", "image": PROBLEM} for i in range(4)] + [{"id": "plain", "image": BUSYBOX}])
+    yield c
+    assert s.stop() == 0, s.logs()
+    gone(s)
+
+
+DIRTY = """cd /testbed && echo change >>calc.py && git -c user.email=a@b -c user.name=r commit -qam change &&
+echo notes >untracked.txt && mkdir -p build && echo o >build/calc.o && echo x >/tmp/scratch &&
+(setsid sleep 3600 </dev/null >/dev/null 2>&1 &)"""
+
+
+def test_recycled_rollouts_find_the_sandbox_pristine(recycling):
+    h = recycling.acquire("rollout-0")
+    assert h.resets == 0
+    assert h.exec(["sh", "-c", DIRTY]).exit_code == 0
+    assert h.release(reuse=True) == "reset"
+
+    again = recycling.acquire("rollout-1")
+    assert (again.claim, again.resets, again.task_id) == (h.claim, 1, "rollout-1")
+    # Live sleeps but the keepalive (PID 1): the one the last lease left was
+    # killed (a zombie under a keepalive that does not reap is no process).
+    r = again.exec(["sh", "-c", "cd /testbed && git status --porcelain --ignored; git log --oneline | wc -l; ls -A /tmp; "
+                    "n=0; for d in /proc/[0-9]*; do [ ${d#/proc/} = 1 ] && continue; "
+                    "[ \"$(cat $d/comm 2>/dev/null)\" = sleep ] || continue; "
+                    "grep -q '^State:.*zombie' $d/status 2>/dev/null && continue; n=$((n+1)); done; echo $n"])
+    assert r.text()[0] == "1\n0\n", r.text()
+    # A change no reset puts back: the sandbox does not verify, and goes.
+    assert again.exec(["git", "-C", "/testbed", "config", "core.tampered", "true"]).exit_code == 0
+    assert again.release(reuse=True) == "quarantined"
+
+    fresh = recycling.acquire("rollout-2")
+    assert fresh.claim != h.claim and fresh.resets == 0
+    counts = recycling.status()["counts"]
+    assert (int(counts.get("reused", 0)), int(counts.get("quarantined", 0))) == (1, 1), counts
+    assert fresh.release() == "released"
+
+
+def test_commands_over_a_session_keep_bytes_and_exit_codes(recycling):
+    # serve --session: every command below goes over one shell.
+    with recycling.acquire("plain") as h:
+        every_byte = bytes(range(256))
+        assert h.exec(["cat"], stdin=every_byte).stdout == every_byte
+        assert h.exec(["printf", "no newline"]).stdout == b"no newline"
+        r = h.exec(["sh", "-c", "echo out; echo err >&2; exit 42"])
+        assert (r.exit_code, r.stdout, r.stderr) == (42, b"out\n", b"err\n")
+        for code in (0, 1, 127, 255):
+            assert h.exec(["sh", "-c", f"exit {code}"]).exit_code == code
+        assert h.exec(["sh", "-c", "cd /; X=1"]).exit_code == 0
+        assert h.exec(["sh", "-c", "pwd; echo ${X:-unset}"], cwd="/tmp").stdout == b"/tmp\nunset\n"
+
+
+def test_a_session_that_breaks_twice_quarantines_its_sandbox(recycling):
+    h = recycling.acquire("rollout-3")
+    for _ in range(2):
+        # The command kills the session's shell under it: that command
+        # fails, and the next one gets a shell again.
+        with pytest.raises(InfraError):
+            h.exec(["sh", "-c", "kill -9 $PPID; sleep 5"])
+        assert h.exec(["echo", "again"]).stdout == b"again\n"
+    assert h.release(reuse=True) == "quarantined"

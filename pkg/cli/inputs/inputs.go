@@ -76,6 +76,10 @@ type Flags struct {
 	overcommitFactor                    float64
 	kubeAPIQPS                          float32
 	kubeAPIBurst                        int
+	recycle, checkEnv, session          bool
+	maxReuses                           int
+	resetTimeout                        time.Duration
+	canary                              string
 }
 
 // AddFlags registers the flags on fs.
@@ -102,6 +106,12 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&f.maxLiveSandboxes, "max-live-sandboxes", 0, "runaway breaker: absolute ceiling of live sandboxes")
 	fs.Float32Var(&f.kubeAPIQPS, "kube-api-qps", 0, fmt.Sprintf("requests a second to each API server, on average (default %d)", kube.DefaultQPS))
 	fs.IntVar(&f.kubeAPIBurst, "kube-api-burst", 0, fmt.Sprintf("requests to each API server at once (default %d)", kube.DefaultBurst))
+	fs.BoolVar(&f.recycle, "recycle", false, "reset a sandbox in place after a task and run the next task of its image in it, instead of a fresh claim per task")
+	fs.IntVar(&f.maxReuses, "max-reuses", 0, "with --recycle, resets a sandbox takes before a fresh one replaces it (default 32)")
+	fs.DurationVar(&f.resetTimeout, "reset-timeout", 0, "with --recycle, bound on a reset; a slower one quarantines the sandbox (default 1m)")
+	fs.BoolVar(&f.checkEnv, "check-env", false, "with --recycle, check after each reset that the environment is as at first use")
+	fs.StringVar(&f.canary, "canary", "", "with --recycle, a shell command run after each reset whose output must match its first run's")
+	fs.BoolVar(&f.session, "session", false, "run each sandbox's commands over one long-lived shell instead of an exec each")
 }
 
 // Load reads the configuration, applies the flags given on fs over it, and
@@ -158,6 +168,7 @@ func (f *Flags) override(fs *pflag.FlagSet, cfg *config.Fleet) error {
 		{"epochs", f.epochs, &cfg.Epochs, 1},
 		{"max-live-sandboxes", f.maxLiveSandboxes, &cfg.MaxLiveSandboxes, 0},
 		{"kube-api-burst", f.kubeAPIBurst, &cfg.KubeAPIBurst, 1},
+		{"max-reuses", f.maxReuses, &cfg.Recycle.MaxReuses, 1},
 	}
 	for _, i := range ints {
 		if !set(i.flag) {
@@ -191,7 +202,8 @@ func (f *Flags) override(fs *pflag.FlagSet, cfg *config.Fleet) error {
 		value  time.Duration
 		target *time.Duration
 	}{{"ready-timeout", f.readyTimeout, &cfg.ReadyTimeout.Duration}, {"claim-grace", f.claimGrace, &cfg.ClaimGrace.Duration},
-		{"unschedulable-grace", f.unschedulableGrace, &cfg.UnschedulableGrace.Duration}} {
+		{"unschedulable-grace", f.unschedulableGrace, &cfg.UnschedulableGrace.Duration},
+		{"reset-timeout", f.resetTimeout, &cfg.Recycle.ResetTimeout.Duration}} {
 		if !set(d.flag) {
 			continue
 		}
@@ -214,6 +226,18 @@ func (f *Flags) override(fs *pflag.FlagSet, cfg *config.Fleet) error {
 	}
 	if set("fail-fast") {
 		cfg.FailFast = &f.failFast
+	}
+	if set("recycle") {
+		cfg.Recycle.Enabled = f.recycle
+	}
+	if set("check-env") {
+		cfg.Recycle.CheckEnv = f.checkEnv
+	}
+	if set("canary") {
+		cfg.Recycle.Canary = f.canary
+	}
+	if set("session") {
+		cfg.Session = f.session
 	}
 	return nil
 }

@@ -78,6 +78,11 @@ func Print(w io.Writer, p fleet.Plan, quiet bool, colors output.Palette) error {
 	fmt.Fprintf(w, "%s %s\n", colors.Bold("Peak:"), peak)
 	fmt.Fprintf(w, "%s %s; every pool warm at once would be %s\n",
 		colors.Bold("Warm:"), output.Count(len(p.Windows), "window"), output.Count(p.WarmFootprint, "sandbox"))
+	claims := fmt.Sprintf("%d, one per task", p.Claims)
+	if p.Recycle {
+		claims = fmt.Sprintf("%d, recycled: an image's tasks share a sandbox, reset between them (%d without recycling; each failed reset adds one)", p.Claims, p.Fresh)
+	}
+	fmt.Fprintf(w, "%s %s\n", colors.Bold("Claims:"), claims)
 
 	if !quiet {
 		windowOf := map[string]int{}

@@ -37,6 +37,7 @@ func TestPlanTables(t *testing.T) {
 		{"pipelined", []string{"--strategy", "pipelined", "--max-concurrent", "8", "-f", "testdata/disk.yaml"}},
 		{"warnings", []string{"--warm-per-task", "--max-warmpool-size", "4", "--max-concurrent", "40", "--max-live-sandboxes", "20"}},
 		{"quiet", []string{"--strategy", "sliding", "--max-concurrent", "6", "-q"}},
+		{"recycled", []string{"--recycle", "--max-reuses", "3", "--max-concurrent", "8"}},
 	} {
 		t.Run(tt.golden, func(t *testing.T) {
 			out := execute(t, append([]string{"plan", "--tasks", taskFile}, tt.args...)...)

@@ -121,6 +121,14 @@ type Fleet struct {
 	// limits delayed requests.
 	KubeAPIQPS   float32 `json:"kubeAPIQPS,omitempty"`
 	KubeAPIBurst int     `json:"kubeAPIBurst,omitempty"`
+	// Recycle resets a sandbox between tasks of its image instead of
+	// claiming a fresh one for each.
+	Recycle Recycle `json:"recycle,omitempty"`
+	// Session runs the commands given to a sandbox over one long-lived
+	// shell per sandbox (one exec stream) instead of an exec each, so an
+	// agent loop of many small commands pays one exec's set-up. Default
+	// false.
+	Session bool `json:"session,omitempty"`
 	// Template is how every sandbox Pod is built.
 	Template Template `json:"template,omitempty"`
 	// Disk lets windows be capped so resident images fit the nodes' disk.
@@ -175,6 +183,46 @@ type Template struct {
 	// covered above.
 	ExtraPodSpec *corev1.PodSpec `json:"extraPodSpec,omitempty"`
 }
+
+// Recycle is sandbox recycling: a sandbox that ran a task is reset in
+// place and runs the next task of its image, instead of being deleted and
+// a fresh one claimed. Claims then scale with images, not tasks: an
+// image's tasks run one after another on its sandbox.
+type Recycle struct {
+	Enabled bool `json:"enabled,omitempty"`
+	// MaxReuses is how many resets a sandbox takes before it is released
+	// and a fresh one claimed (rotate). Default 32.
+	MaxReuses int `json:"maxReuses,omitempty"`
+	// ResetTimeout bounds a reset; one that takes longer quarantines the
+	// sandbox. Default 1m.
+	ResetTimeout metav1.Duration `json:"resetTimeout,omitempty"`
+	// Reset is how a sandbox is put back: git (restore the work tree to
+	// the commit and refs it started with, remove what the task added,
+	// stop its processes, empty /tmp). Default git, the only kind.
+	Reset string `json:"reset,omitempty"`
+	// Workdir is the git work tree put back. Default /testbed.
+	Workdir string `json:"workdir,omitempty"`
+	// CheckEnv checks after each reset that a command's environment is
+	// what it was at the sandbox's first use.
+	CheckEnv bool `json:"checkEnv,omitempty"`
+	// CheckConfig names what else must be as it was at first use.
+	CheckConfig CheckConfig `json:"checkConfig,omitempty"`
+	// Canary is a shell command, run in workdir after each reset, whose
+	// output and exit code must equal those of the sandbox's first use.
+	Canary string `json:"canary,omitempty"`
+}
+
+// CheckConfig is what a reset checks beyond the work tree.
+type CheckConfig struct {
+	// Files whose contents must not change.
+	Files []string `json:"files,omitempty"`
+	// Commands (shell, run in workdir) whose output must not change, such
+	// as pip freeze.
+	Commands []string `json:"commands,omitempty"`
+}
+
+// Resets are the kinds of recycle.reset.
+var Resets = []string{"git"}
 
 // Disk sizes windows by node disk.
 type Disk struct {
@@ -233,6 +281,19 @@ func (f *Fleet) applyDefaults() {
 	}
 	if f.OvercommitFactor == nil {
 		f.OvercommitFactor = new(1.5)
+	}
+	r := &f.Recycle
+	if r.MaxReuses == 0 {
+		r.MaxReuses = 32
+	}
+	if r.ResetTimeout.Duration == 0 {
+		r.ResetTimeout.Duration = time.Minute
+	}
+	if r.Reset == "" {
+		r.Reset = "git"
+	}
+	if r.Workdir == "" {
+		r.Workdir = "/testbed"
 	}
 	if f.Disk.Headroom == nil {
 		f.Disk.Headroom = new(0.25)
@@ -338,7 +399,8 @@ func (f *Fleet) validate(fail func(path, format string, args ...any)) {
 	}
 	for path, v := range map[string]int{"maxConcurrent": f.MaxConcurrent, "maxWarmPoolSize": f.MaxWarmPoolSize,
 		"windowSize": f.WindowSize, "maxLiveSandboxes": f.MaxLiveSandboxes, "disk.nodes": f.Disk.Nodes,
-		"concurrency": f.Concurrency, "epochs": f.Epochs, "breakerPolls": f.BreakerPolls, "kubeAPIBurst": f.KubeAPIBurst} {
+		"concurrency": f.Concurrency, "epochs": f.Epochs, "breakerPolls": f.BreakerPolls, "kubeAPIBurst": f.KubeAPIBurst,
+		"recycle.maxReuses": f.Recycle.MaxReuses} {
 		if v < 0 {
 			fail(path, "must not be negative, got %d", v)
 		}
@@ -354,9 +416,25 @@ func (f *Fleet) validate(fail func(path, format string, args ...any)) {
 	}
 	for path, d := range map[string]time.Duration{"readyTimeout": f.ReadyTimeout.Duration,
 		"breakerInterval": f.BreakerInterval.Duration, "claimGrace": f.ClaimGrace.Duration,
-		"unschedulableGrace": f.UnschedulableGrace.Duration} {
+		"unschedulableGrace": f.UnschedulableGrace.Duration, "recycle.resetTimeout": f.Recycle.ResetTimeout.Duration} {
 		if d < 0 {
 			fail(path, "must not be negative, got %s", d)
+		}
+	}
+	if r := f.Recycle.Reset; r != "" && !slices.Contains(Resets, r) {
+		fail("recycle.reset", "unknown reset %q: use %s", r, strings.Join(Resets, ", "))
+	}
+	if w := f.Recycle.Workdir; w != "" && !strings.HasPrefix(w, "/") {
+		fail("recycle.workdir", "%q is not an absolute path", w)
+	}
+	for i, file := range f.Recycle.CheckConfig.Files {
+		if !strings.HasPrefix(file, "/") {
+			fail(fmt.Sprintf("recycle.checkConfig.files[%d]", i), "%q is not an absolute path", file)
+		}
+	}
+	for i, c := range f.Recycle.CheckConfig.Commands {
+		if strings.TrimSpace(c) == "" {
+			fail(fmt.Sprintf("recycle.checkConfig.commands[%d]", i), "empty command")
 		}
 	}
 	if h := f.Disk.Headroom; h != nil && (*h < 0 || *h >= 1) {

@@ -18,6 +18,7 @@ func TestExampleIsTheDefault(t *testing.T) {
 	want := Default()
 	// Empty collections in the file decode as empty, not nil.
 	got.Clusters, got.Rewrite, got.Labels = nil, nil, nil
+	got.Recycle.CheckConfig = CheckConfig{}
 	got.Template.NodeSelector, got.Template.Tolerations, got.Template.Labels, got.Template.Annotations = nil, nil, nil, nil
 	if !equality.Semantic.DeepEqual(got, want) {
 		t.Errorf("examples/fleet.yaml\n got %+v\nwant %+v", got, want)
@@ -69,6 +70,9 @@ func TestParseRejects(t *testing.T) {
 		name, body, want string
 	}{
 		{"unknown top-level field", "maxConcurrency: 4\n", "fleet.yaml:3: maxConcurrency: unknown field"},
+		{"unknown reset", "recycle:\n  enabled: true\n  reset: overlay\n", `fleet.yaml:5: recycle.reset: unknown reset "overlay": use git`},
+		{"relative workdir", "recycle:\n  workdir: testbed\n", `fleet.yaml:4: recycle.workdir: "testbed" is not an absolute path`},
+		{"negative maxReuses", "recycle:\n  maxReuses: -1\n", "fleet.yaml:4: recycle.maxReuses: must not be negative"},
 		{"unknown nested field", "template:\n  resources: {}\n  comand: [sh]\n", "fleet.yaml:5: template.comand: unknown field"},
 		{"unknown field in a cluster", "clusters:\n- name: a\n- name: b\n  wieght: 2\n", "fleet.yaml:6: clusters[1].wieght: unknown field"},
 		{"unknown field in a toleration", "template:\n  tolerations:\n  - key: a\n    efect: NoSchedule\n", "fleet.yaml:6: template.tolerations[0].efect: unknown field"},

@@ -43,9 +43,9 @@ type Shell struct {
 // commands.
 var ErrBroken = errors.New("the shell session is broken")
 
-// maxStdin bounds the stdin a command on a Shell is given: it travels in
+// MaxStdin bounds the stdin a command on a Shell is given: it travels in
 // the command's text, as octal escapes.
-const maxStdin = 1 << 20
+const MaxStdin = 1 << 20
 
 // OpenShell starts sh through run (Run, or a sandbox's Exec) in the Pod
 // and container of r — its Command and streams are the Shell's — and
@@ -92,8 +92,8 @@ func (s *Shell) Run(ctx context.Context, argv []string, stdin []byte, stdout, st
 	if len(argv) == 0 {
 		return 0, errors.New("no command: argv is empty")
 	}
-	if len(stdin) > maxStdin {
-		return 0, fmt.Errorf("%d bytes of stdin are more than a shell session carries (%d); write them to a file first", len(stdin), maxStdin)
+	if len(stdin) > MaxStdin {
+		return 0, fmt.Errorf("%d bytes of stdin are more than a shell session carries (%d); write them to a file first", len(stdin), MaxStdin)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

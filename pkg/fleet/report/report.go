@@ -18,7 +18,7 @@ import (
 
 // Phases in lifecycle order; a report lists them so, then any others by name.
 var phaseOrder = []string{"preflight", "plan", "prepull", "create_warmpool", "wait_pool_ready",
-	"prefetch", "claim", "process", "reset", "quarantine", "rotate", "release", "teardown"}
+	"prefetch", "claim", "record", "process", "reset", "quarantine", "rotate", "release", "teardown"}
 
 // Recorder collects a run's figures as it goes.
 type Recorder struct {
@@ -29,6 +29,7 @@ type Recorder struct {
 	tasksOK   int
 	tasksErr  int
 	notRun    int
+	reused    int
 	warmTotal int
 	warmNow   int
 	warmPeak  int
@@ -69,6 +70,13 @@ func (r *Recorder) Task(ok, ran bool) {
 	}
 }
 
+// Reused counts a task that ran on a sandbox reset after another task.
+func (r *Recorder) Reused() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reused++
+}
+
 // Warm records n replicas made warm (n > 0) or released (n < 0): the total
 // ever warmed and the peak warm at once.
 func (r *Recorder) Warm(n int) {
@@ -91,7 +99,10 @@ type Report struct {
 	TasksErr    int     `json:"tasksErr"`
 	// TasksNotRun counts the failed tasks whose work never ran: no
 	// sandbox could be had for them. The rest exited non-zero.
-	TasksNotRun       int `json:"tasksNotRun"`
+	TasksNotRun int `json:"tasksNotRun"`
+	// TasksReused counts the tasks that ran on a sandbox reset after
+	// another task of its image (recycle); the others had a fresh one.
+	TasksReused       int `json:"tasksReused,omitempty"`
 	WarmReplicasTotal int `json:"warmReplicasTotal"`
 	WarmReplicasPeak  int `json:"warmReplicasPeak"`
 	// Environment describes each cluster of the run, by name.
@@ -136,7 +147,7 @@ func (r *Recorder) Report(wall time.Duration) Report {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rep := Report{Strategy: r.strategy, WallSeconds: wall.Seconds(), Claims: r.claims,
-		TasksOK: r.tasksOK, TasksErr: r.tasksErr, TasksNotRun: r.notRun, WarmReplicasTotal: r.warmTotal, WarmReplicasPeak: r.warmPeak}
+		TasksOK: r.tasksOK, TasksErr: r.tasksErr, TasksNotRun: r.notRun, TasksReused: r.reused, WarmReplicasTotal: r.warmTotal, WarmReplicasPeak: r.warmPeak}
 	names := make([]string, 0, len(r.phases))
 	for _, n := range phaseOrder {
 		if _, ok := r.phases[n]; ok {
@@ -206,6 +217,9 @@ func (rep Report) WriteTable(w io.Writer) error {
 	}
 	_, err := fmt.Fprintf(w, "claims %d, tasks %d ok / %d failed (%d could not run), warm replicas %d in all, %d at peak\n",
 		rep.Claims, rep.TasksOK, rep.TasksErr, rep.TasksNotRun, rep.WarmReplicasTotal, rep.WarmReplicasPeak)
+	if rep.TasksReused > 0 && err == nil {
+		_, err = fmt.Fprintf(w, "recycled: %d tasks ran on a reset sandbox, %d on a fresh one\n", rep.TasksReused, rep.TasksOK+rep.TasksErr-rep.TasksNotRun-rep.TasksReused)
+	}
 	if t := rep.Throttled; t != nil && err == nil {
 		_, err = fmt.Fprintf(w, "client-side throttling delayed %d requests, %.2fs in all, %.2fs at most: raise --kube-api-qps and --kube-api-burst\n",
 			t.Requests, t.TotalSeconds, t.MaxSeconds)

@@ -110,9 +110,12 @@ type Handle struct {
 	released bool
 }
 
-// Counts are the session's totals.
+// Counts are the session's totals. Reused counts the acquires served by a
+// sandbox reset after an earlier lease, Quarantined the sandboxes deleted
+// because their reset failed.
 type Counts struct {
 	Acquired, Released, Expired, Failed, Execs int64
+	Reused, Quarantined                        int64
 }
 
 // Open starts a session of run runID: it opens the fleet on targets,
@@ -458,6 +461,9 @@ func (s *Session) Acquire(ctx context.Context, r AcquireRequest) (*Handle, error
 		delete(s.requests, r.RequestID) // a failed request may be retried afresh
 	} else {
 		s.counts.Acquired++
+		if h.Resets > 0 {
+			s.counts.Reused++
+		}
 		h.Client = r.ClientID
 		s.handles[h.Claim] = h
 		s.renewLocked(r.ClientID)
@@ -496,9 +502,14 @@ func (s *Session) retried(ctx context.Context, r AcquireRequest, req *request) (
 	return req.handle, nil
 }
 
-// acquire waits for p's pool to exist with a Ready sandbox (or its warm to
-// end) and claims one.
+// acquire takes a sandbox of t's image reset after an earlier lease, when
+// the session recycles and one is kept; otherwise it waits for p's pool to
+// exist with a Ready sandbox (or its warm to end), claims one and, when
+// the session recycles, records what it is for its resets.
 func (s *Session) acquire(ctx context.Context, t tasks.Task, p *pool) (*Handle, error) {
+	if sb := s.fleet.TakeClean(t); sb != nil {
+		return &Handle{Sandbox: sb, Image: t.Image}, nil
+	}
 	for {
 		changed := s.fleet.Changed()
 		s.mu.Lock()
@@ -525,6 +536,7 @@ func (s *Session) acquire(ctx context.Context, t tasks.Task, p *pool) (*Handle, 
 	if err != nil {
 		return nil, verdict.Infrastructure(verdict.Reason(err), err)
 	}
+	s.fleet.Record(ctx, sb)
 	return &Handle{Sandbox: sb, Image: t.Image}, nil
 }
 
@@ -581,20 +593,25 @@ func (s *Session) Handle(id, client string) (*Handle, error) {
 	return h, nil
 }
 
-// Release hands client's sandbox id back; it is deleted.
-func (s *Session) Release(ctx context.Context, id, client string) error {
+// Release hands client's sandbox id back. It is deleted or, with reuse,
+// reset and kept for the next Acquire of its image (fleet.GiveBack says
+// what became of it); reuse needs a session that recycles.
+func (s *Session) Release(ctx context.Context, id, client string, reuse bool) (fleet.Outcome, error) {
+	if reuse && !s.fleet.Recycling() {
+		return "", fmt.Errorf("%w: this session does not recycle sandboxes: start serve with --recycle (or recycle.enabled in its config) to release with reuse", ErrInvalid)
+	}
 	h, err := s.Handle(id, client)
 	if err != nil {
-		return err
+		return "", err
 	}
-	return s.release(ctx, h, false)
+	return s.release(ctx, h, false, reuse)
 }
 
-func (s *Session) release(ctx context.Context, h *Handle, expired bool) error {
+func (s *Session) release(ctx context.Context, h *Handle, expired, reuse bool) (fleet.Outcome, error) {
 	s.mu.Lock()
 	if h.released {
 		s.mu.Unlock()
-		return nil
+		return fleet.Released, nil
 	}
 	h.released = true
 	delete(s.handles, h.Claim)
@@ -608,7 +625,14 @@ func (s *Session) release(ctx context.Context, h *Handle, expired bool) error {
 		s.counts.Expired++
 	}
 	s.mu.Unlock()
-	return verdict.Infrastructure(verdict.API, s.fleet.Release(ctx, h.Sandbox))
+	// A client that stops waiting must not fail the reset under way.
+	outcome, err := s.fleet.GiveBack(context.WithoutCancel(ctx), h.Sandbox, reuse)
+	if outcome == fleet.Quarantined {
+		s.mu.Lock()
+		s.counts.Quarantined++
+		s.mu.Unlock()
+	}
+	return outcome, verdict.Infrastructure(verdict.API, err)
 }
 
 // Handles lists the sandboxes held now, by claim name.
@@ -669,7 +693,7 @@ func (s *Session) sweep() {
 		s.mu.Unlock()
 		for _, h := range expired {
 			klog.Infof("the lease of client %s ran out: releasing sandbox %s", h.Client, h.Claim)
-			if err := s.release(s.ctx, h, true); err != nil {
+			if _, err := s.release(s.ctx, h, true, false); err != nil {
 				klog.Warningf("%v", err)
 			}
 		}

@@ -101,7 +101,9 @@ type FleetServiceClient interface {
 	WriteFiles(context.Context) *connect.ClientStreamForClient[v1.WriteFilesRequest, v1.WriteFilesResponse]
 	// ReadFiles streams a tar archive of files or directories of the sandbox.
 	ReadFiles(context.Context, *connect.Request[v1.ReadFilesRequest]) (*connect.ServerStreamForClient[v1.ReadFilesResponse], error)
-	// Release hands a sandbox back; it is deleted.
+	// Release hands a sandbox back. It is deleted, or with reuse (a session
+	// that recycles) reset in place and kept for the next Acquire of its
+	// image; the call returns once the reset is done.
 	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
 	// Status is the session now: its plan, pools, handles and counts.
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
@@ -288,7 +290,9 @@ type FleetServiceHandler interface {
 	WriteFiles(context.Context, *connect.ClientStream[v1.WriteFilesRequest]) (*connect.Response[v1.WriteFilesResponse], error)
 	// ReadFiles streams a tar archive of files or directories of the sandbox.
 	ReadFiles(context.Context, *connect.Request[v1.ReadFilesRequest], *connect.ServerStream[v1.ReadFilesResponse]) error
-	// Release hands a sandbox back; it is deleted.
+	// Release hands a sandbox back. It is deleted, or with reuse (a session
+	// that recycles) reset in place and kept for the next Acquire of its
+	// image; the call returns once the reset is done.
 	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
 	// Status is the session now: its plan, pools, handles and counts.
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)

@@ -1,0 +1,87 @@
+package fleet
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+)
+
+// lanes hands out a pass's tasks in order to the workers. Under recycling
+// no two tasks of one image run at once: each task of an image takes over
+// the sandbox the last one gave back, reset, so that claims scale with
+// images, not tasks; a worker then takes the next task whose image is
+// free, and other workers' tasks pass it by.
+type lanes struct {
+	mu        sync.Mutex
+	cond      *sync.Cond
+	pending   []tasks.Task
+	busy      map[string]bool
+	exclusive bool
+	stopped   bool
+}
+
+func newLanes(ctx context.Context, ts []tasks.Task, exclusive bool) (*lanes, func() bool) {
+	l := &lanes{pending: ts, busy: map[string]bool{}, exclusive: exclusive}
+	l.cond = sync.NewCond(&l.mu)
+	stop := context.AfterFunc(ctx, func() {
+		l.mu.Lock()
+		l.stopped = true
+		l.mu.Unlock()
+		l.cond.Broadcast()
+	})
+	return l, stop
+}
+
+// next returns the next task to run, waiting while every pending task's
+// image is busy; false when none is left or the pass was stopped.
+func (l *lanes) next() (tasks.Task, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for {
+		if l.stopped || len(l.pending) == 0 {
+			return tasks.Task{}, false
+		}
+		if i := runnable(l.pending, l.busy); i >= 0 {
+			t := l.pending[i]
+			l.pending = slices.Delete(l.pending, i, i+1)
+			if l.exclusive {
+				l.busy[t.Image] = true
+			}
+			return t, true
+		}
+		l.cond.Wait()
+	}
+}
+
+// more reports whether tasks of image are still to be handed out.
+func (l *lanes) more(image string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, t := range l.pending {
+		if t.Image == image {
+			return true
+		}
+	}
+	return false
+}
+
+// done frees image for its next task.
+func (l *lanes) done(image string) {
+	l.mu.Lock()
+	delete(l.busy, image)
+	l.mu.Unlock()
+	l.cond.Broadcast()
+}
+
+// runnable is the index of the first of pending whose image is not busy,
+// -1 when there is none.
+func runnable(pending []tasks.Task, busy map[string]bool) int {
+	for i, t := range pending {
+		if !busy[t.Image] {
+			return i
+		}
+	}
+	return -1
+}

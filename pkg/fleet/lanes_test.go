@@ -1,0 +1,100 @@
+package fleet
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+)
+
+func TestRunnable(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		spec string
+		busy string
+		want int
+	}{
+		{"nothing busy takes the first", "a b c", "", 0},
+		{"a busy image is passed by", "a a b", "a", 2},
+		{"all busy", "a b", "ab", -1},
+		{"none pending", "", "", -1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			busy := map[string]bool{}
+			for _, r := range tt.busy {
+				busy[string(r)] = true
+			}
+			if got := runnable(batch(tt.spec), busy); got != tt.want {
+				t.Errorf("runnable = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+// Under recycling no two tasks of an image are out at once, every task is
+// handed out once, and workers do not wait on one image while another's
+// tasks are pending.
+func TestLanesKeepAnImageToOneTaskAtATime(t *testing.T) {
+	ts := Interleave(batch("aaaaaa bbbbbb ccc"))
+	l, stop := newLanes(context.Background(), ts, true)
+	defer stop()
+	var mu sync.Mutex
+	running, seen := map[string]int{}, map[string]int{}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				task, ok := l.next()
+				if !ok {
+					return
+				}
+				mu.Lock()
+				running[task.Image]++
+				seen[task.ID]++
+				if running[task.Image] > 1 {
+					t.Errorf("two tasks of %s at once", task.Image)
+				}
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				mu.Lock()
+				running[task.Image]--
+				mu.Unlock()
+				l.done(task.Image)
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != len(ts) {
+		t.Errorf("%d of %d tasks handed out", len(seen), len(ts))
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("task %s handed out %d times", id, n)
+		}
+	}
+}
+
+// A stopped pass hands out nothing more, also to a worker waiting for a
+// busy image.
+func TestLanesStop(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	l, stop := newLanes(ctx, []tasks.Task{{ID: "1", Image: "a"}, {ID: "2", Image: "a"}}, true)
+	defer stop()
+	if _, ok := l.next(); !ok {
+		t.Fatal("no first task")
+	}
+	if !l.more("a") || l.more("b") {
+		t.Error("more: want a pending task of a, none of b")
+	}
+	got := make(chan bool)
+	go func() {
+		_, ok := l.next()
+		got <- ok
+	}()
+	cancel()
+	if <-got {
+		t.Error("a task was handed out after the pass stopped")
+	}
+}
