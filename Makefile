@@ -97,6 +97,10 @@ bench-serve: testbin ## benchmark the training-loop path: Python through serve, 
 	hack/node-deps.sh bench
 	go run ./bench/serve -rounds 3
 
+.PHONY: bench-recycle
+bench-recycle: testbin node-deps ## benchmark recycling on the real node: 3 problems × G=8 recycled against fresh claims, and a 200-command agent loop over one shell against an exec each (~10 min)
+	go run ./bench/recycle -rounds 3
+
 .PHONY: bench-webhook
 bench-webhook: testbin ## benchmark asrl-webhook against no webhook, a policy-free webhook and a constant condition: latency at 200 Pods/s, creates/s ratios, warm pool fill (~20 min)
 	go run ./bench/webhook -rounds 6

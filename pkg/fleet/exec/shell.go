@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Shell is one long-lived shell in a sandbox, over a single exec stream,
@@ -71,13 +72,26 @@ func OpenShell(ctx context.Context, run func(context.Context, Request) (int, err
 		done <- err
 	}()
 	return newShell(inW, outR, errR, func() error {
-		// The stream's stdin copier may wait on a read of inR: end it.
-		inW.CloseWithError(ErrBroken)
+		// EOF on its stdin ends the shell, and the stream with it, as the
+		// server closes it; what the shell still writes is dropped. Cutting
+		// the connection instead would make the client log its copiers'
+		// errors. A shell still running a command is cut after a grace.
+		_ = inW.Close()
+		go func() { _, _ = io.Copy(io.Discard, outR) }()
+		go func() { _, _ = io.Copy(io.Discard, errR) }()
+		select {
+		case <-done:
+		case <-time.After(shellExitGrace):
+			cancel()
+			<-done
+		}
 		cancel()
-		<-done
 		return nil
 	})
 }
+
+// shellExitGrace is how long a closed Shell's shell has to exit.
+const shellExitGrace = 2 * time.Second
 
 // newShell runs a Shell over a shell's stdin, stdout and stderr; stop ends
 // the shell and waits for it. Shell calls stop once.
