@@ -134,6 +134,14 @@ type SecurityPolicy struct {
 	// service account token instead of turning it off.
 	// +optional
 	AllowServiceAccountToken bool `json:"allowServiceAccountToken,omitempty"`
+	// AllowUnconfined lets Pods and containers run with the seccomp or
+	// AppArmor profile Unconfined, or with an unmasked /proc (procMount
+	// Unmasked).
+	// +optional
+	AllowUnconfined bool `json:"allowUnconfined,omitempty"`
+	// AllowHostPorts lets containers bind ports of their node (hostPort).
+	// +optional
+	AllowHostPorts bool `json:"allowHostPorts,omitempty"`
 	// AllowedCapabilities may be added by containers; every other
 	// capability is dropped, and adding one is denied.
 	// +listType=set

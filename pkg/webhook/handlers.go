@@ -87,8 +87,9 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	if req.Kind.Kind != "Pod" || len(req.Object.Raw) == 0 {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the review carries no Pod (kind %q): check the webhook configuration's rules", req.Kind.Kind)), resultErrored
 	}
-	if req.Operation != admissionv1.Create {
-		return admission.Allowed("only creations are mutated"), resultAllowed
+	ephemeral := req.Operation == admissionv1.Update && req.SubResource == "ephemeralcontainers"
+	if req.Operation != admissionv1.Create && !ephemeral {
+		return admission.Allowed("only creations and ephemeral containers are checked"), resultAllowed
 	}
 	pod := &corev1.Pod{}
 	if err := json.Unmarshal(req.Object.Raw, pod); err != nil {
@@ -110,6 +111,9 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 		return admission.Errored(http.StatusInternalServerError, err), resultErrored
 	}
 	dryRun := req.DryRun != nil && *req.DryRun
+	if ephemeral {
+		return m.checkEphemeral(pod, set, runID, dryRun)
+	}
 	changes, err := policy.Mutate(pod, set, runID)
 	var denial *policy.Denial
 	if errors.As(err, &denial) {
@@ -135,6 +139,26 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 		m.Counts.mutated(set)
 	}
 	return admission.PatchResponseFromRaw(req.Object.Raw, mutated), resultMutated
+}
+
+// checkEphemeral judges the ephemeral containers added to a sandbox Pod
+// (kubectl debug). They are not mutated — the API server keeps nothing
+// but them from such an update, and a patch would have to name their
+// security context for them — so one the policies would change is denied,
+// saying what to set.
+func (m *PodMutator) checkEphemeral(pod *corev1.Pod, set policy.Set, runID string, dryRun bool) (admission.Response, string) {
+	err := policy.CheckEphemeral(pod, set, runID)
+	var denial *policy.Denial
+	if errors.As(err, &denial) {
+		if !dryRun {
+			m.Counts.denied(denial.Policies)
+		}
+		return admission.Denied(denial.Error()), resultDenied
+	}
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), resultErrored
+	}
+	return admission.Allowed("the ephemeral containers comply with the SandboxPolicies"), resultAllowed
 }
 
 // preferCachingNodes adds node affinity toward the nodes holding most of

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -171,6 +172,35 @@ func TestWebhook(t *testing.T) {
 		}
 		if after := podAdmissions(t, s.MetricsURL); after != before {
 			t.Errorf("the webhook was called for a Pod from the mutated template: %v Pod admissions → %v", before, after)
+		}
+	})
+
+	t.Run("ephemeral containers are checked as they are added", func(t *testing.T) {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "debugged", Namespace: ns, Labels: map[string]string{webhook.SandboxPodLabel: "debugged"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}}}
+		if err := c.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		add := func(edit func(*corev1.EphemeralContainer)) error {
+			// The node binds and runs the Pod meanwhile: update the latest.
+			withDebug, err := clients.Kube.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			e := corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon(*pod.Spec.Containers[0].DeepCopy())}
+			e.Name = "debug"
+			edit(&e)
+			withDebug.Spec.EphemeralContainers = []corev1.EphemeralContainer{e}
+			_, err = clients.Kube.CoreV1().Pods(ns).UpdateEphemeralContainers(ctx, pod.Name, withDebug, metav1.UpdateOptions{})
+			return err
+		}
+		err := add(func(e *corev1.EphemeralContainer) { e.SecurityContext.Privileged = ptr.To(true) })
+		want := fmt.Sprintf(`denied by SandboxPolicy %q: spec.ephemeralContainers[0].securityContext.privileged: privileged containers are not allowed`, pol.Name)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("adding a privileged debug container: %v, want a denial saying %q", err, want)
+		}
+		if err := add(func(*corev1.EphemeralContainer) {}); err != nil {
+			t.Errorf("adding a debug container as the policy makes a container: %v", err)
 		}
 	})
 

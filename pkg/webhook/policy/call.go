@@ -65,6 +65,7 @@ func CallCondition(set Set) string {
 	// allowed are the registries each policy that names some allows.
 	var allowed [][]string
 	allowToken, allowHostNamespaces, allowHostPath, allowPrivileged := true, true, true, true
+	allowUnconfined, allowHostPorts := true, true
 	allowedCaps := map[corev1.Capability]int{}
 	for _, p := range set {
 		sec := security(p)
@@ -72,6 +73,8 @@ func CallCondition(set Set) string {
 		allowHostNamespaces = allowHostNamespaces && sec.AllowHostNamespaces
 		allowHostPath = allowHostPath && sec.AllowHostPath
 		allowPrivileged = allowPrivileged && sec.AllowPrivileged
+		allowUnconfined = allowUnconfined && sec.AllowUnconfined
+		allowHostPorts = allowHostPorts && sec.AllowHostPorts
 		for _, c := range sec.AllowedCapabilities {
 			allowedCaps[c]++
 		}
@@ -98,6 +101,17 @@ func CallCondition(set Set) string {
 	}
 	if !allowHostPath {
 		pod = append(pod, list("object.spec.?volumes")+".all(v, !has(v.hostPath))")
+	}
+	if !allowUnconfined {
+		pod = append(pod, "object.spec.?securityContext.?seccompProfile.?type.orValue('') != 'Unconfined'",
+			"object.spec.?securityContext.?appArmorProfile.?type.orValue('') != 'Unconfined'",
+			fmt.Sprintf("object.metadata.?annotations.orValue({}).all(k, !k.startsWith(%s) || object.metadata.annotations[k] != 'unconfined')", quote(appArmorAnnotation)))
+		container = append(container, "c.?securityContext.?seccompProfile.?type.orValue('') != 'Unconfined'",
+			"c.?securityContext.?appArmorProfile.?type.orValue('') != 'Unconfined'",
+			"c.?securityContext.?procMount.orValue('') != 'Unmasked'")
+	}
+	if !allowHostPorts {
+		container = append(container, list("c.?ports")+".all(p, p.?hostPort.orValue(0) == 0)")
 	}
 	if runtimeClass.value != "" {
 		pod = append(pod, "object.spec.?runtimeClassName.orValue('') == "+quote(runtimeClass.value))
@@ -174,7 +188,7 @@ func CallCondition(set Set) string {
 			fmt.Sprintf("(!c.?resources.?requests[?%s].hasValue() || quantity(c.resources.requests[%s]).compareTo(quantity(%s)) <= 0)", r, r, q))
 	}
 	containers := "(object.spec.?containers.orValue([]) == null ? [] : object.spec.containers)"
-	pod = append(pod, "("+list("object.spec.?initContainers")+" + "+containers+").all(c, "+strings.Join(container, " && ")+")")
+	pod = append(pod, "("+list("object.spec.?initContainers")+" + "+containers+" + "+list("object.spec.?ephemeralContainers")+").all(c, "+strings.Join(container, " && ")+")")
 	return "!(" + strings.Join(pod, " && ") + ")"
 }
 

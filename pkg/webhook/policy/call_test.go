@@ -104,7 +104,8 @@ func callSets() map[string]Set {
 			}),
 		},
 		"permissive": {policy("open", 0, func(s *v1alpha1.SandboxPolicySpec) {
-			s.Security = &v1alpha1.SecurityPolicy{AllowPrivileged: true, AllowHostNamespaces: true, AllowHostPath: true, AllowServiceAccountToken: true}
+			s.Security = &v1alpha1.SecurityPolicy{AllowPrivileged: true, AllowHostNamespaces: true, AllowHostPath: true, AllowServiceAccountToken: true,
+				AllowUnconfined: true, AllowHostPorts: true}
 		})},
 	}
 }
@@ -156,6 +157,42 @@ func TestCallCondition(t *testing.T) {
 			p.Spec.Volumes = []corev1.Volume{{Name: "h", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}}
 		}), true},
 		{"a compliant Pod mounting its token", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) { p.Spec.AutomountServiceAccountToken = nil }), true},
+		{"a compliant Pod without seccomp", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.SecurityContext.SeccompProfile.Type = corev1.SeccompProfileTypeUnconfined
+		}), true},
+		{"a compliant Pod without AppArmor", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.SecurityContext.AppArmorProfile = &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeUnconfined}
+		}), true},
+		{"a compliant Pod with a localhost AppArmor profile", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.SecurityContext.AppArmorProfile = &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeLocalhost, LocalhostProfile: ptr("sandbox")}
+		}), false},
+		{"a compliant Pod with the unconfined AppArmor annotation", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Annotations = map[string]string{"container.apparmor.security.beta.kubernetes.io/sandbox": "unconfined"}
+		}), true},
+		{"a compliant Pod with another annotation", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Annotations = map[string]string{"container.apparmor.security.beta.kubernetes.io/sandbox": "runtime/default", "a": "unconfined"}
+		}), false},
+		{"a compliant container without seccomp", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}
+		}), true},
+		{"a compliant container with an unmasked /proc", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.ProcMount = ptr(corev1.UnmaskedProcMount)
+		}), true},
+		{"a compliant container on a host port", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 8080}}
+		}), true},
+		{"a compliant container with a port", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80}}
+		}), false},
+		{"a compliant ephemeral container", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon(*p.Spec.Containers[0].DeepCopy())}}
+			p.Spec.EphemeralContainers[0].Name = "debug"
+		}), false},
+		{"an ephemeral container keeping its capabilities", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon(*p.Spec.Containers[0].DeepCopy())}}
+			p.Spec.EphemeralContainers[0].Name = "debug"
+			p.Spec.EphemeralContainers[0].SecurityContext.Capabilities = nil
+		}), true},
 		{"the policies' compliant Pod", "gvisor, colocation, scheduler, two policies", compliant(sets["gvisor, colocation, scheduler, two policies"]), false},
 		{"adding a capability both allow", "gvisor, colocation, scheduler, two policies", compliant(sets["gvisor, colocation, scheduler, two policies"], func(p *corev1.Pod) {
 			p.Spec.Containers[0].SecurityContext.Capabilities.Add = []corev1.Capability{"SYS_PTRACE"}
@@ -204,6 +241,12 @@ func TestCallCondition(t *testing.T) {
 		{"privileged where allowed", "permissive", compliant(sets["permissive"], func(p *corev1.Pod) {
 			p.Spec.Containers[0].SecurityContext.Privileged = ptr(true)
 			p.Spec.HostPID = true
+		}), false},
+		{"unconfined on a host port where allowed", "permissive", compliant(sets["permissive"], func(p *corev1.Pod) {
+			p.Spec.SecurityContext.SeccompProfile.Type = corev1.SeccompProfileTypeUnconfined
+			p.Spec.Containers[0].SecurityContext.ProcMount = ptr(corev1.UnmaskedProcMount)
+			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 8080}}
+			p.Annotations = map[string]string{"container.apparmor.security.beta.kubernetes.io/sandbox": "unconfined"}
 		}), false},
 		{"an image without a tag", "permissive", compliant(sets["permissive"], func(p *corev1.Pod) {
 			p.Spec.Containers[0].Image = "registry.example.com/a/b"
@@ -333,6 +376,15 @@ func FuzzCallCondition(f *testing.F) {
 	}
 	f.Add(uint8(0), []byte(`{"spec":{"containers":[{"image":"::bad::"}]}}`))
 	f.Add(uint8(1), []byte(`{"metadata":{"labels":{"agents.x-k8s.io/sandbox-template-ref-hash":"x"}},"spec":{"affinity":{"podAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":1,"podAffinityTerm":{"topologyKey":""}}]}}}}`))
+	// The security fields, on a Pod the sets leave as it is otherwise.
+	for i, name := range names {
+		for _, edit := range securityEdits {
+			pod := compliantPod(f, sets[name])
+			edit(pod)
+			b, _ := json.Marshal(pod)
+			f.Add(uint8(i), b)
+		}
+	}
 	matchers := map[string]matchconditions.Matcher{}
 	for _, name := range names {
 		matchers[name] = callMatcher(f, CallCondition(sets[name]))
@@ -345,6 +397,26 @@ func FuzzCallCondition(f *testing.F) {
 		name := names[int(which)%len(names)]
 		checkSkip(t, name, matchers[name], sets[name], pod, string(data))
 	})
+}
+
+// securityEdits make a Pod ask for what a policy may refuse: unconfined
+// profiles, an unmasked /proc, a host port, an ephemeral container.
+var securityEdits = []func(*corev1.Pod){
+	func(p *corev1.Pod) {
+		p.Spec.SecurityContext.SeccompProfile.Type = corev1.SeccompProfileTypeUnconfined
+	},
+	func(p *corev1.Pod) {
+		p.Spec.Containers[0].SecurityContext.AppArmorProfile = &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeUnconfined}
+		p.Spec.Containers[0].SecurityContext.ProcMount = ptr(corev1.UnmaskedProcMount)
+	},
+	func(p *corev1.Pod) {
+		p.Annotations = map[string]string{"container.apparmor.security.beta.kubernetes.io/sandbox": "unconfined"}
+		p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 8080}}
+	},
+	func(p *corev1.Pod) {
+		p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon(*p.Spec.Containers[0].DeepCopy())}}
+		p.Spec.EphemeralContainers[0].Name = "debug"
+	},
 }
 
 // FuzzCallConditionImage: FuzzCallCondition's property for a compliant

@@ -146,6 +146,9 @@ type container struct {
 	path string
 }
 
+// containersOf lists spec's init, regular and ephemeral containers. An
+// ephemeral container's fields are a container's (the API keeps them the
+// same), so it is checked as one.
 func containersOf(spec *corev1.PodSpec, at string) []container {
 	var out []container
 	for i := range spec.InitContainers {
@@ -154,7 +157,21 @@ func containersOf(spec *corev1.PodSpec, at string) []container {
 	for i := range spec.Containers {
 		out = append(out, container{&spec.Containers[i], fmt.Sprintf("%s.containers[%d]", at, i)})
 	}
+	for i := range spec.EphemeralContainers {
+		out = append(out, container{(*corev1.Container)(&spec.EphemeralContainers[i].EphemeralContainerCommon), fmt.Sprintf("%s.ephemeralContainers[%d]", at, i)})
+	}
 	return out
+}
+
+// unconfined reports whether a seccomp or AppArmor profile is Unconfined.
+func unconfined(seccomp *corev1.SeccompProfile, apparmor *corev1.AppArmorProfile) (string, bool) {
+	switch {
+	case seccomp != nil && seccomp.Type == corev1.SeccompProfileTypeUnconfined:
+		return "seccompProfile.type", true
+	case apparmor != nil && apparmor.Type == corev1.AppArmorProfileTypeUnconfined:
+		return "appArmorProfile.type", true
+	}
+	return "", false
 }
 
 // Check returns the first refusal of spec — a Pod's or a template's, at
@@ -190,6 +207,11 @@ func Check(spec *corev1.PodSpec, at string, set Set) *Denial {
 				}
 			}
 		}
+		if psc := spec.SecurityContext; !sec.AllowUnconfined && psc != nil {
+			if field, ok := unconfined(psc.SeccompProfile, psc.AppArmorProfile); ok {
+				return deny(at+".securityContext."+field, unconfinedReason)
+			}
+		}
 		if want := p.Spec.RuntimeClassName; want != "" && spec.RuntimeClassName != nil && *spec.RuntimeClassName != want {
 			return deny(at+".runtimeClassName", fmt.Sprintf("sandboxes must use runtime class %q, not %q", want, *spec.RuntimeClassName))
 		}
@@ -197,6 +219,21 @@ func Check(spec *corev1.PodSpec, at string, set Set) *Denial {
 			sc := c.c.SecurityContext
 			if !sec.AllowPrivileged && sc != nil && sc.Privileged != nil && *sc.Privileged {
 				return deny(c.path+".securityContext.privileged", "privileged containers are not allowed for sandboxes (spec.security.allowPrivileged)")
+			}
+			if !sec.AllowUnconfined && sc != nil {
+				if field, ok := unconfined(sc.SeccompProfile, sc.AppArmorProfile); ok {
+					return deny(c.path+".securityContext."+field, unconfinedReason)
+				}
+				if sc.ProcMount != nil && *sc.ProcMount == corev1.UnmaskedProcMount {
+					return deny(c.path+".securityContext.procMount", "an unmasked /proc is not allowed for sandboxes (spec.security.allowUnconfined)")
+				}
+			}
+			if !sec.AllowHostPorts {
+				for i, port := range c.c.Ports {
+					if port.HostPort != 0 {
+						return deny(fmt.Sprintf("%s.ports[%d].hostPort", c.path, i), "host ports are not allowed for sandboxes (spec.security.allowHostPorts)")
+					}
+				}
 			}
 			if sc != nil && sc.Capabilities != nil {
 				for _, capability := range sc.Capabilities.Add {
@@ -221,6 +258,28 @@ func Check(spec *corev1.PodSpec, at string, set Set) *Denial {
 	return nil
 }
 
+const unconfinedReason = "the Unconfined profile is not allowed for sandboxes (spec.security.allowUnconfined)"
+
+// appArmorAnnotation prefixes the deprecated per-container AppArmor
+// annotation, which kubelets still honour where the field is unset.
+const appArmorAnnotation = "container.apparmor.security.beta.kubernetes.io/"
+
+// checkAnnotations refuses the deprecated AppArmor annotation asking for
+// an unconfined container, unless every policy allows it.
+func checkAnnotations(annotations map[string]string, set Set) *Denial {
+	for _, key := range slices.Sorted(maps.Keys(annotations)) {
+		if !strings.HasPrefix(key, appArmorAnnotation) || annotations[key] != "unconfined" {
+			continue
+		}
+		for _, p := range set {
+			if !security(p).AllowUnconfined {
+				return &Denial{Policies: []string{p.Name}, Field: "metadata.annotations[" + key + "]", Reason: unconfinedReason}
+			}
+		}
+	}
+	return nil
+}
+
 // checkImage refuses c's image, as the rules rewrite it, unless it comes
 // from one of p's allowed registries.
 func checkImage(c container, rules []images.Rule, p v1alpha1.SandboxPolicy, deny func(field, reason string) *Denial) *Denial {
@@ -239,6 +298,36 @@ func checkImage(c container, rules []images.Rule, p v1alpha1.SandboxPolicy, deny
 	return deny(c.path+".image", fmt.Sprintf("image %s is not from an allowed registry %v (spec.images.allowedRegistries)", image, p.Spec.Images.AllowedRegistries))
 }
 
+// CheckEphemeral refuses the ephemeral containers of pod that Mutate
+// would refuse or change (their security defaults, a mirror for their
+// image): they are added by an update that is not mutated, so each must
+// come as the set would make it. The rest of the Pod was admitted when it
+// was created.
+func CheckEphemeral(pod *corev1.Pod, set Set, runID string) error {
+	if len(set) == 0 {
+		return nil
+	}
+	changes, err := Mutate(pod.DeepCopy(), set, runID)
+	if err != nil {
+		return err
+	}
+	var missing []string
+	for _, c := range changes {
+		if strings.HasPrefix(c, "spec.ephemeralContainers[") {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	names := make([]string, len(set))
+	for i, p := range set {
+		names[i] = p.Name
+	}
+	field, _, _ := strings.Cut(missing[0], " ")
+	return &Denial{Policies: names, Field: field, Reason: "an ephemeral container must come as the policies make a container; set " + strings.Join(missing, ", ")}
+}
+
 // Mutate applies the set to a sandbox Pod in place: it refuses what the
 // policies deny, then rewrites images (recording the originals), sets the
 // security defaults, the runtime class and limit caps, colocation affinity
@@ -250,6 +339,9 @@ func Mutate(pod *corev1.Pod, set Set, runID string) ([]string, error) {
 		return nil, nil
 	}
 	if d := Check(&pod.Spec, "spec", set); d != nil {
+		return nil, d
+	}
+	if d := checkAnnotations(pod.Annotations, set); d != nil {
 		return nil, d
 	}
 	var changes []string

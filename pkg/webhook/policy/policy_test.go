@@ -108,6 +108,47 @@ func TestMutate(t *testing.T) {
 			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"SYS_ADMIN"}}}
 		}), set: Set{policy("baseline", 0)},
 			denied: `denied by SandboxPolicy "baseline": spec.containers[0].securityContext.capabilities.add: capability SYS_ADMIN is not in spec.security.allowedCapabilities []`},
+		{name: "seccomp-unconfined-pod", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}}
+		}), set: Set{policy("baseline", 0)},
+			denied: `denied by SandboxPolicy "baseline": spec.securityContext.seccompProfile.type: the Unconfined profile is not allowed for sandboxes (spec.security.allowUnconfined)`},
+		{name: "seccomp-unconfined-container", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}}
+		}), set: Set{policy("baseline", 0)},
+			denied: `denied by SandboxPolicy "baseline": spec.containers[0].securityContext.seccompProfile.type: the Unconfined profile`},
+		{name: "apparmor-unconfined-pod", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{AppArmorProfile: &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeUnconfined}}
+		}), set: Set{policy("baseline", 0)},
+			denied: `denied by SandboxPolicy "baseline": spec.securityContext.appArmorProfile.type: the Unconfined profile`},
+		{name: "apparmor-unconfined-container", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{AppArmorProfile: &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeUnconfined}}
+		}), set: Set{policy("baseline", 0)},
+			denied: `denied by SandboxPolicy "baseline": spec.containers[0].securityContext.appArmorProfile.type: the Unconfined profile`},
+		{name: "apparmor-unconfined-annotation", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Annotations = map[string]string{"container.apparmor.security.beta.kubernetes.io/sandbox": "unconfined"}
+		}), set: Set{policy("baseline", 0)},
+			denied: `denied by SandboxPolicy "baseline": metadata.annotations[container.apparmor.security.beta.kubernetes.io/sandbox]: the Unconfined profile`},
+		{name: "unmasked-proc", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{ProcMount: ptr(corev1.UnmaskedProcMount)}
+		}), set: Set{policy("baseline", 0)},
+			denied: `denied by SandboxPolicy "baseline": spec.containers[0].securityContext.procMount: an unmasked /proc is not allowed`},
+		{name: "host-port", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 8080}, {ContainerPort: 22, HostPort: 2222}}
+		}), set: Set{policy("baseline", 0)},
+			denied: `denied by SandboxPolicy "baseline": spec.containers[0].ports[1].hostPort: host ports are not allowed for sandboxes (spec.security.allowHostPorts)`},
+		{name: "privileged-ephemeral-container", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+				Name: "debug", Image: "busybox:1.36", SecurityContext: &corev1.SecurityContext{Privileged: ptr(true)}}}}
+		}), set: Set{policy("baseline", 0)},
+			denied: `denied by SandboxPolicy "baseline": spec.ephemeralContainers[0].securityContext.privileged: privileged containers are not allowed`},
+		{name: "unconfined-and-host-ports-allowed", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}}
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{ProcMount: ptr(corev1.UnmaskedProcMount),
+				AppArmorProfile: &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeUnconfined}}
+			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 22, HostPort: 2222}}
+		}), set: Set{policy("open", 0, func(s *v1alpha1.SandboxPolicySpec) {
+			s.Security = &v1alpha1.SecurityPolicy{AllowUnconfined: true, AllowHostPorts: true}
+		})}},
 		{name: "registry", pod: sandboxPod(func(p *corev1.Pod) { p.Spec.Containers[0].Image = "ghcr.io/someone/agent:1" }), set: Set{policy("mirror", 0, mirror)},
 			denied: `denied by SandboxPolicy "mirror": spec.containers[0].image: image ghcr.io/someone/agent:1 is not from an allowed registry [mirror.example.com]`},
 		{name: "runtime-class", pod: sandboxPod(func(p *corev1.Pod) { p.Spec.RuntimeClassName = ptr("runc") }),
@@ -144,6 +185,48 @@ func TestMutate(t *testing.T) {
 			again := pod.DeepCopy()
 			if more, err := Mutate(again, tt.set, tt.runID); err != nil || len(more) > 0 || !equality.Semantic.DeepEqual(again, pod) {
 				t.Errorf("a second admission changed %v (%v)", more, err)
+			}
+		})
+	}
+}
+
+// An ephemeral container is not mutated: one the set would change or
+// refuse is denied, saying what to set; one that comes as the set makes a
+// container passes, whatever the rest of the Pod.
+func TestCheckEphemeral(t *testing.T) {
+	set := Set{policy("mirror", 0, mirror)}
+	admitted := sandboxPod()
+	if _, err := Mutate(admitted, set, "run-1"); err != nil {
+		t.Fatal(err)
+	}
+	debug := func(edit func(*corev1.EphemeralContainer)) *corev1.Pod {
+		pod := admitted.DeepCopy()
+		e := corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon(*pod.Spec.Containers[0].DeepCopy())}
+		e.Name = "debug"
+		if edit != nil {
+			edit(&e)
+		}
+		pod.Spec.EphemeralContainers = append(pod.Spec.EphemeralContainers, e)
+		return pod
+	}
+	for _, tt := range []struct {
+		name string
+		pod  *corev1.Pod
+		want string
+	}{
+		{"as the policies make a container", debug(nil), ""},
+		{"no ephemeral container", admitted, ""},
+		{"keeping its capabilities", debug(func(e *corev1.EphemeralContainer) { e.SecurityContext.Capabilities = nil }),
+			`denied by SandboxPolicy "mirror": spec.ephemeralContainers[0].securityContext.capabilities.drop: an ephemeral container must come as the policies make a container; set spec.ephemeralContainers[0].securityContext.capabilities.drop ALL`},
+		{"an image the mirror serves", debug(func(e *corev1.EphemeralContainer) { e.Image = "docker.io/library/busybox:1.36" }),
+			`set spec.ephemeralContainers[0].image docker.io/library/busybox:1.36 → mirror.example.com/hub/library/busybox:1.36`},
+		{"privileged", debug(func(e *corev1.EphemeralContainer) { e.SecurityContext.Privileged = ptr(true) }),
+			`denied by SandboxPolicy "mirror": spec.ephemeralContainers[0].securityContext.privileged: privileged containers are not allowed`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckEphemeral(tt.pod, set, "run-1")
+			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+				t.Errorf("CheckEphemeral = %v, want %q", err, tt.want)
 			}
 		})
 	}
@@ -208,6 +291,8 @@ func FuzzMutate(f *testing.F) {
 	}
 	f.Add([]byte(`{"spec":{"containers":[{"image":"::bad::"}]}}`))
 	f.Add([]byte(`{"metadata":{"labels":{"agents.x-k8s.io/sandbox-template-ref-hash":"x"}},"spec":{"affinity":{"podAffinity":{}}}}`))
+	f.Add([]byte(`{"spec":{"securityContext":{"appArmorProfile":{"type":"RuntimeDefault"}},"containers":[{"image":"busybox","ports":[{"containerPort":1}]}],` +
+		`"ephemeralContainers":[{"name":"debug","image":"busybox","securityContext":{"seccompProfile":{"type":"RuntimeDefault"},"procMount":"Default"}}]}}`))
 	set := Set{
 		policy("high", 10, mirror, func(s *v1alpha1.SandboxPolicySpec) {
 			s.RuntimeClassName = "gvisor"
