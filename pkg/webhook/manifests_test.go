@@ -65,6 +65,11 @@ func TestManifests(t *testing.T) {
 		t.Error("manifests/cert-manager still has the webhook manage its certificates")
 	}
 
+	// The sample policy applies as it is.
+	if out := kubectl("", "apply", "--dry-run=server", "-f", "../../examples/sandboxpolicy.yaml"); !strings.Contains(out, "sandboxpolicy.sandbox-fleet.io/baseline created (server dry run)") {
+		t.Errorf("the dry run of examples/sandboxpolicy.yaml: %s", out)
+	}
+
 	// asrl-scheduler is not in the default set: it is for clusters that
 	// can run a second scheduler.
 	scheduler := kubectl(kubectl("", "kustomize", "../../manifests/scheduler"), "apply", "--dry-run=server", "-f", "-")

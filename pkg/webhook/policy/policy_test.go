@@ -3,6 +3,7 @@ package policy
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -412,5 +413,45 @@ func TestMutateTemplate(t *testing.T) {
 				t.Errorf("a second admission changed %v (%v)", more, err)
 			}
 		})
+	}
+}
+
+// The sample policy of examples/ governs only the namespaces labelled for
+// it, and there does what its comments say.
+func TestExamplePolicy(t *testing.T) {
+	b, err := os.ReadFile("../../../examples/sandboxpolicy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p v1alpha1.SandboxPolicy
+	if err := yaml.UnmarshalStrict(b, &p); err != nil {
+		t.Fatal(err)
+	}
+	all := []v1alpha1.SandboxPolicy{p}
+	if set, err := Select(all, map[string]string{"kubernetes.io/metadata.name": "default"}); err != nil || len(set) != 0 {
+		t.Errorf("an unlabelled namespace is governed: %v, %v", set, err)
+	}
+	set, err := Select(all, map[string]string{"sandbox-fleet.io/sandbox-policy": "baseline"})
+	if err != nil || len(set) != 1 {
+		t.Fatalf("the labelled namespace: %v, %v", set, err)
+	}
+	pod := sandboxPod()
+	changes, err := Mutate(pod, set, "run-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := pod.Spec.Containers[0]
+	if !strings.Contains(strings.Join(changes, "\n"), "capabilities.drop ALL") || pod.Spec.Affinity == nil ||
+		c.Resources.Limits.Memory().String() != "32Gi" || *pod.Spec.AutomountServiceAccountToken {
+		t.Errorf("the sample policy made %v: %+v", changes, pod.Spec)
+	}
+	for _, bad := range []func(*corev1.Pod){
+		func(p *corev1.Pod) { p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr(true)} },
+		func(p *corev1.Pod) { p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 1, HostPort: 1}} },
+		func(p *corev1.Pod) { p.Spec.HostPID = true },
+	} {
+		if _, err := Mutate(sandboxPod(bad), set, ""); err == nil {
+			t.Error("the sample policy let a Pod out")
+		}
 	}
 }
