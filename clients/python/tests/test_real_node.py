@@ -180,6 +180,10 @@ def test_commands_over_a_session_keep_bytes_and_exit_codes(recycling):
             assert h.exec(["sh", "-c", f"exit {code}"]).exit_code == code
         assert h.exec(["sh", "-c", "cd /; X=1"]).exit_code == 0
         assert h.exec(["sh", "-c", "pwd; echo ${X:-unset}"], cwd="/tmp").stdout == b"/tmp\nunset\n"
+        # Stdin past what a session command carries (1 MiB) goes by an exec.
+        big = os.urandom(3 << 20)
+        assert h.exec(["sh", "-c", "cat >/tmp/big && echo stored"], stdin=big).stdout == b"stored\n"
+        assert h.read_file("/tmp/big") == big
 
 
 def test_a_session_that_breaks_twice_quarantines_its_sandbox(recycling):

@@ -95,6 +95,7 @@ echo "commit=$commit"
 echo "branch=$(git symbolic-ref -q HEAD)"
 git for-each-ref --format='ref=%(objectname) %(refname)'
 ignored | while IFS= read -r p; do echo "keep=$p"; done
+paths || { echo "error=git rev-parse --git-dir failed in $wd"; exit 0; }
 fingerprint
 `)
 	if s.Canary != "" {
@@ -118,8 +119,8 @@ func (s Spec) Reset(b Baseline) []string {
 	fmt.Fprintf(&sb, "commit=%s\nbranch=%s\n", exec.Quote(b.Commit), exec.Quote(b.Branch))
 	sb.WriteString(`stop
 cd -- "$wd" || fail "no directory $wd"
-gitdir=$(git rev-parse --git-dir) || fail "$wd is not a git work tree"
-for op in $ops; do rm -rf -- "$gitdir/$op"; done
+paths || fail "$wd is not a git work tree"
+for op in $ops; do if [ -e "$gitdir/$op" ]; then rm -rf -- "$gitdir/$op"; fi; done
 git checkout -q -f --detach "$commit" || fail "git checkout $commit"
 git for-each-ref --format='delete %(refname)' | git update-ref --stdin || fail "deleting the refs made since"
 `)
@@ -150,8 +151,12 @@ scrub
 scrub
 `)
 	}
-	sb.WriteString(`echo "head=$(git rev-parse -q --verify HEAD)"
-echo "onbranch=$(git symbolic-ref -q HEAD)"
+	sb.WriteString(`{ read -r head; read -r onbranch; } <<-EOF
+	$(git rev-parse HEAD --symbolic-full-name HEAD 2>/dev/null)
+	EOF
+[ "$onbranch" = HEAD ] && onbranch=
+echo "head=$head"
+echo "onbranch=$onbranch"
 echo "dirty=$(git status --porcelain | wc -l)"
 procs
 echo "procs=$n"
@@ -213,10 +218,20 @@ scrub() {
 	rm -rf -- "$scratch"/* "$scratch"/.[!.]* "$scratch"/..?* || fail "emptying $scratch"
 }
 ignored() { git ls-files --others --ignored --exclude-standard --directory "$@"; }
+# paths sets gitdir, config and hooks, the git paths the scripts read, with
+# one git process.
+paths() {
+	{ read -r gitdir; read -r config; read -r hooks; } <<-EOF
+	$(git rev-parse --git-dir --git-path config --git-path hooks)
+	EOF
+	[ -n "$gitdir" ]
+}
 fingerprint() {
 	echo "refs=$(git for-each-ref --format='%(objectname) %(refname)' | hash)"
 	echo "ignored=$(ignored | hash)"
-	echo "gitconfig=$( (cat "$(git rev-parse --git-path config)"; for h in "$(git rev-parse --git-path hooks)"/*; do [ -f "$h" ] && { echo "$h"; cat "$h"; }; done) 2>/dev/null | hash)"
+	# One cat, whatever the number of hooks: each process is a fork and
+	# an exec, and a reset pays for every one.
+	echo "gitconfig=$( (for h in "$hooks"/*; do [ -f "$h" ] && echo "$h"; done; cat -- "$config" "$hooks"/*) 2>/dev/null | hash)"
 `)
 	if s.CheckEnv {
 		b.WriteString("\techo \"env=$( (cd / && env) | grep -v -e '^PWD=' -e '^OLDPWD=' -e '^SHLVL=' -e '^_=' | hash)\"\n")

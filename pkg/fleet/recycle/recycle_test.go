@@ -287,3 +287,24 @@ func TestRecordTellsWhatCannotBeRecycled(t *testing.T) {
 		t.Errorf("Record with a process running = %+v, %v; want not recyclable", base, err)
 	}
 }
+
+// A sandbox that came with a detached HEAD is put back detached, at its
+// commit, after a rollout that went back onto a branch and committed.
+func TestResetKeepsADetachedHead(t *testing.T) {
+	ns := newPIDNamespace(t)
+	dir, scratch := repo(t, ns)
+	ns.sh(`cd "$1" && git checkout -q --detach`, dir)
+	spec := recycle.Spec{Workdir: dir, Scratch: scratch}
+	base, err := recycle.ParseRecord(ns.run(spec.Record()...))
+	if err != nil || !base.Recyclable || base.Branch != "" {
+		t.Fatalf("ParseRecord = %+v, %v; want a detached baseline", base, err)
+	}
+	ns.sh(`cd "$1" && git checkout -q main && echo more >> a.txt && git commit -qam rollout`, dir)
+	out := ns.run(spec.Reset(base)...)
+	if err := spec.Verify(base, out); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if state := string(ns.sh(`cd "$1" && git rev-parse HEAD && git symbolic-ref -q HEAD; git rev-parse main`, dir)); state != base.Commit+"\n"+base.Commit+"\n" {
+		t.Errorf("after the reset: %q, want HEAD detached at %s and main back there", state, base.Commit)
+	}
+}
