@@ -446,8 +446,12 @@ func TestExamplePolicy(t *testing.T) {
 		t.Errorf("the sample policy made %v: %+v", changes, pod.Spec)
 	}
 	for _, bad := range []func(*corev1.Pod){
-		func(p *corev1.Pod) { p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr(true)} },
-		func(p *corev1.Pod) { p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 1, HostPort: 1}} },
+		func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr(true)}
+		},
+		func(p *corev1.Pod) {
+			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 1, HostPort: 1}}
+		},
 		func(p *corev1.Pod) { p.Spec.HostPID = true },
 	} {
 		if _, err := Mutate(sandboxPod(bad), set, ""); err == nil {
