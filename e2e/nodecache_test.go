@@ -247,7 +247,8 @@ func runAgent(t *testing.T, ctx context.Context, stateDir string) (*agent.Runtim
 	agentCtx, stopAgent := context.WithCancel(ctx)
 	agentDone := make(chan error, 1)
 	a := &agent.Agent{Node: local.RealNodeName(), Runtime: rt, Client: api, Version: "e2e", Resync: time.Minute,
-		Settle: 300 * time.Millisecond, Poll: time.Second, StateDir: stateDir, Log: klog.NewKlogr().WithName("agent")}
+		Settle: 300 * time.Millisecond, Poll: time.Second, StateDir: stateDir, Log: klog.NewKlogr().WithName("agent"),
+		Limits: nodecache.PullLimits{AllowedRegistries: []string{"docker.io", "registry.k8s.io"}}}
 	go func() { agentDone <- a.Run(agentCtx) }()
 	stop := sync.OnceFunc(func() {
 		stopAgent()

@@ -114,6 +114,19 @@ func TestPrepullJob(t *testing.T) {
 		}
 	})
 
+	t.Run("an image from a registry the agent may not pull from fails with why", func(t *testing.T) {
+		private := "private.example.com/team/model:1"
+		job := newJob(clients.Namespace, "not-allowed", []string{private}, onTheNode)
+		if err := clients.Client.Create(ctx, job); err != nil {
+			t.Fatal(err)
+		}
+		entry := waitForEntry(t, ctx, clients, job, node, func(e v1alpha1.NodePrepullStatus) bool { return e.Phase != v1alpha1.PrepullPulling })
+		if entry.Phase != v1alpha1.PrepullFailed || entry.Failed != 1 || len(entry.Failures) != 1 ||
+			!strings.Contains(entry.Failures[0].Message, "is from none of the registries this node's asrl-prepull-agent may pull from (docker.io, registry.k8s.io") {
+			t.Errorf("node entry %+v, want %s refused by the agent's --allowed-registries", entry, private)
+		}
+	})
+
 	t.Run("a disk budget the node is past stops the pulls", func(t *testing.T) {
 		fs, err := rt.Filesystem(ctx)
 		if err != nil {

@@ -15,13 +15,15 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/agent"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/version"
 )
 
 func main() {
 	a := agent.Agent{Version: version.Get().GitVersion, Log: klog.NewKlogr()}
-	var endpoint, kubeconfig, imageFS string
+	var endpoint, kubeconfig, imageFS, allowed string
+	var maxHighWater int
 	flag.StringVar(&a.Node, "node-name", os.Getenv("NODE_NAME"), "the node this agent runs on (default: $NODE_NAME)")
 	flag.StringVar(&endpoint, "runtime-endpoint", "unix:///run/containerd/containerd.sock", "the container runtime's CRI socket")
 	flag.StringVar(&imageFS, "image-fs-path", "", "a directory on the runtime's image filesystem, where its size and free space are read (default: the runtime's own mountpoint)")
@@ -30,8 +32,20 @@ func main() {
 	flag.DurationVar(&a.Resync, "resync", 5*time.Minute, "how often the runtime is read in full and the object refreshed without a change")
 	flag.DurationVar(&a.Settle, "settle", 300*time.Millisecond, "how long to wait after an image change for more before reading")
 	flag.DurationVar(&a.Poll, "poll", time.Second, "how often a runtime without containerd's event stream is polled for changes")
+	flag.StringVar(&allowed, "allowed-registries", "", "comma-separated registries, or registry/repository prefixes, PrepullJobs may pull from (default: none, so no job pulls anything)")
+	flag.IntVar(&maxHighWater, "max-high-water", 85, "cap, in percent of the image filesystem, on every PrepullJob's diskHighWaterPercent (1-100)")
 	klog.InitFlags(nil)
 	flag.Parse()
+	var err error
+	if a.Limits.AllowedRegistries, err = nodecache.ParseRegistries(allowed); err != nil {
+		fmt.Fprintf(os.Stderr, "asrl-prepull-agent: --allowed-registries: %v\n", err)
+		os.Exit(2)
+	}
+	if maxHighWater < 1 || maxHighWater > 100 {
+		fmt.Fprintf(os.Stderr, "asrl-prepull-agent: --max-high-water %d: must be a percentage, 1 to 100\n", maxHighWater)
+		os.Exit(2)
+	}
+	a.Limits.MaxHighWaterPercent = int32(maxHighWater)
 	if a.Node == "" {
 		fmt.Fprintln(os.Stderr, "asrl-prepull-agent: --node-name (or $NODE_NAME, from the downward API's spec.nodeName) is needed")
 		os.Exit(2)

@@ -24,7 +24,7 @@ func OverBudget(fs v1alpha1.ImageFilesystem, highWaterPercent int32) (bool, stri
 	if percent < float64(highWaterPercent) {
 		return false, ""
 	}
-	return true, fmt.Sprintf("the image filesystem is %.0f%% full (%s of %s), at or past the job's high-water mark of %d%%; no more pulls",
+	return true, fmt.Sprintf("the image filesystem is %.0f%% full (%s of %s), at or past the high-water mark of %d%% (the job's, within the agent's --max-high-water); no more pulls",
 		percent, quantity(used), quantity(fs.CapacityBytes), highWaterPercent)
 }
 

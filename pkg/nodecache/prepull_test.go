@@ -20,7 +20,7 @@ func TestOverBudget(t *testing.T) {
 		says      string
 	}{
 		{v1alpha1.ImageFilesystem{CapacityBytes: 100 * gi, AvailableBytes: 30 * gi}, 80, false, ""},
-		{v1alpha1.ImageFilesystem{CapacityBytes: 100 * gi, AvailableBytes: 20 * gi}, 80, true, "80% full (80Gi of 100Gi), at or past the job's high-water mark of 80%"},
+		{v1alpha1.ImageFilesystem{CapacityBytes: 100 * gi, AvailableBytes: 20 * gi}, 80, true, "80% full (80Gi of 100Gi), at or past the high-water mark of 80% (the job's, within the agent's --max-high-water)"},
 		{v1alpha1.ImageFilesystem{CapacityBytes: 100 * gi, AvailableBytes: 0}, 100, true, "100% full"},
 		{v1alpha1.ImageFilesystem{UsedBytes: 50 * gi}, 1, false, "not enforced: the agent cannot see the image filesystem's size"},
 	} {

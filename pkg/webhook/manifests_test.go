@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -63,6 +64,27 @@ func TestManifests(t *testing.T) {
 	}
 	if strings.Contains(certManager, "--manage-certs=true") {
 		t.Error("manifests/cert-manager still has the webhook manage its certificates")
+	}
+
+	// The README's patch sets the registries the agent may pull from.
+	overlay := t.TempDir()
+	abs, err := filepath.Abs("../../manifests/default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// kustomize takes resources by relative path only.
+	root, err := filepath.Rel(overlay, abs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kustomization := "resources: [" + root + "]\npatches:\n- target: {kind: DaemonSet, name: asrl-prepull-agent}\n  patch: |-\n" +
+		"    - op: replace\n      path: /spec/template/spec/containers/0/args/4\n      value: --allowed-registries=mirror.example.com,docker.io/swebench\n"
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	patched := kubectl("", "kustomize", overlay)
+	if !strings.Contains(patched, "- --allowed-registries=mirror.example.com,docker.io/swebench") || strings.Contains(patched, "- --allowed-registries=\n") {
+		t.Errorf("the README's patch does not set the agent's registries:\n%s", patched)
 	}
 
 	// The sample policy applies as it is.

@@ -16,7 +16,7 @@ func TestPrintNodes(t *testing.T) {
 			{Node: "node-b", Phase: v1alpha1.PrepullFailed, Pulled: 2, Failed: 1, Message: "1 of 3 images failed to pull",
 				Failures: []v1alpha1.ImagePullFailure{{Image: "c", Message: "failed to resolve image: c: not found"}}},
 			{Node: "node-c", Phase: v1alpha1.PrepullStopped, Pulled: 1, Pending: 2,
-				Message: "the image filesystem is 81% full (81Gi of 100Gi), at or past the job's high-water mark of 80%; no more pulls"},
+				Message: "the image filesystem is 81% full (81Gi of 100Gi), at or past the high-water mark of 80% (the job's, within the agent's --max-high-water); no more pulls"},
 		}}}
 	var out bytes.Buffer
 	if err := printNodes(&out, nodecache.Progress(job, []string{"node-a", "node-b", "node-c", "node-d"})); err != nil {

@@ -44,6 +44,9 @@ type Agent struct {
 	// restarts: what it pulled for deleteWhenDone jobs, to remove it even
 	// if it restarted before the job was deleted. Empty keeps nothing.
 	StateDir string
+	// Limits bound what PrepullJobs make the node pull: the registries
+	// allowed (none: nothing) and a cap on their disk high-water mark.
+	Limits nodecache.PullLimits
 	// MaxObjectBytes bounds the object's size (MaxObjectBytes if zero).
 	MaxObjectBytes int
 	Log            logr.Logger

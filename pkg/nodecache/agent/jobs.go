@@ -284,7 +284,7 @@ func (j *jobs) prepull(ctx context.Context, run *jobRun) {
 	for range parallelism {
 		go func() {
 			for img := range work {
-				results <- a.pullOne(ctx, img, job.Spec.DiskHighWaterPercent)
+				results <- a.pullOne(ctx, img, a.Limits.HighWater(job.Spec.DiskHighWaterPercent))
 			}
 		}()
 	}
@@ -361,10 +361,14 @@ type pullResult struct {
 	note string
 }
 
-// pullOne pulls img unless the node has it or its image filesystem is
-// past the high-water mark.
+// pullOne pulls img unless the agent's limits refuse it, the node has it
+// or its image filesystem is past the high-water mark.
 func (a *Agent) pullOne(ctx context.Context, img string, highWaterPercent int32) pullResult {
 	r := pullResult{image: img}
+	if refusal := a.Limits.Refusal(img); refusal != "" {
+		r.err = refusal
+		return r
+	}
 	id, err := a.Runtime.ImageID(ctx, img)
 	if err != nil {
 		r.err = err.Error()
