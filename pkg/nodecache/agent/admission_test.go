@@ -25,10 +25,28 @@ import (
 
 const agentNamespace, agentAccount = "sandbox-fleet-agent", "asrl-prepull-agent"
 
-// applyAgentManifests applies manifests/prepull-agent as users do, and
-// deletes it when the test ends.
-func applyAgentManifests(t *testing.T) {
+// sandboxNodeLabel marks the nodes the shipped DaemonSet runs on.
+const sandboxNodeLabel = "sandbox-fleet.io/sandbox-node"
+
+// applyAgentManifests labels nodes as sandbox nodes and applies
+// manifests/prepull-agent, as an admin does, and undoes both when the test
+// ends.
+func applyAgentManifests(t *testing.T, admin client.Client, nodes ...string) {
 	t.Helper()
+	for _, name := range nodes {
+		label := func(value any) error {
+			patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, sandboxNodeLabel, value)
+			return admin.Patch(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, client.RawPatch(types.MergePatchType, []byte(patch)))
+		}
+		if err := label(`"true"`); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := label("null"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
 	bin, err := testcluster.BinDir()
 	if err != nil {
 		t.Fatal(err)
@@ -106,8 +124,8 @@ func asClient(t *testing.T, cfg *rest.Config) client.Client {
 // An agent writes its own node's NodeImageCache and no other's.
 func TestAgentWritesOnlyItsNode(t *testing.T) {
 	admin := clusterClient(t)
-	applyAgentManifests(t)
 	nodes := []string{"kwok-node-0", "kwok-node-1"}
+	applyAgentManifests(t, admin, nodes...)
 	for _, n := range nodes {
 		t.Cleanup(func() {
 			_ = admin.Delete(context.Background(), &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: n}})
