@@ -149,8 +149,10 @@ func (f *Fleet) GiveBack(ctx context.Context, s *Sandbox, keep bool) (Outcome, e
 	start := time.Now()
 	if err := f.reset(ctx, s); err != nil {
 		klog.Warningf("quarantining sandbox %s of %s: %v", s.Sandbox, s.image, err)
-		defer f.timed("quarantine", s.cluster.Name)()
-		return Quarantined, f.Release(ctx, s)
+		err := f.Release(ctx, s)
+		// The failed reset is part of what the quarantine cost.
+		f.phase("quarantine", s.cluster.Name, time.Since(start))
+		return Quarantined, err
 	}
 	f.phase("reset", s.cluster.Name, time.Since(start))
 	s.Resets++
@@ -160,8 +162,8 @@ func (f *Fleet) GiveBack(ctx context.Context, s *Sandbox, keep bool) (Outcome, e
 	return Kept, nil
 }
 
-// timed records phase name on cluster for as long as until its returned
-// func is called.
+// timed starts timing phase name on cluster; the func it returns records
+// it.
 func (f *Fleet) timed(name, cluster string) func() {
 	start := time.Now()
 	return func() { f.phase(name, cluster, time.Since(start)) }

@@ -54,19 +54,24 @@ func (s *Sandbox) Exec(ctx context.Context, r exec.Request) (int, error) {
 	return s.exec(ctx, r)
 }
 
-// exec runs r by an exec of its own.
+// exec runs r by an exec of its own, and tells a lost sandbox.
 func (s *Sandbox) exec(ctx context.Context, r exec.Request) (int, error) {
-	r.Namespace, r.Pod = s.Namespace, s.Pod
-	if r.Container == "" {
-		r.Container = resources.ContainerName
-	}
-	code, err := exec.Run(ctx, s.cluster.Clients.Config, s.cluster.Clients.Kube, r)
+	code, err := s.run(ctx, r)
 	if err != nil || code > 128 {
 		if lost := s.lost(context.WithoutCancel(ctx)); lost != nil {
 			return 0, lost
 		}
 	}
 	return code, err
+}
+
+// run runs r by an exec of its own.
+func (s *Sandbox) run(ctx context.Context, r exec.Request) (int, error) {
+	r.Namespace, r.Pod = s.Namespace, s.Pod
+	if r.Container == "" {
+		r.Container = resources.ContainerName
+	}
+	return exec.Run(ctx, s.cluster.Clients.Config, s.cluster.Clients.Kube, r)
 }
 
 // execInSession runs r over the sandbox's shell, opening one if there is
@@ -118,7 +123,9 @@ func (s *Sandbox) openShell(ctx context.Context) *exec.Shell {
 	s.shellMu.Lock()
 	defer s.shellMu.Unlock()
 	if s.shell == nil && s.breaks < 2 {
-		s.shell = exec.OpenShell(ctx, s.exec, exec.Request{})
+		// The shell's own stream needs no lost check: each command's
+		// failure makes one.
+		s.shell = exec.OpenShell(ctx, s.run, exec.Request{})
 	}
 	return s.shell
 }
