@@ -1,20 +1,16 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
-	"k8s.io/klog/v2"
-
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testlog"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
@@ -79,7 +75,7 @@ func recycledRun(t *testing.T, rows []string, args ...string) (report.Report, ma
 		}
 	}
 	resultsFile := filepath.Join(dir, "results.jsonl")
-	log := captureLog(t)
+	log := testlog.Klog(t)
 	code, out, stderr := plugin(append([]string{"run", "-n", newNamespace(t), "--tasks", filepath.Join(dir, "tasks.jsonl"),
 		"--script", filepath.Join(dir, "rollout.sh"), "--recycle", "--results", resultsFile, "-o", "json"},
 		append(args, "--", "{metadata.mode}")...)...)
@@ -106,38 +102,6 @@ func recycledRun(t *testing.T, rows []string, args ...string) (report.Report, ma
 		t.Log(table.String())
 	}
 	return rep, byID, stderr
-}
-
-// captureLog copies what the engine logs (klog) while the test runs. The
-// INFO stream carries every severity, each line once; the others, which
-// repeat it, are discarded rather than written to files.
-func captureLog(t *testing.T) *lockedBuffer {
-	var b lockedBuffer
-	klog.LogToStderr(false)
-	klog.SetOutput(io.Discard)
-	klog.SetOutputBySeverity("INFO", io.MultiWriter(&b, os.Stderr))
-	t.Cleanup(func() {
-		klog.LogToStderr(true)
-		klog.SetOutput(os.Stderr)
-	})
-	return &b
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // G = 8 rollouts of 3 problems, recycled: each problem's rollouts run one

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testlog"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
@@ -87,27 +88,9 @@ type run struct {
 	id, ns, dir string
 	tasks       int
 	cmd         *exec.Cmd
-	stderr      *syncBuffer
+	stderr      *testlog.Buffer
 	exited      chan struct{}
 	started     time.Time
-}
-
-// syncBuffer collects a child's stderr for reading while it runs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // images are the four images a run's tasks use.
@@ -131,7 +114,7 @@ func startRun(t *testing.T, ns, id string, n int, work string, flags ...string) 
 		"--ready-timeout", readyTimeout.String(), "-q", "--process", "local"}, flags...)
 	cmd := exec.Command(buildPlugin(t), append(args, "--", "sh", "-c", work)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	r := &run{id: id, ns: ns, dir: dir, tasks: n, cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{}), started: time.Now()}
+	r := &run{id: id, ns: ns, dir: dir, tasks: n, cmd: cmd, stderr: &testlog.Buffer{}, exited: make(chan struct{}), started: time.Now()}
 	cmd.Stderr = r.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

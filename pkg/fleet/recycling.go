@@ -135,24 +135,20 @@ const (
 // release's.
 func (f *Fleet) GiveBack(ctx context.Context, s *Sandbox, keep bool) (Outcome, error) {
 	rc := f.recycler
+	start := time.Now()
 	switch {
 	case rc == nil || !keep || s.baseline == nil:
 		return Released, f.Release(ctx, s)
 	case s.shellBroken():
 		klog.Warningf("quarantining sandbox %s of %s: its command session broke twice", s.Sandbox, s.image)
-		defer f.timed("quarantine", s.cluster.Name)()
-		return Quarantined, f.Release(ctx, s)
+		return Quarantined, f.releaseAs(ctx, s, "quarantine", start)
 	case s.Resets >= rc.maxReuses:
-		defer f.timed("rotate", s.cluster.Name)()
-		return Rotated, f.Release(ctx, s)
+		return Rotated, f.releaseAs(ctx, s, "rotate", start)
 	}
-	start := time.Now()
 	if err := f.reset(ctx, s); err != nil {
 		klog.Warningf("quarantining sandbox %s of %s: %v", s.Sandbox, s.image, err)
-		err := f.Release(ctx, s)
 		// The failed reset is part of what the quarantine cost.
-		f.phase("quarantine", s.cluster.Name, time.Since(start))
-		return Quarantined, err
+		return Quarantined, f.releaseAs(ctx, s, "quarantine", start)
 	}
 	f.phase("reset", s.cluster.Name, time.Since(start))
 	s.Resets++
@@ -162,11 +158,11 @@ func (f *Fleet) GiveBack(ctx context.Context, s *Sandbox, keep bool) (Outcome, e
 	return Kept, nil
 }
 
-// timed starts timing phase name on cluster; the func it returns records
-// it.
-func (f *Fleet) timed(name, cluster string) func() {
-	start := time.Now()
-	return func() { f.phase(name, cluster, time.Since(start)) }
+// releaseAs releases s and records phase, begun at start, on its cluster.
+func (f *Fleet) releaseAs(ctx context.Context, s *Sandbox, phase string, start time.Time) error {
+	err := f.Release(ctx, s)
+	f.phase(phase, s.cluster.Name, time.Since(start))
+	return err
 }
 
 // reset puts s back to its baseline within the reset timeout and checks
@@ -227,18 +223,11 @@ func (f *Fleet) releaseClean(ctx context.Context, images []string) error {
 }
 
 // forgetClean drops the clean sandboxes kept, whose objects teardown
-// deletes.
+// deletes. They hold no shell: their reset closed it.
 func (f *Fleet) forgetClean() {
-	rc := f.recycler
-	if rc == nil {
-		return
+	if rc := f.recycler; rc != nil {
+		rc.mu.Lock()
+		clear(rc.free)
+		rc.mu.Unlock()
 	}
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	for _, free := range rc.free {
-		for _, s := range free {
-			s.closeShell()
-		}
-	}
-	clear(rc.free)
 }

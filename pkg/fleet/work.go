@@ -54,9 +54,16 @@ func (s *Sandbox) Exec(ctx context.Context, r exec.Request) (int, error) {
 	return s.exec(ctx, r)
 }
 
-// exec runs r by an exec of its own, and tells a lost sandbox.
+// exec runs r by an exec of its own.
 func (s *Sandbox) exec(ctx context.Context, r exec.Request) (int, error) {
 	code, err := s.run(ctx, r)
+	return s.orLost(ctx, code, err)
+}
+
+// orLost returns a command's code and error, or the sandbox's
+// *claim.LostError when the command broke off or died of a signal because
+// the sandbox went.
+func (s *Sandbox) orLost(ctx context.Context, code int, err error) (int, error) {
 	if err != nil || code > 128 {
 		if lost := s.lost(context.WithoutCancel(ctx)); lost != nil {
 			return 0, lost
@@ -109,12 +116,7 @@ func (s *Sandbox) execInSession(ctx context.Context, r exec.Request) (int, error
 		s.shellMu.Unlock()
 		_ = sh.Close()
 	}
-	if err != nil || code > 128 {
-		if lost := s.lost(context.WithoutCancel(ctx)); lost != nil {
-			return 0, lost
-		}
-	}
-	return code, err
+	return s.orLost(ctx, code, err)
 }
 
 // openShell returns the sandbox's shell, opened if need be, or nil once

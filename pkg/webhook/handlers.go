@@ -112,18 +112,17 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	}
 	dryRun := req.DryRun != nil && *req.DryRun
 	if ephemeral {
-		return m.checkEphemeral(pod, set, runID, dryRun)
+		// Ephemeral containers (kubectl debug) are not mutated — the API
+		// server keeps nothing but them from such an update — so one the
+		// policies would change is denied, saying what to set.
+		if resp, result, done := refused(m.Counts, policy.CheckEphemeral(pod, set, runID), dryRun); done {
+			return resp, result
+		}
+		return admission.Allowed("the ephemeral containers comply with the SandboxPolicies"), resultAllowed
 	}
 	changes, err := policy.Mutate(pod, set, runID)
-	var denial *policy.Denial
-	if errors.As(err, &denial) {
-		if !dryRun {
-			m.Counts.denied(denial.Policies)
-		}
-		return admission.Denied(denial.Error()), resultDenied
-	}
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err), resultErrored
+	if resp, result, done := refused(m.Counts, err, dryRun); done {
+		return resp, result
 	}
 	if weight, ok := set.NodeCacheWeight(); ok && m.preferCachingNodes(pod, weight) {
 		changes = append(changes, "spec.affinity.nodeAffinity: prefer the nodes holding the image")
@@ -141,24 +140,22 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	return admission.PatchResponseFromRaw(req.Object.Raw, mutated), resultMutated
 }
 
-// checkEphemeral judges the ephemeral containers added to a sandbox Pod
-// (kubectl debug). They are not mutated — the API server keeps nothing
-// but them from such an update, and a patch would have to name their
-// security context for them — so one the policies would change is denied,
-// saying what to set.
-func (m *PodMutator) checkEphemeral(pod *corev1.Pod, set policy.Set, runID string, dryRun bool) (admission.Response, string) {
-	err := policy.CheckEphemeral(pod, set, runID)
+// refused answers a review that err refused: a policy's *policy.Denial
+// (counted, unless the review is a dry run) or a failure to judge it.
+// done is false when err is nil.
+func refused(counts *Counts, err error, dryRun bool) (resp admission.Response, result string, done bool) {
 	var denial *policy.Denial
-	if errors.As(err, &denial) {
+	switch {
+	case err == nil:
+		return admission.Response{}, "", false
+	case errors.As(err, &denial):
 		if !dryRun {
-			m.Counts.denied(denial.Policies)
+			counts.denied(denial.Policies)
 		}
-		return admission.Denied(denial.Error()), resultDenied
+		return admission.Denied(denial.Error()), resultDenied, true
+	default:
+		return admission.Errored(http.StatusInternalServerError, err), resultErrored, true
 	}
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err), resultErrored
-	}
-	return admission.Allowed("the ephemeral containers comply with the SandboxPolicies"), resultAllowed
 }
 
 // preferCachingNodes adds node affinity toward the nodes holding most of
