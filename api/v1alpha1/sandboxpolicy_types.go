@@ -24,6 +24,7 @@ import (
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.priority`
 // +kubebuilder:printcolumn:name="Runtime Class",type=string,JSONPath=`.spec.runtimeClassName`
+// +kubebuilder:printcolumn:name="In Force",type=string,JSONPath=`.status.conditions[?(@.type=="InForce")].status`
 // +kubebuilder:printcolumn:name="Mutated",type=integer,JSONPath=`.status.mutatedPods`
 // +kubebuilder:printcolumn:name="Denied",type=integer,JSONPath=`.status.deniedPods`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -171,8 +172,16 @@ type NodeCachePolicy struct {
 	Weight int32 `json:"weight,omitempty"`
 }
 
-// SandboxPolicyStatus counts what the policy did.
+// SandboxPolicyStatus says whether the policy is in force and counts what
+// it did.
 type SandboxPolicyStatus struct {
+	// Conditions: InForce is True once the webhook's configurations have
+	// the API server call it for the sandbox Pods and SandboxTemplates of
+	// the namespaces this generation of the policy selects.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 	// MutatedPods counts sandbox Pods the policy changed.
 	// +optional
 	MutatedPods int64 `json:"mutatedPods,omitempty"`
@@ -193,3 +202,7 @@ type SandboxPolicyList struct {
 func init() {
 	SchemeBuilder.Register(&SandboxPolicy{}, &SandboxPolicyList{})
 }
+
+// PolicyInForce is the SandboxPolicy condition saying the webhook's
+// configurations serve the policy's generation.
+const PolicyInForce = "InForce"

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +19,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -60,12 +60,15 @@ func Start(ctx context.Context, c *testcluster.Cluster, ns, bin string, cpus ...
 	health, metrics := "127.0.0.1:"+strconv.Itoa(ports[1]), "127.0.0.1:"+strconv.Itoa(ports[2])
 	s := &Server{URL: "https://localhost:" + strconv.Itoa(ports[0]), HealthURL: "http://" + health, MetricsURL: "http://" + metrics,
 		client: clients.Client, name: "asrl-webhook-" + ns, dir: dir}
-	configurations, err := s.configurations(ns)
+	configurations, err := s.configurations()
 	for _, obj := range configurations {
 		if err != nil {
 			break
 		}
 		err = clients.Client.Create(ctx, obj)
+	}
+	if err == nil {
+		err = s.Serve(ctx, ns)
 	}
 	if err != nil {
 		return nil, errors.Join(err, s.Close())
@@ -75,7 +78,7 @@ func Start(ctx context.Context, c *testcluster.Cluster, ns, bin string, cpus ...
 		"--metrics-addr", metrics, "--health-addr", health,
 		"--secret-namespace", ns, "--secret-name", "asrl-webhook-cert", "--dns-name", "localhost", "--write-cert-dir",
 		"--mutating-webhook-configuration", s.name, "--validating-webhook-configuration", s.name,
-		"--status-interval", "200ms",
+		"--status-interval", "200ms", "--lease-namespace", ns,
 	}, cpus)
 	if err == nil {
 		err = s.waitCallable(ctx)
@@ -86,11 +89,18 @@ func Start(ctx context.Context, c *testcluster.Cluster, ns, bin string, cpus ...
 	return s, nil
 }
 
+// ServedLabel is the namespace label by which a test's webhook serves a
+// namespace: its template entries select it, so its policies' entries
+// select only namespaces so labelled and policies of other tests' webhooks
+// leave it alone.
+const ServedLabel = "sandbox-fleet.io/test-webhook"
+
 // configurations are the webhook configurations the manifests ship
 // (manifests/webhook/webhooks.yaml), renamed for ns, with the server's URL
-// in place of the Service and a namespace selector keeping them to ns, so
-// the tests run the failure policy, selectors and rules users get.
-func (s *Server) configurations(ns string) ([]client.Object, error) {
+// in place of the Service and the template entries kept to namespaces
+// labelled ServedLabel=s.name, so the tests run the failure policy,
+// selectors and rules users get.
+func (s *Server) configurations() ([]client.Object, error) {
 	root, err := testcluster.RepoRoot()
 	if err != nil {
 		return nil, err
@@ -101,31 +111,46 @@ func (s *Server) configurations(ns string) ([]client.Object, error) {
 		return nil, err
 	}
 	docs := strings.Split(string(b), "\n---\n")
-	if len(docs) != 2 {
-		return nil, fmt.Errorf("%s: want a MutatingWebhookConfiguration and a ValidatingWebhookConfiguration, found %d documents", path, len(docs))
+	if len(docs) != 4 {
+		return nil, fmt.Errorf("%s: want two MutatingWebhookConfigurations and two ValidatingWebhookConfigurations, found %d documents", path, len(docs))
 	}
-	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-	for i, obj := range []any{mutating, validating} {
+	mutating, mutatingPolicies := &admissionregistrationv1.MutatingWebhookConfiguration{}, &admissionregistrationv1.MutatingWebhookConfiguration{}
+	validating, validatingPolicies := &admissionregistrationv1.ValidatingWebhookConfiguration{}, &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	for i, obj := range []any{mutating, mutatingPolicies, validating, validatingPolicies} {
 		if err := yaml.UnmarshalStrict([]byte(docs[i]), obj); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 	}
-	selectNS := &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}
 	at := func(cc *admissionregistrationv1.WebhookClientConfig) {
 		url := s.URL + *cc.Service.Path
 		*cc = admissionregistrationv1.WebhookClientConfig{URL: &url}
 	}
+	served := func(sel *metav1.LabelSelector) {
+		if webhook.IsTemplate(sel) {
+			sel.MatchLabels = map[string]string{ServedLabel: s.name}
+		}
+	}
 	mutating.Name, validating.Name = s.name, s.name
+	mutatingPolicies.Name, validatingPolicies.Name = s.name+webhook.PoliciesSuffix, s.name+webhook.PoliciesSuffix
 	for i := range mutating.Webhooks {
 		at(&mutating.Webhooks[i].ClientConfig)
-		mutating.Webhooks[i].NamespaceSelector = selectNS
+		served(mutating.Webhooks[i].NamespaceSelector)
 	}
 	for i := range validating.Webhooks {
 		at(&validating.Webhooks[i].ClientConfig)
-		validating.Webhooks[i].NamespaceSelector = selectNS
+		served(validating.Webhooks[i].NamespaceSelector)
 	}
-	return []client.Object{mutating, validating}, nil
+	return []client.Object{mutating, mutatingPolicies, validating, validatingPolicies}, nil
+}
+
+// Serve has the webhook serve namespace ns too.
+func (s *Server) Serve(ctx context.Context, ns string) error {
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, ServedLabel, s.name)
+	obj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+	if err := s.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		return fmt.Errorf("labelling namespace %s to be served by %s: %w", ns, s.name, err)
+	}
+	return nil
 }
 
 // waitCallable waits until the CA is in both configurations and the
@@ -179,25 +204,30 @@ func (s *Server) WaitForNodeAffinity(ctx context.Context, ns, image string) erro
 	return nil
 }
 
-// WaitForPolicySet waits until the webhook's configuration routes ns's
-// sandbox Pods by a policy set's entry when governed, or by none when not:
-// the webhook updates its entries a moment after a policy changes.
+// WaitForPolicySet waits until a policy's sandbox Pod entry in the
+// webhook's configuration selects ns when governed, or none does when
+// not: the webhook writes a policy's own entries a moment after its
+// change.
 func (s *Server) WaitForPolicySet(ctx context.Context, ns string, governed bool) error {
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		namespace := &corev1.Namespace{}
 		cfg := &admissionregistrationv1.MutatingWebhookConfiguration{}
-		if err := s.client.Get(ctx, types.NamespacedName{Name: s.name}, cfg); err != nil {
+		if err := s.client.Get(ctx, types.NamespacedName{Name: ns}, namespace); err != nil {
+			return false, err
+		}
+		if err := s.client.Get(ctx, types.NamespacedName{Name: s.name + webhook.PoliciesSuffix}, cfg); err != nil {
 			return false, err
 		}
 		routed := false
 		for _, w := range cfg.Webhooks {
-			if w.Name == webhook.PodWebhookName || !webhook.IsPodWebhook(w.Name) || w.NamespaceSelector == nil {
-				continue
+			sel, err := metav1.LabelSelectorAsSelector(w.NamespaceSelector)
+			if err != nil {
+				return false, err
 			}
-			for _, r := range w.NamespaceSelector.MatchExpressions {
-				routed = routed || r.Key == corev1.LabelMetadataName && r.Operator == metav1.LabelSelectorOpIn && slices.Contains(r.Values, ns)
-			}
+			routed = routed || strings.HasPrefix(w.Name, "sandbox-pods-") && !strings.Contains(w.Name, "-pending.") && sel.Matches(labels.Set(namespace.Labels))
 		}
-		return routed == governed, nil
+		pending, err := webhook.ReadPending(cfg)
+		return routed == governed && len(pending) == 0, err
 	})
 	if err != nil {
 		return fmt.Errorf("the webhook's configuration does not route namespace %s as governed=%v: %w", ns, governed, err)
@@ -229,6 +259,8 @@ func (s *Server) removeConfigurations() error {
 	for _, obj := range []client.Object{
 		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: s.name}},
 		&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: s.name}},
+		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: s.name + webhook.PoliciesSuffix}},
+		&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: s.name + webhook.PoliciesSuffix}},
 	} {
 		errs = append(errs, client.IgnoreNotFound(s.client.Delete(context.Background(), obj)))
 	}

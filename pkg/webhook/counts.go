@@ -55,6 +55,10 @@ func (c *Counts) add(name string, d delta) {
 	c.pending[name] = delta{have.mutated + d.mutated, have.denied + d.denied}
 }
 
+// NeedLeaderElection implements manager.LeaderElectionRunnable: every
+// replica counts its own admissions.
+func (c *Counts) NeedLeaderElection() bool { return false }
+
 // Start flushes the counts every Interval until ctx ends, then once more.
 func (c *Counts) Start(ctx context.Context) error {
 	interval := c.Interval

@@ -9,12 +9,10 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
@@ -45,30 +43,12 @@ const (
 	resultErrored = "errored"
 )
 
-// policies reads the SandboxPolicies that govern namespace.
-func policies(ctx context.Context, c client.Reader, namespace string) (policy.Set, error) {
-	ns := &corev1.Namespace{}
-	if err := c.Get(ctx, types.NamespacedName{Name: namespace}, ns); err != nil {
-		return nil, fmt.Errorf("reading namespace %s: %w", namespace, err)
-	}
-	// The policies are only read, so the cache's own objects serve: no
-	// copy of every policy on every admission.
-	all := &v1alpha1.SandboxPolicyList{}
-	if err := c.List(ctx, all, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing SandboxPolicies: %w", err)
-	}
-	return policy.Select(all.Items, ns.Labels)
-}
-
 // PodMutator applies the SandboxPolicies of a sandbox Pod's namespace to
 // it as it is created.
 type PodMutator struct {
-	// Reader serves policies, namespaces and the Pod's owners, from a cache.
-	Reader client.Reader
-	// APIReader reads owners the cache has not seen yet: a Sandbox is
-	// created moments before its Pod.
-	APIReader client.Reader
-	Counts    *Counts
+	// View serves policies, namespaces and the Pod's owners.
+	View   *policyView
+	Counts *Counts
 	// NodeCaches are the nodes' image caches, for policies with
 	// nodeCache; nil turns that off. It is called when such a policy is
 	// first met, and the affinity is left out until they are listed.
@@ -99,7 +79,7 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 		return admission.Allowed("not a sandbox Pod"), resultAllowed
 	}
 	namespace := req.Namespace
-	set, err := policies(ctx, m.Reader, namespace)
+	set, err := m.View.policies(ctx, namespace)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err), resultErrored
 	}
@@ -189,8 +169,8 @@ func (m *PodMutator) runID(ctx context.Context, namespace string, pod *corev1.Po
 	if owner == nil || owner.Kind != "Sandbox" {
 		return "", nil
 	}
-	sandbox := &sandboxv1beta1.Sandbox{}
-	if found, err := m.get(ctx, types.NamespacedName{Namespace: namespace, Name: owner.Name}, sandbox); err != nil || !found {
+	sandbox := metadataOf(sandboxv1beta1.GroupVersion.WithKind("Sandbox"))
+	if found, err := m.View.get(ctx, types.NamespacedName{Namespace: namespace, Name: owner.Name}, sandbox); err != nil || !found {
 		return "", err
 	}
 	if id := sandbox.Labels[labels.RunID]; id != "" {
@@ -200,32 +180,14 @@ func (m *PodMutator) runID(ctx context.Context, namespace string, pod *corev1.Po
 	if parent == nil {
 		return "", nil
 	}
-	var obj client.Object
-	switch parent.Kind {
-	case "SandboxWarmPool":
-		obj = &extensionsv1beta1.SandboxWarmPool{}
-	case "SandboxClaim":
-		obj = &extensionsv1beta1.SandboxClaim{}
-	default:
+	if parent.Kind != "SandboxWarmPool" && parent.Kind != "SandboxClaim" {
 		return "", nil
 	}
-	if found, err := m.get(ctx, types.NamespacedName{Namespace: namespace, Name: parent.Name}, obj); err != nil || !found {
+	obj := metadataOf(extensionsv1beta1.GroupVersion.WithKind(parent.Kind))
+	if found, err := m.View.get(ctx, types.NamespacedName{Namespace: namespace, Name: parent.Name}, obj); err != nil || !found {
 		return "", err
 	}
 	return obj.GetLabels()[labels.RunID], nil
-}
-
-// get reads key from the cache, then from the API server when the cache
-// has not seen it yet.
-func (m *PodMutator) get(ctx context.Context, key types.NamespacedName, obj client.Object) (bool, error) {
-	err := m.Reader.Get(ctx, key, obj)
-	if apierrors.IsNotFound(err) {
-		err = m.APIReader.Get(ctx, key, obj)
-	}
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	return err == nil, err
 }
 
 // TemplateMutator applies the SandboxPolicies of a SandboxTemplate's
@@ -235,7 +197,7 @@ func (m *PodMutator) get(ctx context.Context, key types.NamespacedName, obj clie
 // it puts on the Pod template; the run-id label comes from the template's
 // own.
 type TemplateMutator struct {
-	Reader client.Reader
+	View *policyView
 }
 
 // Handle implements admission.Handler.
@@ -248,7 +210,7 @@ func (m *TemplateMutator) handle(ctx context.Context, req admission.Request) (ad
 	if tmpl == nil {
 		return resp, result
 	}
-	set, err := policies(ctx, m.Reader, req.Namespace)
+	set, err := m.View.policies(ctx, req.Namespace)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err), resultErrored
 	}
@@ -292,7 +254,7 @@ func decodeTemplate(req admission.Request) (*extensionsv1beta1.SandboxTemplate, 
 // of their namespace would refuse, so a bad template fails when it is
 // applied rather than when its first sandbox starts.
 type TemplateValidator struct {
-	Reader client.Reader
+	View   *policyView
 	Counts *Counts
 }
 
@@ -306,7 +268,7 @@ func (v *TemplateValidator) handle(ctx context.Context, req admission.Request) (
 	if tmpl == nil {
 		return resp, result
 	}
-	set, err := policies(ctx, v.Reader, req.Namespace)
+	set, err := v.View.policies(ctx, req.Namespace)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err), resultErrored
 	}

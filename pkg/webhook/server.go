@@ -15,14 +15,17 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
@@ -32,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
@@ -65,10 +69,16 @@ type Options struct {
 	// Secret there (a test, or a developer's machine).
 	WriteCertDir bool
 
-	// SkipCompliantPods keeps the sandbox Pod webhook's entries in
-	// MutatingWebhook as PodWebhooks makes them, so the API server calls
-	// the webhook only for Pods it has something to do for.
+	// SkipCompliantPods gives each policy's sandbox Pod entry its CEL
+	// condition (PolicyWebhooks), so the API server calls the webhook
+	// only for Pods it has something to do for.
 	SkipCompliantPods bool
+
+	// LeaderElection elects, by a Lease named MutatingWebhook in
+	// LeaseNamespace, the one replica that writes the policies' entries
+	// and their InForce conditions; every replica serves admissions.
+	LeaderElection bool
+	LeaseNamespace string
 
 	// StatusInterval is how often policy statuses receive the counts.
 	StatusInterval time.Duration
@@ -76,10 +86,17 @@ type Options struct {
 
 // Run serves the webhook until ctx ends.
 func Run(ctx context.Context, cfg *rest.Config, o Options) error {
+	if o.MutatingWebhook == "" || o.ValidatingWebhook == "" {
+		return errors.New("the webhook configurations' names are needed: the policies' entries are made from theirs")
+	}
 	mgr, err := manager.New(cfg, manager.Options{
-		Scheme:                 kube.Scheme,
-		Metrics:                metricsserver.Options{BindAddress: o.MetricsAddr},
-		HealthProbeBindAddress: o.HealthAddr,
+		Scheme:                        kube.Scheme,
+		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:        o.HealthAddr,
+		LeaderElection:                o.LeaderElection,
+		LeaderElectionID:              o.MutatingWebhook,
+		LeaderElectionNamespace:       o.LeaseNamespace,
+		LeaderElectionReleaseOnCancel: true,
 		Cache: cache.Options{
 			DefaultTransform: cache.TransformStripManagedFields(),
 		},
@@ -105,11 +122,20 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	unlisted := &registry.Layers{Failed: func(ref string, err error) {
 		klog.FromContext(ctx).Info("Reading an image's layers from its registry failed: no node-cache affinity for its Pods for now", "image", ref, "err", err)
 	}}
-	srv.Register(MutatePodsPath, &webhook.Admission{Handler: &PodMutator{
-		Reader: mgr.GetCache(), APIReader: mgr.GetAPIReader(), Counts: counts, NodeCaches: nodeCaches, Unlisted: unlisted.Known}})
-	srv.Register(MutateTemplatesPath, &webhook.Admission{Handler: &TemplateMutator{Reader: mgr.GetCache()}})
-	srv.Register(ValidateTemplatesPath, &webhook.Admission{Handler: &TemplateValidator{
-		Reader: mgr.GetCache(), Counts: counts}})
+	view := &policyView{Reader: mgr.GetCache()}
+	configurations := policyConfigurations{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(),
+		Mutating: o.MutatingWebhook, Validating: o.ValidatingWebhook, SkipCompliant: o.SkipCompliantPods}
+	// Each handler is served at its path, and under it at the paths of
+	// the policies' entries, which name the policy they stand for.
+	for path, h := range map[string]admission.Handler{
+		MutatePodsPath:        &PodMutator{View: view, Counts: counts, NodeCaches: nodeCaches, Unlisted: unlisted.Known},
+		MutateTemplatesPath:   &TemplateMutator{View: view},
+		ValidateTemplatesPath: &TemplateValidator{View: view, Counts: counts},
+	} {
+		srv.Register(path, &webhook.Admission{Handler: h})
+		srv.Register(path+"/", &webhook.Admission{Handler: h, WithContextFunc: withPolicyRef(path)})
+	}
+	srv.Register(ValidatePoliciesPath, &webhook.Admission{Handler: &PolicyAdmitter{configurations: &configurations}})
 
 	certsReady := make(chan struct{})
 	if o.ManageCerts {
@@ -133,7 +159,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 			return fmt.Errorf("setting up certificate rotation: %w", err)
 		}
 		if o.WriteCertDir {
-			if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			if err := mgr.Add(everywhere(func(ctx context.Context) error {
 				return writeCertDir(ctx, mgr.GetAPIReader(), key, o.CertDir)
 			})); err != nil {
 				return err
@@ -156,34 +182,59 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
+	// Ready once the certificate is served and the cache holds what
+	// admissions read: before, a replica would refuse or wait.
+	var synced atomic.Bool
+	if err := mgr.Add(everywhere(func(ctx context.Context) error {
+		synced.Store(mgr.GetCache().WaitForCacheSync(ctx))
+		return nil
+	})); err != nil {
+		return err
+	}
 	if err := mgr.AddReadyzCheck("webhook", func(req *http.Request) error {
 		select {
 		case <-certsReady:
-			return srv.StartedChecker()(req)
 		default:
 			return errors.New("the serving certificate is not ready yet")
 		}
+		if !synced.Load() {
+			return errors.New("the cache of policies, namespaces and sandboxes is not synced yet")
+		}
+		return srv.StartedChecker()(req)
 	}); err != nil {
 		return err
 	}
 	if err := mgr.Add(counts); err != nil {
 		return err
 	}
-	if o.SkipCompliantPods && o.MutatingWebhook != "" {
-		if err := mgr.Add(&podWebhookSync{Cache: mgr.GetCache(), Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Name: o.MutatingWebhook}); err != nil {
-			return err
-		}
+	if err := mgr.Add(&policySync{policyConfigurations: configurations, Cache: mgr.GetCache()}); err != nil {
+		return err
 	}
 	// Admissions read these from the cache; have it follow them from the
-	// start rather than on the first admission.
-	for _, obj := range []client.Object{&corev1.Namespace{}, &v1alpha1.SandboxPolicy{},
-		&sandboxv1beta1.Sandbox{}, &extensionsv1beta1.SandboxWarmPool{}, &extensionsv1beta1.SandboxClaim{}} {
-		if _, err := mgr.GetCache().GetInformer(ctx, obj, cache.BlockUntilSynced(false)); err != nil {
-			return fmt.Errorf("following %T: %w", obj, err)
+	// start. Namespaces and sandboxes only for labels and owners: their
+	// metadata alone.
+	inf, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.SandboxPolicy{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		return fmt.Errorf("following SandboxPolicies: %w", err)
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{DeleteFunc: view.OnDelete}); err != nil {
+		return err
+	}
+	for _, gvk := range []schema.GroupVersionKind{corev1.SchemeGroupVersion.WithKind("Namespace"), sandboxv1beta1.GroupVersion.WithKind("Sandbox"),
+		extensionsv1beta1.GroupVersion.WithKind("SandboxWarmPool"), extensionsv1beta1.GroupVersion.WithKind("SandboxClaim")} {
+		if _, err := mgr.GetCache().GetInformer(ctx, metadataOf(gvk), cache.BlockUntilSynced(false)); err != nil {
+			return fmt.Errorf("following %s: %w", gvk.Kind, err)
 		}
 	}
 	return mgr.Start(ctx)
 }
+
+// everywhere is a runnable every replica runs, elected or not.
+type everywhere func(context.Context) error
+
+func (f everywhere) Start(ctx context.Context) error { return f(ctx) }
+
+func (everywhere) NeedLeaderElection() bool { return false }
 
 // ensureSecret creates the certificate Secret key unless it exists: the
 // rotator fills a Secret in but does not create it. It reads first, since

@@ -10,17 +10,22 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -183,16 +188,18 @@ func TestWebhook(t *testing.T) {
 		}
 		add := func(edit func(*corev1.EphemeralContainer)) error {
 			// The node binds and runs the Pod meanwhile: update the latest.
-			withDebug, err := clients.Kube.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
-			if err != nil {
+			return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				withDebug, err := clients.Kube.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				e := corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon(*pod.Spec.Containers[0].DeepCopy())}
+				e.Name = "debug"
+				edit(&e)
+				withDebug.Spec.EphemeralContainers = []corev1.EphemeralContainer{e}
+				_, err = clients.Kube.CoreV1().Pods(ns).UpdateEphemeralContainers(ctx, pod.Name, withDebug, metav1.UpdateOptions{})
 				return err
-			}
-			e := corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon(*pod.Spec.Containers[0].DeepCopy())}
-			e.Name = "debug"
-			edit(&e)
-			withDebug.Spec.EphemeralContainers = []corev1.EphemeralContainer{e}
-			_, err = clients.Kube.CoreV1().Pods(ns).UpdateEphemeralContainers(ctx, pod.Name, withDebug, metav1.UpdateOptions{})
-			return err
+			})
 		}
 		err := add(func(e *corev1.EphemeralContainer) { e.SecurityContext.Privileged = ptr.To(true) })
 		want := fmt.Sprintf(`denied by SandboxPolicy %q: spec.ephemeralContainers[0].securityContext.privileged: privileged containers are not allowed`, pol.Name)
@@ -296,6 +303,16 @@ spec: {containers: [{name: sandbox, image: "busybox:1.36"}]}
 		}
 	})
 
+	t.Run("one replica is elected to write the configurations", func(t *testing.T) {
+		lease := &coordinationv1.Lease{}
+		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: "asrl-webhook-" + ns}, lease); err != nil {
+			t.Fatal(err)
+		}
+		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+			t.Errorf("the election's Lease has no holder: %+v", lease.Spec)
+		}
+	})
+
 	t.Run("health, readiness and metrics are served", func(t *testing.T) {
 		for _, tt := range []struct{ url, want string }{
 			{s.HealthURL + "/healthz", "ok"},
@@ -317,10 +334,128 @@ spec: {containers: [{name: sandbox, image: "busybox:1.36"}]}
 		}
 	})
 
+	// mirrored reports whether a sandbox Pod created (dry run) in ns now
+	// comes back from the mirror at host.
+	mirrored := func(t *testing.T, ns, host string) bool {
+		t.Helper()
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns, Labels: map[string]string{webhook.SandboxPodLabel: "probe"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}}}
+		if err := c.Create(ctx, pod, client.DryRunAll); err != nil {
+			t.Fatalf("creating a sandbox Pod in %s: %v", ns, err)
+		}
+		return strings.HasPrefix(pod.Spec.Containers[0].Image, host+"/")
+	}
+	mirrorPolicy := func(name, key, value, host string) *v1alpha1.SandboxPolicy {
+		return &v1alpha1.SandboxPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.SandboxPolicySpec{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{key: value}},
+			Images:            &v1alpha1.ImagePolicy{Rewrite: []v1alpha1.ImageRewrite{{From: "docker.io", To: host + "/hub"}}},
+		}}
+	}
+	inForce := func(t *testing.T, p *v1alpha1.SandboxPolicy) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			got := &v1alpha1.SandboxPolicy{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+				return false, err
+			}
+			cond := apimeta.FindStatusCondition(got.Status.Conditions, v1alpha1.PolicyInForce)
+			return cond != nil && cond.Status == metav1.ConditionTrue && cond.ObservedGeneration == got.Generation, nil
+		})
+		if err != nil {
+			t.Errorf("SandboxPolicy %s does not say it is in force: %v", p.Name, err)
+		}
+	}
+
+	t.Run("a namespace labelled into a policy is governed at once", func(t *testing.T) {
+		other := cluster.NewNamespace(t)
+		if err := s.Serve(ctx, other); err != nil {
+			t.Fatal(err)
+		}
+		pol := mirrorPolicy("relabel-"+ns, "relabel-test", ns, "relabel.example.com")
+		if err := c.Create(ctx, pol); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Delete(context.Background(), pol) })
+		inForce(t, pol)
+		if mirrored(t, other, "relabel.example.com") {
+			t.Fatal("a namespace the policy does not select follows it")
+		}
+		// No wait: the API server matches the policy's entry against the
+		// namespace's labels as they are.
+		patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"labels":{"relabel-test":%q}}}`, ns)))
+		if err := c.Patch(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: other}}, patch); err != nil {
+			t.Fatal(err)
+		}
+		if !mirrored(t, other, "relabel.example.com") {
+			t.Error("a sandbox Pod created right after its namespace was labelled into the policy does not follow it")
+		}
+	})
+
+	t.Run("a policy is in force once its creation or change returns", func(t *testing.T) {
+		other := cluster.NewNamespace(t)
+		if err := s.Serve(ctx, other); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"labels":{"new-policy-test":%q}}}`, ns)))
+		if err := c.Patch(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: other}}, patch); err != nil {
+			t.Fatal(err)
+		}
+		pol := mirrorPolicy("new-"+ns, "new-policy-test", ns, "first.example.com")
+		if err := c.Create(ctx, pol); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Delete(context.Background(), pol) })
+		if !mirrored(t, other, "first.example.com") {
+			t.Error("a sandbox Pod created right after the policy does not follow it")
+		}
+		pol.Spec.Images.Rewrite[0].To = "second.example.com/hub"
+		if err := c.Update(ctx, pol); err != nil {
+			t.Fatal(err)
+		}
+		if !mirrored(t, other, "second.example.com") {
+			t.Error("a sandbox Pod created right after the policy's change does not follow the change")
+		}
+		inForce(t, pol)
+		if err := s.WaitForPolicySet(ctx, other, true); err != nil {
+			t.Error(err)
+		}
+		// The shipped configurations are left as shipped, but for their
+		// CA: re-applying them has nothing to undo.
+		for _, name := range []string{"sandbox-pods.sandbox-fleet.io", "sandbox-templates.sandbox-fleet.io"} {
+			m := &admissionregistrationv1.MutatingWebhookConfiguration{}
+			if err := c.Get(ctx, types.NamespacedName{Name: "asrl-webhook-" + ns}, m); err != nil {
+				t.Fatal(err)
+			}
+			i := slices.IndexFunc(m.Webhooks, func(w admissionregistrationv1.MutatingWebhook) bool { return w.Name == name })
+			if i < 0 || !webhook.IsTemplate(m.Webhooks[i].NamespaceSelector) || len(m.Webhooks[i].MatchConditions) != 0 {
+				t.Errorf("the shipped entry %s was changed: %+v", name, m.Webhooks)
+			}
+		}
+	})
+
 	t.Run("with the webhook down only sandbox Pods it must see are refused", func(t *testing.T) {
 		mutated := sandboxTemplate(ns, "while-down", nil)
 		if err := c.Create(ctx, mutated); err != nil {
 			t.Fatal(err)
+		}
+		// The policies of the tests before, which might have shared a
+		// namespace with pol, are gone: its Pod entry skips compliant Pods
+		// again.
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			m := &admissionregistrationv1.MutatingWebhookConfiguration{}
+			if err := c.Get(ctx, types.NamespacedName{Name: "asrl-webhook-" + ns + webhook.PoliciesSuffix}, m); err != nil {
+				return false, err
+			}
+			conditioned := 0
+			for _, w := range m.Webhooks {
+				if strings.HasPrefix(w.Name, "sandbox-pods-") && len(w.MatchConditions) > 0 {
+					conditioned++
+				}
+			}
+			return conditioned == 1, nil
+		})
+		if err != nil {
+			t.Fatalf("the policy's sandbox Pod entry has no condition: %v", err)
 		}
 		if err := s.Stop(); err != nil {
 			t.Fatal(err)
@@ -339,6 +474,15 @@ spec: {containers: [{name: sandbox, image: "busybox:1.36"}]}
 		// A Pod that already complies is judged by the API server alone.
 		if err := c.Create(ctx, fromTemplate(mutated, "compliant-while-down")); err != nil {
 			t.Errorf("a compliant sandbox Pod with the webhook down: %v, want created", err)
+		}
+		// No policy changes while none can put it in force.
+		changed := &v1alpha1.SandboxPolicy{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pol), changed); err != nil {
+			t.Fatal(err)
+		}
+		changed.Spec.RuntimeClassName = "other-" + ns
+		if err := c.Update(ctx, changed); err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
+			t.Errorf("changing a policy with the webhook down: %v, want refused", err)
 		}
 	})
 }

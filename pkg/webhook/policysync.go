@@ -1,0 +1,219 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+)
+
+// policyConfigurations writes the policies' entries (PolicyWebhooks) into
+// the configurations named PoliciesSuffix.
+type policyConfigurations struct {
+	// Reader reads the configurations afresh before each write; Client
+	// writes them.
+	Reader client.Reader
+	Client client.Client
+	// Mutating and Validating name the shipped configurations.
+	Mutating, Validating string
+	SkipCompliant        bool
+}
+
+// isPendingEntry reports whether an entry of the configurations is one
+// written for a pending change.
+func isPendingEntry(name string) bool {
+	prefix, _, _ := strings.Cut(name, ".")
+	return strings.HasSuffix(prefix, "-pending")
+}
+
+// write sets the policies' entries from view and the pending changes
+// edit leaves of those recorded; a nil view keeps the view's entries as
+// they are. It reports whether it changed the configurations.
+func (c *policyConfigurations) write(ctx context.Context, view []v1alpha1.SandboxPolicy, edit func([]Pending) []Pending) (bool, error) {
+	changed := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		shippedM := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		shippedV := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		m := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		for _, get := range []struct {
+			name string
+			obj  client.Object
+		}{{c.Mutating, shippedM}, {c.Validating, shippedV}, {c.Mutating + PoliciesSuffix, m}, {c.Validating + PoliciesSuffix, v}} {
+			if err := c.Reader.Get(ctx, types.NamespacedName{Name: get.name}, get.obj); err != nil {
+				return fmt.Errorf("reading %T %s: %w", get.obj, get.name, err)
+			}
+		}
+		recorded, err := ReadPending(m)
+		if err != nil {
+			return err
+		}
+		pending := edit(slices.Clone(recorded))
+		wantM, wantV := PolicyWebhooks(shippedM.Webhooks, shippedV.Webhooks, view, pending, c.SkipCompliant)
+		if view == nil {
+			wantM = append(wantM, kept(m.Webhooks, func(w admissionregistrationv1.MutatingWebhook) string { return w.Name })...)
+			wantV = append(wantV, kept(v.Webhooks, func(w admissionregistrationv1.ValidatingWebhook) string { return w.Name })...)
+		}
+		// The mutating configuration records the pending changes, so it
+		// is written last: a retry finds them still to write.
+		if !reflect.DeepEqual(wantV, v.Webhooks) && (len(wantV) > 0 || len(v.Webhooks) > 0) {
+			out := v.DeepCopy()
+			out.Webhooks = wantV
+			if err := c.Client.Update(ctx, out); err != nil {
+				return err
+			}
+			changed = true
+		}
+		out := m.DeepCopy()
+		out.Webhooks = wantM
+		writePending(out, pending)
+		if reflect.DeepEqual(out.Annotations, m.Annotations) && (reflect.DeepEqual(wantM, m.Webhooks) || len(wantM) == 0 && len(m.Webhooks) == 0) {
+			return nil
+		}
+		if err := c.Client.Update(ctx, out); err != nil {
+			return err
+		}
+		changed = true
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("writing the SandboxPolicies' webhook entries: %w", err)
+	}
+	return changed, nil
+}
+
+// kept are the entries of ws not written for a pending change.
+func kept[W any](ws []W, name func(W) string) []W {
+	var out []W
+	for _, w := range ws {
+		if !isPendingEntry(name(w)) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// policySync is the elected replica's writer of the policies' entries:
+// it follows the policies and the shipped configurations (their CA) and
+// says in each policy's InForce condition when its generation is served.
+type policySync struct {
+	policyConfigurations
+	Cache cache.Cache
+}
+
+// syncDelay gathers a burst of changes (a policy and the rotator's CA)
+// into one write; syncEvery catches what an event missed.
+const (
+	syncDelay = 100 * time.Millisecond
+	syncEvery = time.Minute
+)
+
+// Start implements manager.Runnable; it runs on the elected replica only.
+func (s *policySync) Start(ctx context.Context) error {
+	poke := make(chan struct{}, 1)
+	handler := toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { notify(poke) },
+		UpdateFunc: func(any, any) { notify(poke) },
+		DeleteFunc: func(any) { notify(poke) },
+	}
+	for _, obj := range []client.Object{&v1alpha1.SandboxPolicy{}, &admissionregistrationv1.MutatingWebhookConfiguration{}, &admissionregistrationv1.ValidatingWebhookConfiguration{}} {
+		inf, err := s.Cache.GetInformer(ctx, obj)
+		if err != nil {
+			return fmt.Errorf("following %T: %w", obj, err)
+		}
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			return err
+		}
+	}
+	if !s.Cache.WaitForCacheSync(ctx) {
+		return nil
+	}
+	log := klog.FromContext(ctx).WithValues("mutatingWebhookConfiguration", s.Mutating+PoliciesSuffix)
+	ticker := time.NewTicker(syncEvery)
+	defer ticker.Stop()
+	for {
+		if err := s.sync(ctx); err != nil && ctx.Err() == nil {
+			log.Error(err, "Keeping the SandboxPolicies' webhook entries as they are until it succeeds")
+			time.AfterFunc(time.Second, func() { notify(poke) })
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-poke:
+			time.Sleep(syncDelay)
+		case <-ticker.C:
+		}
+	}
+}
+
+func notify(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+func (s *policySync) sync(ctx context.Context) error {
+	policies := &v1alpha1.SandboxPolicyList{}
+	if err := s.Cache.List(ctx, policies); err != nil {
+		return err
+	}
+	view := policies.Items
+	if view == nil {
+		view = []v1alpha1.SandboxPolicy{}
+	}
+	now := time.Now()
+	changed, err := s.write(ctx, view, func(recorded []Pending) []Pending {
+		return slices.DeleteFunc(recorded, func(p Pending) bool { return p.Resolved(view, now) })
+	})
+	if err != nil {
+		return err
+	}
+	if changed {
+		klog.FromContext(ctx).V(2).Info("Updated the SandboxPolicies' webhook entries", "policies", len(view))
+	}
+	for _, p := range view {
+		if err := s.inForce(ctx, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// inForce sets p's InForce condition for its generation, unless it is
+// already.
+func (s *policySync) inForce(ctx context.Context, p v1alpha1.SandboxPolicy) error {
+	message := "the API server calls asrl-webhook for every sandbox Pod and SandboxTemplate in the namespaces it selects"
+	if s.SkipCompliant {
+		message = "the API server calls asrl-webhook for the sandbox Pods in the namespaces it selects that its CEL condition cannot pass as compliant, and for every SandboxTemplate there"
+	}
+	want := metav1.Condition{Type: v1alpha1.PolicyInForce, Status: metav1.ConditionTrue, ObservedGeneration: p.Generation, Reason: "WebhookEntriesWritten", Message: message}
+	if c := meta.FindStatusCondition(p.Status.Conditions, want.Type); c != nil && c.Status == want.Status && c.ObservedGeneration == want.ObservedGeneration && c.Message == want.Message {
+		return nil
+	}
+	return client.IgnoreNotFound(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		fresh := &v1alpha1.SandboxPolicy{}
+		if err := s.Reader.Get(ctx, types.NamespacedName{Name: p.Name}, fresh); err != nil {
+			return err
+		}
+		if fresh.UID != p.UID || fresh.Generation != p.Generation {
+			return nil
+		}
+		meta.SetStatusCondition(&fresh.Status.Conditions, want)
+		return s.Client.Status().Update(ctx, fresh)
+	}))
+}
