@@ -57,12 +57,12 @@ func TestManifests(t *testing.T) {
 	}
 
 	certManager := kubectl("", "kustomize", "../../manifests/cert-manager")
-	for _, want := range []string{"--manage-certs=false", "cert-manager.io/inject-ca-from: sandbox-fleet-system/asrl-webhook", "kind: Certificate"} {
+	for _, want := range []string{"name: MANAGE_CERTS\n          value: \"false\"", "cert-manager.io/inject-ca-from: sandbox-fleet-system/asrl-webhook", "kind: Certificate"} {
 		if !strings.Contains(certManager, want) {
 			t.Errorf("manifests/cert-manager lacks %q", want)
 		}
 	}
-	if strings.Contains(certManager, "--manage-certs=true") {
+	if strings.Contains(certManager, "value: \"true\"") {
 		t.Error("manifests/cert-manager still has the webhook manage its certificates")
 	}
 
@@ -77,13 +77,13 @@ func TestManifests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kustomization := "resources: [" + root + "]\npatches:\n- target: {kind: DaemonSet, name: asrl-prepull-agent}\n  patch: |-\n" +
-		"    - op: replace\n      path: /spec/template/spec/containers/0/args/4\n      value: --allowed-registries=mirror.example.com,docker.io/swebench\n"
+	kustomization := "resources: [" + root + "]\npatches:\n- target: {kind: ConfigMap, name: asrl-prepull-agent}\n  patch: |-\n" +
+		"    apiVersion: v1\n    kind: ConfigMap\n    metadata: {name: asrl-prepull-agent}\n    data:\n      allowed-registries: mirror.example.com,docker.io/swebench\n"
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	patched := kubectl("", "kustomize", overlay)
-	if !strings.Contains(patched, "- --allowed-registries=mirror.example.com,docker.io/swebench") || strings.Contains(patched, "- --allowed-registries=\n") {
+	if !strings.Contains(patched, "allowed-registries: mirror.example.com,docker.io/swebench") || strings.Contains(patched, `allowed-registries: ""`) {
 		t.Errorf("the README's patch does not set the agent's registries:\n%s", patched)
 	}
 

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -59,7 +61,7 @@ func applyAgentManifests(t *testing.T, admin client.Client, nodes ...string) {
 		return nil
 	}
 	t.Cleanup(func() {
-		if err := kubectl("delete", "--wait=false", "--ignore-not-found", "-k", "../../../manifests/prepull-agent"); err != nil {
+		if err := kubectl("delete", "--wait=true", "--timeout=2m", "--ignore-not-found", "-k", "../../../manifests/prepull-agent"); err != nil {
 			t.Error(err)
 		}
 	})
@@ -176,8 +178,9 @@ func TestAgentWritesOnlyItsNode(t *testing.T) {
 	// In a PrepullJob's status, an agent writes its own node's entry only.
 	// The TTL is long: the running agent of node 0 must not delete it.
 	job := &v1alpha1.PrepullJob{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.NewNamespace(t), Name: "job"},
-		Spec: v1alpha1.PrepullJobSpec{Images: []string{"busybox:1.36"}, NodeSelector: map[string]string{"selects": "nothing"},
+		Spec: v1alpha1.PrepullJobSpec{Images: []string{"docker.io/library/busybox:1.36"}, NodeSelector: map[string]string{"selects": "nothing"},
 			TTLSecondsAfterFinished: new(int32(3600))}}
+	allowRegistries(t, admin, "docker.io/library", job)
 	if err := admin.Create(ctx, job); err != nil {
 		t.Fatal(err)
 	}
@@ -236,5 +239,87 @@ func TestAgentWritesOnlyItsNode(t *testing.T) {
 	current.AgentVersion = "forged"
 	if err := unbound.Update(ctx, current); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "this token names no node") {
 		t.Errorf("updating with a token bound to no Pod: %v, want it forbidden", err)
+	}
+}
+
+// allowRegistries sets the registries the agents may pull from, as an
+// admin does in the shipped ConfigMap, and waits until the admission
+// policy lets job be created (a dry run).
+func allowRegistries(t *testing.T, admin client.Client, registries string, job *v1alpha1.PrepullJob) {
+	t.Helper()
+	ctx := context.Background()
+	patch := fmt.Sprintf(`{"data":{"allowed-registries":%q}}`, registries)
+	limits := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: "asrl-prepull-agent"}}
+	if err := admin.Patch(ctx, limits, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if err = admin.Create(ctx, job.DeepCopy(), client.DryRunAll); err == nil {
+			return
+		}
+	}
+	t.Fatalf("with %s allowed, PrepullJob %s is still refused after 30 s: %v", registries, job.Name, err)
+}
+
+// What a PrepullJob may ask for is the admin's: the registries and the
+// disk high water of the shipped ConfigMap, checked when a job is made;
+// and tenants of a namespace make none unless granted.
+func TestPrepullJobLimits(t *testing.T) {
+	admin := clusterClient(t)
+	applyAgentManifests(t, admin)
+	ctx := context.Background()
+	ns := cluster.NewNamespace(t)
+	job := func(highWater int32, images ...string) *v1alpha1.PrepullJob {
+		return &v1alpha1.PrepullJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "limits"},
+			Spec: v1alpha1.PrepullJobSpec{Images: images, DiskHighWaterPercent: highWater}}
+	}
+	refused := func(what string, j *v1alpha1.PrepullJob, want string) {
+		t.Helper()
+		err := admin.Create(ctx, j, client.DryRunAll)
+		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want it refused saying %q", what, err, want)
+		}
+	}
+
+	// As shipped, no registry is allowed. (Until the API server has read
+	// the ConfigMap, jobs are refused for want of it.)
+	want := "PrepullJob limits: asrl-prepull-agent pulls from no registry; the cluster admin lists those it may in ConfigMap sandbox-fleet-agent/asrl-prepull-agent (allowed-registries)"
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if err = admin.Create(ctx, job(0, "mirror.example.com/swebench/django:1"), client.DryRunAll); err != nil && strings.Contains(err.Error(), want) {
+			break
+		}
+	}
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("a job with no registry allowed: %v, want it refused saying %q", err, want)
+	}
+
+	allowRegistries(t, admin, "mirror.example.com, docker.io/swebench/", job(85, "mirror.example.com/swebench/django:1", "docker.io/swebench/astropy:2"))
+	refused("an image of another registry", job(0, "mirror.example.com/a:1", "ghcr.io/private/model:1"),
+		"PrepullJob limits: ghcr.io/private/model:1 is from none of the registries asrl-prepull-agent may pull from (mirror.example.com, docker.io/swebench/, ConfigMap sandbox-fleet-agent/asrl-prepull-agent); name images in full, registry first")
+	refused("another repository of an allowed registry", job(0, "docker.io/library/busybox:1.36"), "docker.io/library/busybox:1.36 is from none")
+	refused("a host whose name extends an allowed one", job(0, "mirror.example.com.evil.io/a:1"), "mirror.example.com.evil.io/a:1 is from none")
+	refused("a disk high water above the cap", job(95, "mirror.example.com/a:1"),
+		"PrepullJob limits: diskHighWaterPercent 95 is above 85, the most the cluster admin allows")
+
+	// The shipped RBAC grants PrepullJobs to no one but the agent: a
+	// namespace's editors and admins cannot make them.
+	for _, role := range []string{"edit", "admin"} {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: "tenant", Groups: []string{"tenants"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Group: v1alpha1.GroupVersion.Group, Resource: "prepulljobs"}}}
+		binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-" + role},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "tenant"}}}
+		if err := admin.Create(ctx, binding); err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.Create(ctx, sar); err != nil {
+			t.Fatal(err)
+		}
+		if sar.Status.Allowed {
+			t.Errorf("a namespace's %s may create PrepullJobs", role)
+		}
 	}
 }
