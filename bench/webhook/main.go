@@ -38,8 +38,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -655,16 +653,11 @@ func readCounters(ctx context.Context, kc kubernetes.Interface, server *testwebh
 	}
 	c.apiCPU = families["process_cpu_seconds_total"].GetMetric()[0].GetCounter().GetValue()
 
-	resp, err := http.Get(server.MetricsURL + "/metrics")
-	if err != nil {
-		return c, fmt.Errorf("reading the webhook's metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	body, err := server.Metrics(ctx)
 	if err != nil {
 		return c, err
 	}
-	if families, err = parseMetrics(body); err != nil {
+	if families, err = parseMetrics([]byte(body)); err != nil {
 		return c, fmt.Errorf("the webhook's metrics: %w", err)
 	}
 	for _, m := range families["asrl_webhook_admission_duration_seconds"].GetMetric() {

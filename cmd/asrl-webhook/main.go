@@ -21,6 +21,7 @@ func main() {
 	flag.IntVar(&o.Port, "port", 9443, "port the TLS server listens on")
 	flag.StringVar(&o.CertDir, "cert-dir", "/certs", "directory of tls.crt and tls.key")
 	flag.StringVar(&o.MetricsAddr, "metrics-addr", ":8080", "address of /metrics; 0 turns it off")
+	flag.BoolVar(&o.MetricsSecure, "metrics-secure", true, "serve /metrics over TLS to tokens the API server authorises for it (nonResourceURLs /metrics, get); false serves plain HTTP to anyone reaching it, for a --metrics-addr on localhost")
 	flag.StringVar(&o.HealthAddr, "health-addr", ":8081", "address of /healthz and /readyz; 0 turns them off")
 	flag.BoolVar(&o.ManageCerts, "manage-certs", true, "keep the serving certificate in a Secret and the CA in the webhook configurations; off when cert-manager does it")
 	flag.StringVar(&o.SecretNamespace, "secret-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the certificate Secret (default: $POD_NAMESPACE)")

@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,7 +18,9 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,13 +35,17 @@ import (
 // Server is a running webhook.
 type Server struct {
 	// URL is where it serves, https://localhost:PORT; HealthURL and
-	// MetricsURL where /healthz, /readyz and /metrics are.
+	// MetricsURL where /healthz, /readyz and /metrics (over TLS, for
+	// tokens allowed it: Metrics reads it) are.
 	URL, HealthURL, MetricsURL string
 	// Process is the webhook's.
 	Process *testcluster.Process
 	client  client.Client
 	name    string
 	dir     string
+	// metricsToken is a ServiceAccount's, bound to the shipped
+	// asrl-webhook-metrics-reader rule.
+	metricsToken string
 }
 
 // Start runs the built webhook bin (testcluster.BuildCommand) for namespace ns, on cpus
@@ -58,7 +65,7 @@ func Start(ctx context.Context, c *testcluster.Cluster, ns, bin string, cpus ...
 		return nil, err
 	}
 	health, metrics := "127.0.0.1:"+strconv.Itoa(ports[1]), "127.0.0.1:"+strconv.Itoa(ports[2])
-	s := &Server{URL: "https://localhost:" + strconv.Itoa(ports[0]), HealthURL: "http://" + health, MetricsURL: "http://" + metrics,
+	s := &Server{URL: "https://localhost:" + strconv.Itoa(ports[0]), HealthURL: "http://" + health, MetricsURL: "https://" + metrics,
 		client: clients.Client, name: "asrl-webhook-" + ns, dir: dir}
 	configurations, err := s.configurations()
 	for _, obj := range configurations {
@@ -69,6 +76,9 @@ func Start(ctx context.Context, c *testcluster.Cluster, ns, bin string, cpus ...
 	}
 	if err == nil {
 		err = s.Serve(ctx, ns)
+	}
+	if err == nil {
+		s.metricsToken, err = s.metricsReader(ctx, ns)
 	}
 	if err != nil {
 		return nil, errors.Join(err, s.Close())
@@ -141,6 +151,81 @@ func (s *Server) configurations() ([]client.Object, error) {
 		served(validating.Webhooks[i].NamespaceSelector)
 	}
 	return []client.Object{mutating, mutatingPolicies, validating, validatingPolicies}, nil
+}
+
+// metricsReader makes a ServiceAccount in ns allowed to read the
+// webhook's metrics, by the rule the manifests ship in the ClusterRole
+// asrl-webhook-metrics-reader, and returns a token of it.
+func (s *Server) metricsReader(ctx context.Context, ns string) (string, error) {
+	root, err := testcluster.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(root, "manifests", "webhook", "rbac.yaml")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	role := &rbacv1.ClusterRole{}
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		if strings.Contains(doc, "name: asrl-webhook-metrics-reader") {
+			err = yaml.UnmarshalStrict([]byte(doc), role)
+		}
+	}
+	if err != nil || len(role.Rules) == 0 {
+		return "", fmt.Errorf("%s: the ClusterRole asrl-webhook-metrics-reader: %v", path, err)
+	}
+	role.Name = s.name + "-metrics-reader"
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "metrics-reader"}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa.Name}}}
+	for _, obj := range []client.Object{role, sa, binding} {
+		if err := s.client.Create(ctx, obj); err != nil {
+			return "", err
+		}
+	}
+	req := &authenticationv1.TokenRequest{}
+	if err := s.client.SubResource("token").Create(ctx, sa, req); err != nil {
+		return "", err
+	}
+	return req.Status.Token, nil
+}
+
+// Metrics reads the webhook's /metrics as a reader the shipped role
+// allows.
+func (s *Server) Metrics(ctx context.Context) (string, error) {
+	body, status, err := s.readMetrics(ctx, s.metricsToken)
+	if err == nil && status != http.StatusOK {
+		err = fmt.Errorf("reading the webhook's metrics: %d %s", status, body)
+	}
+	return body, err
+}
+
+// readMetrics reads /metrics with token ("" for none). The serving
+// certificate is the webhook's own, self-signed.
+func (s *Server) readMetrics(ctx context.Context, token string) (string, int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.MetricsURL+"/metrics", nil)
+	if err != nil {
+		return "", 0, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: 10 * time.Second}
+	resp, err := insecure.Do(req)
+	if err != nil {
+		return "", 0, fmt.Errorf("reading the webhook's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), resp.StatusCode, err
+}
+
+// MetricsStatus is the status /metrics answers a request with token.
+func (s *Server) MetricsStatus(ctx context.Context, token string) (int, error) {
+	_, status, err := s.readMetrics(ctx, token)
+	return status, err
 }
 
 // Serve has the webhook serve namespace ns too.
@@ -261,6 +346,8 @@ func (s *Server) removeConfigurations() error {
 		&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: s.name}},
 		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: s.name + webhook.PoliciesSuffix}},
 		&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: s.name + webhook.PoliciesSuffix}},
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: s.name + "-metrics-reader"}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: s.name + "-metrics-reader"}},
 	} {
 		errs = append(errs, client.IgnoreNotFound(s.client.Delete(context.Background(), obj)))
 	}

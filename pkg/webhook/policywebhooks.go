@@ -31,8 +31,8 @@ import (
 //     empty configurations named PoliciesSuffix, one copy of each template
 //     per policy, whose namespace selector is the template's and the
 //     policy's: the API server matches it against the namespace's labels
-//     as they are at the time, so a namespace labelled into a policy is
-//     checked from that moment.
+//     as its own cache has them, so a namespace labelled into a policy is
+//     checked within moments, with no rewrite.
 //   - A policy is in force before its creation or change is stored: the
 //     shipped validating entry for SandboxPolicies has the webhook add a
 //     copy of each template for the policy as admitted, calling without

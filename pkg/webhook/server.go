@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -54,6 +55,10 @@ type Options struct {
 	// MetricsAddr and HealthAddr serve /metrics and /healthz, /readyz;
 	// "0" turns one off.
 	MetricsAddr, HealthAddr string
+	// MetricsSecure serves /metrics over TLS to clients whose token the
+	// API server authenticates and authorises for it (a ClusterRole with
+	// nonResourceURLs /metrics, verb get).
+	MetricsSecure bool
 
 	// ManageCerts has the built-in rotator keep a CA and serving
 	// certificate in the Secret SecretNamespace/SecretName, for the DNS
@@ -89,9 +94,13 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if o.MutatingWebhook == "" || o.ValidatingWebhook == "" {
 		return errors.New("the webhook configurations' names are needed: the policies' entries are made from theirs")
 	}
+	metrics := metricsserver.Options{BindAddress: o.MetricsAddr}
+	if o.MetricsSecure {
+		metrics.SecureServing, metrics.FilterProvider = true, filters.WithAuthenticationAndAuthorization
+	}
 	mgr, err := manager.New(cfg, manager.Options{
 		Scheme:                        kube.Scheme,
-		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddr},
+		Metrics:                       metrics,
 		HealthProbeBindAddress:        o.HealthAddr,
 		LeaderElection:                o.LeaderElection,
 		LeaderElectionID:              o.MutatingWebhook,

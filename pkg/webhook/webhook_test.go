@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
@@ -171,11 +171,11 @@ func TestWebhook(t *testing.T) {
 		}
 		// A Pod made from it needs nothing from the webhook: the API
 		// server's CEL condition lets it through without a call.
-		before := podAdmissions(t, s.MetricsURL)
+		before := podAdmissions(t, s)
 		if err := c.Create(ctx, fromTemplate(tmpl, "compliant"), client.DryRunAll); err != nil {
 			t.Fatal(err)
 		}
-		if after := podAdmissions(t, s.MetricsURL); after != before {
+		if after := podAdmissions(t, s); after != before {
 			t.Errorf("the webhook was called for a Pod from the mutated template: %v Pod admissions → %v", before, after)
 		}
 	})
@@ -314,23 +314,44 @@ spec: {containers: [{name: sandbox, image: "busybox:1.36"}]}
 	})
 
 	t.Run("health, readiness and metrics are served", func(t *testing.T) {
-		for _, tt := range []struct{ url, want string }{
-			{s.HealthURL + "/healthz", "ok"},
-			{s.HealthURL + "/readyz", "ok"},
-			{s.MetricsURL + "/metrics", `asrl_webhook_admissions_total{kind="Pod",result="mutated"}`},
-			{s.MetricsURL + "/metrics", `asrl_webhook_admissions_total{kind="SandboxTemplate",result="denied"}`},
-			{s.MetricsURL + "/metrics", `asrl_webhook_admission_duration_seconds_bucket{kind="Pod"`},
-		} {
-			resp, err := http.Get(tt.url)
+		for _, url := range []string{s.HealthURL + "/healthz", s.HealthURL + "/readyz"} {
+			resp, err := http.Get(url)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var b bytes.Buffer
 			_, _ = b.ReadFrom(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK || !strings.Contains(b.String(), tt.want) {
-				t.Errorf("%s: %d, lacks %q", tt.url, resp.StatusCode, tt.want)
+			if resp.StatusCode != http.StatusOK || b.String() != "ok" {
+				t.Errorf("%s: %d %s", url, resp.StatusCode, b.String())
 			}
+		}
+		metrics, err := s.Metrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{`asrl_webhook_admissions_total{kind="Pod",result="mutated"}`,
+			`asrl_webhook_admissions_total{kind="SandboxTemplate",result="denied"}`, `asrl_webhook_admission_duration_seconds_bucket{kind="Pod"`} {
+			if !strings.Contains(metrics, want) {
+				t.Errorf("the metrics lack %s", want)
+			}
+		}
+	})
+
+	t.Run("metrics answer only tokens allowed them", func(t *testing.T) {
+		if status, err := s.MetricsStatus(ctx, ""); err != nil || status != http.StatusUnauthorized {
+			t.Errorf("/metrics without a token: %d (%v), want 401", status, err)
+		}
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "no-metrics"}}
+		if err := c.Create(ctx, sa); err != nil {
+			t.Fatal(err)
+		}
+		req := &authenticationv1.TokenRequest{}
+		if err := c.SubResource("token").Create(ctx, sa, req); err != nil {
+			t.Fatal(err)
+		}
+		if status, err := s.MetricsStatus(ctx, req.Status.Token); err != nil || status != http.StatusForbidden {
+			t.Errorf("/metrics with a token not allowed them: %d (%v), want 403", status, err)
 		}
 	})
 
@@ -366,7 +387,7 @@ spec: {containers: [{name: sandbox, image: "busybox:1.36"}]}
 		}
 	}
 
-	t.Run("a namespace labelled into a policy is governed at once", func(t *testing.T) {
+	t.Run("a namespace labelled into a policy is governed with no rewrite of the entries", func(t *testing.T) {
 		other := cluster.NewNamespace(t)
 		if err := s.Serve(ctx, other); err != nil {
 			t.Fatal(err)
@@ -380,14 +401,30 @@ spec: {containers: [{name: sandbox, image: "busybox:1.36"}]}
 		if mirrored(t, other, "relabel.example.com") {
 			t.Fatal("a namespace the policy does not select follows it")
 		}
-		// No wait: the API server matches the policy's entry against the
-		// namespace's labels as they are.
+		// The API server matches the policy's entry against the
+		// namespace's labels as its own cache has them: the entries need
+		// no rewrite for it.
+		policies := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		key := types.NamespacedName{Name: "asrl-webhook-" + ns + webhook.PoliciesSuffix}
+		if err := c.Get(ctx, key, policies); err != nil {
+			t.Fatal(err)
+		}
 		patch := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"labels":{"relabel-test":%q}}}`, ns)))
 		if err := c.Patch(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: other}}, patch); err != nil {
 			t.Fatal(err)
 		}
-		if !mirrored(t, other, "relabel.example.com") {
-			t.Error("a sandbox Pod created right after its namespace was labelled into the policy does not follow it")
+		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+			return mirrored(t, other, "relabel.example.com"), nil
+		})
+		if err != nil {
+			t.Errorf("sandbox Pods in a namespace labelled into the policy do not follow it: %v", err)
+		}
+		after := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		if err := c.Get(ctx, key, after); err != nil {
+			t.Fatal(err)
+		}
+		if after.ResourceVersion != policies.ResourceVersion {
+			t.Errorf("the policies' entries were rewritten for a relabelled namespace")
 		}
 	})
 
@@ -408,8 +445,15 @@ spec: {containers: [{name: sandbox, image: "busybox:1.36"}]}
 		if !mirrored(t, other, "first.example.com") {
 			t.Error("a sandbox Pod created right after the policy does not follow it")
 		}
-		pol.Spec.Images.Rewrite[0].To = "second.example.com/hub"
-		if err := c.Update(ctx, pol); err != nil {
+		// The elected replica writes the policy's status meanwhile.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(pol), pol); err != nil {
+				return err
+			}
+			pol.Spec.Images.Rewrite[0].To = "second.example.com/hub"
+			return c.Update(ctx, pol)
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 		if !mirrored(t, other, "second.example.com") {
@@ -499,10 +543,10 @@ func fromTemplate(tmpl *extensionsv1beta1.SandboxTemplate, name string) *corev1.
 }
 
 // podAdmissions counts the webhook's admissions of Pods, whatever their result.
-func podAdmissions(t *testing.T, metricsURL string) float64 {
+func podAdmissions(t *testing.T, s *testwebhook.Server) float64 {
 	total := 0.0
 	for _, result := range []string{"allowed", "mutated", "denied", "errored"} {
-		total += admissions(t, metricsURL, "Pod", result)
+		total += admissions(t, s, "Pod", result)
 	}
 	return total
 }
@@ -522,19 +566,14 @@ func review(ns string, pod []byte) string {
 }
 
 // admissions reads the webhook's count of admissions of kind with result.
-func admissions(t *testing.T, metricsURL, kind, result string) float64 {
+func admissions(t *testing.T, s *testwebhook.Server, kind, result string) float64 {
 	t.Helper()
-	resp, err := http.Get(metricsURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	b, err := s.Metrics(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	series := fmt.Sprintf(`asrl_webhook_admissions_total{kind=%q,result=%q} `, kind, result)
-	for _, line := range strings.Split(string(b), "\n") {
+	for _, line := range strings.Split(b, "\n") {
 		if v, ok := strings.CutPrefix(line, series); ok {
 			n, err := strconv.ParseFloat(v, 64)
 			if err != nil {
