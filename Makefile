@@ -60,6 +60,13 @@ image: ## build the asrl-webhook, asrl-prepull-agent and asrl-scheduler images a
 		go run ./hack/image -cmd $$cmd -tag ghcr.io/sandbox-fleet/$$cmd:$(VERSION) -arch $(or $(IMAGE_ARCH),amd64) -ldflags "$(LDFLAGS)" || exit 1; \
 	done
 
+.PHONY: push
+push: ## build the three images and push them to REGISTRY as REGISTRY/CMD:VERSION (no Docker needed; credentials from the docker config)
+	@test -n "$(REGISTRY)" || { echo "make push: set REGISTRY, e.g. make push REGISTRY=registry.example.com/sandbox-fleet" >&2; exit 2; }
+	for cmd in asrl-webhook asrl-prepull-agent asrl-scheduler; do \
+		go run ./hack/image -cmd $$cmd -tag $(REGISTRY)/$$cmd:$(VERSION) -push -arch $(or $(IMAGE_ARCH),amd64) -ldflags "$(LDFLAGS)" || exit 1; \
+	done
+
 .PHONY: generate
 generate: ## regenerate api/'s deep-copy functions and manifests/crd/ with controller-gen, and api/fleet/v1's Go code with protogen
 	cd hack/tools/controller-gen && go tool controller-gen object paths=../../../api/v1alpha1/... \

@@ -241,8 +241,13 @@ func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error 
 		// its Hostname address (the machine's name) resolves there.
 		"--kubelet-preferred-address-types=Hostname,InternalIP",
 		// The kubernetes Service's endpoint would be 127.0.0.1, which
-		// Endpoints reject; nothing in the cluster needs to reach it.
+		// Endpoints reject; the real node routes the Service's address
+		// to the API server itself (apiServerRule).
 		"--endpoint-reconciler-type=none",
+		// Webhook Services are called at their endpoints, pod addresses
+		// the host reaches on the pod bridge: no kube-proxy runs here
+		// to route their ClusterIPs.
+		"--enable-aggregator-routing=true",
 		// Benchmarks read its CPU profile (/debug/pprof, for system:masters).
 		"--profiling=true",
 	})

@@ -52,6 +52,9 @@ type realNode struct {
 	// NewHostPaths are the hostPaths this node created.
 	NewHostPaths []string `json:"newHostPaths"`
 	Registry     string   `json:"registry"` // host:port of the loopback registry
+	// APIServer is host:port of the API server, on loopback, to which
+	// the node routes its pods' traffic to the kubernetes Service.
+	APIServer string `json:"apiServer"`
 }
 
 // CRISocket is the path of the real node's containerd socket.
@@ -99,7 +102,8 @@ func (c *Cluster) startRealNode(ctx context.Context) error {
 	}
 	id := strconv.FormatUint(rand.Uint64(), 36)[:6]
 	n := &realNode{
-		Name:   hostname,
+		APIServer: strings.TrimPrefix(c.config.Host, "https://"),
+		Name:      hostname,
 		Dir:    filepath.Join(c.dir, "node"),
 		Bridge: "sf-" + id,
 		// Pods of this run only; the third octet varies so that two runs
@@ -128,6 +132,9 @@ func (c *Cluster) startRealNode(ctx context.Context) error {
 	}
 	c.cleanups = append(c.cleanups, n.cleanHost)
 	if err := n.createCgroups(); err != nil {
+		return err
+	}
+	if err := n.routeToAPIServer(); err != nil {
 		return err
 	}
 	if err := c.startContainerd(ctx); err != nil {
@@ -166,7 +173,7 @@ func buildTestImages(ctx context.Context) ([]testimages.Image, error) {
 // bridge, cgroups, the host paths it created, and the sysctls.
 func (n *realNode) cleanHost() error {
 	var errs []error
-	for _, undo := range []func() error{n.unmountAll, n.removeNetwork, n.removeCgroups, n.removeHostPaths, n.restoreSysctls} {
+	for _, undo := range []func() error{n.unmountAll, n.removeAPIServerRoute, n.removeNetwork, n.removeCgroups, n.removeHostPaths, n.restoreSysctls} {
 		errs = append(errs, undo())
 	}
 	return errors.Join(errs...)
@@ -200,8 +207,9 @@ func (n *realNode) leftovers(binDir string) []string {
 	if _, err := os.Stat(filepath.Join("/sys/class/net", n.Bridge)); err == nil {
 		left = append(left, "network link "+n.Bridge)
 	}
-	// The node is set up to add no rules (no masquerade, no kubelet util
-	// chains); a rule naming its bridge or subnet would be a regression.
+	// The node adds one rule (apiServerRule) and no others (no
+	// masquerade, no kubelet util chains); a rule naming its bridge or
+	// subnet after the cleanups would be a regression.
 	if rules, err := exec.Command("iptables-save").Output(); err == nil {
 		for _, line := range strings.Split(string(rules), "\n") {
 			if strings.Contains(line, n.Bridge) || strings.Contains(line, strings.TrimSuffix(n.Subnet, ".0/24")+".") {
@@ -359,6 +367,47 @@ func (n *realNode) writeCNIConfig() (string, error) {
 }
 `, n.Bridge, n.Subnet, filepath.Join(n.Dir, "cni", "ipam"))
 	return dir, os.WriteFile(filepath.Join(dir, "10-sandbox-fleet.conflist"), []byte(conf), 0o644)
+}
+
+// kubernetesServiceIP is the kubernetes Service's ClusterIP, the first
+// address of the API server's --service-cluster-ip-range.
+const kubernetesServiceIP = "10.96.0.1"
+
+// apiServerRule is the nat rule by which pods reach the API server the way
+// in-cluster clients do, at the kubernetes Service (443): kube-proxy
+// cannot route it, since the API server listens on loopback only and
+// loopback cannot be a Service endpoint; the rule sends the Service's
+// traffic from the pod bridge to the API server's loopback address, which
+// the bridge's route_localnet lets through.
+func (n *realNode) apiServerRule(op string) []string {
+	return []string{"-t", "nat", op, "PREROUTING", "-i", n.Bridge, "-d", kubernetesServiceIP + "/32", "-p", "tcp", "--dport", "443",
+		"-j", "DNAT", "--to-destination", n.APIServer}
+}
+
+// routeToAPIServer makes the pod bridge — before the CNI plugin would,
+// which then uses it — lets it route to loopback, and adds apiServerRule.
+func (n *realNode) routeToAPIServer() error {
+	if out, err := exec.Command("ip", "link", "add", "name", n.Bridge, "type", "bridge").CombinedOutput(); err != nil {
+		return fmt.Errorf("making the pod bridge %s: %v: %s", n.Bridge, err, out)
+	}
+	if err := os.WriteFile(filepath.Join("/proc/sys/net/ipv4/conf", n.Bridge, "route_localnet"), []byte("1"), 0o644); err != nil {
+		return fmt.Errorf("letting bridge %s route to loopback: %w", n.Bridge, err)
+	}
+	if out, err := exec.Command("iptables", n.apiServerRule("-A")...).CombinedOutput(); err != nil {
+		return fmt.Errorf("routing the kubernetes Service to the API server: iptables: %v: %s", err, out)
+	}
+	return nil
+}
+
+// removeAPIServerRoute deletes apiServerRule, if it is there.
+func (n *realNode) removeAPIServerRoute() error {
+	if n.APIServer == "" || exec.Command("iptables", n.apiServerRule("-C")...).Run() != nil {
+		return nil
+	}
+	if out, err := exec.Command("iptables", n.apiServerRule("-D")...).CombinedOutput(); err != nil {
+		return fmt.Errorf("deleting the kubernetes Service's route: iptables: %v: %s", err, out)
+	}
+	return nil
 }
 
 // removeNetwork deletes the pod bridge and what libcni cached about it.

@@ -1,8 +1,9 @@
-package main
+package componentimage
 
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"io"
 	"os"
 	"path/filepath"
@@ -10,20 +11,45 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testregistry"
 )
 
 // The image runs the webhook binary as the non-root user the Deployment
-// asks for.
+// asks for, read back from its archive and from a registry it was pushed
+// to.
 func TestBuild(t *testing.T) {
+	built, err := Build(Options{Root: "../..", Command: "asrl-webhook", Arch: "amd64"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	out := filepath.Join(t.TempDir(), "asrl-webhook.tar")
-	if err := Build(Options{Root: "../..", Command: "asrl-webhook", Tag: "example.com/asrl-webhook:test", Out: out, Arch: "amd64"}); err != nil {
+	if err := WriteArchive(out, "example.com/asrl-webhook:test", built); err != nil {
 		t.Fatal(err)
 	}
 	tag, _ := name.NewTag("example.com/asrl-webhook:test")
 	img, err := tarball.ImageFromPath(out, &tag)
 	if err != nil {
 		t.Fatal(err)
+	}
+	reg := testregistry.Start(t)
+	ref := reg.Host + "/sandbox-fleet/asrl-webhook:v0.0.1"
+	if err := Push(context.Background(), ref, built); err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := name.ParseReference(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pulled, err := remote.Image(parsed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := built.Digest()
+	if got, err := pulled.Digest(); err != nil || got != want {
+		t.Errorf("the pushed image reads back as %v (%v), want %v", got, err, want)
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {
