@@ -104,8 +104,8 @@ func (c *Cluster) startRealNode(ctx context.Context) error {
 	n := &realNode{
 		APIServer: strings.TrimPrefix(c.config.Host, "https://"),
 		Name:      hostname,
-		Dir:    filepath.Join(c.dir, "node"),
-		Bridge: "sf-" + id,
+		Dir:       filepath.Join(c.dir, "node"),
+		Bridge:    "sf-" + id,
 		// Pods of this run only; the third octet varies so that two runs
 		// on one machine do not share addresses.
 		Subnet:  fmt.Sprintf("10.88.%d.0/24", 1+rand.IntN(250)),
