@@ -15,7 +15,9 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testscheduler"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracker"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/warm"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
@@ -32,9 +34,21 @@ func TestPoolLandsWherePrepulled(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	// Two kwok nodes beside the real one, for this test only: emptier
-	// and larger, the stock scheduler prefers them. They come first, so
-	// both schedulers know them before any Pod is scheduled.
+	addEmptierNodes(t, ctx)
+	if _, err := testscheduler.Start(ctx, local, bin, nil); err != nil {
+		t.Fatal(err)
+	}
+	const runID = "e2e-placement"
+	clients, tr := startRun(t, ctx, runID)
+	startAgent(t, ctx)
+	poolLandsWherePrepulled(t, ctx, clients, tr, runID)
+}
+
+// addEmptierNodes adds two kwok nodes beside the real one, for the test
+// only: emptier and larger, the stock scheduler prefers them. Added before
+// any Pod is scheduled, every scheduler knows them.
+func addEmptierNodes(t *testing.T, ctx context.Context) {
+	t.Helper()
 	fake := testcluster.FakeNodes("fake-node", 2, testcluster.DefaultCapacity(), nil)
 	kc := kubeClient(t)
 	t.Cleanup(func() {
@@ -45,16 +59,18 @@ func TestPoolLandsWherePrepulled(t *testing.T) {
 	if err := local.AddNodes(ctx, fake...); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := testscheduler.Start(ctx, local, bin, nil); err != nil {
-		t.Fatal(err)
-	}
-	const runID = "e2e-placement"
-	clients, tr := startRun(t, ctx, runID)
-	startAgent(t, ctx)
-	node := local.RealNodeName()
+}
 
+// poolLandsWherePrepulled has the real node's agent pull a new image by a
+// PrepullJob and checks that a warm pool of it, scheduled by asrl-scheduler,
+// lands on the real node where the stock scheduler would not put it.
+func poolLandsWherePrepulled(t *testing.T, ctx context.Context, clients *kube.Clients, tr *tracker.Tracker, runID string) {
+	t.Helper()
+	node := local.RealNodeName()
 	img, _ := pushNewImage(t, ctx, "placement")
 	job := newJob(clients.Namespace, "warm-the-node", []string{img}, map[string]string{corev1.LabelHostname: node})
+	// At most what the shipped agent allows.
+	job.Spec.DiskHighWaterPercent = 85
 	if err := clients.Client.Create(ctx, job); err != nil {
 		t.Fatal(err)
 	}

@@ -19,13 +19,14 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/preflight"
 )
 
-// installCRDs creates the CRDs of the pinned Agent Sandbox version, and
-// with them the project's own (manifests/crd), and waits until they are
-// established. Conversion is set to None: the stock Agent Sandbox CRDs
+// InstallCRDs creates the CRDs of the pinned Agent Sandbox version, and
+// with them the project's own (manifests/crd), unless they exist, and
+// waits until they are established: the cluster does at start, a test
+// that uninstalled the project's again. Conversion is set to None: the stock Agent Sandbox CRDs
 // point at the controller's conversion webhook, which the test cluster
 // does not run (it would bind every interface), and the project uses
 // v1beta1 only.
-func (c *Cluster) installCRDs(ctx context.Context) error {
+func (c *Cluster) InstallCRDs(ctx context.Context) error {
 	files, err := c.bins.crdFiles()
 	if err != nil || len(files) == 0 {
 		return fmt.Errorf("agent Sandbox CRDs missing from %s: rerun `make testbin`", c.bins.dir)

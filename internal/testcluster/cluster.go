@@ -133,7 +133,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		return err
 	}
 	if c.opts.agentSandbox {
-		if err := c.installCRDs(ctx); err != nil {
+		if err := c.InstallCRDs(ctx); err != nil {
 			return err
 		}
 		w, err := c.startAgentSandboxController(ctx)
@@ -232,7 +232,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error 
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + sa.Cert,
 		"--service-account-signing-key-file=" + sa.Key,
-		"--service-cluster-ip-range=10.96.0.0/16",
+		"--service-cluster-ip-range=" + serviceCIDR,
 		"--authorization-mode=Node,RBAC",
 		"--allow-privileged=true",
 		"--kubelet-client-certificate=" + kubeletClient.Cert,

@@ -362,16 +362,21 @@ func (n *realNode) writeCNIConfig() (string, error) {
     "isGateway": true,
     "ipMasq": false,
     "hairpinMode": true,
-    "ipam": {"type": "host-local", "ranges": [[{"subnet": %[2]q}]], "dataDir": %[3]q}
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": %[2]q}]], "dataDir": %[3]q,
+      "routes": [{"dst": %[4]q}]}
   }]
 }
-`, n.Bridge, n.Subnet, filepath.Join(n.Dir, "cni", "ipam"))
+`, n.Bridge, n.Subnet, filepath.Join(n.Dir, "cni", "ipam"), serviceCIDR)
 	return dir, os.WriteFile(filepath.Join(dir, "10-sandbox-fleet.conflist"), []byte(conf), 0o644)
 }
 
-// kubernetesServiceIP is the kubernetes Service's ClusterIP, the first
-// address of the API server's --service-cluster-ip-range.
-const kubernetesServiceIP = "10.96.0.1"
+// serviceCIDR is the API server's --service-cluster-ip-range, which pods
+// route to through the bridge (and nowhere else off their subnet); the
+// kubernetes Service's ClusterIP is its first address.
+const (
+	serviceCIDR         = "10.96.0.0/16"
+	kubernetesServiceIP = "10.96.0.1"
+)
 
 // apiServerRule is the nat rule by which pods reach the API server the way
 // in-cluster clients do, at the kubernetes Service (443): kube-proxy

@@ -254,12 +254,12 @@ func allowRegistries(t *testing.T, admin client.Client, registries string, job *
 		t.Fatal(err)
 	}
 	var err error
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if err = admin.Create(ctx, job.DeepCopy(), client.DryRunAll); err == nil {
 			return
 		}
 	}
-	t.Fatalf("with %s allowed, PrepullJob %s is still refused after 30 s: %v", registries, job.Name, err)
+	t.Fatalf("with %s allowed, PrepullJob %s is still refused after 2 min: %v", registries, job.Name, err)
 }
 
 // What a PrepullJob may ask for is the admin's: the registries and the
@@ -286,7 +286,7 @@ func TestPrepullJobLimits(t *testing.T) {
 	// the ConfigMap, jobs are refused for want of it.)
 	want := "PrepullJob limits: asrl-prepull-agent pulls from no registry; the cluster admin lists those it may in ConfigMap sandbox-fleet-agent/asrl-prepull-agent (allowed-registries)"
 	var err error
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if err = admin.Create(ctx, job(0, "mirror.example.com/swebench/django:1"), client.DryRunAll); err != nil && strings.Contains(err.Error(), want) {
 			break
 		}

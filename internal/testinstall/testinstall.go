@@ -1,0 +1,174 @@
+// Package testinstall installs the project's components in a test cluster
+// the way the README tells a cluster admin to: the images built by
+// componentimage and published under a versioned tag, manifests/default
+// and manifests/scheduler applied with `kubectl apply -k` through an
+// overlay that names those images (kustomize's images:) and sets what the
+// cluster needs, and `kubectl delete -k` to uninstall, checking that
+// nothing the manifests made is left.
+package testinstall
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/sandbox-fleet/sandbox-fleet/internal/componentimage"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+)
+
+// Options of an installation.
+type Options struct {
+	// Kubectl is kubectl's path; Kubeconfig the cluster's.
+	Kubectl, Kubeconfig string
+	// Registry is where the nodes pull the images from, host[:port][/path]:
+	// each is published as Registry/COMMAND:Version by Publish.
+	Registry, Version string
+	Publish          func(ctx context.Context, ref string, img v1.Image) error
+	// AllowedRegistries are what PrepullJobs may pull from (the
+	// ConfigMap asrl-prepull-agent's allowed-registries).
+	AllowedRegistries string
+	// Patches are kustomize patches (the text of a patches: entry's
+	// patch, with its target) the cluster needs beyond those.
+	Patches []Patch
+	// Dir holds the overlay.
+	Dir string
+}
+
+// Patch is one entry of the overlay's patches.
+type Patch struct {
+	Kind, Name, Patch string
+}
+
+// Installation is the installed components.
+type Installation struct {
+	o Options
+	// Objects are what the overlay renders, as applied.
+	Objects []unstructured.Unstructured
+}
+
+// Install publishes the images and applies the overlay, then waits until
+// the webhook, the agent and the scheduler roll out.
+func Install(ctx context.Context, o Options) (*Installation, error) {
+	root, err := testcluster.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	var images strings.Builder
+	for _, cmd := range componentimage.Commands {
+		img, err := componentimage.Build(componentimage.Options{Root: root, Command: cmd})
+		if err != nil {
+			return nil, err
+		}
+		if err := o.Publish(ctx, o.Registry+"/"+cmd+":"+o.Version, img); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&images, "- {name: ghcr.io/sandbox-fleet/%s, newName: %s/%s, newTag: %q}\n", cmd, o.Registry, cmd, o.Version)
+	}
+	var resources []string
+	for _, m := range []string{"default", "scheduler"} {
+		// kustomize takes resources by relative path only.
+		rel, err := filepath.Rel(o.Dir, filepath.Join(root, "manifests", m))
+		if err != nil {
+			return nil, err
+		}
+		resources = append(resources, rel)
+	}
+	patches := append([]Patch{{Kind: "ConfigMap", Name: "asrl-prepull-agent", Patch: fmt.Sprintf(
+		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: asrl-prepull-agent}\ndata:\n  allowed-registries: %q\n", o.AllowedRegistries)}}, o.Patches...)
+	var kustomization strings.Builder
+	fmt.Fprintf(&kustomization, "resources: [%s]\nimages:\n%spatches:\n", strings.Join(resources, ", "), images.String())
+	for _, p := range patches {
+		fmt.Fprintf(&kustomization, "- target: {kind: %s, name: %s}\n  patch: |-\n", p.Kind, p.Name)
+		for _, line := range strings.Split(strings.TrimRight(p.Patch, "\n"), "\n") {
+			fmt.Fprintf(&kustomization, "    %s\n", line)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(o.Dir, "kustomization.yaml"), []byte(kustomization.String()), 0o644); err != nil {
+		return nil, err
+	}
+	in := &Installation{o: o}
+	rendered, err := in.kubectl(ctx, "kustomize", o.Dir)
+	if err != nil {
+		return nil, err
+	}
+	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(rendered), 4096)
+	for {
+		obj := unstructured.Unstructured{}
+		if err := decoder.Decode(&obj.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return nil, fmt.Errorf("reading the rendered overlay: %w", err)
+		}
+		if len(obj.Object) > 0 {
+			in.Objects = append(in.Objects, obj)
+		}
+	}
+	if _, err := in.kubectl(ctx, "apply", "-k", o.Dir); err != nil {
+		return nil, err
+	}
+	for _, w := range []struct{ ns, what string }{
+		{"sandbox-fleet-system", "deployment/asrl-webhook"},
+		{"sandbox-fleet-agent", "daemonset/asrl-prepull-agent"},
+		{"kube-system", "deployment/asrl-scheduler"},
+	} {
+		if _, err := in.kubectl(ctx, "-n", w.ns, "rollout", "status", w.what, "--timeout=4m"); err != nil {
+			return in, fmt.Errorf("%w\n%s", err, in.describe(ctx, w.ns))
+		}
+	}
+	return in, nil
+}
+
+// Uninstall deletes what the overlay made, as `kubectl delete -k` does,
+// and reports each object still there.
+func (in *Installation) Uninstall(ctx context.Context) error {
+	if _, err := in.kubectl(ctx, "delete", "-k", in.o.Dir, "--wait=true", "--timeout=4m", "--ignore-not-found"); err != nil {
+		return err
+	}
+	var left []string
+	for _, obj := range in.Objects {
+		args := []string{"get", strings.ToLower(obj.GetKind()) + "." + obj.GroupVersionKind().Group, obj.GetName(), "--ignore-not-found", "-o", "name"}
+		if ns := obj.GetNamespace(); ns != "" {
+			args = append(args, "-n", ns)
+		}
+		out, err := in.kubectl(ctx, args...)
+		if err != nil {
+			return err
+		}
+		if s := strings.TrimSpace(string(out)); s != "" {
+			left = append(left, s)
+		}
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("kubectl delete -k left %s", strings.Join(left, ", "))
+	}
+	return nil
+}
+
+// describe is what a failed rollout in ns shows of its Pods.
+func (in *Installation) describe(ctx context.Context, ns string) string {
+	out, _ := in.kubectl(ctx, "-n", ns, "describe", "pods")
+	logs, _ := in.kubectl(ctx, "-n", ns, "logs", "--all-containers", "--tail=30", "-l", "app.kubernetes.io/part-of=sandbox-fleet")
+	return string(out) + "\n" + string(logs)
+}
+
+func (in *Installation) kubectl(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, in.o.Kubectl, append([]string{"--kubeconfig", in.o.Kubeconfig}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("kubectl %s: %w\n%s%s", strings.Join(args, " "), err, out, stderr.String())
+	}
+	return out, nil
+}
