@@ -33,7 +33,7 @@ type Options struct {
 	// Registry is where the nodes pull the images from, host[:port][/path]:
 	// each is published as Registry/COMMAND:Version by Publish.
 	Registry, Version string
-	Publish          func(ctx context.Context, ref string, img v1.Image) error
+	Publish           func(ctx context.Context, ref string, img v1.Image) error
 	// AllowedRegistries are what PrepullJobs may pull from (the
 	// ConfigMap asrl-prepull-agent's allowed-registries).
 	AllowedRegistries string
