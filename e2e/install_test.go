@@ -107,6 +107,15 @@ spec:
 		if err != nil || deployment.Status.ReadyReplicas != 2 {
 			t.Fatalf("the webhook's Deployment: %v ready (%v), want 2", deployment.Status.ReadyReplicas, err)
 		}
+		pods, err := admin.CoreV1().Pods("sandbox-fleet-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=asrl-webhook"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			if p.Spec.Priority == nil || *p.Spec.Priority != 100000000 {
+				t.Errorf("webhook Pod %s has priority %v, want the asrl-webhook PriorityClass's", p.Name, p.Spec.Priority)
+			}
+		}
 		if out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", local.Kubeconfig(), "apply", "-f", "../examples/sandboxpolicy.yaml").CombinedOutput(); err != nil {
 			t.Fatalf("applying the sample policy: %v\n%s", err, out)
 		}

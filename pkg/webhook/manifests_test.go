@@ -48,7 +48,7 @@ func TestManifests(t *testing.T) {
 	rendered := kubectl("", "kustomize", "../../manifests/default")
 	out := kubectl(rendered, "apply", "--dry-run=server", "-f", "-")
 	for _, want := range []string{"customresourcedefinition.apiextensions.k8s.io/sandboxpolicies.sandbox-fleet.io",
-		"deployment.apps/asrl-webhook", "poddisruptionbudget.policy/asrl-webhook",
+		"deployment.apps/asrl-webhook", "poddisruptionbudget.policy/asrl-webhook", "priorityclass.scheduling.k8s.io/asrl-webhook",
 		"mutatingwebhookconfiguration.admissionregistration.k8s.io/asrl-webhook", "validatingwebhookconfiguration.admissionregistration.k8s.io/asrl-webhook",
 		"daemonset.apps/asrl-prepull-agent", "validatingadmissionpolicybinding.admissionregistration.k8s.io/asrl-prepull-agent-own-node"} {
 		if !strings.Contains(out, want) {
