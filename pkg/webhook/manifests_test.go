@@ -2,6 +2,8 @@ package webhook_test
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 )
@@ -87,6 +90,21 @@ func TestManifests(t *testing.T) {
 		t.Errorf("the README's patch does not set the agent's registries:\n%s", patched)
 	}
 
+	// Under an overlay's namePrefix, every reference to one of the
+	// manifests' objects follows it: no field but labels and the names
+	// of parts within an object still holds an unprefixed name.
+	prefixed := t.TempDir()
+	if root, err = filepath.Rel(prefixed, abs); err != nil {
+		t.Fatal(err)
+	}
+	prefix := "namePrefix: team-\nresources: [" + root + ", " + filepath.Join(filepath.Dir(root), "scheduler") + "]\n"
+	if err := os.WriteFile(filepath.Join(prefixed, "kustomization.yaml"), []byte(prefix), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range unprefixedReferences(t, kubectl("", "kustomize", prefixed), "team-") {
+		t.Errorf("under a namePrefix, %s", ref)
+	}
+
 	// The sample policy applies as it is.
 	if out := kubectl("", "apply", "--dry-run=server", "-f", "../../examples/sandboxpolicy.yaml"); !strings.Contains(out, "sandboxpolicy.sandbox-fleet.io/baseline created (server dry run)") {
 		t.Errorf("the dry run of examples/sandboxpolicy.yaml: %s", out)
@@ -101,4 +119,66 @@ func TestManifests(t *testing.T) {
 			t.Errorf("the dry run of manifests/scheduler lacks %s:\n%s", want, scheduler)
 		}
 	}
+}
+
+// unprefixedReferences reads rendered manifests whose objects were renamed
+// with prefix and lists the fields still holding one of their old names.
+// Labels, selectors and the names of an object's own parts (containers,
+// ports, volumes, conditions) are not references.
+func unprefixedReferences(t *testing.T, rendered, prefix string) []string {
+	t.Helper()
+	var objects []map[string]any
+	old := map[string]bool{}
+	for _, doc := range strings.Split(rendered, "\n---\n") {
+		obj := map[string]any{}
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatal(err)
+		}
+		objects = append(objects, obj)
+		meta, _ := obj["metadata"].(map[string]any)
+		if name, _ := meta["name"].(string); strings.HasPrefix(name, prefix) {
+			old[strings.TrimPrefix(name, prefix)] = true
+		}
+	}
+	labelled := map[string]bool{"labels": true, "matchLabels": true, "selector": true, "nodeSelector": true}
+	parts := map[string]bool{"containers": true, "ports": true, "volumes": true, "volumeMounts": true, "matchConditions": true}
+	var found []string
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				if labelled[k] {
+					continue
+				}
+				if parts[k] {
+					// Within a part, its own name is no reference.
+					if list, ok := x.([]any); ok {
+						for i, e := range list {
+							if m, ok := e.(map[string]any); ok {
+								m = maps.Clone(m)
+								delete(m, "name")
+								walk(fmt.Sprintf("%s.%s[%d]", path, k, i), m)
+							}
+						}
+					}
+					continue
+				}
+				walk(path+"."+k, x)
+			}
+		case []any:
+			for i, x := range v {
+				walk(fmt.Sprintf("%s[%d]", path, i), x)
+			}
+		case string:
+			if old[v] && !strings.HasSuffix(path, ".metadata.name") {
+				found = append(found, fmt.Sprintf("%s is still %q", path, v))
+			}
+		}
+	}
+	for _, obj := range objects {
+		meta, _ := obj["metadata"].(map[string]any)
+		walk(fmt.Sprint(obj["kind"], "/", meta["name"]), obj)
+	}
+	return found
 }
