@@ -37,6 +37,12 @@ type Agent struct {
 	// Settle is how long the agent waits after a change for more before
 	// it reads: one pull sends several events.
 	Settle time.Duration
+	// MinWriteInterval is the least time between two writes of changes:
+	// each write sends the whole object (up to a MiB), so a burst of
+	// changes — a PrepullJob pulling many images — is gathered into one
+	// write per interval, while a change after a quiet spell is written
+	// after Settle.
+	MinWriteInterval time.Duration
 	// Poll is how often a runtime without containerd's event stream is
 	// polled for changes.
 	Poll time.Duration
@@ -92,7 +98,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		case <-time.After(next):
 		case <-changes:
-			if !sleep(ctx, a.Settle) {
+			if !sleep(ctx, max(a.Settle, time.Until(state.at.Add(a.MinWriteInterval)))) {
 				return nil
 			}
 			// Changes seen while settling are in this read.

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -50,7 +51,7 @@ func newNode(t *testing.T, c client.Client) *corev1.Node {
 
 // startAgent runs an agent for node on the runtime at endpoint, with the
 // API identity of cfg, until the test ends.
-func startAgent(t *testing.T, cfg *rest.Config, node, endpoint string) {
+func startAgent(t *testing.T, cfg *rest.Config, node, endpoint string, edit ...func(*agent.Agent)) {
 	t.Helper()
 	rt, err := agent.Dial(endpoint)
 	if err != nil {
@@ -64,6 +65,9 @@ func startAgent(t *testing.T, cfg *rest.Config, node, endpoint string) {
 	done := make(chan error, 1)
 	a := &agent.Agent{Node: node, Runtime: rt, Client: c, Version: "test", Resync: time.Minute,
 		Settle: 300 * time.Millisecond, Poll: 200 * time.Millisecond, Log: klog.NewKlogr().WithName(node)}
+	for _, e := range edit {
+		e(a)
+	}
 	go func() { done <- a.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
@@ -185,6 +189,57 @@ func TestAgentFollowsTheRuntime(t *testing.T) {
 					condition(v1alpha1.ConditionComplete, metav1.ConditionTrue, v1alpha1.ReasonAllListed)(c) && c.ImageCount == 5
 			})
 		})
+	}
+}
+
+// A burst of image changes is written once per MinWriteInterval, not once
+// per change: each write sends the whole object.
+func TestAgentGathersABurstOfChanges(t *testing.T) {
+	clients, err := cluster.Clients("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := clients.Client
+	node := newNode(t, c)
+	rt, err := testcri.Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Stop()
+	imgs := testcri.SWEBench(8)
+	rt.Add(imgs[0])
+	const interval = 4 * time.Second
+	startAgent(t, cluster.RESTConfig(), node.Name, rt.Endpoint, func(a *agent.Agent) { a.MinWriteInterval = interval })
+	first := waitFor(t, c, node.Name, 10*time.Second, "published", func(c *v1alpha1.NodeImageCache) bool { return c.ImageCount == 1 })
+
+	w, err := c.Watch(context.Background(), &v1alpha1.NodeImageCacheList{}, &client.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", node.Name), Raw: &metav1.ListOptions{ResourceVersion: first.ResourceVersion}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	start := time.Now()
+	for _, img := range imgs[1:] {
+		rt.Add(img)
+		time.Sleep(300 * time.Millisecond)
+	}
+	var writes []time.Duration
+	deadline := time.After(2*interval + 2*time.Second)
+	for done := false; !done; {
+		select {
+		case ev := <-w.ResultChan():
+			if cache, ok := ev.Object.(*v1alpha1.NodeImageCache); ok {
+				writes = append(writes, time.Since(start).Round(100*time.Millisecond))
+				done = int(cache.ImageCount) == len(imgs)
+			}
+		case <-deadline:
+			t.Fatalf("the object does not show all %d images after %v: writes at %v", len(imgs), 2*interval+2*time.Second, writes)
+		}
+	}
+	// Seven changes over 2.1 s after the first write: at most the write
+	// that ends the interval and one after it.
+	if len(writes) > 2 {
+		t.Errorf("%d writes for a burst of %d changes (at %v), want at most 2 with a %v interval", len(writes), len(imgs)-1, writes, interval)
 	}
 }
 
