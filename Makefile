@@ -124,6 +124,10 @@ bench-sweep: testbin ## simulate a pull-bound sweep on 50 kwok nodes: wall time 
 bench-nodecache: testbin ## benchmark asrl-prepull-agent with 5,000 images on its node: object size, RSS, CPU per change (~2 min)
 	go run ./bench/nodecache
 
+.PHONY: bench-nodecachescale
+bench-nodecachescale: testbin ## measure NodeImageCaches at scale on 1,000 kwok nodes × 5,000 images: object size, asrl-scheduler's and asrl-webhook's memory, the agents' write volume paced and unpaced (~15 min)
+	go run ./bench/nodecachescale
+
 .PHONY: cluster-up cluster-down
 cluster-up: testbin ## start the local cluster and leave it running
 	$(LOCALCLUSTER) up

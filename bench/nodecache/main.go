@@ -38,6 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/proc"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcri"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
@@ -87,7 +88,7 @@ func run(ctx context.Context, images, changes int, idle time.Duration, memLimit 
 	if err != nil {
 		return fmt.Errorf("the agent on a node with %d images: %w", images, err)
 	}
-	mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+	mib := proc.MiB
 	fmt.Printf("asrl-prepull-agent, %d images on the node (empty node as the baseline), GOMEMLIMIT=%s\n", images, memLimit)
 	fmt.Printf("  NodeImageCache             %d bytes (%.2f of 1 MiB), %d of %d images listed\n", full.objectBytes, float64(full.objectBytes)/(1<<20), full.listed, images)
 	fmt.Printf("  RSS settled                %s (empty node %s, %.2fx); the binary's pages %s, the rest %s\n", mib(full.rss), mib(empty.rss),
@@ -196,7 +197,7 @@ func measure(ctx context.Context, cluster *testcluster.Cluster, clients *kube.Cl
 		}
 		r.idleCPU = (end - after) * time.Duration(time.Minute) / idle
 	}
-	if r.rss, r.peak, r.file, err = memory(pid); err != nil {
+	if r.rss, r.peak, r.file, err = proc.Memory(pid); err != nil {
 		return r, err
 	}
 	raw, err := clients.Kube.CoreV1().RESTClient().Get().AbsPath("/apis/sandbox-fleet.io/v1alpha1/nodeimagecaches", node.Name).DoRaw(ctx)
@@ -228,28 +229,6 @@ func cpu(pid int) (time.Duration, error) {
 		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, b)
 	}
 	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
-}
-
-// memory is a process's resident set size now and at its peak, and how
-// much of it now is files mapped (its binary's pages).
-func memory(pid int) (rss, peak, file int64, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		key, value, _ := strings.Cut(line, ":")
-		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
-		switch key {
-		case "VmRSS":
-			rss = kb << 10
-		case "VmHWM":
-			peak = kb << 10
-		case "RssFile":
-			file = kb << 10
-		}
-	}
-	return rss, peak, file, nil
 }
 
 func quantile(xs []time.Duration, q float64) time.Duration {

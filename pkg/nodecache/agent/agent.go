@@ -98,7 +98,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		case <-time.After(next):
 		case <-changes:
-			if !sleep(ctx, max(a.Settle, time.Until(state.at.Add(a.MinWriteInterval)))) {
+			if !sleep(ctx, NextRead(a.Settle, a.MinWriteInterval, state.at, time.Now())) {
 				return nil
 			}
 			// Changes seen while settling are in this read.
@@ -108,6 +108,12 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// NextRead is how long after a change at now the agent reads and writes:
+// after settle, and no sooner than minInterval after its last write.
+func NextRead(settle, minInterval time.Duration, lastWrite, now time.Time) time.Duration {
+	return max(settle, lastWrite.Add(minInterval).Sub(now))
 }
 
 // published is what the agent last wrote.
