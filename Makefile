@@ -51,8 +51,8 @@ e2e: testbin node-deps ## run the end-to-end suite alone, on the local cluster's
 	go test -count=1 -timeout 20m -v ./e2e/
 
 .PHONY: e2e-kind
-e2e-kind: testbin ## run the end-to-end suite on a kind cluster (needs Docker and kind)
-	e2e/kind/run.sh
+e2e-kind: testbin ## run the end-to-end suite on a kind cluster, made with kind's Go library, with the components installed (needs a Docker engine that runs privileged containers)
+	go run ./e2e/kind
 
 .PHONY: image
 image: ## build the asrl-webhook, asrl-prepull-agent and asrl-scheduler images as docker archives in dist/ (no Docker needed; IMAGE_ARCH=arm64 for arm)
