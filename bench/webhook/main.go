@@ -646,7 +646,7 @@ func readCounters(ctx context.Context, kc kubernetes.Interface, server *testwebh
 	}
 	for _, m := range families["apiserver_admission_webhook_admission_duration_seconds"].GetMetric() {
 		// The entries the webhook writes per policy for sandbox Pods.
-		if strings.HasPrefix(label(m, "name"), "sandbox-pods-") {
+		if pod, _ := webhook.IsPodEntry(label(m, "name")); pod {
 			c.callSum += m.GetHistogram().GetSampleSum()
 			c.calls += float64(m.GetHistogram().GetSampleCount())
 		}

@@ -309,7 +309,8 @@ func (s *Server) WaitForPolicySet(ctx context.Context, ns string, governed bool)
 			if err != nil {
 				return false, err
 			}
-			routed = routed || strings.HasPrefix(w.Name, "sandbox-pods-") && !strings.Contains(w.Name, "-pending.") && sel.Matches(labels.Set(namespace.Labels))
+			pod, pending := webhook.IsPodEntry(w.Name)
+			routed = routed || pod && !pending && sel.Matches(labels.Set(namespace.Labels))
 		}
 		pending, err := webhook.ReadPending(cfg)
 		return routed == governed && len(pending) == 0, err

@@ -68,7 +68,7 @@ func (a *PolicyAdmitter) handle(ctx context.Context, req admission.Request) (adm
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("SandboxPolicy %q has no UID: the API server assigns one before validating admission", p.Name)), resultErrored
 	}
 	admitted := Pending{PolicyRef: refOf(*p), Admitted: time.Now()}
-	_, err := a.configurations.write(ctx, nil, func(recorded []Pending) []Pending {
+	_, err := a.configurations.write(ctx, nil, true, func(recorded []Pending) []Pending {
 		out := recorded[:0]
 		for _, r := range recorded {
 			if r.Name != p.Name {
@@ -136,28 +136,38 @@ func (v *policyView) fresh(ctx context.Context) error {
 	if !ok {
 		return nil
 	}
-	deadline := time.Now().Add(freshWait)
-	for {
+	found, err := await(ctx, func() (bool, error) {
 		p := &v1alpha1.SandboxPolicy{}
 		err := v.Reader.Get(ctx, types.NamespacedName{Name: ref.Name}, p)
 		switch {
-		case err == nil && (p.UID != ref.UID || p.Generation >= ref.Generation):
-			return nil
-		case err != nil && !apierrors.IsNotFound(err):
-			return err
+		case err == nil:
+			return p.UID != ref.UID || p.Generation >= ref.Generation, nil
+		case !apierrors.IsNotFound(err):
+			return false, err
 		}
 		v.mu.Lock()
-		gone := v.deleted[ref.UID]
-		v.mu.Unlock()
-		if gone {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("SandboxPolicy %q generation %d is not in this webhook replica's cache yet; retry", ref.Name, ref.Generation)
+		defer v.mu.Unlock()
+		return v.deleted[ref.UID], nil
+	})
+	if err == nil && !found {
+		err = fmt.Errorf("SandboxPolicy %q generation %d is not in this webhook replica's cache yet; retry", ref.Name, ref.Generation)
+	}
+	return err
+}
+
+// await calls done every 10 ms until it reports true or fails, for at
+// most freshWait (then it reports false): what the cache has not seen yet
+// it sees within moments.
+func await(ctx context.Context, done func() (bool, error)) (bool, error) {
+	deadline := time.Now().Add(freshWait)
+	for {
+		ok, err := done()
+		if ok || err != nil || time.Now().After(deadline) {
+			return ok, err
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return false, ctx.Err()
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
@@ -173,31 +183,29 @@ func (v *policyView) policies(ctx context.Context, namespace string) (policy.Set
 		return nil, err
 	}
 	ref, byPolicy := ctx.Value(policyRefKey{}).(PolicyRef)
-	deadline := time.Now().Add(freshWait)
-	for {
+	var set policy.Set
+	seen, err := await(ctx, func() (bool, error) {
 		ns := metadataOf(corev1.SchemeGroupVersion.WithKind("Namespace"))
 		if found, err := v.get(ctx, types.NamespacedName{Name: namespace}, ns); err != nil || !found {
-			return nil, fmt.Errorf("reading namespace %s from the cache: found %v: %w", namespace, found, err)
+			return false, fmt.Errorf("reading namespace %s from the cache: found %v: %w", namespace, found, err)
 		}
 		// The policies are only read, so the cache's own objects serve:
 		// no copy of every policy on every admission.
 		all := &v1alpha1.SandboxPolicyList{}
 		if err := v.Reader.List(ctx, all, client.UnsafeDisableDeepCopy); err != nil {
-			return nil, fmt.Errorf("listing SandboxPolicies: %w", err)
+			return false, fmt.Errorf("listing SandboxPolicies: %w", err)
 		}
-		set, err := policy.Select(all.Items, ns.Labels)
-		if err != nil || !byPolicy || !lacks(set, all.Items, ref) {
-			return set, err
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("namespace %s is selected by SandboxPolicy %q by its labels as the API server has them, not yet as this webhook replica's cache has them; retry", namespace, ref.Name)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
+		var err error
+		set, err = policy.Select(all.Items, ns.Labels)
+		return err == nil && (!byPolicy || !lacks(set, all.Items, ref)), err
+	})
+	if err == nil && !seen {
+		err = fmt.Errorf("namespace %s is selected by SandboxPolicy %q by its labels as the API server has them, not yet as this webhook replica's cache has them; retry", namespace, ref.Name)
 	}
+	if err != nil {
+		return nil, err
+	}
+	return set, nil
 }
 
 // lacks reports whether set lacks the policy ref although all has it at
@@ -210,21 +218,13 @@ func lacks(set policy.Set, all []v1alpha1.SandboxPolicy, ref PolicyRef) bool {
 // get reads key from the cache, waiting up to freshWait for an object the
 // cache has not seen yet: a Sandbox is created moments before its Pod.
 func (v *policyView) get(ctx context.Context, key types.NamespacedName, obj client.Object) (bool, error) {
-	deadline := time.Now().Add(freshWait)
-	for {
+	return await(ctx, func() (bool, error) {
 		err := v.Reader.Get(ctx, key, obj)
-		if !apierrors.IsNotFound(err) {
-			return err == nil, err
-		}
-		if time.Now().After(deadline) {
+		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
-		select {
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+		return err == nil, err
+	})
 }
 
 // metadataOf is an object of kind gvk as a metadata-only cache holds it:

@@ -40,10 +40,23 @@ func isPendingEntry(name string) bool {
 	return strings.HasSuffix(prefix, "-pending")
 }
 
-// write sets the policies' entries from view and the pending changes
-// edit leaves of those recorded; a nil view keeps the view's entries as
-// they are. It reports whether it changed the configurations.
-func (c *policyConfigurations) write(ctx context.Context, view []v1alpha1.SandboxPolicy, edit func([]Pending) []Pending) (bool, error) {
+// PodWebhookName is the shipped template entry for sandbox Pods.
+const PodWebhookName = "sandbox-pods.sandbox-fleet.io"
+
+// IsPodEntry reports whether an entry of the configurations named
+// PoliciesSuffix stands for a policy for sandbox Pods (entryName of
+// PodWebhookName), and whether it is a pending change's.
+func IsPodEntry(name string) (ok, pending bool) {
+	prefix, domain, _ := strings.Cut(PodWebhookName, ".")
+	ok = strings.HasPrefix(name, prefix+"-") && strings.HasSuffix(name, "."+domain)
+	return ok, ok && isPendingEntry(name)
+}
+
+// write sets the pending entries from the changes edit leaves of those
+// recorded, and the policies' own entries from view — or, with
+// pendingOnly, keeps those as they are (an admission has no view to
+// write them from). It reports whether it changed the configurations.
+func (c *policyConfigurations) write(ctx context.Context, view []v1alpha1.SandboxPolicy, pendingOnly bool, edit func([]Pending) []Pending) (bool, error) {
 	changed := false
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		shippedM := &admissionregistrationv1.MutatingWebhookConfiguration{}
@@ -64,13 +77,13 @@ func (c *policyConfigurations) write(ctx context.Context, view []v1alpha1.Sandbo
 		}
 		pending := edit(slices.Clone(recorded))
 		wantM, wantV := PolicyWebhooks(shippedM.Webhooks, shippedV.Webhooks, view, pending, c.SkipCompliant)
-		if view == nil {
+		if pendingOnly {
 			wantM = append(wantM, kept(m.Webhooks, func(w admissionregistrationv1.MutatingWebhook) string { return w.Name })...)
 			wantV = append(wantV, kept(v.Webhooks, func(w admissionregistrationv1.ValidatingWebhook) string { return w.Name })...)
 		}
 		// The mutating configuration records the pending changes, so it
 		// is written last: a retry finds them still to write.
-		if !reflect.DeepEqual(wantV, v.Webhooks) && (len(wantV) > 0 || len(v.Webhooks) > 0) {
+		if !sameEntries(wantV, v.Webhooks) {
 			out := v.DeepCopy()
 			out.Webhooks = wantV
 			if err := c.Client.Update(ctx, out); err != nil {
@@ -81,7 +94,7 @@ func (c *policyConfigurations) write(ctx context.Context, view []v1alpha1.Sandbo
 		out := m.DeepCopy()
 		out.Webhooks = wantM
 		writePending(out, pending)
-		if reflect.DeepEqual(out.Annotations, m.Annotations) && (reflect.DeepEqual(wantM, m.Webhooks) || len(wantM) == 0 && len(m.Webhooks) == 0) {
+		if reflect.DeepEqual(out.Annotations, m.Annotations) && sameEntries(wantM, m.Webhooks) {
 			return nil
 		}
 		if err := c.Client.Update(ctx, out); err != nil {
@@ -94,6 +107,12 @@ func (c *policyConfigurations) write(ctx context.Context, view []v1alpha1.Sandbo
 		return false, fmt.Errorf("writing the SandboxPolicies' webhook entries: %w", err)
 	}
 	return changed, nil
+}
+
+// sameEntries reports whether two lists of entries are equal, an empty
+// list and none alike.
+func sameEntries[W any](a, b []W) bool {
+	return len(a) == 0 && len(b) == 0 || reflect.DeepEqual(a, b)
 }
 
 // kept are the entries of ws not written for a pending change.
@@ -173,11 +192,8 @@ func (s *policySync) sync(ctx context.Context) error {
 		return err
 	}
 	view := policies.Items
-	if view == nil {
-		view = []v1alpha1.SandboxPolicy{}
-	}
 	now := time.Now()
-	changed, err := s.write(ctx, view, func(recorded []Pending) []Pending {
+	changed, err := s.write(ctx, view, false, func(recorded []Pending) []Pending {
 		return slices.DeleteFunc(recorded, func(p Pending) bool { return p.Resolved(view, now) })
 	})
 	if err != nil {

@@ -37,7 +37,7 @@ func shipped() ([]admissionregistrationv1.MutatingWebhook, []admissionregistrati
 	}
 	objects := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: SandboxPodLabel, Operator: metav1.LabelSelectorOpExists}}}
 	return []admissionregistrationv1.MutatingWebhook{
-			{Name: "sandbox-pods.sandbox-fleet.io", ClientConfig: service(MutatePodsPath), NamespaceSelector: inert, ObjectSelector: objects, FailurePolicy: &fail},
+			{Name: PodWebhookName, ClientConfig: service(MutatePodsPath), NamespaceSelector: inert, ObjectSelector: objects, FailurePolicy: &fail},
 			{Name: "sandbox-templates.sandbox-fleet.io", ClientConfig: service(MutateTemplatesPath), NamespaceSelector: inert, FailurePolicy: &fail},
 		}, []admissionregistrationv1.ValidatingWebhook{
 			{Name: "sandbox-templates.sandbox-fleet.io", ClientConfig: service(ValidateTemplatesPath), NamespaceSelector: inert, FailurePolicy: &fail},
@@ -174,7 +174,7 @@ func TestPolicyEntriesFollowLabels(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if strings.HasPrefix(w.Name, "sandbox-pods-") && sel.Matches(ns) {
+			if pod, _ := IsPodEntry(w.Name); pod && sel.Matches(ns) {
 				got = append(got, w.Name)
 			}
 		}
@@ -215,6 +215,19 @@ func TestDisjoint(t *testing.T) {
 		}
 		if got := Disjoint(tt.b, tt.a); got != tt.want {
 			t.Errorf("%s, swapped: Disjoint %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestIsPodEntry(t *testing.T) {
+	for _, pending := range []bool{false, true} {
+		if pod, p := IsPodEntry(entryName(PodWebhookName, "rl", pending)); !pod || p != pending {
+			t.Errorf("the sandbox Pod entry (pending %v) reads as pod %v, pending %v", pending, pod, p)
+		}
+	}
+	for _, name := range []string{PodWebhookName, entryName("sandbox-templates.sandbox-fleet.io", "rl", false)} {
+		if pod, _ := IsPodEntry(name); pod {
+			t.Errorf("%s reads as a policy's sandbox Pod entry", name)
 		}
 	}
 }

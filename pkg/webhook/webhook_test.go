@@ -492,7 +492,7 @@ spec: {containers: [{name: sandbox, image: "busybox:1.36"}]}
 			}
 			conditioned := 0
 			for _, w := range m.Webhooks {
-				if strings.HasPrefix(w.Name, "sandbox-pods-") && len(w.MatchConditions) > 0 {
+				if pod, _ := webhook.IsPodEntry(w.Name); pod && len(w.MatchConditions) > 0 {
 					conditioned++
 				}
 			}
