@@ -114,8 +114,9 @@ func Install(ctx context.Context, o Options) (*Installation, error) {
 			in.Objects = append(in.Objects, obj)
 		}
 	}
+	// What an apply that failed in part made is the caller's to uninstall.
 	if _, err := in.kubectl(ctx, "apply", "-k", o.Dir); err != nil {
-		return nil, err
+		return in, err
 	}
 	for _, w := range []struct{ ns, what string }{
 		{"sandbox-fleet-system", "deployment/asrl-webhook"},

@@ -186,8 +186,12 @@ func (v *policyView) policies(ctx context.Context, namespace string) (policy.Set
 	var set policy.Set
 	seen, err := await(ctx, func() (bool, error) {
 		ns := metadataOf(corev1.SchemeGroupVersion.WithKind("Namespace"))
-		if found, err := v.get(ctx, types.NamespacedName{Name: namespace}, ns); err != nil || !found {
-			return false, fmt.Errorf("reading namespace %s from the cache: found %v: %w", namespace, found, err)
+		found, err := v.get(ctx, types.NamespacedName{Name: namespace}, ns)
+		if err != nil {
+			return false, fmt.Errorf("reading namespace %s from the cache: %w", namespace, err)
+		}
+		if !found {
+			return false, fmt.Errorf("namespace %s is not in this webhook replica's cache yet; retry", namespace)
 		}
 		// The policies are only read, so the cache's own objects serve:
 		// no copy of every policy on every admission.
@@ -195,7 +199,6 @@ func (v *policyView) policies(ctx context.Context, namespace string) (policy.Set
 		if err := v.Reader.List(ctx, all, client.UnsafeDisableDeepCopy); err != nil {
 			return false, fmt.Errorf("listing SandboxPolicies: %w", err)
 		}
-		var err error
 		set, err = policy.Select(all.Items, ns.Labels)
 		return err == nil && (!byPolicy || !lacks(set, all.Items, ref)), err
 	})
