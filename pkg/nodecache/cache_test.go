@@ -292,18 +292,12 @@ func TestPresences(t *testing.T) {
 		Layers: []nodecache.RuntimeLayer{base, env, layer("django-1", 10)}}
 	sibling := nodecache.RuntimeImage{RepoTags: []string{"docker.io/swebench/django-2:latest"}, ManifestDigest: digest("m2"),
 		Layers: []nodecache.RuntimeLayer{base, env, layer("django-2", 10)}}
-	index := func(name string, imgs ...nodecache.RuntimeImage) *nodecache.Node {
-		cache := &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: name}}
-		nodecache.Build(cache, imgs, nodecache.MaxObjectBytes)
-		n, err := nodecache.NewNode(cache)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
+	index := nodecache.NewIndex()
+	for _, n := range []*nodecache.Node{namedNode(t, "node-c"), namedNode(t, "node-b", sibling), namedNode(t, "node-a", full)} {
+		index.Set(n)
 	}
-	nodes := []*nodecache.Node{index("node-c"), index("node-b", sibling), index("node-a", full)}
 	fromRegistry := map[string][]v1alpha1.Layer{"swebench/django-3": toLayers(base, env, layer("django-3", 10))}
-	got := nodecache.Presences(nodes, []string{"swebench/django-1", "swebench/nowhere:1", "swebench/django-3"}, fromRegistry)
+	got := nodecache.Presences(index, []string{"swebench/django-1", "swebench/nowhere:1", "swebench/django-3"}, fromRegistry)
 	want := []nodecache.Presence{
 		{Image: "swebench/django-1", SizeBytes: 1000, Known: true, Nodes: []nodecache.NodePresence{
 			{Node: "node-a", PresentBytes: 1000, Complete: true},

@@ -3,6 +3,7 @@ package nodecache
 import (
 	"slices"
 	"strings"
+	"unique"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
@@ -22,15 +23,14 @@ type Index struct {
 	free []int32
 	// holders are the ids of the nodes holding each layer.
 	holders map[string][]int32
-	// images are the layers of each image some node lists, by normalised
-	// name and by manifest digest prefix ("@" + digest), with how many
+	// images are each image some node lists, by imageKey, with how many
 	// nodes list it.
 	images map[string]indexedImage
 }
 
 type indexedImage struct {
-	layers []v1alpha1.Layer
-	nodes  int
+	image unique.Handle[image]
+	nodes int
 }
 
 // NewIndex is an empty index.
@@ -47,11 +47,14 @@ func (x *Index) Set(node *Node) {
 		id, x.free = x.free[n-1], x.free[:n-1]
 	}
 	x.ids[node.Name] = id
-	for digest := range node.layers {
+	for _, l := range node.layers {
+		digest := l.Value().Digest
 		x.holders[digest] = append(x.holders[digest], id)
 	}
-	for key, layers := range node.images {
-		x.images[key] = indexedImage{layers: layers, nodes: x.images[key].nodes + 1}
+	for _, h := range node.images {
+		for key := range h.Value().eachKey() {
+			x.images[key] = indexedImage{image: h, nodes: x.images[key].nodes + 1}
+		}
 	}
 }
 
@@ -65,7 +68,8 @@ func (x *Index) Delete(name string) {
 	delete(x.nodes, name)
 	delete(x.ids, name)
 	x.free = append(x.free, id)
-	for digest := range old.layers {
+	for _, l := range old.layers {
+		digest := l.Value().Digest
 		holders := x.holders[digest]
 		if i := slices.Index(holders, id); i >= 0 {
 			holders[i] = holders[len(holders)-1]
@@ -77,12 +81,14 @@ func (x *Index) Delete(name string) {
 			x.holders[digest] = holders
 		}
 	}
-	for key := range old.images {
-		if e := x.images[key]; e.nodes > 1 {
-			e.nodes--
-			x.images[key] = e
-		} else {
-			delete(x.images, key)
+	for _, h := range old.images {
+		for key := range h.Value().eachKey() {
+			if e := x.images[key]; e.nodes > 1 {
+				e.nodes--
+				x.images[key] = e
+			} else {
+				delete(x.images, key)
+			}
 		}
 	}
 }
@@ -94,7 +100,10 @@ func (x *Index) Layers(ref string) ([]v1alpha1.Layer, bool) {
 		return nil, false
 	}
 	e, ok := x.images[key]
-	return e.layers, ok
+	if !ok {
+		return nil, false
+	}
+	return e.image.Value().Layers(), true
 }
 
 // PodLayers are the distinct layers of a Pod's images: of those some node

@@ -94,7 +94,7 @@ has, from its registry (with the docker config's credentials), unless
 
 func (o *options) run(ctx context.Context, c client.Client, images []string) error {
 	var summaries []NodeSummary
-	var nodes []*nodecache.Node
+	index := nodecache.NewIndex()
 	err := informer.EachCache(ctx, c, func(nic *v1alpha1.NodeImageCache) error {
 		summaries = append(summaries, summarize(nic))
 		if len(images) == 0 {
@@ -104,7 +104,7 @@ func (o *options) run(ctx context.Context, c client.Client, images []string) err
 		if err != nil {
 			return err
 		}
-		nodes = append(nodes, n)
+		index.Set(n)
 		return nil
 	})
 	if err != nil {
@@ -119,7 +119,7 @@ func (o *options) run(ctx context.Context, c client.Client, images []string) err
 		}
 		return printNodes(o.streams.Out, summaries, time.Now())
 	}
-	presences := nodecache.Presences(nodes, images, o.fromRegistries(ctx, nodes, images))
+	presences := nodecache.Presences(index, images, o.fromRegistries(ctx, index, images))
 	if o.output != output.Human {
 		return output.Machine(o.streams.Out, o.output, presences)
 	}
@@ -129,13 +129,13 @@ func (o *options) run(ctx context.Context, c client.Client, images []string) err
 // fromRegistries reads the layers of the images no node has from their
 // registries. An image that cannot be read is warned about, and shown as
 // unknown.
-func (o *options) fromRegistries(ctx context.Context, nodes []*nodecache.Node, images []string) map[string][]v1alpha1.Layer {
+func (o *options) fromRegistries(ctx context.Context, index *nodecache.Index, images []string) map[string][]v1alpha1.Layer {
 	if !o.registry {
 		return nil
 	}
 	var unlisted []string
 	for _, img := range images {
-		if _, onANode := nodecache.ImageLayers(nodes, img); !onANode {
+		if _, onANode := index.Layers(img); !onANode {
 			unlisted = append(unlisted, img)
 		}
 	}

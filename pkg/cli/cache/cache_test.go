@@ -33,17 +33,20 @@ func (errRefused) Error() string { return "listing images through CRI: connectio
 
 func TestPrintPresences(t *testing.T) {
 	imgs := testcri.SWEBench(3)
-	index := func(name string, held ...nodecache.RuntimeImage) *nodecache.Node {
+	index := nodecache.NewIndex()
+	add := func(name string, held ...nodecache.RuntimeImage) {
 		c := &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: name}}
 		nodecache.Build(c, held, nodecache.MaxObjectBytes)
 		n, err := nodecache.NewNode(c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return n
+		index.Set(n)
 	}
-	nodes := []*nodecache.Node{index("node-a", imgs[0]), index("node-b", imgs[1]), index("node-c")}
-	presences := nodecache.Presences(nodes, []string{imgs[0].RepoTags[0], "docker.io/swebench/unknown:1"}, nil)
+	add("node-a", imgs[0])
+	add("node-b", imgs[1])
+	add("node-c")
+	presences := nodecache.Presences(index, []string{imgs[0].RepoTags[0], "docker.io/swebench/unknown:1"}, nil)
 	var out bytes.Buffer
 	if err := printPresences(&out, presences); err != nil {
 		t.Fatal(err)
