@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -351,6 +352,21 @@ func (c *Cluster) componentKubeconfig(name, user string, groups ...string) (stri
 	return path, writeKubeconfig(path, cfg)
 }
 
+// ServiceAccountKubeconfig writes a kubeconfig that authenticates as
+// ServiceAccount name of namespace, by a token good for a day, so that a
+// component runs with the rights its manifests give it.
+func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, namespace, name string) (string, error) {
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(24 * 60 * 60))}}
+	req, err := c.kube.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, req, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("a token of ServiceAccount %s/%s: %w", namespace, name, err)
+	}
+	cfg := rest.AnonymousClientConfig(c.config)
+	cfg.BearerToken = req.Status.Token
+	path := filepath.Join(c.dir, namespace+"-"+name+".kubeconfig")
+	return path, writeKubeconfig(path, cfg)
+}
+
 func kubeconfigFlags(path string) []string {
 	return []string{"--kubeconfig=" + path, "--authentication-kubeconfig=" + path, "--authorization-kubeconfig=" + path}
 }
@@ -441,7 +457,7 @@ func writeKubeconfig(path string, cfg *rest.Config) error {
 	const name = "sandbox-fleet-local"
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters[name] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthority: cfg.CAFile}
-	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificate: cfg.CertFile, ClientKey: cfg.KeyFile}
+	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{ClientCertificate: cfg.CertFile, ClientKey: cfg.KeyFile, Token: cfg.BearerToken}
 	kc.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name, Namespace: metav1.NamespaceDefault}
 	kc.CurrentContext = name
 	return clientcmd.WriteToFile(*kc, path)

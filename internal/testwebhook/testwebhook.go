@@ -46,6 +46,9 @@ type Server struct {
 	// metricsToken is a ServiceAccount's, bound to the shipped
 	// asrl-webhook-metrics-reader rule.
 	metricsToken string
+	// clusterRBAC are the cluster-wide objects of shippedRBAC, which the
+	// test namespace's deletion does not take.
+	clusterRBAC []client.Object
 }
 
 // Start runs the built webhook bin (testcluster.BuildCommand) for namespace ns, on cpus
@@ -77,16 +80,17 @@ func Start(ctx context.Context, c *testcluster.Cluster, ns, bin string, cpus ...
 	if err == nil {
 		err = s.Serve(ctx, ns)
 	}
+	var kubeconfig string
 	if err == nil {
-		s.metricsToken, err = s.metricsReader(ctx, ns)
+		kubeconfig, err = s.shippedRBAC(ctx, c, ns)
 	}
 	if err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
 	s.Process, err = c.StartProcess(s.name, bin, []string{
-		"--kubeconfig", c.Kubeconfig(), "--host", "127.0.0.1", "--port", strconv.Itoa(ports[0]), "--cert-dir", dir,
+		"--kubeconfig", kubeconfig, "--host", "127.0.0.1", "--port", strconv.Itoa(ports[0]), "--cert-dir", dir,
 		"--metrics-addr", metrics, "--health-addr", health,
-		"--secret-namespace", ns, "--secret-name", "asrl-webhook-cert", "--dns-name", "localhost", "--write-cert-dir",
+		"--secret-namespace", ns, "--secret-name", s.renamed("asrl-webhook-cert"), "--dns-name", "localhost", "--write-cert-dir",
 		"--mutating-webhook-configuration", s.name, "--validating-webhook-configuration", s.name,
 		"--status-interval", "200ms", "--lease-namespace", ns,
 	}, cpus)
@@ -153,10 +157,23 @@ func (s *Server) configurations() ([]client.Object, error) {
 	return []client.Object{mutating, mutatingPolicies, validating, validatingPolicies}, nil
 }
 
-// metricsReader makes a ServiceAccount in ns allowed to read the
-// webhook's metrics, by the rule the manifests ship in the ClusterRole
-// asrl-webhook-metrics-reader, and returns a token of it.
-func (s *Server) metricsReader(ctx context.Context, ns string) (string, error) {
+// renamed is the harness's name for an object the manifests name
+// asrl-webhook...: its own name in place of asrl-webhook, as a kustomize
+// namePrefix would.
+func (s *Server) renamed(name string) string {
+	if rest, ok := strings.CutPrefix(name, "asrl-webhook"); ok {
+		return s.name + rest
+	}
+	return name
+}
+
+// shippedRBAC creates manifests/webhook/rbac.yaml under the harness's
+// names, with its namespaced objects in ns, and the certificate's Secret,
+// and returns a kubeconfig of
+// the webhook's ServiceAccount: the webhook runs with the rights the
+// manifests give it and no more. A ServiceAccount of ns bound to the
+// metrics reader's role gives the token Metrics reads with.
+func (s *Server) shippedRBAC(ctx context.Context, c *testcluster.Cluster, ns string) (string, error) {
 	root, err := testcluster.RepoRoot()
 	if err != nil {
 		return "", err
@@ -166,30 +183,93 @@ func (s *Server) metricsReader(ctx context.Context, ns string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	role := &rbacv1.ClusterRole{}
+	var objs []client.Object
+	var webhookSA, metricsRole string
 	for _, doc := range strings.Split(string(b), "\n---\n") {
-		if strings.Contains(doc, "name: asrl-webhook-metrics-reader") {
-			err = yaml.UnmarshalStrict([]byte(doc), role)
+		var typ metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &typ); err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
 		}
+		var obj client.Object
+		switch typ.Kind {
+		case "ServiceAccount":
+			obj = &corev1.ServiceAccount{}
+		case "ClusterRole":
+			obj = &rbacv1.ClusterRole{}
+		case "ClusterRoleBinding":
+			obj = &rbacv1.ClusterRoleBinding{}
+		case "Role":
+			obj = &rbacv1.Role{}
+		case "RoleBinding":
+			obj = &rbacv1.RoleBinding{}
+		default:
+			return "", fmt.Errorf("%s: a %s, which the harness does not know how to rename", path, typ.Kind)
+		}
+		if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+		obj.SetName(s.renamed(obj.GetName()))
+		switch o := obj.(type) {
+		case *corev1.ServiceAccount:
+			o.Namespace, webhookSA = ns, o.Name
+		case *rbacv1.ClusterRole:
+			s.renameRules(o.Rules)
+			if len(o.Rules) == 1 && len(o.Rules[0].NonResourceURLs) > 0 {
+				metricsRole = o.Name
+			}
+		case *rbacv1.Role:
+			o.Namespace = ns
+			s.renameRules(o.Rules)
+		case *rbacv1.ClusterRoleBinding:
+			s.renameBinding(&o.RoleRef, o.Subjects, ns)
+		case *rbacv1.RoleBinding:
+			o.Namespace = ns
+			s.renameBinding(&o.RoleRef, o.Subjects, ns)
+		}
+		objs = append(objs, obj)
 	}
-	if err != nil || len(role.Rules) == 0 {
-		return "", fmt.Errorf("%s: the ClusterRole asrl-webhook-metrics-reader: %v", path, err)
+	if webhookSA == "" || metricsRole == "" {
+		return "", fmt.Errorf("%s: want the webhook's ServiceAccount and the metrics reader's ClusterRole", path)
 	}
-	role.Name = s.name + "-metrics-reader"
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "metrics-reader"}}
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa.Name}}}
-	for _, obj := range []client.Object{role, sa, binding} {
+	// The certificate's Secret, empty, as deployment.yaml ships it: the
+	// webhook may only write that one.
+	cert := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: s.renamed("asrl-webhook-cert")}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{corev1.TLSCertKey: nil, corev1.TLSPrivateKeyKey: nil}}
+	reader := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "metrics-reader"}}
+	objs = append(objs, cert, reader, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: metricsRole},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: metricsRole},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: reader.Name}}})
+	for _, obj := range objs {
 		if err := s.client.Create(ctx, obj); err != nil {
 			return "", err
 		}
+		if obj.GetNamespace() == "" {
+			s.clusterRBAC = append(s.clusterRBAC, obj)
+		}
 	}
 	req := &authenticationv1.TokenRequest{}
-	if err := s.client.SubResource("token").Create(ctx, sa, req); err != nil {
+	if err := s.client.SubResource("token").Create(ctx, reader, req); err != nil {
 		return "", err
 	}
-	return req.Status.Token, nil
+	s.metricsToken = req.Status.Token
+	return c.ServiceAccountKubeconfig(ctx, ns, webhookSA)
+}
+
+// renameRules names the harness's objects in rules' resourceNames.
+func (s *Server) renameRules(rules []rbacv1.PolicyRule) {
+	for i := range rules {
+		for k, name := range rules[i].ResourceNames {
+			rules[i].ResourceNames[k] = s.renamed(name)
+		}
+	}
+}
+
+// renameBinding binds the harness's role to its accounts in ns.
+func (s *Server) renameBinding(ref *rbacv1.RoleRef, subjects []rbacv1.Subject, ns string) {
+	ref.Name = s.renamed(ref.Name)
+	for i := range subjects {
+		subjects[i].Name, subjects[i].Namespace = s.renamed(subjects[i].Name), ns
+	}
 }
 
 // Metrics reads the webhook's /metrics as a reader the shipped role
@@ -347,9 +427,10 @@ func (s *Server) removeConfigurations() error {
 		&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: s.name}},
 		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: s.name + webhook.PoliciesSuffix}},
 		&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: s.name + webhook.PoliciesSuffix}},
-		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: s.name + "-metrics-reader"}},
-		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: s.name + "-metrics-reader"}},
 	} {
+		errs = append(errs, client.IgnoreNotFound(s.client.Delete(context.Background(), obj)))
+	}
+	for _, obj := range s.clusterRBAC {
 		errs = append(errs, client.IgnoreNotFound(s.client.Delete(context.Background(), obj)))
 	}
 	return errors.Join(errs...)
