@@ -13,9 +13,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	configv1 "k8s.io/kube-scheduler/config/v1"
 	"k8s.io/utils/ptr"
@@ -38,14 +42,14 @@ func Build(dir string) (string, error) {
 type Scheduler struct {
 	*testcluster.Process
 	// URL is where it serves /healthz, /readyz and /metrics over TLS
-	// (a self-signed certificate; /metrics wants the cluster's admin
-	// credentials).
+	// (a self-signed certificate; /metrics wants credentials allowed
+	// it, such as the cluster's admin's).
 	URL string
 }
 
 // Start runs the built scheduler bin for cluster c with the shipped
-// configuration — with the cluster's admin credentials, without leader
-// election, and changed by edit if not nil — on cpus if any, and returns
+// configuration — as its ServiceAccount, with the shipped RBAC, without
+// leader election, and changed by edit if not nil — on cpus if any, and returns
 // once it serves /readyz. It stops with the cluster, or with Stop.
 func Start(ctx context.Context, c *testcluster.Cluster, bin string, edit func(*configv1.KubeSchedulerConfiguration), cpus ...int) (*Scheduler, error) {
 	shipped, err := Config()
@@ -60,7 +64,11 @@ func Start(ctx context.Context, c *testcluster.Cluster, bin string, edit func(*c
 	if err := yaml.UnmarshalStrict(b, cfg); err != nil {
 		return nil, fmt.Errorf("%s: %w", shipped, err)
 	}
-	cfg.ClientConnection.Kubeconfig = c.Kubeconfig()
+	kubeconfig, err := shippedRBAC(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ClientConnection.Kubeconfig = kubeconfig
 	cfg.LeaderElection.LeaderElect = ptr.To(false)
 	if edit != nil {
 		edit(cfg)
@@ -81,7 +89,6 @@ func Start(ctx context.Context, c *testcluster.Cluster, bin string, edit func(*c
 	if err != nil {
 		return nil, err
 	}
-	kubeconfig := c.Kubeconfig()
 	p, err := c.StartProcess("asrl-scheduler", bin, []string{
 		"--config=" + config,
 		"--authentication-kubeconfig=" + kubeconfig, "--authorization-kubeconfig=" + kubeconfig,
@@ -96,6 +103,44 @@ func Start(ctx context.Context, c *testcluster.Cluster, bin string, edit func(*c
 		return nil, errors.Join(err, p.Stop())
 	}
 	return &Scheduler{Process: p, URL: url}, nil
+}
+
+// shippedRBAC creates manifests/scheduler/rbac.yaml in kube-system, as
+// `kubectl apply -k manifests/scheduler` does (what an earlier scheduler
+// of the cluster created is kept), and returns a kubeconfig of the
+// scheduler's ServiceAccount: it runs with the rights the manifests give
+// it and no more.
+func shippedRBAC(ctx context.Context, c *testcluster.Cluster) (string, error) {
+	root, err := testcluster.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(root, "manifests", "scheduler", "rbac.yaml")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	clients, err := c.Clients(metav1.NamespaceSystem)
+	if err != nil {
+		return "", err
+	}
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		obj := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+		namespaced, err := clients.Client.IsObjectNamespaced(obj)
+		if err != nil {
+			return "", fmt.Errorf("%s: %s %s: %w", path, obj.GetKind(), obj.GetName(), err)
+		}
+		if namespaced {
+			obj.SetNamespace(metav1.NamespaceSystem)
+		}
+		if err := clients.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return "", fmt.Errorf("%s: creating %s %s: %w", path, obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	return c.ServiceAccountKubeconfig(ctx, metav1.NamespaceSystem, "asrl-scheduler")
 }
 
 // Config is the shipped configuration, manifests/scheduler/scheduler-config.yaml.
