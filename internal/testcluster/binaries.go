@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/yaml"
 )
 
 // BinDirEnv names the directory of test binaries built by hack/testbin.sh.
@@ -47,6 +51,37 @@ func (b binaries) crdFiles() ([]string, error) {
 // kwokStageFiles are kwok's stock stages for fast node and pod lifecycles.
 func (b binaries) kwokStageFiles() ([]string, error) {
 	return filepath.Glob(filepath.Join(b.dir, "kwok-stages", "*.yaml"))
+}
+
+// ShippedGOMEMLIMIT is the environment setting the Go heap limit the
+// Deployment in the manifest file at path (from the checkout's root)
+// gives its first container, GOMEMLIMIT=VALUE, none if it gives none: a
+// component run as a process collects garbage as its Pod would.
+func ShippedGOMEMLIMIT(path string) ([]string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(filepath.Join(root, path))
+	if err != nil {
+		return nil, err
+	}
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		d := &appsv1.Deployment{}
+		if err := yaml.Unmarshal([]byte(doc), d); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if d.Kind != "Deployment" || len(d.Spec.Template.Spec.Containers) == 0 {
+			continue
+		}
+		for _, env := range d.Spec.Template.Spec.Containers[0].Env {
+			if env.Name == "GOMEMLIMIT" {
+				return []string{"GOMEMLIMIT=" + env.Value}, nil
+			}
+		}
+		return nil, nil
+	}
+	return nil, fmt.Errorf("%s: no Deployment", path)
 }
 
 // RepoRoot finds the checkout by walking up from the working directory

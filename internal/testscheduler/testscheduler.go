@@ -48,8 +48,8 @@ type Scheduler struct {
 }
 
 // Start runs the built scheduler bin for cluster c with the shipped
-// configuration — as its ServiceAccount, with the shipped RBAC, without
-// leader election, and changed by edit if not nil — on cpus if any, and returns
+// configuration — as its ServiceAccount, with the shipped RBAC and Go
+// heap limit, without leader election, and changed by edit if not nil — on cpus if any, and returns
 // once it serves /readyz. It stops with the cluster, or with Stop.
 func Start(ctx context.Context, c *testcluster.Cluster, bin string, edit func(*configv1.KubeSchedulerConfiguration), cpus ...int) (*Scheduler, error) {
 	shipped, err := Config()
@@ -89,11 +89,15 @@ func Start(ctx context.Context, c *testcluster.Cluster, bin string, edit func(*c
 	if err != nil {
 		return nil, err
 	}
+	env, err := testcluster.ShippedGOMEMLIMIT("manifests/scheduler/deployment.yaml")
+	if err != nil {
+		return nil, err
+	}
 	p, err := c.StartProcess("asrl-scheduler", bin, []string{
 		"--config=" + config,
 		"--authentication-kubeconfig=" + kubeconfig, "--authorization-kubeconfig=" + kubeconfig,
 		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(ports[0]), "--cert-dir=" + certs,
-	}, cpus)
+	}, cpus, env...)
 	if err != nil {
 		return nil, err
 	}

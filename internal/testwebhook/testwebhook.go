@@ -51,9 +51,10 @@ type Server struct {
 	clusterRBAC []client.Object
 }
 
-// Start runs the built webhook bin (testcluster.BuildCommand) for namespace ns, on cpus
-// if any, and returns once the API server can call it. Stop stops it and
-// Close also removes its configurations.
+// Start runs the built webhook bin (testcluster.BuildCommand) for
+// namespace ns — as its ServiceAccount, with the shipped RBAC and Go heap
+// limit — on cpus if any, and returns once the API server can call it.
+// Stop stops it and Close also removes its configurations.
 func Start(ctx context.Context, c *testcluster.Cluster, ns, bin string, cpus ...int) (*Server, error) {
 	clients, err := c.Clients(ns)
 	if err != nil {
@@ -84,6 +85,10 @@ func Start(ctx context.Context, c *testcluster.Cluster, ns, bin string, cpus ...
 	if err == nil {
 		kubeconfig, err = s.shippedRBAC(ctx, c, ns)
 	}
+	var env []string
+	if err == nil {
+		env, err = testcluster.ShippedGOMEMLIMIT("manifests/webhook/deployment.yaml")
+	}
 	if err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
@@ -93,7 +98,7 @@ func Start(ctx context.Context, c *testcluster.Cluster, ns, bin string, cpus ...
 		"--secret-namespace", ns, "--secret-name", s.renamed("asrl-webhook-cert"), "--dns-name", "localhost", "--write-cert-dir",
 		"--mutating-webhook-configuration", s.name, "--validating-webhook-configuration", s.name,
 		"--status-interval", "200ms", "--lease-namespace", ns,
-	}, cpus)
+	}, cpus, env...)
 	if err == nil {
 		err = s.waitCallable(ctx)
 	}
