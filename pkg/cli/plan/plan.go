@@ -1,36 +1,48 @@
 // Package plan implements `kubectl sandbox-fleet plan`: what a run of a task
 // batch would warm, in which windows, and the most it would hold at once,
-// computed without a cluster.
+// computed without a cluster; and with --probe, the settings a cluster's
+// nodes recommend, by a stated model of the run's wall time.
 package plan
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strconv"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/inputs"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/output"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/capacity"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 )
 
 type options struct {
-	streams genericiooptions.IOStreams
-	inputs  inputs.Flags
-	output  string
-	quiet   bool
+	configFlags *genericclioptions.ConfigFlags
+	streams     genericiooptions.IOStreams
+	inputs      inputs.Flags
+	output      string
+	quiet       bool
+	probe       bool
+	bandwidth   string
+	model       capacity.Model
 }
 
 // NewCommand returns the plan verb.
-func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
-	o := &options{streams: streams}
+func NewCommand(configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+	o := &options{configFlags: configFlags, streams: streams}
 	cmd := &cobra.Command{
 		Use:   "plan --tasks FILE [flags]",
-		Short: "Print what a run would warm and hold, without a cluster",
+		Short: "Print what a run would warm and hold; with --probe, what a cluster's nodes recommend",
 		Long: `Plan sizes a run of the task files exactly as run would — same configuration
 file, same flags — and prints it without contacting a cluster: each image's
 warm pool depth, the windows the strategy warms the images in, the most
@@ -38,12 +50,24 @@ sandboxes the run holds at once with the CPU, memory and image disk they take,
 and warnings where the configuration works against itself.
 
 Use it to choose a strategy and concurrency before a run, and to check that
-the peak fits the cluster and the runaway breaker's ceiling.`,
+the peak fits the cluster and the runaway breaker's ceiling.
+
+With --probe it reads each cluster's nodes that the sandboxes' node selector
+picks — allocatable CPU, memory and pods, image filesystems, and from the
+NodeImageCaches what they already hold of the task images — and recommends
+the strategy, concurrency and warm-pool settings that finish soonest by a
+stated model: pulls (the bytes the nodes lack, at --pull-bandwidth a node),
+tasks (waves of the concurrency, --task-time each) and claims (at most
+--claim-rate a second). It names the bottleneck, predicts the wall time, shows
+what the other choices would take, and prints the plan of the settings.`,
 		Example: `  # how a pipelined sweep of a SWE-bench batch would go at 64 tasks at once
   kubectl sandbox-fleet plan --tasks swebench.jsonl --strategy pipelined --max-concurrent 64
 
   # the plan of a configuration file, as JSON for a script
-  kubectl sandbox-fleet plan -f fleet.yaml --tasks tasks.jsonl -o json`,
+  kubectl sandbox-fleet plan -f fleet.yaml --tasks tasks.jsonl -o json
+
+  # what the cluster's nodes recommend for 10-minute tasks
+  kubectl sandbox-fleet plan --tasks swebench.jsonl --probe --task-time 10m`,
 		Args: usage.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := output.Validate(o.output, "table", output.JSON, output.YAML); err != nil {
@@ -52,6 +76,9 @@ the peak fits the cluster and the runaway breaker's ceiling.`,
 			cfg, ts, err := o.inputs.Load(cmd.Flags(), o.streams.In)
 			if err != nil {
 				return err
+			}
+			if o.probe {
+				return o.runProbe(cmd.Context(), cfg, ts)
 			}
 			p := fleet.NewPlan(cfg, ts)
 			if o.output != "table" {
@@ -63,7 +90,96 @@ the peak fits the cluster and the runaway breaker's ceiling.`,
 	o.inputs.AddFlags(cmd.Flags())
 	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
 	cmd.Flags().BoolVarP(&o.quiet, "quiet", "q", false, "print the summary and warnings only, not the per-image and window tables")
+	cmd.Flags().BoolVar(&o.probe, "probe", false, "read the clusters' nodes and recommend the settings that finish soonest")
+	cmd.Flags().StringVar(&o.bandwidth, "pull-bandwidth", "100Mi", "with --probe: what one node pulls a second, a quantity of bytes")
+	cmd.Flags().DurationVar(&o.model.TaskTime, "task-time", 2*time.Minute, "with --probe: how long one task runs")
+	cmd.Flags().Float64Var(&o.model.ClaimsPerSecond, "claim-rate", 20, "with --probe: the claims the control plane turns into sandboxes a second")
 	return cmd
+}
+
+// runProbe recommends settings for each cluster of cfg and prints them.
+func (o *options) runProbe(ctx context.Context, cfg config.Fleet, ts []tasks.Task) error {
+	bw, err := resource.ParseQuantity(o.bandwidth)
+	if err != nil || bw.Value() <= 0 {
+		return usage.Errorf("--pull-bandwidth %q: want a positive quantity of bytes, such as 100Mi", o.bandwidth)
+	}
+	if o.model.TaskTime <= 0 || o.model.ClaimsPerSecond <= 0 {
+		return usage.Errorf("--task-time and --claim-rate must be positive")
+	}
+	m := o.model
+	m.PullBytesPerSecond = bw.Value()
+	m.ImageBytes = int64(cfg.Disk.AvgImageGB * capacity.GiB)
+	if m.ImageBytes == 0 {
+		m.ImageBytes = 10 * capacity.GiB
+	}
+	targets, err := fleet.Targets(cfg, o.configFlags)
+	if err != nil {
+		return err
+	}
+	recs, notes, err := fleet.Probe(ctx, cfg, ts, targets, m)
+	for _, n := range notes {
+		fmt.Fprintf(o.streams.ErrOut, "Warning: %s\n", n)
+	}
+	if err != nil {
+		return err
+	}
+	if o.output != "table" {
+		return output.Machine(o.streams.Out, o.output, recs)
+	}
+	colors := output.Colors(o.streams.Out)
+	for i, r := range recs {
+		if i > 0 {
+			fmt.Fprintln(o.streams.Out)
+		}
+		if err := PrintRecommendation(o.streams.Out, r, o.quiet, colors); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PrintRecommendation writes r as human tables: the nodes by pool, the
+// recommended settings with the predicted wall time and bottleneck, why,
+// the other choices, and the plan of the settings.
+func PrintRecommendation(w io.Writer, r fleet.Recommendation, quiet bool, colors output.Palette) error {
+	fmt.Fprintf(w, "%s %s, %s (%s with a NodeImageCache)\n", colors.Bold("Cluster:"), r.Cluster,
+		output.Count(r.Totals.Nodes, "node"), output.Count(r.Totals.CachedNodes, "node"))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POOL\tNODES\tCPU\tMEMORY\tPODS\tIMAGE DISK\tIMAGES\tTO PULL")
+	for _, p := range r.Pools {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", p.Name, p.Nodes,
+			resource.NewMilliQuantity(p.CPUMilli, resource.DecimalSI), gib(p.MemoryBytes), p.Pods, gib(p.DiskBytes),
+			gib(p.ImageBytes), gib(p.ToPullBytes))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	c, e := r.Config, r.Chosen.Estimate
+	fmt.Fprintf(w, "\n%s strategy %s, maxConcurrent %d, warmPerTask %v, colocate %v\n", colors.Bold("Recommended:"),
+		c.Strategy, c.MaxConcurrent, c.WarmPerTask, c.Colocate)
+	fmt.Fprintf(w, "%s %s: pulls %s, tasks %s, claims %s; bottleneck: %s\n", colors.Bold("Predicted wall:"),
+		e.Wall, e.Pull, e.Tasks, e.Claims, r.Chosen.Bottleneck)
+	fmt.Fprintf(w, "%s %s a node, %s a task, %g claims a second; unknown images %s\n", colors.Bold("Model:"),
+		resource.NewQuantity(r.Model.PullBytesPerSecond, resource.BinarySI).String()+"/s", r.Model.TaskTime, r.Model.ClaimsPerSecond, gib(r.Model.ImageBytes))
+	for _, reason := range r.Reasons {
+		fmt.Fprintf(w, "  - %s\n", reason)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(tw, "STRATEGY\tCONCURRENCY\tWALL\tPULLS\tTASKS\tCLAIMS\tBOTTLENECK")
+	for _, s := range r.WhatIf {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", s.Strategy, s.Concurrency, s.Estimate.Wall, s.Estimate.Pull,
+			s.Estimate.Tasks, s.Estimate.Claims, s.Bottleneck)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	return Print(w, r.Plan, quiet, colors)
+}
+
+// gib writes bytes in GiB, to a tenth.
+func gib(b int64) string {
+	return strconv.FormatFloat(float64(b)/capacity.GiB, 'f', 1, 64) + " GiB"
 }
 
 // Print writes p as human tables: a summary, the windows, every image's

@@ -1,0 +1,224 @@
+package fleet
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/capacity"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/sizing"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+)
+
+// Recommendation is how `plan --probe` would run a batch on a cluster's
+// nodes: the settings the model predicts finish soonest, what bounds
+// them, and the plan they give.
+type Recommendation struct {
+	Cluster string            `json:"cluster"`
+	Totals  capacity.Totals   `json:"totals"`
+	Pools   []capacity.Pool   `json:"pools"`
+	Limits  capacity.Limits   `json:"limits"`
+	Model   capacity.Model    `json:"model"`
+	Sandbox capacity.Sandbox  `json:"sandbox"`
+	Chosen  Scenario          `json:"chosen"`
+	WhatIf  []Scenario        `json:"whatIf"`
+	Reasons []string          `json:"reasons"`
+	Config  RecommendedConfig `json:"config"`
+	Plan    Plan              `json:"plan"`
+}
+
+// RecommendedConfig are the settings to run with.
+type RecommendedConfig struct {
+	Strategy        string  `json:"strategy"`
+	MaxConcurrent   int     `json:"maxConcurrent"`
+	WarmPerTask     bool    `json:"warmPerTask"`
+	Colocate        bool    `json:"colocate"`
+	AvgImageGB      float64 `json:"avgImageGB"`
+	NodeEphemeralGB float64 `json:"nodeEphemeralGB"`
+	Nodes           int     `json:"nodes"`
+}
+
+// Scenario is one strategy at one concurrency, as the model sees it.
+type Scenario struct {
+	Strategy    string            `json:"strategy"`
+	Concurrency int               `json:"concurrency"`
+	Estimate    capacity.Estimate `json:"estimate"`
+	Bottleneck  string            `json:"bottleneck"`
+}
+
+// Recommend chooses, for ts under cfg (defaulted) on the probe's nodes,
+// the strategy and concurrency the model says finish soonest among those
+// whose peak fits the nodes: naive when every image fits their disks,
+// sliding and pipelined otherwise. An RL-shaped batch (two tasks or more
+// an image) warms a sandbox per task, colocated. The disk figures are the
+// probe's.
+func Recommend(cfg config.Fleet, ts []tasks.Task, probe capacity.Probe, m capacity.Model) (Recommendation, error) {
+	if len(probe.Nodes) == 0 {
+		return Recommendation{}, fmt.Errorf("cluster %s: no node matches the sandboxes' node selector: check the cluster's nodeSelector and the template's", probe.Cluster)
+	}
+	if len(ts) == 0 {
+		return Recommendation{}, fmt.Errorf("no tasks to plan")
+	}
+	totals := probe.Totals()
+	requests := cfg.Template.Resources.Requests
+	sb := capacity.Sandbox{CPUMilli: requests.Cpu().MilliValue(), MemoryBytes: requests.Memory().Value()}
+	limits := capacity.NewLimits(totals, sb)
+	fit, limitedBy := limits.Fit()
+	r := Recommendation{Cluster: probe.Cluster, Totals: totals, Pools: probe.Pools(), Limits: limits, Model: m, Sandbox: sb}
+	if fit < 1 {
+		return r, fmt.Errorf("cluster %s: its nodes hold no sandbox of %dm CPU and %d bytes of memory (allocatable %dm, %d bytes, %d pods): lower the template's requests or select other nodes",
+			probe.Cluster, sb.CPUMilli, sb.MemoryBytes, totals.CPUMilli, totals.MemoryBytes, totals.Pods)
+	}
+
+	images := imagesOf(ts)
+	// What an image takes on disk is its share of the known images'
+	// distinct layers: they share bases, which sit on a node once.
+	known, distinct := 0, map[string]int64{}
+	for _, img := range probe.Images {
+		if len(img.Layers) > 0 {
+			known++
+			for _, l := range img.Layers {
+				distinct[l.Digest] = l.Size
+			}
+		}
+	}
+	avg := m.ImageBytes
+	if known > 0 {
+		var total int64
+		for _, size := range distinct {
+			total += size
+		}
+		avg = total / int64(known)
+	}
+	cfg.Disk.AvgImageGB = round1(float64(avg) / capacity.GiB)
+	cfg.Disk.NodeEphemeralGB = round1(float64(totals.DiskBytes) / float64(totals.Nodes) / capacity.GiB)
+	cfg.Disk.Nodes = totals.Nodes
+	cfg.Concurrency, cfg.WindowSize = 0, 0
+	rl := len(ts) >= 2*len(images)
+	cfg.WarmPerTask, cfg.Template.Colocate = rl, rl
+	r.Reasons = append(r.Reasons,
+		fmt.Sprintf("%d nodes hold %d sandboxes at once by CPU, %d by memory, %d by pods: %d (%s)",
+			totals.Nodes, min(limits.CPU, 1<<30), min(limits.Memory, 1<<30), limits.Pods, fit, limitedBy),
+		fmt.Sprintf("an image takes %.1f GiB of disk, its share of the layers the images share (%d of %d known from the nodes' caches), of %.1f GiB of image disk a node",
+			cfg.Disk.AvgImageGB, known, len(probe.Images), cfg.Disk.NodeEphemeralGB))
+	if rl {
+		r.Reasons = append(r.Reasons, fmt.Sprintf("%d tasks over %d images is RL-shaped: a sandbox warm per task, an image's replicas on one node", len(ts)*cfg.Epochs, len(images)))
+	}
+
+	tasksTotal := len(ts) * cfg.Epochs
+	disk := diskOf(cfg)
+	allFit := sizing.DiskWindow(images, sizingParams(cfg), disk, 1) >= len(images)
+	var candidates []Scenario
+	plans := map[string]Plan{}
+	for _, strategy := range []string{"naive", "sliding", "pipelined"} {
+		if strategy == "naive" && !allFit {
+			r.Reasons = append(r.Reasons, "not every image fits the nodes' disks at once: naive is out")
+			continue
+		}
+		p, ok := largestFitting(cfg, ts, strategy, min(tasksTotal, fit), fit)
+		if !ok {
+			continue
+		}
+		s := scenario(probe, p, cfg, ts, m, limitedBy)
+		candidates = append(candidates, s)
+		plans[strategy] = p
+	}
+	if len(candidates) == 0 {
+		return r, fmt.Errorf("cluster %s: no strategy's warm pools fit its nodes (%d sandboxes at once): lower maxWarmPoolSize or the template's requests", probe.Cluster, fit)
+	}
+	best := slices.MinFunc(candidates, func(a, b Scenario) int { return cmp.Compare(a.Estimate.Wall, b.Estimate.Wall) })
+	r.Chosen, r.Plan = best, plans[best.Strategy]
+	r.WhatIf = candidates
+	for _, c := range []int{best.Concurrency / 2, best.Concurrency / 4} {
+		if c >= 1 {
+			r.WhatIf = append(r.WhatIf, scenario(probe, planWith(cfg, ts, best.Strategy, c), cfg, ts, m, "concurrency"))
+		}
+	}
+	sort.SliceStable(r.WhatIf, func(i, j int) bool { return r.WhatIf[i].Estimate.Wall < r.WhatIf[j].Estimate.Wall })
+	r.Config = RecommendedConfig{Strategy: best.Strategy, MaxConcurrent: best.Concurrency, WarmPerTask: rl, Colocate: rl,
+		AvgImageGB: cfg.Disk.AvgImageGB, NodeEphemeralGB: cfg.Disk.NodeEphemeralGB, Nodes: cfg.Disk.Nodes}
+	return r, nil
+}
+
+// largestFitting is the plan of strategy at the largest concurrency up to
+// most whose peak is at most fit sandboxes, if one is.
+func largestFitting(cfg config.Fleet, ts []tasks.Task, strategy string, most, fit int) (Plan, bool) {
+	fits := func(c int) bool { return planWith(cfg, ts, strategy, c).Peak.Pods <= fit }
+	if most < 1 || !fits(1) {
+		return Plan{}, false
+	}
+	// The peak grows with the concurrency: the last that fits.
+	c := sort.Search(most-1, func(i int) bool { return !fits(i + 2) }) + 1
+	return planWith(cfg, ts, strategy, c), true
+}
+
+func planWith(cfg config.Fleet, ts []tasks.Task, strategy string, concurrency int) Plan {
+	cfg.Strategy, cfg.MaxConcurrent = strategy, concurrency
+	return NewPlan(cfg, ts)
+}
+
+// scenario is the model's estimate of plan p of ts at concurrency c, whose
+// concurrency the nodes' limitedBy holds down.
+func scenario(probe capacity.Probe, p Plan, cfg config.Fleet, ts []tasks.Task, m capacity.Model, limitedBy string) Scenario {
+	replicas := map[string]sizing.Pool{}
+	for _, pool := range p.Pools {
+		replicas[pool.Image] = pool
+	}
+	shape := capacity.Shape{Strategy: p.Strategy, Concurrency: p.Concurrency, Colocate: cfg.Template.Colocate, Epochs: cfg.Epochs}
+	most := 0
+	for _, w := range p.Windows {
+		var window []sizing.Pool
+		for _, img := range w.Images {
+			window = append(window, replicas[img])
+		}
+		shape.Windows = append(shape.Windows, window)
+		most = max(most, w.Tasks*cfg.Epochs)
+	}
+	e := capacity.Predict(probe, shape, m)
+	// A window of fewer tasks than may run at once holds the concurrency
+	// down: the disk does, when it sets the window.
+	if most < p.Concurrency && diskBound(cfg, ts, p) {
+		limitedBy = "image disk"
+	}
+	return Scenario{Strategy: p.Strategy, Concurrency: p.Concurrency, Estimate: e,
+		Bottleneck: capacity.Bottleneck(e, p.Concurrency, len(ts)*cfg.Epochs, limitedBy)}
+}
+
+// diskBound reports whether the nodes' disk sets p's windows: without
+// disk figures they would be fewer.
+func diskBound(cfg config.Fleet, ts []tasks.Task, p Plan) bool {
+	cfg.Disk.AvgImageGB = 0
+	return len(planWith(cfg, ts, p.Strategy, p.Concurrency).Windows) < len(p.Windows)
+}
+
+func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
+
+// Probe reads each target's nodes (those its sandboxes' node selector
+// picks) and recommends how to run ts there, under cfg. Notes say what
+// could not be read.
+func Probe(ctx context.Context, cfg config.Fleet, ts []tasks.Task, targets []Target, m capacity.Model) ([]Recommendation, []string, error) {
+	var out []Recommendation
+	var notes []string
+	for _, t := range targets {
+		var images []capacity.Image
+		for _, img := range imagesOf(ts) {
+			images = append(images, capacity.Image{Name: img.Name, Tasks: img.Tasks})
+		}
+		probe, note, err := capacity.Read(ctx, t.Clients.Client, t.Config.Name, podSpec(cfg, t.Config).NodeSelector, images)
+		if err != nil {
+			return nil, notes, err
+		}
+		if note != "" {
+			notes = append(notes, fmt.Sprintf("cluster %s: %s", t.Config.Name, note))
+		}
+		r, err := Recommend(cfg, ts, probe, m)
+		if err != nil {
+			return nil, notes, err
+		}
+		out = append(out, r)
+	}
+	return out, notes, nil
+}
