@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/capacity"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/metrics"
@@ -658,7 +659,7 @@ func (f *Fleet) Environment(ctx context.Context) map[string]report.Environment {
 		}
 		if nodes, err := c.Clients.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"}); err == nil {
 			e.Nodes = len(nodes.Items)
-			e.NodePools = labelValues(nodes.Items, "cloud.google.com/gke-nodepool", "eks.amazonaws.com/nodegroup", "kubernetes.azure.com/agentpool")
+			e.NodePools = labelValues(nodes.Items, capacity.PoolLabels...)
 			e.InstanceTypes = labelValues(nodes.Items, corev1.LabelInstanceTypeStable)
 			e.Regions = labelValues(nodes.Items, corev1.LabelTopologyRegion)
 		}

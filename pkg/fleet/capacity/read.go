@@ -14,13 +14,13 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/informer"
 )
 
-// PoolLabels are the node labels that name a node's pool, by cloud.
+// PoolLabels are the node labels that name a node's pool: GKE's, EKS's,
+// Karpenter's and AKS's.
 var PoolLabels = []string{
 	"cloud.google.com/gke-nodepool",
 	"eks.amazonaws.com/nodegroup",
 	"karpenter.sh/nodepool",
 	"kubernetes.azure.com/agentpool",
-	"node.kubernetes.io/instance-type",
 }
 
 // Read probes the schedulable nodes selector picks on cluster: what they
