@@ -104,6 +104,8 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"describe", "pod", "x"},
 		{"plan"},
 		{"plan", "--tasks", "no-such-file.jsonl"},
+		{"plan", "--tasks", "plan/testdata/tasks.jsonl", "--probe", "--offline"},
+		{"plan", "--tasks", "plan/testdata/tasks.jsonl", "--probe", "--pull-bandwidth", "0"},
 	} {
 		code, _, stderr := execute(args...)
 		if code != cli.ExitUsage || !strings.HasPrefix(stderr, "error: ") {

@@ -17,13 +17,15 @@ import (
 // nodes: the settings the model predicts finish soonest, what bounds
 // them, and the plan they give.
 type Recommendation struct {
-	Cluster string            `json:"cluster"`
-	Totals  capacity.Totals   `json:"totals"`
-	Pools   []capacity.Pool   `json:"pools"`
-	Limits  capacity.Limits   `json:"limits"`
-	Model   capacity.Model    `json:"model"`
-	Sandbox capacity.Sandbox  `json:"sandbox"`
-	Chosen  Scenario          `json:"chosen"`
+	Cluster string           `json:"cluster"`
+	Totals  capacity.Totals  `json:"totals"`
+	Pools   []capacity.Pool  `json:"pools"`
+	Limits  capacity.Limits  `json:"limits"`
+	Model   capacity.Model   `json:"model"`
+	Sandbox capacity.Sandbox `json:"sandbox"`
+	Chosen  Scenario         `json:"chosen"`
+	// Yours is the configuration as given, by the same model.
+	Yours   Scenario          `json:"yours"`
 	WhatIf  []Scenario        `json:"whatIf"`
 	Reasons []string          `json:"reasons"`
 	Config  RecommendedConfig `json:"config"`
@@ -43,10 +45,12 @@ type RecommendedConfig struct {
 
 // Scenario is one strategy at one concurrency, as the model sees it.
 type Scenario struct {
-	Strategy    string            `json:"strategy"`
-	Concurrency int               `json:"concurrency"`
-	Estimate    capacity.Estimate `json:"estimate"`
-	Bottleneck  string            `json:"bottleneck"`
+	Strategy    string `json:"strategy"`
+	Concurrency int    `json:"concurrency"`
+	// Peak is the most sandboxes its plan holds at once.
+	Peak       int               `json:"peak"`
+	Estimate   capacity.Estimate `json:"estimate"`
+	Bottleneck string            `json:"bottleneck"`
 }
 
 // Recommend chooses, for ts under cfg (defaulted) on the probe's nodes,
@@ -68,6 +72,11 @@ func Recommend(cfg config.Fleet, ts []tasks.Task, probe capacity.Probe, m capaci
 	limits := capacity.NewLimits(totals, sb)
 	fit, limitedBy := limits.Fit()
 	r := Recommendation{Cluster: probe.Cluster, Totals: totals, Pools: probe.Pools(), Limits: limits, Model: m, Sandbox: sb}
+	yours, yoursBy := NewPlan(cfg, ts), limitedBy
+	if yours.Concurrency < fit {
+		yoursBy = "concurrency"
+	}
+	r.Yours = scenario(probe, yours, cfg, ts, m, yoursBy)
 	if fit < 1 {
 		return r, fmt.Errorf("cluster %s: its nodes hold no sandbox of %dm CPU and %d bytes of memory (allocatable %dm, %d bytes, %d pods): lower the template's requests or select other nodes",
 			probe.Cluster, sb.CPUMilli, sb.MemoryBytes, totals.CPUMilli, totals.MemoryBytes, totals.Pods)
@@ -183,7 +192,7 @@ func scenario(probe capacity.Probe, p Plan, cfg config.Fleet, ts []tasks.Task, m
 	if most < p.Concurrency && diskBound(cfg, ts, p) {
 		limitedBy = "image disk"
 	}
-	return Scenario{Strategy: p.Strategy, Concurrency: p.Concurrency, Estimate: e,
+	return Scenario{Strategy: p.Strategy, Concurrency: p.Concurrency, Peak: p.Peak.Pods, Estimate: e,
 		Bottleneck: capacity.Bottleneck(e, p.Concurrency, len(ts)*cfg.Epochs, limitedBy)}
 }
 

@@ -6,6 +6,7 @@ package plan
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/inputs"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/output"
@@ -33,6 +35,7 @@ type options struct {
 	output      string
 	quiet       bool
 	probe       bool
+	offline     bool
 	bandwidth   string
 	model       capacity.Model
 }
@@ -44,7 +47,7 @@ func NewCommand(configFlags *genericclioptions.ConfigFlags, streams genericioopt
 		Use:   "plan --tasks FILE [flags]",
 		Short: "Print what a run would warm and hold; with --probe, what a cluster's nodes recommend",
 		Long: `Plan sizes a run of the task files exactly as run would — same configuration
-file, same flags — and prints it without contacting a cluster: each image's
+file, same flags — and prints it, computed without a cluster: each image's
 warm pool depth, the windows the strategy warms the images in, the most
 sandboxes the run holds at once with the CPU, memory and image disk they take,
 and warnings where the configuration works against itself.
@@ -59,7 +62,10 @@ the strategy, concurrency and warm-pool settings that finish soonest by a
 stated model: pulls (the bytes the nodes lack, at --pull-bandwidth a node),
 tasks (waves of the concurrency, --task-time each) and claims (at most
 --claim-rate a second). It names the bottleneck, predicts the wall time, shows
-what the other choices would take, and prints the plan of the settings.`,
+what the other choices would take, and prints the plan of the settings.
+
+Without --probe or --offline, plan also compares the plan as configured with
+what a configured, reachable cluster's nodes recommend, in two lines.`,
 		Example: `  # how a pipelined sweep of a SWE-bench batch would go at 64 tasks at once
   kubectl sandbox-fleet plan --tasks swebench.jsonl --strategy pipelined --max-concurrent 64
 
@@ -73,6 +79,9 @@ what the other choices would take, and prints the plan of the settings.`,
 			if err := output.Validate(o.output, "table", output.JSON, output.YAML); err != nil {
 				return err
 			}
+			if o.probe && o.offline {
+				return usage.Errorf("--probe reads the cluster and --offline forbids it: give one of them")
+			}
 			cfg, ts, err := o.inputs.Load(cmd.Flags(), o.streams.In)
 			if err != nil {
 				return err
@@ -84,33 +93,96 @@ what the other choices would take, and prints the plan of the settings.`,
 			if o.output != "table" {
 				return output.Machine(o.streams.Out, o.output, p)
 			}
-			return Print(o.streams.Out, p, o.quiet, output.Colors(o.streams.Out))
+			colors := output.Colors(o.streams.Out)
+			if err := Print(o.streams.Out, p, o.quiet, colors); err != nil {
+				return err
+			}
+			if !o.offline {
+				o.assess(cmd.Context(), cfg, ts, colors)
+			}
+			return nil
 		},
 	}
 	o.inputs.AddFlags(cmd.Flags())
 	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
 	cmd.Flags().BoolVarP(&o.quiet, "quiet", "q", false, "print the summary and warnings only, not the per-image and window tables")
-	cmd.Flags().BoolVar(&o.probe, "probe", false, "read the clusters' nodes and recommend the settings that finish soonest")
-	cmd.Flags().StringVar(&o.bandwidth, "pull-bandwidth", "100Mi", "with --probe: what one node pulls a second, a quantity of bytes")
-	cmd.Flags().DurationVar(&o.model.TaskTime, "task-time", 2*time.Minute, "with --probe: how long one task runs")
-	cmd.Flags().Float64Var(&o.model.ClaimsPerSecond, "claim-rate", 20, "with --probe: the claims the control plane turns into sandboxes a second")
+	cmd.Flags().BoolVar(&o.probe, "probe", false, "read the clusters' nodes and recommend the settings that finish soonest; fail if they cannot be read")
+	cmd.Flags().BoolVar(&o.offline, "offline", false, "contact no cluster (without it, plan compares the plan with what a reachable cluster's nodes recommend)")
+	cmd.Flags().StringVar(&o.bandwidth, "pull-bandwidth", "100Mi", "when probing: what one node pulls a second, a quantity of bytes")
+	cmd.Flags().DurationVar(&o.model.TaskTime, "task-time", 2*time.Minute, "when probing: how long one task runs")
+	cmd.Flags().Float64Var(&o.model.ClaimsPerSecond, "claim-rate", 20, "when probing: the claims the control plane turns into sandboxes a second")
 	return cmd
 }
 
-// runProbe recommends settings for each cluster of cfg and prints them.
-func (o *options) runProbe(ctx context.Context, cfg config.Fleet, ts []tasks.Task) error {
+// modelOf is the wall-time model of the flags, for cfg's images.
+func (o *options) modelOf(cfg config.Fleet) (capacity.Model, error) {
 	bw, err := resource.ParseQuantity(o.bandwidth)
 	if err != nil || bw.Value() <= 0 {
-		return usage.Errorf("--pull-bandwidth %q: want a positive quantity of bytes, such as 100Mi", o.bandwidth)
+		return capacity.Model{}, usage.Errorf("--pull-bandwidth %q: want a positive quantity of bytes, such as 100Mi", o.bandwidth)
 	}
 	if o.model.TaskTime <= 0 || o.model.ClaimsPerSecond <= 0 {
-		return usage.Errorf("--task-time and --claim-rate must be positive")
+		return capacity.Model{}, usage.Errorf("--task-time and --claim-rate must be positive")
 	}
 	m := o.model
 	m.PullBytesPerSecond = bw.Value()
 	m.ImageBytes = int64(cfg.Disk.AvgImageGB * capacity.GiB)
 	if m.ImageBytes == 0 {
 		m.ImageBytes = 10 * capacity.GiB
+	}
+	return m, nil
+}
+
+// assessTimeout bounds plan's look at a cluster it was not asked to probe.
+const assessTimeout = 5 * time.Second
+
+// assess compares, for each reachable cluster of cfg, the plan as given
+// with what the cluster's nodes recommend, in a line or two. With no
+// cluster configured it says nothing; a cluster that cannot be read is
+// noted on stderr, and the plan stands.
+func (o *options) assess(ctx context.Context, cfg config.Fleet, ts []tasks.Task, colors output.Palette) {
+	m, err := o.modelOf(cfg)
+	if err != nil {
+		fmt.Fprintf(o.streams.ErrOut, "Warning: not comparing with the cluster: %v\n", err)
+		return
+	}
+	targets, err := fleet.Targets(cfg, o.configFlags)
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if clientcmd.IsEmptyConfig(e) {
+			return
+		}
+	}
+	var recs []fleet.Recommendation
+	if err == nil {
+		ctx, cancel := context.WithTimeout(ctx, assessTimeout)
+		defer cancel()
+		recs, _, err = fleet.Probe(ctx, cfg, ts, targets, m)
+	}
+	if err != nil {
+		fmt.Fprintf(o.streams.ErrOut, "Note: not compared with the cluster (%v); --offline skips this\n", err)
+		return
+	}
+	for _, r := range recs {
+		peak := fmt.Sprintf("its peak of %d fits the %d sandboxes the nodes hold", r.Yours.Peak, fitOf(r))
+		if r.Yours.Peak > fitOf(r) {
+			peak = colors.Warn(fmt.Sprintf("its peak of %d is over the %d sandboxes the nodes hold", r.Yours.Peak, fitOf(r)))
+		}
+		fmt.Fprintf(o.streams.Out, "\n%s %s: this plan takes about %s (bottleneck: %s); %s.\n", colors.Bold("Cluster"), r.Cluster,
+			r.Yours.Estimate.Wall, r.Yours.Bottleneck, peak)
+		fmt.Fprintf(o.streams.Out, "  Its nodes recommend %s at %d at once: about %s (bottleneck: %s). See plan --probe.\n",
+			r.Config.Strategy, r.Config.MaxConcurrent, r.Chosen.Estimate.Wall, r.Chosen.Bottleneck)
+	}
+}
+
+func fitOf(r fleet.Recommendation) int {
+	n, _ := r.Limits.Fit()
+	return n
+}
+
+// runProbe recommends settings for each cluster of cfg and prints them.
+func (o *options) runProbe(ctx context.Context, cfg config.Fleet, ts []tasks.Task) error {
+	m, err := o.modelOf(cfg)
+	if err != nil {
+		return err
 	}
 	targets, err := fleet.Targets(cfg, o.configFlags)
 	if err != nil {
@@ -165,11 +237,15 @@ func PrintRecommendation(w io.Writer, r fleet.Recommendation, quiet bool, colors
 		fmt.Fprintf(w, "  - %s\n", reason)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(tw, "STRATEGY\tCONCURRENCY\tWALL\tPULLS\tTASKS\tCLAIMS\tBOTTLENECK")
-	for _, s := range r.WhatIf {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", s.Strategy, s.Concurrency, s.Estimate.Wall, s.Estimate.Pull,
+	fmt.Fprintln(tw, "STRATEGY\tCONCURRENCY\tPEAK\tWALL\tPULLS\tTASKS\tCLAIMS\tBOTTLENECK")
+	row := func(s fleet.Scenario, name string) {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", name, s.Concurrency, s.Peak, s.Estimate.Wall, s.Estimate.Pull,
 			s.Estimate.Tasks, s.Estimate.Claims, s.Bottleneck)
 	}
+	for _, s := range r.WhatIf {
+		row(s, s.Strategy)
+	}
+	row(r.Yours, r.Yours.Strategy+" (configured)")
 	if err := tw.Flush(); err != nil {
 		return err
 	}

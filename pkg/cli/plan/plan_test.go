@@ -40,7 +40,7 @@ func TestPlanTables(t *testing.T) {
 		{"recycled", []string{"--recycle", "--max-reuses", "3", "--max-concurrent", "8"}},
 	} {
 		t.Run(tt.golden, func(t *testing.T) {
-			out := execute(t, append([]string{"plan", "--tasks", taskFile}, tt.args...)...)
+			out := execute(t, append([]string{"plan", "--offline", "--tasks", taskFile}, tt.args...)...)
 			golden.Assert(t, "plan-"+tt.golden, out)
 		})
 	}

@@ -123,6 +123,12 @@ func TestProbeShapes(t *testing.T) {
 			args := append([]string{"plan", "--kubeconfig", cluster.Kubeconfig(), "-f", config, "--tasks", tasksFile, "--probe", "-q"}, tt.model...)
 			golden.Assert(t, "probe-"+tt.pool, execute(t, args...))
 
+			if tt.pool == "cpu" {
+				// Without --probe, the plan as configured, and how it
+				// compares.
+				plain := []string{"plan", "--kubeconfig", cluster.Kubeconfig(), "-f", config, "--tasks", tasksFile, "-q", "--task-time", "5m"}
+				golden.Assert(t, "compared-cpu", execute(t, plain...))
+			}
 			var recs []fleet.Recommendation
 			if err := json.Unmarshal([]byte(execute(t, append(args, "-o", "json")...)), &recs); err != nil {
 				t.Fatal(err)
