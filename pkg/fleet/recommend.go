@@ -109,10 +109,10 @@ func Recommend(cfg config.Fleet, ts []tasks.Task, probe capacity.Probe, m capaci
 	rl := len(ts) >= 2*len(images)
 	cfg.WarmPerTask, cfg.Template.Colocate = rl, rl
 	r.Reasons = append(r.Reasons,
-		fmt.Sprintf("%d nodes hold %d sandboxes at once by CPU, %d by memory, %d by pods: %d (%s)",
-			totals.Nodes, min(limits.CPU, 1<<30), min(limits.Memory, 1<<30), limits.Pods, fit, limitedBy),
-		fmt.Sprintf("an image takes %.1f GiB of disk, its share of the layers the images share (%d of %d known from the nodes' caches), of %.1f GiB of image disk a node",
-			cfg.Disk.AvgImageGB, known, len(probe.Images), cfg.Disk.NodeEphemeralGB))
+		fmt.Sprintf("the nodes hold %d sandboxes at once by CPU, %d by memory, %d by pods: %d (%s)",
+			min(limits.CPU, 1<<30), min(limits.Memory, 1<<30), limits.Pods, fit, limitedBy),
+		fmt.Sprintf("an image takes %s of disk, its share of the layers the images share (%d of %d known from the nodes' caches), of %s of image disk a node",
+			capacity.Bytes(avg), known, len(probe.Images), capacity.Bytes(totals.DiskBytes/int64(totals.Nodes))))
 	if rl {
 		r.Reasons = append(r.Reasons, fmt.Sprintf("%d tasks over %d images is RL-shaped: a sandbox warm per task, an image's replicas on one node", len(ts)*cfg.Epochs, len(images)))
 	}

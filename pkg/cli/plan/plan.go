@@ -220,8 +220,8 @@ func PrintRecommendation(w io.Writer, r fleet.Recommendation, quiet bool, colors
 	fmt.Fprintln(tw, "POOL\tNODES\tCPU\tMEMORY\tPODS\tIMAGE DISK\tIMAGES\tTO PULL")
 	for _, p := range r.Pools {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%s\t%s\n", p.Name, p.Nodes,
-			resource.NewMilliQuantity(p.CPUMilli, resource.DecimalSI), gib(p.MemoryBytes), p.Pods, gib(p.DiskBytes),
-			gib(p.ImageBytes), gib(p.ToPullBytes))
+			resource.NewMilliQuantity(p.CPUMilli, resource.DecimalSI), capacity.Bytes(p.MemoryBytes), p.Pods, capacity.Bytes(p.DiskBytes),
+			capacity.Bytes(p.ImageBytes), capacity.Bytes(p.ToPullBytes))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -232,7 +232,7 @@ func PrintRecommendation(w io.Writer, r fleet.Recommendation, quiet bool, colors
 	fmt.Fprintf(w, "%s %s: pulls %s, tasks %s, claims %s; bottleneck: %s\n", colors.Bold("Predicted wall:"),
 		e.Wall, e.Pull, e.Tasks, e.Claims, r.Chosen.Bottleneck)
 	fmt.Fprintf(w, "%s %s a node, %s a task, %g claims a second; unknown images %s\n", colors.Bold("Model:"),
-		resource.NewQuantity(r.Model.PullBytesPerSecond, resource.BinarySI).String()+"/s", r.Model.TaskTime, r.Model.ClaimsPerSecond, gib(r.Model.ImageBytes))
+		resource.NewQuantity(r.Model.PullBytesPerSecond, resource.BinarySI).String()+"/s", r.Model.TaskTime, r.Model.ClaimsPerSecond, capacity.Bytes(r.Model.ImageBytes))
 	for _, reason := range r.Reasons {
 		fmt.Fprintf(w, "  - %s\n", reason)
 	}
@@ -251,11 +251,6 @@ func PrintRecommendation(w io.Writer, r fleet.Recommendation, quiet bool, colors
 	}
 	fmt.Fprintln(w)
 	return Print(w, r.Plan, quiet, colors)
-}
-
-// gib writes bytes in GiB, to a tenth.
-func gib(b int64) string {
-	return strconv.FormatFloat(float64(b)/capacity.GiB, 'f', 1, 64) + " GiB"
 }
 
 // Print writes p as human tables: a summary, the windows, every image's

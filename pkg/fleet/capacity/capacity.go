@@ -24,6 +24,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
@@ -348,4 +349,12 @@ func Bottleneck(e Estimate, concurrency, tasks int, limitedBy string) string {
 		return "none"
 	}
 	return limitedBy
+}
+
+// Bytes writes a size readably: GiB to a tenth from 1 GiB, else MiB.
+func Bytes(b int64) string {
+	if b >= GiB {
+		return strconv.FormatFloat(float64(b)/GiB, 'f', 1, 64) + " GiB"
+	}
+	return strconv.FormatInt(b>>20, 10) + " MiB"
 }
