@@ -24,11 +24,11 @@ var PoolLabels = []string{
 }
 
 // Read probes the schedulable nodes selector picks on cluster: what they
-// offer, and from the NodeImageCaches their image filesystems, the sizes
-// of images (named, with their tasks; any node's cache may tell) and what
-// each selected node lacks of them. When the caches cannot be read (no node agent installed, or no
-// right to list them) the images' sizes are unknown, and the returned
-// note says why.
+// offer, and from the NodeImageCaches their image filesystems, the layers
+// of images (named, with their tasks; any node's cache may tell) and which
+// of those layers each selected node holds. When the caches cannot be read
+// (no node agent installed, or no right to list them) the images' layers
+// are unknown, and the returned note says why.
 func Read(ctx context.Context, c client.Client, cluster string, selector map[string]string, images []Image) (Probe, string, error) {
 	p := Probe{Cluster: cluster}
 	nodes := &corev1.NodeList{}
