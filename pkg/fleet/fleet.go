@@ -485,7 +485,7 @@ func (f *Fleet) Acquire(ctx context.Context, t tasks.Task) (*Sandbox, error) {
 	settled := f.pace(ctx, p, pool.Name)
 	h, err := p.cluster.Claimer.Acquire(ctx, pool, t.ID)
 	settled()
-	f.claimed(p.cluster.Name, err == nil, time.Since(start))
+	f.claimed(p.cluster.Name, err == nil, err == nil && h.Warm, time.Since(start))
 	if err != nil {
 		f.mu.Lock()
 		p.cluster.claims--

@@ -42,8 +42,8 @@ func (f *Fleet) phase(name, cluster string, d time.Duration) {
 	}
 }
 
-func (f *Fleet) claimed(cluster string, ok bool, d time.Duration) {
-	f.rec.Claim()
+func (f *Fleet) claimed(cluster string, ok, warm bool, d time.Duration) {
+	f.rec.Claim(warm)
 	f.phase("claim", cluster, d)
 	if f.Metrics != nil {
 		f.Metrics.Claim(cluster, ok)

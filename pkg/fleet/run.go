@@ -56,6 +56,9 @@ type Result struct {
 	// had had.
 	Reused bool `json:"reused,omitempty"`
 	Resets int  `json:"resets,omitempty"`
+	// Warm is true when the task did not wait for a sandbox to start: its
+	// claim found a Ready one in the pool, or it was recycled.
+	Warm bool `json:"warm,omitempty"`
 	// Phases are the task's claim, process and release times in seconds:
 	// under recycling, claim includes recording a fresh sandbox, and
 	// release the reset that readies it for the next task.
@@ -388,6 +391,7 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.F
 	}
 	r.Phases["claim"] = time.Since(start).Seconds()
 	r.Reused, r.Resets = s.Resets > 0, s.Resets
+	r.Warm = s.Warm || r.Reused
 	if r.Reused {
 		f.rec.Reused()
 	}

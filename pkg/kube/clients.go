@@ -48,6 +48,8 @@ type Clients struct {
 	// Throttle is the rate limiter Config gives every client built from
 	// it; it says how long it delayed requests.
 	Throttle *Throttle
+	// Requests counts what every client built from Config sends.
+	Requests *Requests
 }
 
 // In returns the same clients working in namespace.
@@ -86,6 +88,8 @@ func forConfig(cfg *rest.Config, namespace string, limits Limits) (*Clients, err
 	limits = limits.orDefaults()
 	throttle := newThrottle(limits)
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = limits.QPS, limits.Burst, throttle
+	requests := &Requests{}
+	cfg.Wrap(requests.wrap)
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "sandbox-fleet/" + version.Get().GitVersion
 	}
@@ -100,7 +104,7 @@ func forConfig(cfg *rest.Config, namespace string, limits Limits) (*Clients, err
 	if namespace == "" {
 		namespace = "default"
 	}
-	return &Clients{Config: cfg, Kube: kc, Client: c, Namespace: namespace, Throttle: throttle}, nil
+	return &Clients{Config: cfg, Kube: kc, Client: c, Namespace: namespace, Throttle: throttle, Requests: requests}, nil
 }
 
 // Target names a cluster the way a fleet configuration does.

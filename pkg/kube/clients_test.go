@@ -93,3 +93,28 @@ func TestThrottleCountsDelays(t *testing.T) {
 		}
 	}
 }
+
+// Requests counts every request of every client built from one Clients:
+// each typed Get is one, and the controller-runtime client's (with its
+// discovery) are counted on the same counter.
+func TestRequestsCounted(t *testing.T) {
+	ctx := context.Background()
+	c, err := kube.ForTarget(kube.Target{Kubeconfig: cluster.Kubeconfig()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := c.Kube.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := c.Requests.Count(); n != 3 {
+		t.Errorf("3 typed Gets counted %d requests, want 3", n)
+	}
+	if err := c.Client.Get(ctx, client.ObjectKey{Name: "default"}, &corev1.Namespace{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Requests.Count(); n < 4 {
+		t.Errorf("a controller-runtime Get after 3 typed ones counted %d requests in all, want at least 4", n)
+	}
+}

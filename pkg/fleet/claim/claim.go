@@ -41,6 +41,9 @@ type Handle struct {
 	Restarts int32  `json:"restarts,omitempty"`
 	PodIP    string `json:"podIP"`
 	Node     string `json:"node"`
+	// Warm is true when the sandbox was Ready before it was claimed: the
+	// task did not wait for it to start (WarmHit).
+	Warm bool `json:"warm,omitempty"`
 }
 
 // Error is a claim given up because its Pod cannot become Ready.
@@ -93,7 +96,8 @@ func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWa
 				sandbox := st.Claim.Status.SandboxStatus.Name
 				return &Handle{TaskID: taskID, Namespace: claim.Namespace, Claim: claim.Name,
 					Sandbox: sandbox, Hostname: sandbox, Pod: st.Pod.Name, PodUID: st.Pod.UID, Restarts: restarts(st.Pod),
-					PodIP: st.Claim.Status.SandboxStatus.PodIPs[0], Node: st.Pod.Spec.NodeName}, nil
+					PodIP: st.Claim.Status.SandboxStatus.PodIPs[0], Node: st.Pod.Spec.NodeName,
+					Warm: WarmHit(st.Claim.CreationTimestamp, st.Pod)}, nil
 			}
 			trouble := Classify(st.Pod)
 			giveUp, recheck := patience.Judge(trouble, time.Now())

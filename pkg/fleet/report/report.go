@@ -26,6 +26,7 @@ type Recorder struct {
 	strategy  string
 	phases    map[string][]time.Duration
 	claims    int
+	warmHits  int
 	tasksOK   int
 	tasksErr  int
 	notRun    int
@@ -47,11 +48,15 @@ func (r *Recorder) Phase(name string, d time.Duration) {
 	r.phases[name] = append(r.phases[name], d)
 }
 
-// Claim counts a claim.
-func (r *Recorder) Claim() {
+// Claim counts a claim; warm when it found a Ready sandbox and did not
+// wait for one to start.
+func (r *Recorder) Claim(warm bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.claims++
+	if warm {
+		r.warmHits++
+	}
 }
 
 // Task counts a finished task: ok when its work exited 0, ran when its
@@ -95,8 +100,11 @@ type Report struct {
 	WallSeconds float64 `json:"wallSeconds"`
 	Phases      []Phase `json:"phases"`
 	Claims      int     `json:"claims"`
-	TasksOK     int     `json:"tasksOk"`
-	TasksErr    int     `json:"tasksErr"`
+	// ClaimsWarm counts the claims that found a Ready sandbox in their
+	// pool; the others waited for one to start.
+	ClaimsWarm int `json:"claimsWarm"`
+	TasksOK    int `json:"tasksOk"`
+	TasksErr   int `json:"tasksErr"`
 	// TasksNotRun counts the failed tasks whose work never ran: no
 	// sandbox could be had for them. The rest exited non-zero.
 	TasksNotRun int `json:"tasksNotRun"`
@@ -146,7 +154,7 @@ type Phase struct {
 func (r *Recorder) Report(wall time.Duration) Report {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rep := Report{Strategy: r.strategy, WallSeconds: wall.Seconds(), Claims: r.claims,
+	rep := Report{Strategy: r.strategy, WallSeconds: wall.Seconds(), Claims: r.claims, ClaimsWarm: r.warmHits,
 		TasksOK: r.tasksOK, TasksErr: r.tasksErr, TasksNotRun: r.notRun, TasksReused: r.reused, WarmReplicasTotal: r.warmTotal, WarmReplicasPeak: r.warmPeak}
 	names := make([]string, 0, len(r.phases))
 	for _, n := range phaseOrder {
@@ -215,8 +223,8 @@ func (rep Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "claims %d, tasks %d ok / %d failed (%d could not run), warm replicas %d in all, %d at peak\n",
-		rep.Claims, rep.TasksOK, rep.TasksErr, rep.TasksNotRun, rep.WarmReplicasTotal, rep.WarmReplicasPeak)
+	_, err := fmt.Fprintf(w, "claims %d (%d found a warm sandbox), tasks %d ok / %d failed (%d could not run), warm replicas %d in all, %d at peak\n",
+		rep.Claims, rep.ClaimsWarm, rep.TasksOK, rep.TasksErr, rep.TasksNotRun, rep.WarmReplicasTotal, rep.WarmReplicasPeak)
 	if rep.TasksReused > 0 && err == nil {
 		_, err = fmt.Fprintf(w, "recycled: %d tasks ran on a reset sandbox, %d on a fresh one\n", rep.TasksReused, rep.TasksOK+rep.TasksErr-rep.TasksNotRun-rep.TasksReused)
 	}

@@ -48,7 +48,7 @@ func TestReport(t *testing.T) {
 	for i := 1; i <= 100; i++ {
 		wg.Go(func() {
 			r.Phase("claim", time.Duration(i)*10*time.Millisecond)
-			r.Claim()
+			r.Claim(i%4 != 0)
 			r.Task(i%10 != 0, i%20 != 0)
 		})
 	}
@@ -72,7 +72,7 @@ func TestReport(t *testing.T) {
 	if claim.Count != 100 || claim.P50 != 0.5 || claim.P99 != 0.99 || claim.Max != 1.0 || claim.Total < 50.49 || claim.Total > 50.51 {
 		t.Errorf("claim phase %+v", claim)
 	}
-	if rep.Claims != 100 || rep.TasksOK != 90 || rep.TasksErr != 10 || rep.TasksNotRun != 5 || rep.WarmReplicasTotal != 12 || rep.WarmReplicasPeak != 9 {
+	if rep.Claims != 100 || rep.ClaimsWarm != 75 || rep.TasksOK != 90 || rep.TasksErr != 10 || rep.TasksNotRun != 5 || rep.WarmReplicasTotal != 12 || rep.WarmReplicasPeak != 9 {
 		t.Errorf("report %+v", rep)
 	}
 
@@ -97,7 +97,7 @@ func TestReport(t *testing.T) {
 
 func TestWriteTable(t *testing.T) {
 	rep := Report{
-		Strategy: "pipelined", WallSeconds: 17.71, Claims: 12, TasksOK: 8, TasksErr: 4, TasksNotRun: 1, WarmReplicasTotal: 4, WarmReplicasPeak: 3,
+		Strategy: "pipelined", WallSeconds: 17.71, Claims: 12, ClaimsWarm: 9, TasksOK: 8, TasksErr: 4, TasksNotRun: 1, WarmReplicasTotal: 4, WarmReplicasPeak: 3,
 		Phases: []Phase{
 			{Name: "wait_pool_ready", Count: 3, Total: 14.4, P50: 4.54, P99: 6.51, Max: 6.51},
 			{Name: "claim", Count: 12, Total: 25.52, P50: 1.56, P99: 5.06, Max: 5.06},
