@@ -85,7 +85,7 @@ func TestRunAndResume(t *testing.T) {
 		t.Fatalf("run: exit %d\n%s", code, stderr)
 	}
 	var rep report.Report
-	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.TasksOK != 40 || rep.Strategy != "pipelined" || rep.Environment == nil {
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.TasksOK != 40 || rep.Strategy != "pipelined" || rep.Environment == nil || rep.SandboxesPeak < 1 {
 		t.Errorf("report on stdout: %v %+v", err, rep)
 	}
 	if strings.ContainsAny(stderr, "\r\033") {

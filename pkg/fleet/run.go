@@ -142,6 +142,9 @@ func (f *Fleet) Run(ctx context.Context, o RunOptions) (rep report.Report, err e
 	rep = f.rec.Report(time.Since(start))
 	rep.Environment = env
 	rep.Throttled = f.Throttled()
+	for _, c := range f.Clusters {
+		rep.SandboxesPeak += c.Tracker.Peak()
+	}
 	return rep, err
 }
 

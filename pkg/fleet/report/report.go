@@ -113,6 +113,10 @@ type Report struct {
 	TasksReused       int `json:"tasksReused,omitempty"`
 	WarmReplicasTotal int `json:"warmReplicasTotal"`
 	WarmReplicasPeak  int `json:"warmReplicasPeak"`
+	// SandboxesPeak is the most sandboxes the run held at once — warm
+	// and claimed, Pods neither finished nor being deleted — summed over
+	// the clusters' peaks.
+	SandboxesPeak int `json:"sandboxesPeak"`
 	// Environment describes each cluster of the run, by name.
 	Environment map[string]Environment `json:"environment,omitempty"`
 	// Throttled is set when this client's own rate limits delayed
@@ -223,8 +227,8 @@ func (rep Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "claims %d (%d found a warm sandbox), tasks %d ok / %d failed (%d could not run), warm replicas %d in all, %d at peak\n",
-		rep.Claims, rep.ClaimsWarm, rep.TasksOK, rep.TasksErr, rep.TasksNotRun, rep.WarmReplicasTotal, rep.WarmReplicasPeak)
+	_, err := fmt.Fprintf(w, "claims %d (%d found a warm sandbox), tasks %d ok / %d failed (%d could not run), warm replicas %d in all, %d at peak, sandboxes %d at peak\n",
+		rep.Claims, rep.ClaimsWarm, rep.TasksOK, rep.TasksErr, rep.TasksNotRun, rep.WarmReplicasTotal, rep.WarmReplicasPeak, rep.SandboxesPeak)
 	if rep.TasksReused > 0 && err == nil {
 		_, err = fmt.Fprintf(w, "recycled: %d tasks ran on a reset sandbox, %d on a fresh one\n", rep.TasksReused, rep.TasksOK+rep.TasksErr-rep.TasksNotRun-rep.TasksReused)
 	}

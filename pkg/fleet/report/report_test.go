@@ -97,7 +97,7 @@ func TestReport(t *testing.T) {
 
 func TestWriteTable(t *testing.T) {
 	rep := Report{
-		Strategy: "pipelined", WallSeconds: 17.71, Claims: 12, ClaimsWarm: 9, TasksOK: 8, TasksErr: 4, TasksNotRun: 1, WarmReplicasTotal: 4, WarmReplicasPeak: 3,
+		Strategy: "pipelined", WallSeconds: 17.71, Claims: 12, ClaimsWarm: 9, TasksOK: 8, TasksErr: 4, TasksNotRun: 1, WarmReplicasTotal: 4, WarmReplicasPeak: 3, SandboxesPeak: 5,
 		Phases: []Phase{
 			{Name: "wait_pool_ready", Count: 3, Total: 14.4, P50: 4.54, P99: 6.51, Max: 6.51},
 			{Name: "claim", Count: 12, Total: 25.52, P50: 1.56, P99: 5.06, Max: 5.06},

@@ -40,6 +40,10 @@ type Tracker struct {
 	// claimOf maps a sandbox to the claim bound to it, so that events of
 	// the sandbox's Pod wake the claim's waiters.
 	claimOf map[string]string
+	// live holds the run's Pods that are neither finished nor being
+	// deleted; peak is the most it has held.
+	live map[string]bool
+	peak int
 }
 
 // Start begins watching the warm pools, claims and Pods of run runID in namespace
@@ -58,7 +62,7 @@ func Start(ctx context.Context, cfg *rest.Config, namespace, runID string) (*Tra
 		return nil, fmt.Errorf("building the watch cache: %w", err)
 	}
 	t := &Tracker{cache: c, namespace: namespace, changed: make(chan struct{}),
-		keyed: map[string]chan struct{}{}, claimOf: map[string]string{}}
+		keyed: map[string]chan struct{}{}, claimOf: map[string]string{}, live: map[string]bool{}}
 	notify := toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { t.notify(obj, false) },
 		UpdateFunc: func(_, obj any) { t.notify(obj, false) },
@@ -185,6 +189,12 @@ func (t *Tracker) notify(obj any, deleted bool) {
 	case *extensionsv1beta1.SandboxWarmPool:
 		keys = append(keys, poolKey(o.Name))
 	case *corev1.Pod:
+		if !deleted && live(o) {
+			t.live[o.Name] = true
+			t.peak = max(t.peak, len(t.live))
+		} else {
+			delete(t.live, o.Name)
+		}
 		if pool := o.Labels[labels.Pool]; pool != "" {
 			keys = append(keys, poolKey(pool))
 		}
@@ -266,11 +276,25 @@ func (t *Tracker) LivePods(ctx context.Context) ([]string, error) {
 	}
 	var names []string
 	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+		if live(&p) {
 			names = append(names, p.Name)
 		}
 	}
 	return names, nil
+}
+
+// live reports whether pod is a sandbox the run holds: neither finished
+// nor being deleted.
+func live(pod *corev1.Pod) bool {
+	return pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
+}
+
+// Peak returns the most live sandboxes (LivePods) the run has held at
+// once, as the watch saw them.
+func (t *Tracker) Peak() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.peak
 }
 
 // WaitEmpty waits until the run has no claims, warm pools or Pods left.

@@ -96,3 +96,57 @@ func TestPoolChangedIsTargeted(t *testing.T) {
 		t.Fatal("the pool's own event did not wake the waiter")
 	}
 }
+
+// Peak is the most live sandboxes the run held at once: a pool of 3 makes
+// it 3, and it stays 3 once the pool and its Pods are gone.
+func TestPeakLiveSandboxes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ns := cluster.NewNamespace(t)
+	clients, err := cluster.Clients(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := tracker.Start(ctx, clients.Config, ns, "run-peak")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := resources.Template(ns, "run-peak", "busybox:1.36", resources.PodSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := resources.WarmPool(tmpl, 3)
+	for _, obj := range []client.Object{tmpl, pool} {
+		if err := clients.Client.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitLive := func(want int) {
+		for {
+			changed := tr.Changed()
+			names, err := tr.LivePods(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(names) == want {
+				return
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				t.Fatalf("live sandboxes %v, want %d", names, want)
+			}
+		}
+	}
+	waitLive(3)
+	if p := tr.Peak(); p != 3 {
+		t.Errorf("Peak with 3 live sandboxes = %d", p)
+	}
+	if err := clients.Client.Delete(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	waitLive(0)
+	if p := tr.Peak(); p != 3 {
+		t.Errorf("Peak after the pool went = %d, want 3", p)
+	}
+}
