@@ -15,6 +15,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/cache"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/describe"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/get"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/loadtest"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/plan"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/preflight"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/prepull"
@@ -62,6 +63,7 @@ Agent Sandboxes, claims one per task, runs work in it and cleans up.`,
 		run.NewCommand(configFlags, streams),
 		serve.NewCommand(configFlags, streams),
 		plan.NewCommand(configFlags, streams),
+		loadtest.NewCommand(configFlags, streams),
 		get.NewCommand(configFlags, streams),
 		describe.NewCommand(configFlags, streams),
 		reap.NewCommand(configFlags, streams),

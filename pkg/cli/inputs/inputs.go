@@ -71,6 +71,7 @@ type Flags struct {
 	maxWarmPoolSize, windowSize, epochs int
 	warmCreateBudget, maxLiveSandboxes  int
 	warmPerTask, keepWarm, failFast     bool
+	colocate                            bool
 	readyTimeout, claimGrace            time.Duration
 	unschedulableGrace                  time.Duration
 	overcommitFactor                    float64
@@ -84,15 +85,34 @@ type Flags struct {
 
 // AddFlags registers the flags on fs.
 func (f *Flags) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVarP(&f.ConfigFile, "config", "f", "", "fleet configuration file (see examples/fleet.yaml); flags override it")
 	fs.StringArrayVar(&f.TaskFiles, "tasks", nil, "task file: JSONL rows or a list of images; - reads stdin; repeatable")
 	f.tasks.AddFlags(fs)
+	f.addConfigFlags(fs)
+}
+
+// AddConfigFlags registers, for a verb that makes its own tasks, -f and
+// the flags overriding the configuration but those named in except, which
+// the verb defines its own way. Load then reads no task file.
+func (f *Flags) AddConfigFlags(fs *pflag.FlagSet, except ...string) {
+	f.TasksOptional = true
+	all := pflag.NewFlagSet("", pflag.ContinueOnError)
+	f.addConfigFlags(all)
+	all.VisitAll(func(flag *pflag.Flag) {
+		if !slices.Contains(except, flag.Name) {
+			fs.AddFlag(flag)
+		}
+	})
+}
+
+func (f *Flags) addConfigFlags(fs *pflag.FlagSet) {
+	fs.StringVarP(&f.ConfigFile, "config", "f", "", "fleet configuration file (see examples/fleet.yaml); flags override it")
 	fs.StringVar(&f.strategy, "strategy", "", "when pools are warm: "+strings.Join(config.Strategies, ", ")+" (default naive)")
 	fs.StringVar(&f.placement, "placement", "", "how pools spread over clusters: "+strings.Join(config.Placements, ", "))
 	fs.IntVar(&f.concurrency, "concurrency", 0, "tasks at once (default: --max-concurrent)")
 	fs.IntVar(&f.maxConcurrent, "max-concurrent", 0, "concurrency budget that sizes the warm pools (default: --concurrency, else 1)")
 	fs.IntVar(&f.maxWarmPoolSize, "max-warmpool-size", 0, "cap on any one pool (default 8)")
 	fs.BoolVar(&f.warmPerTask, "warm-per-task", false, "warm one sandbox per task, up to the cap, for instant claims")
+	fs.BoolVar(&f.colocate, "colocate", false, "prefer one node for all replicas of a pool, so that one node pulls its image")
 	fs.IntVar(&f.windowSize, "window-size", 0, "images warm at once for sliding and pipelined (default: sized from the budget and disk)")
 	fs.IntVar(&f.epochs, "epochs", 0, "passes over the tasks, pools kept warm between them (default 1)")
 	fs.BoolVar(&f.keepWarm, "keep-warm", false, "leave the pools warm at the end; tear them down with: teardown --run-id ID")
@@ -220,6 +240,9 @@ func (f *Flags) override(fs *pflag.FlagSet, cfg *config.Fleet) error {
 	}
 	if set("warm-per-task") {
 		cfg.WarmPerTask = f.warmPerTask
+	}
+	if set("colocate") {
+		cfg.Template.Colocate = f.colocate
 	}
 	if set("keep-warm") {
 		cfg.KeepWarm = f.keepWarm

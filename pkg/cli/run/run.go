@@ -8,12 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,6 +20,7 @@ import (
 	"k8s.io/cli-runtime/pkg/printers"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/inputs"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/interrupt"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/output"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/progress"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/usage"
@@ -209,9 +207,7 @@ func (o *options) work() error {
 // RunID checks a --run-id, or makes a new one when it is empty.
 func RunID(id string) (string, error) {
 	if id == "" {
-		b := make([]byte, 3)
-		_, _ = rand.Read(b)
-		return "run-" + time.Now().UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b), nil
+		return NewID("run"), nil
 	}
 	if msgs := validation.IsDNS1123Label(id); len(msgs) > 0 {
 		return "", usage.Errorf("--run-id %q: %s", id, strings.Join(msgs, "; "))
@@ -226,7 +222,8 @@ func (o *options) run(parent context.Context) error {
 	}
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
-	stopSignals := o.handleSignals(cancel, targets)
+	stopSignals := interrupt.Handle(o.streams.ErrOut, cancel, fmt.Sprintf("stopping run %s and tearing it down", o.runID),
+		func() string { return ReapHint(o.runID, o.inputs.ConfigFile, targets) })
 	defer stopSignals()
 
 	f, err := fleet.Open(ctx, o.runID, o.cfg, o.loaded, targets)
@@ -360,39 +357,22 @@ func (o *options) writeReport(rep report.Report) error {
 	}
 }
 
-// handleSignals makes the first SIGINT or SIGTERM stop the run, which then
-// tears itself down, and a second one exit at once, saying how to reap.
-func (o *options) handleSignals(cancel context.CancelCauseFunc, targets []fleet.Target) (stop func()) {
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() {
-		select {
-		case s := <-sigs:
-			fmt.Fprintf(o.streams.ErrOut, "\n%s: stopping run %s and tearing it down; send it again to exit at once\n", s, o.runID)
-			cancel(fmt.Errorf("interrupted by %s", s))
-		case <-done:
-			return
-		}
-		select {
-		case s := <-sigs:
-			reapHint(o.streams.ErrOut, s, o.runID, o.inputs.ConfigFile, targets)
-			os.Exit(130)
-		case <-done:
-		}
-	}()
-	return func() {
-		signal.Stop(sigs)
-		close(done)
-	}
+// NewID makes a new id of a kind of run: the kind, the time in UTC and
+// six random hex digits, e.g. run-20261203-051449-1a2b3c.
+func NewID(kind string) string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return kind + "-" + time.Now().UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b)
 }
 
-func reapHint(w io.Writer, s os.Signal, runID, configFile string, targets []fleet.Target) {
+// ReapHint says how to remove what is left of runID, with the -f or -n
+// the run was given.
+func ReapHint(runID, configFile string, targets []fleet.Target) string {
 	where := ""
 	if configFile != "" {
 		where = " -f " + configFile
 	} else if len(targets) == 1 {
 		where = " -n " + targets[0].Clients.Namespace
 	}
-	fmt.Fprintf(w, "%s again: exiting without cleaning up; remove what is left with:\n  kubectl sandbox-fleet reap --run-id %s%s\n", s, runID, where)
+	return fmt.Sprintf("remove what is left with:\n  kubectl sandbox-fleet reap --run-id %s%s", runID, where)
 }

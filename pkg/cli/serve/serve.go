@@ -5,10 +5,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/serve"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/inputs"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/interrupt"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/run"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
@@ -133,23 +132,11 @@ func (o *options) run(parent context.Context, cfg config.Fleet, ts []tasks.Task)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(parent)
-	defer cancel()
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	go func() {
-		s, ok := <-sigs
-		if !ok {
-			return
-		}
-		fmt.Fprintf(o.streams.ErrOut, "\n%s: closing session %s and tearing it down; send it again to exit at once\n", s, o.runID)
-		cancel()
-		if s, ok := <-sigs; ok {
-			fmt.Fprintf(o.streams.ErrOut, "%s again: exiting without cleaning up; remove what is left with:\n  kubectl sandbox-fleet reap --run-id %s\n", s, o.runID)
-			os.Exit(130)
-		}
-	}()
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	stopSignals := interrupt.Handle(o.streams.ErrOut, cancel, fmt.Sprintf("closing session %s and tearing it down", o.runID),
+		func() string { return reapHint(o.runID) })
+	defer stopSignals()
 
 	s, err := session.Open(ctx, o.runID, cfg, ts, targets, o.opts)
 	if err != nil {
@@ -169,4 +156,8 @@ func (o *options) run(parent context.Context, cfg config.Fleet, ts []tasks.Task)
 	}
 	fmt.Fprintf(o.streams.ErrOut, "session %s: closed, everything of it removed\n", o.runID)
 	return nil
+}
+
+func reapHint(runID string) string {
+	return "remove what is left with:\n  kubectl sandbox-fleet reap --run-id " + runID
 }

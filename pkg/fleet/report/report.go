@@ -188,15 +188,15 @@ func summarise(name string, ds []time.Duration) Phase {
 	}
 	if len(sorted) > 0 {
 		p.Max = sorted[len(sorted)-1].Seconds()
-		p.P50 = percentile(sorted, 0.50).Seconds()
-		p.P99 = percentile(sorted, 0.99).Seconds()
+		p.P50 = Percentile(sorted, 0.50).Seconds()
+		p.P99 = Percentile(sorted, 0.99).Seconds()
 	}
 	return p
 }
 
-// percentile is the nearest-rank percentile of sorted: the smallest value
+// Percentile is the nearest-rank percentile of sorted: the smallest value
 // with at least q of the values at or below it.
-func percentile(sorted []time.Duration, q float64) time.Duration {
+func Percentile(sorted []time.Duration, q float64) time.Duration {
 	rank := int(math.Ceil(q * float64(len(sorted))))
 	return sorted[min(max(rank, 1), len(sorted))-1]
 }

@@ -36,8 +36,8 @@ func TestPercentile(t *testing.T) {
 		{"p50 of 100", ms(hundred...), 0.50, 50 * time.Millisecond},
 		{"p99 of 10 is the max", ms(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 0.99, 10 * time.Millisecond},
 	} {
-		if got := percentile(tt.sorted, tt.q); got != tt.want {
-			t.Errorf("%s: percentile(%v) = %v, want %v", tt.name, tt.q, got, tt.want)
+		if got := Percentile(tt.sorted, tt.q); got != tt.want {
+			t.Errorf("%s: Percentile(%v) = %v, want %v", tt.name, tt.q, got, tt.want)
 		}
 	}
 }

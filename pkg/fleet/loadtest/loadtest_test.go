@@ -1,0 +1,107 @@
+package loadtest
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sandbox-fleet/sandbox-fleet/internal/golden"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
+)
+
+func TestBatchTasks(t *testing.T) {
+	mirror, err := images.ParseRule("example.com=mirror.local/ex")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name    string
+		batch   Batch
+		rewrite []images.Rule
+		ids     []string
+		images  []string
+		err     string
+	}{
+		{name: "images by index", batch: Batch{Image: "example.com/bench:img{i}", Images: 2, TasksPerImage: 2},
+			ids:    []string{"img0000-t0", "img0000-t1", "img0001-t0", "img0001-t1"},
+			images: []string{"example.com/bench:img0", "example.com/bench:img0", "example.com/bench:img1", "example.com/bench:img1"}},
+		{name: "zero-padded", batch: Batch{Image: "example.com/bench:img{i:03d}", Images: 2, TasksPerImage: 1},
+			ids: []string{"img0000-t0", "img0001-t0"}, images: []string{"example.com/bench:img000", "example.com/bench:img001"}},
+		{name: "one image needs no placeholder", batch: Batch{Image: "busybox:1.36", Images: 1, TasksPerImage: 3},
+			ids: []string{"img0000-t0", "img0000-t1", "img0000-t2"}, images: []string{"busybox:1.36", "busybox:1.36", "busybox:1.36"}},
+		{name: "mirrored", batch: Batch{Image: "example.com/b:{i}", Images: 1, TasksPerImage: 1}, rewrite: []images.Rule{mirror},
+			ids: []string{"img0000-t0"}, images: []string{"mirror.local/ex/b:0"}},
+		{name: "many images, one name", batch: Batch{Image: "busybox:1.36", Images: 3, TasksPerImage: 1}, err: `image "busybox:1.36" has no {i}`},
+		{name: "no tasks", batch: Batch{Image: "busybox", Images: 1, TasksPerImage: 0}, err: "both must be at least 1"},
+		{name: "a bad reference", batch: Batch{Image: "Bad Image:{i}", Images: 2, TasksPerImage: 1}, err: "--image, task 1"},
+	} {
+		ts, err := tt.batch.Tasks(tt.rewrite)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%s: error %v, want one with %q", tt.name, err, tt.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		var ids, imgs []string
+		for _, task := range ts {
+			ids, imgs = append(ids, task.ID), append(imgs, task.Image)
+		}
+		if !slices.Equal(ids, tt.ids) || !slices.Equal(imgs, tt.images) {
+			t.Errorf("%s: ids %v images %v, want %v %v", tt.name, ids, imgs, tt.ids, tt.images)
+		}
+	}
+}
+
+func TestCells(t *testing.T) {
+	got := Cells([]string{"naive", "pipelined"}, []int{4, 16})
+	want := []Cell{{"naive", 4}, {"naive", 16}, {"pipelined", 4}, {"pipelined", 16}}
+	if !slices.Equal(got, want) {
+		t.Errorf("Cells = %v, want %v", got, want)
+	}
+}
+
+func result(ok, warm bool, sandbox string, claim float64) fleet.Result {
+	return fleet.Result{OK: ok, Warm: warm, Sandbox: sandbox, Phases: map[string]float64{"claim": claim}}
+}
+
+// Time to a sandbox counts only tasks that got one; warm share and
+// requests are over every task.
+func TestMeasure(t *testing.T) {
+	results := []fleet.Result{
+		result(true, true, "s1", 0.1), result(true, true, "s2", 0.2), result(true, false, "s3", 3.0),
+		result(false, false, "", 60), // never got a sandbox
+	}
+	rep := report.Report{WallSeconds: 10, Claims: 5, SandboxesPeak: 6}
+	row := Measure(Cell{"sliding", 2}, rep, results, 42)
+	want := Row{Cell: Cell{"sliding", 2}, WallSeconds: 10, TimeToSandboxP50: 0.2, TimeToSandboxP99: 3.0, WarmShare: 0.5,
+		ClaimsPerSecond: 0.5, PeakSandboxes: 6, RequestsPerTask: 10.5, OK: 3, Tasks: 4}
+	row.Report = nil
+	if row != want {
+		t.Errorf("Measure =\n%+v\nwant\n%+v", row, want)
+	}
+	if empty := Measure(Cell{"naive", 1}, report.Report{}, nil, 0); empty.WarmShare != 0 || empty.ClaimsPerSecond != 0 || empty.RequestsPerTask != 0 {
+		t.Errorf("a run with no task: %+v", empty)
+	}
+}
+
+func TestWriteTable(t *testing.T) {
+	rep := report.Report{}
+	rows := []Row{
+		{Cell: Cell{"naive", 4}, WallSeconds: 31.25, TimeToSandboxP50: 0.04, TimeToSandboxP99: 0.31, WarmShare: 1,
+			ClaimsPerSecond: 0.5, PeakSandboxes: 8, RequestsPerTask: 9.5, OK: 16, Tasks: 16, Report: &rep},
+		{Cell: Cell{"pipelined", 16}, WallSeconds: 12.5, TimeToSandboxP50: 1.5, TimeToSandboxP99: 4.25, WarmShare: 0.375,
+			ClaimsPerSecond: 1.3, PeakSandboxes: 20, RequestsPerTask: 11.25, OK: 15, Tasks: 16, Report: &rep,
+			Error: "tearing down run lt-pipelined-c16: timed out"},
+	}
+	var b bytes.Buffer
+	if err := WriteTable(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	golden.Assert(t, "table", b.String())
+}
