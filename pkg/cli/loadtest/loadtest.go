@@ -52,7 +52,7 @@ func NewCommand(configFlags *genericclioptions.ConfigFlags, streams genericioopt
 	cmd := &cobra.Command{
 		Use:   "loadtest --image IMAGE [--images N] [--tasks-per-image K] [flags]",
 		Short: "Run one synthetic batch under several strategies and concurrencies and compare them",
-		Long: `Loadtest makes a batch of --images images with --tasks-per-image tasks each, in
+		Long: `Loadtest makes a batch of images with --tasks-per-image tasks each, in
 which every task holds its sandbox for --task-time, and runs it once for each
 strategy of --strategies at each concurrency of --concurrency, one run after
 another, each torn down before the next starts. It prints one table:
@@ -66,7 +66,8 @@ another, each torn down before the next starts. It prints one table:
   REQUESTS/TASK   every request sent to the API server, over the tasks
   OK              tasks whose work ran and exited 0
 
-{i} in --image is replaced by the image's index (0, 1, ...), {i:03d} by the
+--image names the images: given several times, each is one; given once with
+{i} in it, {i} is replaced by the image's index (0, 1, ...) and {i:03d} by the
 same zero-padded, so that a registry holding bench:img000 ... bench:img099
 gives 100 distinct images. With --process exec (the default) each task runs
 sleep in its sandbox, so the image needs a sleep; with --process none the
@@ -79,6 +80,9 @@ pull them: put a strategy first twice to see both.`,
 		Example: `  # three strategies at two concurrencies, 8 images of 4 tasks, 10 s each
   kubectl sandbox-fleet loadtest --image registry.example.com/bench:img{i:03d} --images 8 \
     --tasks-per-image 4 --task-time 10s --strategies naive,sliding,pipelined --concurrency 8,16
+
+  # two images of your own, 8 tasks each
+  kubectl sandbox-fleet loadtest --image python:3.12-slim --image node:22-slim --tasks-per-image 8
 
   # RL-shaped: many tasks of few images, a sandbox warm per task, placed together
   kubectl sandbox-fleet loadtest --image registry.example.com/bench:img{i} --images 2 \
@@ -95,8 +99,8 @@ pull them: put a strategy first twice to see both.`,
 	// The strategy and concurrency are what is compared; a load test is
 	// one pass and leaves nothing warm.
 	o.inputs.AddConfigFlags(f, "strategy", "concurrency", "max-concurrent", "epochs", "keep-warm")
-	f.StringVar(&o.batch.Image, "image", "", "image of the batch's sandboxes; {i} is replaced by the image's index, {i:03d} zero-padded")
-	f.IntVar(&o.batch.Images, "images", 1, "distinct images in the batch")
+	f.StringArrayVar(&o.batch.Images, "image", nil, "image of the batch, repeatable; in a single one {i} is replaced by each image's index, {i:03d} zero-padded")
+	f.IntVar(&o.batch.Count, "images", 0, "distinct images an --image with {i} makes (default 1)")
 	f.IntVar(&o.batch.TasksPerImage, "tasks-per-image", 4, "tasks of each image")
 	f.DurationVar(&o.taskTime, "task-time", 5*time.Second, "how long each task holds its sandbox")
 	f.StringSliceVar(&o.strategies, "strategies", []string{"naive", "sliding", "pipelined"}, "strategies to compare, in order, or all ("+strings.Join(config.Strategies, ", ")+")")
@@ -112,7 +116,7 @@ func (o *options) complete(cmd *cobra.Command) error {
 	if err := output.Validate(o.output, "table", output.JSON, output.YAML); err != nil {
 		return err
 	}
-	if o.batch.Image == "" {
+	if len(o.batch.Images) == 0 {
 		return usage.Errorf("no image: give --image, e.g. --image registry.example.com/bench:img{i:03d} --images 8")
 	}
 	if o.taskTime < 0 {
@@ -177,7 +181,7 @@ func (o *options) run(parent context.Context) error {
 		work = loadtest.SleepIn(o.taskTime)
 	}
 	fmt.Fprintf(o.streams.ErrOut, "loadtest %s: %s of %s each, %s each; %s\n", o.runID,
-		output.Count(o.batch.Images, "image"), output.Count(o.batch.TasksPerImage, "task"), o.taskTime, output.Count(len(o.cells), "run"))
+		output.Count(len(o.tasks)/o.batch.TasksPerImage, "image"), output.Count(o.batch.TasksPerImage, "task"), o.taskTime, output.Count(len(o.cells), "run"))
 	rows, err := loadtest.Run(ctx, targets, loadtest.Options{
 		Config: o.cfg, Tasks: o.tasks, Cells: o.cells, Work: work, RunID: o.runID, Heartbeat: heartbeat.DefaultDuration,
 		Started: func(c loadtest.Cell, id string) {

@@ -29,10 +29,14 @@ import (
 
 // Batch is the synthetic batch every run does.
 type Batch struct {
-	// Image names the images: {i} in it is replaced by 0, 1, ... and
-	// {i:03d} by the same, zero-padded to 3 digits.
-	Image         string
-	Images        int
+	// Images names the images. One name with {i} in it is a template for
+	// Count images: {i} is replaced by 0, 1, ... and {i:03d} by the same,
+	// zero-padded to 3 digits. Names without {i} are the images
+	// themselves.
+	Images []string
+	// Count is how many images a template makes; 0 is one. Without a
+	// template it is 0 or the number of names.
+	Count         int
 	TasksPerImage int
 }
 
@@ -41,18 +45,29 @@ var index = regexp.MustCompile(`\{i(?::0(\d)d)?\}`)
 // Tasks returns TasksPerImage tasks of each image, with ids img0000-t0,
 // img0000-t1, ..., the images rewritten by rewrite as a run's would be.
 func (b Batch) Tasks(rewrite []images.Rule) ([]tasks.Task, error) {
-	if b.Images < 1 || b.TasksPerImage < 1 {
-		return nil, fmt.Errorf("%d images of %d tasks each: both must be at least 1", b.Images, b.TasksPerImage)
+	if len(b.Images) == 0 || b.TasksPerImage < 1 {
+		return nil, fmt.Errorf("%d images of %d tasks each: both must be at least 1", len(b.Images), b.TasksPerImage)
 	}
-	if b.Images > 1 && !index.MatchString(b.Image) {
-		return nil, fmt.Errorf("image %q has no {i}: its %d images would all be one; e.g. registry.example.com/bench:img{i:03d}", b.Image, b.Images)
+	names := b.Images
+	templated := slices.ContainsFunc(names, index.MatchString)
+	switch {
+	case templated && len(names) > 1:
+		return nil, fmt.Errorf("images %q: give either one name with {i} or names without", names)
+	case templated:
+		names = nil
+		for i := range max(b.Count, 1) {
+			names = append(names, index.ReplaceAllStringFunc(b.Images[0], func(m string) string {
+				width, _ := strconv.Atoi(index.FindStringSubmatch(m)[1])
+				return fmt.Sprintf("%0*d", width, i)
+			}))
+		}
+	case len(names) == 1 && b.Count > 1:
+		return nil, fmt.Errorf("image %q has no {i}: its %d images would all be one; e.g. registry.example.com/bench:img{i:03d}", names[0], b.Count)
+	case b.Count != 0 && b.Count != len(names):
+		return nil, fmt.Errorf("%d images asked for, %d named", b.Count, len(names))
 	}
 	var ts []tasks.Task
-	for i := range b.Images {
-		image := index.ReplaceAllStringFunc(b.Image, func(m string) string {
-			width, _ := strconv.Atoi(index.FindStringSubmatch(m)[1])
-			return fmt.Sprintf("%0*d", width, i)
-		})
+	for i, image := range names {
 		for k := range b.TasksPerImage {
 			ts = append(ts, tasks.Task{ID: fmt.Sprintf("img%04d-t%d", i, k), Image: image})
 		}

@@ -25,18 +25,25 @@ func TestBatchTasks(t *testing.T) {
 		images  []string
 		err     string
 	}{
-		{name: "images by index", batch: Batch{Image: "example.com/bench:img{i}", Images: 2, TasksPerImage: 2},
+		{name: "images by index", batch: Batch{Images: []string{"example.com/bench:img{i}"}, Count: 2, TasksPerImage: 2},
 			ids:    []string{"img0000-t0", "img0000-t1", "img0001-t0", "img0001-t1"},
 			images: []string{"example.com/bench:img0", "example.com/bench:img0", "example.com/bench:img1", "example.com/bench:img1"}},
-		{name: "zero-padded", batch: Batch{Image: "example.com/bench:img{i:03d}", Images: 2, TasksPerImage: 1},
+		{name: "zero-padded", batch: Batch{Images: []string{"example.com/bench:img{i:03d}"}, Count: 2, TasksPerImage: 1},
 			ids: []string{"img0000-t0", "img0001-t0"}, images: []string{"example.com/bench:img000", "example.com/bench:img001"}},
-		{name: "one image needs no placeholder", batch: Batch{Image: "busybox:1.36", Images: 1, TasksPerImage: 3},
+		{name: "a template makes one image by default", batch: Batch{Images: []string{"example.com/b:{i}"}, TasksPerImage: 1},
+			ids: []string{"img0000-t0"}, images: []string{"example.com/b:0"}},
+		{name: "one image needs no placeholder", batch: Batch{Images: []string{"busybox:1.36"}, TasksPerImage: 3},
 			ids: []string{"img0000-t0", "img0000-t1", "img0000-t2"}, images: []string{"busybox:1.36", "busybox:1.36", "busybox:1.36"}},
-		{name: "mirrored", batch: Batch{Image: "example.com/b:{i}", Images: 1, TasksPerImage: 1}, rewrite: []images.Rule{mirror},
+		{name: "images by name", batch: Batch{Images: []string{"busybox:1.36", "python:3.12"}, Count: 2, TasksPerImage: 1},
+			ids: []string{"img0000-t0", "img0001-t0"}, images: []string{"busybox:1.36", "python:3.12"}},
+		{name: "mirrored", batch: Batch{Images: []string{"example.com/b:{i}"}, TasksPerImage: 1}, rewrite: []images.Rule{mirror},
 			ids: []string{"img0000-t0"}, images: []string{"mirror.local/ex/b:0"}},
-		{name: "many images, one name", batch: Batch{Image: "busybox:1.36", Images: 3, TasksPerImage: 1}, err: `image "busybox:1.36" has no {i}`},
-		{name: "no tasks", batch: Batch{Image: "busybox", Images: 1, TasksPerImage: 0}, err: "both must be at least 1"},
-		{name: "a bad reference", batch: Batch{Image: "Bad Image:{i}", Images: 2, TasksPerImage: 1}, err: "--image, task 1"},
+		{name: "many images, one name", batch: Batch{Images: []string{"busybox:1.36"}, Count: 3, TasksPerImage: 1}, err: `image "busybox:1.36" has no {i}`},
+		{name: "a count that is not the names'", batch: Batch{Images: []string{"busybox", "python"}, Count: 3, TasksPerImage: 1}, err: "3 images asked for, 2 named"},
+		{name: "a template among names", batch: Batch{Images: []string{"busybox", "b:{i}"}, TasksPerImage: 1}, err: "either one name with {i} or names without"},
+		{name: "no tasks", batch: Batch{Images: []string{"busybox"}, TasksPerImage: 0}, err: "both must be at least 1"},
+		{name: "no images", batch: Batch{TasksPerImage: 1}, err: "both must be at least 1"},
+		{name: "a bad reference", batch: Batch{Images: []string{"Bad Image:{i}"}, Count: 2, TasksPerImage: 1}, err: "--image, task 1"},
 	} {
 		ts, err := tt.batch.Tasks(tt.rewrite)
 		if tt.err != "" {
