@@ -60,6 +60,13 @@ type NodeImageCache struct {
 	// +optional
 	// +listType=atomic
 	Images []CachedImage `json:"images,omitempty"`
+	// Pulls are the layers the runtime is fetching, as the agent last saw
+	// them: every few seconds while the node pulls, and cleared when it
+	// stops. A reader matches them to an image's layers to say how far
+	// its pull is.
+	// +optional
+	// +listType=atomic
+	Pulls []LayerPull `json:"pulls,omitempty"`
 	// Conditions: Complete (every image on the node is listed, with its
 	// layers) and RuntimeReachable (the last read of the runtime worked).
 	// +optional
@@ -99,6 +106,18 @@ type CachedImage struct {
 	// +optional
 	// +listType=atomic
 	Layers []int32 `json:"layers,omitempty"`
+}
+
+// LayerPull is a layer being fetched: its compressed digest, cut to 16 hex
+// digits as in the layer table, the bytes fetched of its size, and the
+// rate they came at since the fetch began.
+type LayerPull struct {
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{16}$`
+	Digest string `json:"digest"`
+	Done   int64  `json:"done"`
+	Size   int64  `json:"size"`
+	// +optional
+	BytesPerSecond int64 `json:"bytesPerSecond,omitempty"`
 }
 
 // Layer is a layer of the node's images: its compressed digest, cut to

@@ -33,6 +33,7 @@ func main() {
 	flag.DurationVar(&a.Settle, "settle", 300*time.Millisecond, "how long to wait after an image change for more before reading")
 	flag.DurationVar(&a.MinWriteInterval, "min-write-interval", 10*time.Second, "the least time between two writes of the NodeImageCache: changes meanwhile are gathered into the next")
 	flag.DurationVar(&a.Poll, "poll", time.Second, "how often a runtime without containerd's event stream is polled for changes")
+	flag.DurationVar(&a.PullInterval, "pull-interval", 2*time.Second, "how often the layers being pulled are looked at and, when they moved, patched into the NodeImageCache's pulls (0: never)")
 	flag.StringVar(&allowed, "allowed-registries", "", "comma-separated registries, or registry/repository prefixes, PrepullJobs may pull from (default: none, so no job pulls anything)")
 	flag.IntVar(&maxHighWater, "max-high-water", 85, "cap, in percent of the image filesystem, on every PrepullJob's diskHighWaterPercent (1-100)")
 	klog.InitFlags(nil)

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -46,6 +47,10 @@ type Agent struct {
 	// Poll is how often a runtime without containerd's event stream is
 	// polled for changes.
 	Poll time.Duration
+	// PullInterval is how often the agent looks at the layers the
+	// runtime is fetching and, when they moved, patches them into the
+	// object's pulls (a small patch, not the whole object); 0 is never.
+	PullInterval time.Duration
 	// StateDir is a directory on the node the agent keeps across
 	// restarts: what it pulled for deleteWhenDone jobs, to remove it even
 	// if it restarted before the job was deleted. Empty keeps nothing.
@@ -79,6 +84,12 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	state := &published{cache: &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: a.Node, OwnerReferences: []metav1.OwnerReference{owner}}}}
 	backoff := retryBackoff()
+	var pullTicks <-chan time.Time
+	if a.PullInterval > 0 {
+		ticker := time.NewTicker(a.PullInterval)
+		defer ticker.Stop()
+		pullTicks = ticker.C
+	}
 	for {
 		failed, err := a.refresh(ctx, state)
 		if err != nil {
@@ -93,21 +104,56 @@ func (a *Agent) Run(ctx context.Context) error {
 		} else {
 			backoff = retryBackoff()
 		}
+		if !a.wait(ctx, next, changes, pullTicks, state) {
+			return nil
+		}
+	}
+}
+
+// wait returns true after d, or after a change of the runtime's images
+// has settled (NextRead), reporting the pulls in progress at each tick of
+// pullTicks meanwhile; false once ctx ends. The refresh's writes and the
+// pulls' patches take turns in this one loop, so each starts from the
+// other's resourceVersion.
+func (a *Agent) wait(ctx context.Context, d time.Duration, changes <-chan struct{}, pullTicks <-chan time.Time, state *published) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	settling := false
+	for {
 		select {
 		case <-ctx.Done():
-			return nil
-		case <-time.After(next):
+			return false
+		case <-timer.C:
+			return true
 		case <-changes:
-			if !sleep(ctx, NextRead(a.Settle, a.MinWriteInterval, state.at, time.Now())) {
-				return nil
+			// Changes that come while settling are in the read after it.
+			if !settling {
+				settling = true
+				timer.Reset(NextRead(a.Settle, a.MinWriteInterval, state.at, time.Now()))
 			}
-			// Changes seen while settling are in this read.
-			select {
-			case <-changes:
-			default:
+		case <-pullTicks:
+			if err := a.reportPulls(ctx, state.cache, &state.pulls); err != nil && ctx.Err() == nil {
+				a.Log.Error(err, "Writing the node's pulls in progress")
 			}
 		}
 	}
+}
+
+// reportPulls reads the layers the runtime is fetching and patches them
+// (with those that finished meanwhile, see pullTracker) into the object
+// when they differ from what it shows.
+func (a *Agent) reportPulls(ctx context.Context, cache *v1alpha1.NodeImageCache, tracker *pullTracker) error {
+	current, err := a.Runtime.Pulls(ctx)
+	if err != nil {
+		return err
+	}
+	pulls := tracker.look(current, time.Now())
+	if cache.ResourceVersion == "" || slices.Equal(pulls, cache.Pulls) {
+		// Until the object is first written there is nothing to patch;
+		// that write carries the pulls of the next look.
+		return err
+	}
+	return a.Client.patchPulls(ctx, cache, pulls)
 }
 
 // NextRead is how long after a change at now the agent reads and writes:
@@ -125,6 +171,8 @@ type published struct {
 	// hash is the content hash of the last write, at time at.
 	hash [sha256.Size]byte
 	at   time.Time
+	// pulls follows the layers fetching between looks.
+	pulls pullTracker
 }
 
 // refresh reads the runtime and writes what changed since the last write.
@@ -244,10 +292,11 @@ func (a *Agent) write(ctx context.Context, cache *v1alpha1.NodeImageCache) error
 }
 
 // contentHash is a hash of what the object shows, apart from its
-// metadata and when it was observed.
+// metadata, when it was observed and its pulls.
 func contentHash(cache *v1alpha1.NodeImageCache) [sha256.Size]byte {
 	content := *cache
-	content.ObjectMeta, content.ObservedTime = metav1.ObjectMeta{}, metav1.Time{}
+	// Pulls are written by their own patches.
+	content.ObjectMeta, content.ObservedTime, content.Pulls = metav1.ObjectMeta{}, metav1.Time{}, nil
 	h := sha256.New()
 	// Writing to a hash cannot fail.
 	_ = nodecache.Encode(h, &content)

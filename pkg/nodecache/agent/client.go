@@ -167,6 +167,28 @@ func (c *Client) patchConditions(ctx context.Context, cache *v1alpha1.NodeImageC
 	return err
 }
 
+// patchPulls sets the pulls of cache's object, and of cache once written.
+// A missing object is left to the next full write.
+func (c *Client) patchPulls(ctx context.Context, cache *v1alpha1.NodeImageCache, pulls []v1alpha1.LayerPull) error {
+	// null removes the field when nothing is pulling.
+	patch, err := json.Marshal(map[string]any{"pulls": pulls})
+	if err != nil {
+		return err
+	}
+	resp, err := c.rest.Patch(types.MergePatchType).Resource("nodeimagecaches").Name(cache.Name).Body(patch).Stream(ctx)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	cache.ResourceVersion, err = readResourceVersion(resp)
+	if err == nil {
+		cache.Pulls = pulls
+	}
+	return err
+}
+
 // readResourceVersion reads an object's resourceVersion from a response
 // holding its JSON, without holding the rest of it, and closes the
 // response having read it to the end, so the connection is used again.

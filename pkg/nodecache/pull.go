@@ -1,0 +1,61 @@
+package nodecache
+
+import (
+	"time"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+)
+
+// Pull is how far a node has come in pulling an image.
+type Pull struct {
+	// Done is the bytes of the image's layers the node has, fetched or
+	// held before, of Size, all of them. Size is 0 when the image's
+	// layers are not known: Done is then what the node's pulls fetched.
+	Done, Size int64
+	// BytesPerSecond is the rate of the layers fetching.
+	BytesPerSecond int64
+}
+
+// ImagePull says how far node (nil when its cache is not known), which
+// is fetching pulls, has come with an image of layers (nil when not
+// known); ok is false when it fetches none of them.
+func ImagePull(node *Node, layers []v1alpha1.Layer, pulls []v1alpha1.LayerPull) (p Pull, ok bool) {
+	fetching := make(map[string]v1alpha1.LayerPull, len(pulls))
+	for _, f := range pulls {
+		fetching[f.Digest] = f
+	}
+	if layers == nil {
+		for _, f := range pulls {
+			p.Done += f.Done
+			if f.Done < f.Size {
+				p.BytesPerSecond += f.BytesPerSecond
+				ok = true
+			}
+		}
+		return p, ok
+	}
+	for _, l := range layers {
+		p.Size += l.Size
+		f, pulling := fetching[l.Digest]
+		switch {
+		case node != nil && node.holds(l.Digest):
+			p.Done += l.Size
+		case pulling:
+			p.Done += f.Done
+			if f.Done < f.Size {
+				p.BytesPerSecond += f.BytesPerSecond
+				ok = true
+			}
+		}
+	}
+	return p, ok
+}
+
+// Left is how long the rest of the pull takes at its rate, 0 when that
+// is not known.
+func (p Pull) Left() time.Duration {
+	if p.Size == 0 || p.BytesPerSecond == 0 {
+		return 0
+	}
+	return time.Duration(float64(p.Size-p.Done) / float64(p.BytesPerSecond) * float64(time.Second)).Round(time.Second)
+}

@@ -1,0 +1,45 @@
+package nodecache_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
+)
+
+func TestImagePull(t *testing.T) {
+	base := layer("debian", 900)
+	held := node(t, nodecache.RuntimeImage{RepoTags: []string{"docker.io/library/debian:12"}, ManifestDigest: digest("m-debian"), Layers: []nodecache.RuntimeLayer{base}})
+	image := toLayers(base, layer("env", 600), layer("repo", 100))
+	env, repo := image[1], image[2]
+	fetching := func(l v1alpha1.Layer, done, rate int64) v1alpha1.LayerPull {
+		return v1alpha1.LayerPull{Digest: l.Digest, Done: done, Size: l.Size, BytesPerSecond: rate}
+	}
+	other := v1alpha1.LayerPull{Digest: "0123456789abcdef", Done: 5, Size: 50, BytesPerSecond: 7}
+	for _, tt := range []struct {
+		name   string
+		node   *nodecache.Node
+		layers []v1alpha1.Layer
+		pulls  []v1alpha1.LayerPull
+		want   nodecache.Pull
+		ok     bool
+		left   time.Duration
+	}{
+		{"the base held, two layers fetching", held, image, []v1alpha1.LayerPull{fetching(env, 300, 50), fetching(repo, 20, 10), other},
+			nodecache.Pull{Done: 1220, Size: 1600, BytesPerSecond: 60}, true, 6 * time.Second},
+		{"a layer fetched, one fetching", held, image, []v1alpha1.LayerPull{fetching(env, 600, 50), fetching(repo, 20, 10)},
+			nodecache.Pull{Done: 1520, Size: 1600, BytesPerSecond: 10}, true, 8 * time.Second},
+		{"the node's cache unknown", nil, image, []v1alpha1.LayerPull{fetching(env, 300, 50)},
+			nodecache.Pull{Done: 300, Size: 1600, BytesPerSecond: 50}, true, 26 * time.Second},
+		{"none of its layers fetching", held, image, []v1alpha1.LayerPull{other},
+			nodecache.Pull{Done: 900, Size: 1600}, false, 0},
+		{"the image's layers unknown: the node's pulls", held, nil, []v1alpha1.LayerPull{fetching(env, 300, 50), other},
+			nodecache.Pull{Done: 305, BytesPerSecond: 57}, true, 0},
+	} {
+		got, ok := nodecache.ImagePull(tt.node, tt.layers, tt.pulls)
+		if got != tt.want || ok != tt.ok || got.Left() != tt.left {
+			t.Errorf("%s: ImagePull = %+v, %v, left %s; want %+v, %v, left %s", tt.name, got, ok, got.Left(), tt.want, tt.ok, tt.left)
+		}
+	}
+}
