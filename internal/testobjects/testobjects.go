@@ -12,6 +12,7 @@ import (
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
@@ -79,6 +80,20 @@ func (b *RunBuilder) pod(pool, node, waiting string) corev1.Pod {
 	return pod
 }
 
+// PullingPool adds a pool of one sandbox whose Pod, on node, waits for its
+// image to be pulled.
+func (b *RunBuilder) PullingPool(name, image, node string) *RunBuilder {
+	b.Pool(name, image, 1, "")
+	pod := b.pod(name, node, "")
+	pod.Spec.Containers = []corev1.Container{{Name: "sandbox", Image: image}}
+	pod.Status.Phase, pod.Status.PodIP, pod.Status.Conditions = corev1.PodPending, "", nil
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "sandbox", State: corev1.ContainerState{
+		Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}
+	b.inv.Pods = append(b.inv.Pods, pod)
+	b.inv.Pools[len(b.inv.Pools)-1].Status.Replicas = 1
+	return b
+}
+
 // Claim adds a claim for task on pool, bound to the pool's Pod number pod
 // (counted from 1 over the run's Pods; 0 for none yet).
 func (b *RunBuilder) Claim(name, task, pool string, pod int) *RunBuilder {
@@ -89,7 +104,7 @@ func (b *RunBuilder) Claim(name, task, pool string, pod int) *RunBuilder {
 		sandbox := fmt.Sprintf("%s-%d", pool, pod)
 		c.Status.SandboxStatus.Name = sandbox
 		for _, p := range b.inv.Pods {
-			if p.Name == sandbox && p.Spec.NodeName != "" {
+			if p.Name == sandbox && claim.PodReady(&p) {
 				c.Status.Conditions = []metav1.Condition{{Type: string(sandboxv1beta1.SandboxConditionReady), Status: metav1.ConditionTrue}}
 			}
 		}

@@ -1,6 +1,7 @@
 package nodecache
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
@@ -58,4 +59,23 @@ func (p Pull) Left() time.Duration {
 		return 0
 	}
 	return time.Duration(float64(p.Size-p.Done) / float64(p.BytesPerSecond) * float64(time.Second)).Round(time.Second)
+}
+
+// String says how far the pull is, as "pulling 2.1/5.3 GiB (180 MiB/s,
+// ~17s)": in the unit of its size, or of what it fetched when its size
+// is not known ("pulling 2.1 GiB (180 MiB/s)").
+func (p Pull) String() string {
+	unit, name := float64(1<<20), "MiB"
+	if max(p.Size, p.Done) >= 1<<30 {
+		unit, name = 1<<30, "GiB"
+	}
+	amount := fmt.Sprintf("%.1f %s", float64(p.Done)/unit, name)
+	if p.Size > 0 {
+		amount = fmt.Sprintf("%.1f/%.1f %s", float64(p.Done)/unit, float64(p.Size)/unit, name)
+	}
+	rate := fmt.Sprintf("%d MiB/s", p.BytesPerSecond>>20)
+	if left := p.Left(); left > 0 {
+		rate += ", ~" + left.String()
+	}
+	return "pulling " + amount + " (" + rate + ")"
 }

@@ -43,3 +43,19 @@ func TestImagePull(t *testing.T) {
 		}
 	}
 }
+
+func TestPullString(t *testing.T) {
+	for _, tt := range []struct {
+		pull nodecache.Pull
+		want string
+	}{
+		{nodecache.Pull{Done: 2254857830, Size: 5690831667, BytesPerSecond: 180 << 20}, "pulling 2.1/5.3 GiB (180 MiB/s, ~18s)"},
+		{nodecache.Pull{Done: 30 << 20, Size: 200 << 20, BytesPerSecond: 4 << 20}, "pulling 30.0/200.0 MiB (4 MiB/s, ~43s)"},
+		{nodecache.Pull{Done: 3 << 30, BytesPerSecond: 100 << 20}, "pulling 3.0 GiB (100 MiB/s)"},
+		{nodecache.Pull{Done: 0, Size: 100 << 20}, "pulling 0.0/100.0 MiB (0 MiB/s)"},
+	} {
+		if got := tt.pull.String(); got != tt.want {
+			t.Errorf("%+v: %q, want %q", tt.pull, got, tt.want)
+		}
+	}
+}

@@ -48,13 +48,13 @@ func NewCommand(configFlags *genericclioptions.ConfigFlags, streams genericioopt
 		Args:              usage.Args(cobra.ExactArgs(1)),
 		ValidArgsFunction: get.CompleteRunIDs(configFlags),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return run(cmd.Context(), configFlags, streams.Out, args[0])
+			return run(cmd.Context(), configFlags, streams, args[0])
 		},
 	})
 	return cmd
 }
 
-func run(ctx context.Context, configFlags *genericclioptions.ConfigFlags, w io.Writer, runID string) error {
+func run(ctx context.Context, configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, runID string) error {
 	clients, err := kube.FromFlags(configFlags, kube.Limits{})
 	if err != nil {
 		return err
@@ -62,6 +62,9 @@ func run(ctx context.Context, configFlags *genericclioptions.ConfigFlags, w io.W
 	inv, err := inventory.List(ctx, clients.Client, clients.Namespace, runID)
 	if err != nil {
 		return fmt.Errorf("reading run %s: %w", runID, err)
+	}
+	if err := inv.ReadPulls(ctx, clients.Client); err != nil {
+		fmt.Fprintf(streams.ErrOut, "Warning: pulls in progress: %v\n", err)
 	}
 	runs := inv.Runs().Items
 	if len(runs) == 0 {
@@ -71,7 +74,7 @@ func run(ctx context.Context, configFlags *genericclioptions.ConfigFlags, w io.W
 	if err := clients.Client.List(ctx, events, client.InNamespace(clients.Namespace)); err != nil {
 		return fmt.Errorf("reading the events of run %s: %w", runID, err)
 	}
-	return Run(w, runs[0], inv, events.Items, time.Now())
+	return Run(streams.Out, runs[0], inv, events.Items, time.Now())
 }
 
 // Run writes run r, whose objects inv holds, with the events about them
@@ -91,7 +94,7 @@ func Run(w io.Writer, r inventory.Run, inv *inventory.Inventory, events []corev1
 		return err
 	}
 
-	var pools, claims, troubled, happened [][]string
+	var pools, claims, pulling, troubled, happened [][]string
 	for i := range inv.Pools {
 		p := &inv.Pools[i]
 		pools = append(pools, []string{p.Name, fmt.Sprintf("%d/%d", p.Status.ReadyReplicas, inventory.Depth(p)),
@@ -104,6 +107,9 @@ func Run(w io.Writer, r inventory.Run, inv *inventory.Inventory, events []corev1
 	}
 	for i := range inv.Pods {
 		p := &inv.Pods[i]
+		if pull, ok := inv.PullOf(p); ok {
+			pulling = append(pulling, []string{p.Name, p.Spec.NodeName, output.OrNone(inventory.SandboxImage(p)), pull.String()})
+		}
 		if t := claim.Classify(p); t != nil {
 			troubled = append(troubled, []string{p.Name, t.Reason, output.OrNone(p.Spec.NodeName), oneLine(t.Message)})
 		}
@@ -118,6 +124,7 @@ func Run(w io.Writer, r inventory.Run, inv *inventory.Inventory, events []corev1
 	}{
 		{"Warm Pools", "NAME\tREADY\tIMAGE\tNODES", pools},
 		{"Claims", "NAME\tTASK\tSTATUS\tNODE\tAGE", claims},
+		{"Pulling", "POD\tNODE\tIMAGE\tPULL", pulling},
 		{"Pods in Trouble", "POD\tREASON\tNODE\tMESSAGE", troubled},
 		{"Events", "TYPE\tREASON\tAGE\tOBJECT\tMESSAGE", happened},
 	} {

@@ -38,6 +38,9 @@ type kind struct {
 	// list picks from the inventory what is printed: the list object for
 	// -o json|yaml|name and the table.
 	list func(inv *inventory.Inventory, now time.Time) (runtime.Object, *metav1.Table)
+	// pulls: -o wide reads how far the nodes are with pulling the
+	// images sandboxes wait for, which the table shows.
+	pulls bool
 }
 
 var kinds = []kind{
@@ -51,8 +54,8 @@ var kinds = []kind{
 		list: func(inv *inventory.Inventory, now time.Time) (runtime.Object, *metav1.Table) {
 			return &extensionsv1beta1.SandboxWarmPoolList{Items: inv.Pools}, PoolsTable(inv, now)
 		}},
-	{use: "claims", short: "List claims: the task, how its sandbox stands, its node", plural: "claims",
-		aliases: []string{"claim", "sandboxclaims"},
+	{use: "claims", short: "List claims: the task, how its sandbox stands (with -o wide, its image's pull), its node", plural: "claims",
+		aliases: []string{"claim", "sandboxclaims"}, pulls: true,
 		list: func(inv *inventory.Inventory, now time.Time) (runtime.Object, *metav1.Table) {
 			return &extensionsv1beta1.SandboxClaimList{Items: inv.Claims}, ClaimsTable(inv, now)
 		}},
@@ -112,6 +115,11 @@ func (o *options) run(ctx context.Context, k kind) error {
 	inv, err := inventory.List(ctx, clients.Client, namespace, o.runID)
 	if err != nil {
 		return fmt.Errorf("listing %s on %s: %w", k.plural, clients.Config.Host, err)
+	}
+	if k.pulls && o.print.Format == "wide" {
+		if err := inv.ReadPulls(ctx, clients.Client); err != nil {
+			fmt.Fprintf(o.streams.ErrOut, "Warning: pulls in progress: %v\n", err)
+		}
 	}
 	list, table := k.list(inv, time.Now())
 	if err := setKinds(list); err != nil {

@@ -16,12 +16,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
 // Inventory is the objects of runs, as listed from the API server.
@@ -30,6 +32,9 @@ type Inventory struct {
 	Pools     []extensionsv1beta1.SandboxWarmPool
 	Claims    []extensionsv1beta1.SandboxClaim
 	Pods      []corev1.Pod
+	// Pulls are how far the nodes are with pulling the images of the
+	// Pods waiting for them, by Pod, as ReadPulls found.
+	Pulls map[types.NamespacedName]nodecache.Pull
 }
 
 // List reads the objects of run runID in namespace; an empty namespace
@@ -132,15 +137,19 @@ func (inv *Inventory) ImageOf(p *extensionsv1beta1.SandboxWarmPool) string {
 	return ""
 }
 
-// Status says in a word how claim c stands: Ready, the trouble keeping its
-// sandbox from being Ready (ImagePullBackOff, Unschedulable, ...), or
-// Pending.
+// Status says how claim c stands: Ready, the trouble keeping its sandbox
+// from being Ready (ImagePullBackOff, Unschedulable, ...), how far its
+// node is with pulling its image when ReadPulls found that, or Pending.
 func (inv *Inventory) Status(c *extensionsv1beta1.SandboxClaim) string {
 	if ClaimReady(c) {
 		return "Ready"
 	}
-	if trouble := claim.Classify(inv.PodOf(c)); trouble != nil {
+	pod := inv.PodOf(c)
+	if trouble := claim.Classify(pod); trouble != nil {
 		return trouble.Reason
+	}
+	if pull, ok := inv.PullOf(pod); ok {
+		return pull.String()
 	}
 	return "Pending"
 }
