@@ -247,7 +247,7 @@ func runAgent(t *testing.T, ctx context.Context, stateDir string) (*agent.Runtim
 	agentCtx, stopAgent := context.WithCancel(ctx)
 	agentDone := make(chan error, 1)
 	a := &agent.Agent{Node: local.RealNodeName(), Runtime: rt, Client: api, Version: "e2e", Resync: time.Minute,
-		Settle: 300 * time.Millisecond, Poll: time.Second, StateDir: stateDir, Log: klog.NewKlogr().WithName("agent"),
+		Settle: 300 * time.Millisecond, Poll: time.Second, PullInterval: time.Second, StateDir: stateDir, Log: klog.NewKlogr().WithName("agent"),
 		Limits: nodecache.PullLimits{AllowedRegistries: []string{"docker.io", "registry.k8s.io"}}}
 	go func() { agentDone <- a.Run(agentCtx) }()
 	stop := sync.OnceFunc(func() {
@@ -265,11 +265,18 @@ func runAgent(t *testing.T, ctx context.Context, stateDir string) (*agent.Runtim
 // own, under a new name in repository docker.io/sandbox-fleet/NAME.
 func pushNewImage(t *testing.T, ctx context.Context, name string) (string, v1.Image) {
 	t.Helper()
+	return pushImage(t, ctx, "docker.io/sandbox-fleet/"+name, 4096)
+}
+
+// pushImage pushes busybox with a random layer of size bytes of its own
+// to repository repo, under a new tag.
+func pushImage(t *testing.T, ctx context.Context, repo string, size int64) (string, v1.Image) {
+	t.Helper()
 	base, err := remote.Image(inRegistry(t, testimages.Busybox), remote.WithContext(ctx))
 	if err != nil {
 		t.Fatal(err)
 	}
-	own, err := random.Layer(4096, types.DockerLayer)
+	own, err := random.Layer(size, types.DockerLayer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +284,7 @@ func pushNewImage(t *testing.T, ctx context.Context, name string) (string, v1.Im
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref := fmt.Sprintf("docker.io/sandbox-fleet/%s:%d", name, time.Now().UnixNano())
+	ref := fmt.Sprintf("%s:%d", repo, time.Now().UnixNano())
 	if err := remote.Write(inRegistry(t, ref), img, remote.WithContext(ctx)); err != nil {
 		t.Fatal(err)
 	}

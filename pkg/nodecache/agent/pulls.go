@@ -30,14 +30,23 @@ func (r *Runtime) Pulls(ctx context.Context) ([]v1alpha1.LayerPull, error) {
 
 // LayerPulls makes the pulls of containerd's ingest statuses, by digest:
 // the bytes written of the expected size, and the rate since the ingest
-// began. Ingests that do not say what they fetch are left out.
+// began. The digest is the expected one, which containerd's namespaced
+// store does not list, or else the one in the ingest's ref, which a pull
+// names after it ("layer-sha256:..."). Ingests that name no digest or
+// size are left out.
 func LayerPulls(statuses []*contentapi.Status) []v1alpha1.LayerPull {
 	var pulls []v1alpha1.LayerPull
 	for _, st := range statuses {
-		if !strings.HasPrefix(st.GetExpected(), "sha256:") || st.GetTotal() <= 0 {
+		digest := st.GetExpected()
+		if digest == "" {
+			if i := strings.Index(st.GetRef(), "sha256:"); i >= 0 {
+				digest = st.GetRef()[i:]
+			}
+		}
+		if !strings.HasPrefix(digest, "sha256:") || st.GetTotal() <= 0 {
 			continue
 		}
-		p := v1alpha1.LayerPull{Digest: nodecache.Short(st.GetExpected()), Done: st.GetOffset(), Size: st.GetTotal()}
+		p := v1alpha1.LayerPull{Digest: nodecache.Short(digest), Done: st.GetOffset(), Size: st.GetTotal()}
 		if took := st.GetUpdatedAt().AsTime().Sub(st.GetStartedAt().AsTime()); st.GetStartedAt() != nil && st.GetUpdatedAt() != nil && took > 0 {
 			p.BytesPerSecond = int64(float64(p.Done) / took.Seconds())
 		}

@@ -1,0 +1,87 @@
+package e2e
+
+import (
+	"context"
+	"regexp"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
+)
+
+// A sandbox waiting for its image shows how far the pull is: the agent
+// patches containerd's ingests into its node's NodeImageCache while the
+// pull goes, describe run and get claims -o wide match them to the image's
+// layers, read from its registry, and the pulls are cleared once it is
+// done. The loopback registry serves repositories under slow/ at 4 MiB/s,
+// so the 24 MiB layer takes seconds to come.
+func TestPullInProgress(t *testing.T) {
+	requireLocal(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	const runID = "e2e-pulls"
+	clients, tr := startRun(t, ctx, runID)
+	ns, node := clients.Namespace, local.RealNodeName()
+	startAgent(t, ctx)
+	waitForCache(t, ctx, clients, node, func(*v1alpha1.NodeImageCache) bool { return true })
+
+	// By the registry's own address, so that the plugin reads the image's
+	// layers from it as it would from any registry.
+	ref, _ := pushImage(t, ctx, local.RegistryAddr()+"/sandbox-fleet/slow/pull", 24<<20)
+	tmpl, err := resources.Template(ns, runID, ref, resources.PodSpec{NodeSelector: map[string]string{corev1.LabelHostname: node}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := resources.WarmPool(tmpl, 1)
+	for _, obj := range []client.Object{tmpl, pool} {
+		if err := clients.Client.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claimer := &claim.Claimer{Client: clients.Client, Tracker: tr, Grace: claim.Grace{Backoff: time.Minute, Unschedulable: time.Minute}}
+	acquired := make(chan error, 1)
+	go func() {
+		_, err := claimer.Acquire(ctx, pool, "task-1")
+		acquired <- err
+	}()
+
+	cache := waitForCache(t, ctx, clients, node, func(c *v1alpha1.NodeImageCache) bool {
+		for _, p := range c.Pulls {
+			if p.Done < p.Size && p.Size > 20<<20 {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("pulls on %s: %+v", node, cache.Pulls)
+	// The whole image is known (busybox's layer and the 24 MiB one), and
+	// how much of it the node has.
+	pulling := regexp.MustCompile(`pulling \d+\.\d/2[45]\.\d MiB \(\d+ MiB/s(, ~\d+s)?\)`)
+	seen := map[string]bool{}
+	for len(seen) < 2 && ctx.Err() == nil {
+		for _, args := range [][]string{{"describe", "run", runID, "-n", ns}, {"get", "claims", "-o", "wide", "-n", ns}} {
+			code, out, stderr := plugin(args...)
+			if code != 0 {
+				t.Fatalf("%v: exit %d\n%s", args, code, stderr)
+			}
+			if m := pulling.FindString(out); m != "" && !seen[args[0]] {
+				seen[args[0]] = true
+				t.Logf("%v:\n%s", args, out)
+			}
+		}
+		select {
+		case err := <-acquired:
+			t.Fatalf("the claim was Ready (%v) before describe run and get claims -o wide both showed its pull (%v)", err, seen)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if err := <-acquired; err != nil {
+		t.Fatal(err)
+	}
+	waitForCache(t, ctx, clients, node, func(c *v1alpha1.NodeImageCache) bool { return len(c.Pulls) == 0 })
+}
