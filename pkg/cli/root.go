@@ -4,8 +4,10 @@
 package cli
 
 import (
+	"context"
 	"flag"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -25,6 +27,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/teardown"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli/version"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracing"
 )
 
 // Exit codes.
@@ -95,8 +98,21 @@ func addKlogFlags(cmd *cobra.Command) {
 	cmd.PersistentFlags().AddGoFlag(fs.Lookup("v"))
 }
 
-// Execute runs the command line args and returns the exit code.
+// Execute runs the command line args and returns the exit code. With the
+// OTEL_* environment asking for traces it exports the verb's spans over
+// OTLP and flushes them before it returns.
 func Execute(streams genericiooptions.IOStreams, args []string) int {
+	stopTracing, err := tracing.Start(context.Background(), "kubectl-sandbox-fleet")
+	if err != nil {
+		fmt.Fprintf(streams.ErrOut, "Warning: no traces: %v\n", err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := stopTracing(ctx); err != nil {
+			fmt.Fprintf(streams.ErrOut, "Warning: %v\n", err)
+		}
+	}()
 	cmd := NewCommand(streams)
 	cmd.SetArgs(args)
 	c, err := cmd.ExecuteC()

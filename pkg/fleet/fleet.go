@@ -35,6 +35,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/sizing"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/teardown"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracing"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracker"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/warm"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
@@ -608,7 +609,9 @@ func (f *Fleet) Release(ctx context.Context, s *Sandbox) error {
 
 // Teardown deletes everything of the run on every cluster, in parallel
 // (teardown.Run), and waits until the API servers show none of it left.
-func (f *Fleet) Teardown(ctx context.Context) error {
+func (f *Fleet) Teardown(ctx context.Context) (err error) {
+	ctx, span := tracing.Tracer().Start(ctx, "teardown")
+	defer func() { endSpan(span, err) }()
 	start := time.Now()
 	errs := make([]error, len(f.Clusters))
 	var wg sync.WaitGroup

@@ -9,12 +9,16 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/klog/v2"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracing"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/warm"
 )
@@ -89,6 +93,9 @@ func (e *OvercommitError) Error() string {
 // task is a result, not an error; the error is for runs that could not go
 // on.
 func (f *Fleet) Run(ctx context.Context, o RunOptions) (rep report.Report, err error) {
+	ctx, span := tracing.Tracer().Start(ctx, "run", trace.WithAttributes(attribute.String("sandbox_fleet.run_id", f.RunID),
+		attribute.String("sandbox_fleet.strategy", f.Config.Strategy), attribute.Int("sandbox_fleet.tasks", len(f.Tasks)*f.Config.Epochs)))
+	defer func() { endSpan(span, err) }()
 	start := time.Now()
 	f.stats.started.Store(start.UnixNano())
 	env := f.Environment(ctx)
@@ -180,39 +187,51 @@ func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func
 		}
 		return Interleave(out)
 	}
-	process := func(window []string, failed warm.Failed) {
+	process := func(ctx context.Context, window []string, failed warm.Failed) {
 		f.process(ctx, epoch, tasksOf(window), failed, o, onResult)
 	}
 
 	switch f.Config.Strategy {
 	case "naive":
-		failed, err := f.warmWindow(ctx, names, replicas)
+		err := f.window(ctx, epoch, 0, names, func(ctx context.Context) error {
+			failed, err := f.warmWindow(ctx, names, replicas)
+			if err == nil {
+				process(ctx, names, failed)
+			}
+			return err
+		})
 		if err != nil {
 			return err
 		}
-		process(names, failed)
 	case "pipelined":
-		if len(windows) == 0 {
-			return nil
-		}
-		failed, err := f.warmWindow(ctx, windows[0], replicas)
-		if err != nil {
-			return err
-		}
+		// Each window's span holds the warming of the next, which goes on
+		// while its tasks run.
+		var failed warm.Failed
 		for n, window := range windows {
-			failed, err = f.pipelinedStep(ctx, window, windows[n+1:], failed, replicas, process)
+			err := f.window(ctx, epoch, n, window, func(ctx context.Context) (err error) {
+				if n == 0 {
+					if failed, err = f.warmWindow(ctx, window, replicas); err != nil {
+						return err
+					}
+				}
+				failed, err = f.pipelinedStep(ctx, window, windows[n+1:], failed, replicas, process)
+				return err
+			})
 			if err != nil {
 				return err
 			}
 		}
 	default: // sliding, and none (windows of one image, one replica)
-		for _, window := range windows {
-			failed, err := f.warmWindow(ctx, window, replicas)
+		for n, window := range windows {
+			err := f.window(ctx, epoch, n, window, func(ctx context.Context) error {
+				failed, err := f.warmWindow(ctx, window, replicas)
+				if err != nil {
+					return err
+				}
+				process(ctx, window, failed)
+				return f.unwarmWindow(ctx, window)
+			})
 			if err != nil {
-				return err
-			}
-			process(window, failed)
-			if err := f.unwarmWindow(ctx, window); err != nil {
 				return err
 			}
 		}
@@ -220,12 +239,29 @@ func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func
 	return context.Cause(ctx)
 }
 
+// window does the work of window n of an epoch in a span of its own.
+func (f *Fleet) window(ctx context.Context, epoch, n int, images []string, work func(context.Context) error) (err error) {
+	ctx, span := tracing.Tracer().Start(ctx, "window", trace.WithAttributes(attribute.Int("sandbox_fleet.epoch", epoch),
+		attribute.Int("sandbox_fleet.window", n), attribute.Int("sandbox_fleet.images", len(images))))
+	defer func() { endSpan(span, err) }()
+	return work(ctx)
+}
+
+// endSpan ends span, marking it failed with err when there is one.
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
+
 // pipelinedStep runs window while the next of rest warms, unwarms window,
 // and returns what the next window's warming gave up. It always waits for
 // that warming to end — cancelled when the step fails — so that no pool
 // is still being created when teardown runs.
 func (f *Fleet) pipelinedStep(ctx context.Context, window []string, rest [][]string, failed warm.Failed,
-	replicas func(string) int, process func([]string, warm.Failed)) (warm.Failed, error) {
+	replicas func(string) int, process func(context.Context, []string, warm.Failed)) (warm.Failed, error) {
 	type prefetched struct {
 		failed warm.Failed
 		err    error
@@ -242,7 +278,7 @@ func (f *Fleet) pipelinedStep(ctx context.Context, window []string, rest [][]str
 			next <- prefetched{failed, err}
 		}()
 	}
-	process(window, failed)
+	process(ctx, window, failed)
 	// Unwarm this window before waiting for the next, so that no more
 	// than two windows are ever warm.
 	err := f.unwarmWindow(ctx, window)
@@ -302,10 +338,12 @@ func Interleave(ts []tasks.Task) []tasks.Task {
 // warmWindow warms images within the ready timeout. Pools that cannot
 // become Ready are returned, and removed, so their tasks fail while the
 // others run; other errors end the run.
-func (f *Fleet) warmWindow(ctx context.Context, images []string, replicas func(string) int) (warm.Failed, error) {
+func (f *Fleet) warmWindow(ctx context.Context, images []string, replicas func(string) int) (_ warm.Failed, err error) {
+	ctx, span := tracing.Tracer().Start(ctx, "warm", trace.WithAttributes(attribute.StringSlice("sandbox_fleet.images", images)))
+	defer func() { endSpan(span, err) }()
 	wctx, cancel := context.WithTimeout(ctx, f.Config.ReadyTimeout.Duration)
 	defer cancel()
-	err := f.Warm(wctx, images, replicas)
+	err = f.Warm(wctx, images, replicas)
 	if ctx.Err() != nil {
 		return nil, context.Cause(ctx)
 	}
@@ -369,10 +407,19 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.F
 	f.stats.running.Add(1)
 	defer f.stats.running.Add(-1)
 	r = Result{ID: t.ID, Image: t.Image, OriginalImage: t.OriginalImage, Epoch: epoch, Started: time.Now(), Phases: map[string]float64{}}
+	ctx, span := tracing.Tracer().Start(ctx, "task", trace.WithAttributes(attribute.String("sandbox_fleet.task.id", t.ID),
+		attribute.String("sandbox_fleet.task.image", t.Image), attribute.Int("sandbox_fleet.epoch", epoch)))
 	cluster := ""
 	defer func() {
 		r.Finished = time.Now()
 		f.finished(cluster, r.OK, r.ExitCode != nil, r.Finished.Sub(r.Started))
+		verdict := cmp.Or(r.Verdict, "ok")
+		span.SetAttributes(attribute.String("sandbox_fleet.cluster", r.Cluster), attribute.String("sandbox_fleet.node", r.Node),
+			attribute.String("sandbox_fleet.verdict", verdict), attribute.Bool("sandbox_fleet.reused", r.Reused))
+		if r.Error != "" {
+			span.SetStatus(codes.Error, r.Error)
+		}
+		span.End()
 	}()
 	if err := failed[resources.PoolName(f.RunID, t.Image)]; err != nil {
 		r.Error = fmt.Sprintf("task %s: the warm pool of %s was given up: %v", t.ID, t.Image, err)
@@ -381,17 +428,21 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.F
 	}
 
 	start := time.Now()
+	cctx, claimSpan := tracing.Tracer().Start(ctx, "claim")
 	s := f.TakeClean(t)
 	if s == nil {
 		var err error
-		if s, err = f.Acquire(ctx, t); err != nil {
+		if s, err = f.Acquire(cctx, t); err != nil {
 			r.Phases["claim"] = time.Since(start).Seconds()
 			r.Error = err.Error()
 			r.Verdict, r.Reason = verdict.Infra, verdict.Reason(err)
+			endSpan(claimSpan, err)
 			return r
 		}
-		f.Record(ctx, s)
+		f.Record(cctx, s)
 	}
+	claimSpan.SetAttributes(attribute.String("sandbox_fleet.sandbox", s.Sandbox), attribute.Bool("sandbox_fleet.warm", s.Warm || s.Resets > 0))
+	claimSpan.End()
 	r.Phases["claim"] = time.Since(start).Seconds()
 	r.Reused, r.Resets = s.Resets > 0, s.Resets
 	r.Warm = s.Warm || r.Reused
@@ -402,12 +453,14 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.F
 	r.Cluster, r.Node, r.Sandbox, r.Pod = s.Cluster, s.Node, s.Sandbox, s.Pod
 
 	start = time.Now()
-	wctx, cancel := ctx, context.CancelFunc(func() {})
+	pctx, processSpan := tracing.Tracer().Start(ctx, "process")
+	wctx, cancel := pctx, context.CancelFunc(func() {})
 	if o.TaskTimeout > 0 {
-		wctx, cancel = context.WithTimeout(ctx, o.TaskTimeout)
+		wctx, cancel = context.WithTimeout(pctx, o.TaskTimeout)
 	}
 	out, err := o.Work(wctx, t, s)
 	cancel()
+	endSpan(processSpan, err)
 	r.Phases["process"] = time.Since(start).Seconds()
 	f.phase("process", s.Cluster, time.Since(start))
 	switch {
@@ -436,9 +489,13 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.F
 	// A sandbox whose work could not run may be lost or wedged: it is
 	// not reused.
 	start = time.Now()
-	if _, err := f.GiveBack(context.WithoutCancel(ctx), s, err == nil && ctx.Err() == nil && keep()); err != nil {
-		klog.Warningf("%v", err)
+	rctx, releaseSpan := tracing.Tracer().Start(context.WithoutCancel(ctx), "release")
+	outcome, gerr := f.GiveBack(rctx, s, err == nil && ctx.Err() == nil && keep())
+	if gerr != nil {
+		klog.Warningf("%v", gerr)
 	}
+	releaseSpan.SetAttributes(attribute.String("sandbox_fleet.outcome", string(outcome)))
+	endSpan(releaseSpan, gerr)
 	r.Phases["release"] = time.Since(start).Seconds()
 	return r
 }
