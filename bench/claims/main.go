@@ -15,6 +15,8 @@
 //     templates and waits until its Pods are gone.
 //   - engine: fleet.Open + Run with no work, as configured by default.
 //   - engine-paced: the same with warm claim pacing.
+//   - engine-traced: engine with tracing on, exporting every span over
+//     OTLP/gRPC to a receiver in the parent (internal/otlptree).
 //
 // Scenarios:
 //
@@ -46,10 +48,12 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/sandbox-fleet/sandbox-fleet/internal/otlptree"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 )
 
@@ -66,7 +70,7 @@ var scenarios = map[string]scenario{
 	"run":       {Name: "run", Tasks: 200, Images: 20, Concurrency: 50, Replica: 2},
 }
 
-var clients = []string{"bare", "engine", "engine-paced"}
+var allClients = []string{"bare", "engine", "engine-paced", "engine-traced"}
 
 func main() {
 	trial := flag.String("trial", "", "internal: run one trial of this client in this process")
@@ -77,6 +81,7 @@ func main() {
 	names := flag.String("scenarios", "overhead,saturated,run", "scenarios to run")
 	nodes := flag.Int("nodes", 6, "kwok nodes")
 	out := flag.String("o", "", "also write the results here as JSON")
+	clientNames := flag.String("clients", strings.Join(allClients, ","), "clients to compare")
 	flag.Parse()
 
 	if *trial != "" {
@@ -86,13 +91,20 @@ func main() {
 		}
 		return
 	}
-	if err := run(*rounds, strings.Split(*names, ","), *nodes, *out); err != nil {
+	clients := strings.Split(*clientNames, ",")
+	for _, c := range clients {
+		if !slices.Contains(allClients, c) {
+			fmt.Fprintf(os.Stderr, "bench: unknown client %q; use %s\n", c, strings.Join(allClients, ","))
+			os.Exit(2)
+		}
+	}
+	if err := run(*rounds, strings.Split(*names, ","), clients, *nodes, *out); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(rounds int, names []string, nodes int, out string) error {
+func run(rounds int, names, clients []string, nodes int, out string) error {
 	// Ctrl-C stops the trial in flight and then the cluster, cleanly.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -106,6 +118,11 @@ func run(rounds int, names []string, nodes int, out string) error {
 			fmt.Fprintf(os.Stderr, "stopping the cluster: %v\n", err)
 		}
 	}()
+	receiver, err := otlptree.Start("127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer receiver.Stop()
 	obs, err := observe(ctx, cluster)
 	if err != nil {
 		return err
@@ -124,7 +141,7 @@ func run(rounds int, names []string, nodes int, out string) error {
 		for r := range rounds {
 			for i := range clients {
 				client := clients[(i+r)%len(clients)]
-				m, err := trial(ctx, cluster, obs, self, client, sc)
+				m, err := trial(ctx, cluster, obs, receiver, self, client, sc)
 				if err != nil {
 					return fmt.Errorf("%s round %d %s: %w", sc.Name, r+1, client, err)
 				}
@@ -150,7 +167,7 @@ func run(rounds int, names []string, nodes int, out string) error {
 }
 
 // trial runs one client in a child process on a fresh namespace.
-func trial(ctx context.Context, cluster *testcluster.Cluster, obs *observer, self, client string, sc scenario) (measurement, error) {
+func trial(ctx context.Context, cluster *testcluster.Cluster, obs *observer, receiver *otlptree.Receiver, self, client string, sc scenario) (measurement, error) {
 	ns, err := newNamespace(ctx, cluster)
 	if err != nil {
 		return measurement{}, err
@@ -162,6 +179,10 @@ func trial(ctx context.Context, cluster *testcluster.Cluster, obs *observer, sel
 	}
 	cmd := exec.CommandContext(ctx, self, "-trial", client, "-kubeconfig", cluster.Kubeconfig(), "-namespace", ns, "-scenario", sc.Name)
 	cmd.Stderr = os.Stderr
+	if client == "engine-traced" {
+		cmd.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT="+receiver.Endpoint())
+	}
+	spansBefore := len(receiver.Spans())
 	// A trial must not outlive the benchmark.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	started := time.Now()
@@ -170,6 +191,9 @@ func trial(ctx context.Context, cluster *testcluster.Cluster, obs *observer, sel
 		return measurement{}, err
 	}
 	processWall := time.Since(started)
+	if client == "engine-traced" && len(receiver.Spans()) < spansBefore+sc.Tasks {
+		return measurement{}, fmt.Errorf("the traced engine sent %d spans for %d tasks", len(receiver.Spans())-spansBefore, sc.Tasks)
+	}
 	var res trialResult
 	if err := json.Unmarshal(stdout, &res); err != nil {
 		return measurement{}, fmt.Errorf("reading the trial's result: %w", err)

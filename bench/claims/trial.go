@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -26,6 +27,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracing"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
@@ -121,6 +123,13 @@ func runTrial(client, kubeconfig, namespace string, sc scenario) error {
 		res, err = bare(ctx, clients, sc)
 	case "engine", "engine-paced":
 		res, err = engine(ctx, clients, sc, client == "engine-paced")
+	case "engine-traced":
+		var stopTracing func(context.Context) error
+		if stopTracing, err = tracing.Start(ctx, "bench"); err != nil {
+			return err
+		}
+		res, err = engine(ctx, clients, sc, false)
+		err = errors.Join(err, stopTracing(ctx))
 	default:
 		err = fmt.Errorf("unknown client %q", client)
 	}

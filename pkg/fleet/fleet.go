@@ -576,7 +576,7 @@ func (f *Fleet) freeSandboxes(p *placed, pods []corev1.Pod) int {
 			continue
 		}
 		live[pod.Name] = true
-		if !p.held[pod.Name] && claim.PodReady(pod) {
+		if !p.held[pod.Name] && tracker.PodReady(pod) {
 			free++
 		}
 	}

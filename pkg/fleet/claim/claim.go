@@ -42,7 +42,7 @@ type Handle struct {
 	PodIP    string `json:"podIP"`
 	Node     string `json:"node"`
 	// Warm is true when the sandbox was Ready before it was claimed: the
-	// task did not wait for it to start (WarmHit).
+	// task did not wait for it to start.
 	Warm bool `json:"warm,omitempty"`
 }
 
@@ -75,6 +75,7 @@ type Claimer struct {
 // someone else deleted the claim. Callers bound ctx.
 func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWarmPool, taskID string) (*Handle, error) {
 	claim := resources.Claim(pool, taskID)
+	asked := time.Now()
 	if err := c.create(ctx, pool, claim); err != nil {
 		return nil, c.abandon(claim, fmt.Errorf("task %s: creating a claim on pool %s: %w", taskID, pool.Name, err))
 	}
@@ -97,7 +98,7 @@ func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWa
 				return &Handle{TaskID: taskID, Namespace: claim.Namespace, Claim: claim.Name,
 					Sandbox: sandbox, Hostname: sandbox, Pod: st.Pod.Name, PodUID: st.Pod.UID, Restarts: restarts(st.Pod),
 					PodIP: st.Claim.Status.SandboxStatus.PodIPs[0], Node: st.Pod.Spec.NodeName,
-					Warm: WarmHit(st.Claim.CreationTimestamp, st.Pod)}, nil
+					Warm: c.warmHit(st.Pod.Name, asked)}, nil
 			}
 			trouble := Classify(st.Pod)
 			giveUp, recheck := patience.Judge(trouble, time.Now())
@@ -117,6 +118,14 @@ func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWa
 		case <-timer:
 		}
 	}
+}
+
+// warmHit reports whether Pod pod was Ready, as the run's watch saw it,
+// before the claim was asked for at asked: the claim found a warm sandbox
+// and did not wait for one to start.
+func (c *Claimer) warmHit(pod string, asked time.Time) bool {
+	since, ok := c.Tracker.ReadySince(pod)
+	return ok && since.Before(asked)
 }
 
 // create creates claim, trying again while the API server cannot be

@@ -69,6 +69,9 @@ func TestAcquireAndRelease(t *testing.T) {
 		h.Endpoint(8888) != h.Sandbox+"."+h.Namespace+":8888" {
 		t.Errorf("handle %+v is incomplete", h)
 	}
+	if !h.Warm {
+		t.Errorf("handle %+v: a claim on a filled pool did not find its sandbox warm", h)
+	}
 	if _, err := netip.ParseAddr(h.PodIP); err != nil {
 		t.Errorf("handle pod IP %q: %v", h.PodIP, err)
 	}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Trouble is what is wrong with a claimed Pod.
@@ -116,27 +115,4 @@ func (p *Patience) Judge(t *Trouble, now time.Time) (giveUp bool, recheck time.D
 		return false, left
 	}
 	return true, 0
-}
-
-// PodReady reports whether pod's Ready condition is true.
-func PodReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-// WarmHit reports whether pod was Ready before the claim made at created
-// was: the claim found a warm sandbox and did not wait for one to start.
-// The cluster keeps both times in whole seconds, so a sandbox that became
-// Ready within the second the claim was made counts as cold.
-func WarmHit(created metav1.Time, pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue && c.LastTransitionTime.Before(&created)
-		}
-	}
-	return false
 }

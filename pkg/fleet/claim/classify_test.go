@@ -5,7 +5,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func waiting(reason string) *corev1.Pod {
@@ -100,30 +99,5 @@ func TestPatience(t *testing.T) {
 	}
 	if giveUp, _ := off.Judge(terminal, t0); !giveUp {
 		t.Error("fail-fast off, terminal trouble: Judge did not give up at once")
-	}
-}
-
-func TestWarmHit(t *testing.T) {
-	created := metav1.Unix(1000, 0)
-	pod := func(status corev1.ConditionStatus, at int64) *corev1.Pod {
-		return &corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{
-			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Unix(1, 0)},
-			{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Unix(at, 0)}}}}
-	}
-	for _, tt := range []struct {
-		name string
-		pod  *corev1.Pod
-		want bool
-	}{
-		{"ready a minute before the claim", pod(corev1.ConditionTrue, 940), true},
-		{"ready a second before", pod(corev1.ConditionTrue, 999), true},
-		{"ready within the claim's second", pod(corev1.ConditionTrue, 1000), false},
-		{"ready after the claim", pod(corev1.ConditionTrue, 1012), false},
-		{"not ready since before the claim", pod(corev1.ConditionFalse, 900), false},
-		{"no conditions", &corev1.Pod{}, false},
-	} {
-		if got := WarmHit(created, tt.pod); got != tt.want {
-			t.Errorf("%s: WarmHit = %v, want %v", tt.name, got, tt.want)
-		}
 	}
 }

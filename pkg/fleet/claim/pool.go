@@ -6,6 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracker"
 )
 
 // PoolJudgement is what to do about a warm pool that is not yet Ready.
@@ -52,7 +54,7 @@ func (pp *PoolPatience) Judge(pods []corev1.Pod, want int, now time.Time) PoolJu
 			continue
 		}
 		seen[pod.UID] = true
-		if PodReady(pod) {
+		if tracker.PodReady(pod) {
 			j.Ready++
 			continue
 		}

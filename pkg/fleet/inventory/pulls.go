@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracker"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/registry"
 )
@@ -39,7 +39,7 @@ func (inv *Inventory) ReadPulls(ctx context.Context, c client.Client) error {
 	waiting := map[string][]*corev1.Pod{}
 	for i := range inv.Pods {
 		p := &inv.Pods[i]
-		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil && !claim.PodReady(p) && SandboxImage(p) != "" {
+		if p.Spec.NodeName != "" && p.DeletionTimestamp == nil && !tracker.PodReady(p) && SandboxImage(p) != "" {
 			waiting[p.Spec.NodeName] = append(waiting[p.Spec.NodeName], p)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracker"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
 
@@ -116,7 +116,7 @@ func (inv *Inventory) Runs() *RunList {
 		p := &inv.Pods[i]
 		r := get(p)
 		r.Status.Pods++
-		if claim.PodReady(p) {
+		if tracker.PodReady(p) {
 			r.Status.ReadyPods++
 		}
 		if p.Spec.NodeName != "" {

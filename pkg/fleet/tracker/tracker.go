@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -44,6 +45,8 @@ type Tracker struct {
 	// deleted; peak is the most it has held.
 	live map[string]bool
 	peak int
+	// readySince is when the watch first saw each Pod Ready.
+	readySince map[string]time.Time
 }
 
 // Start begins watching the warm pools, claims and Pods of run runID in namespace
@@ -62,7 +65,7 @@ func Start(ctx context.Context, cfg *rest.Config, namespace, runID string) (*Tra
 		return nil, fmt.Errorf("building the watch cache: %w", err)
 	}
 	t := &Tracker{cache: c, namespace: namespace, changed: make(chan struct{}),
-		keyed: map[string]chan struct{}{}, claimOf: map[string]string{}, live: map[string]bool{}}
+		keyed: map[string]chan struct{}{}, claimOf: map[string]string{}, live: map[string]bool{}, readySince: map[string]time.Time{}}
 	notify := toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { t.notify(obj, false) },
 		UpdateFunc: func(_, obj any) { t.notify(obj, false) },
@@ -195,6 +198,12 @@ func (t *Tracker) notify(obj any, deleted bool) {
 		} else {
 			delete(t.live, o.Name)
 		}
+		switch _, seen := t.readySince[o.Name]; {
+		case deleted:
+			delete(t.readySince, o.Name)
+		case !seen && PodReady(o):
+			t.readySince[o.Name] = time.Now()
+		}
 		if pool := o.Labels[labels.Pool]; pool != "" {
 			keys = append(keys, poolKey(pool))
 		}
@@ -289,6 +298,15 @@ func live(pod *corev1.Pod) bool {
 	return pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
 }
 
+// ReadySince returns when the watch first saw Pod name Ready; ok is false
+// when it has not.
+func (t *Tracker) ReadySince(name string) (since time.Time, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	since, ok = t.readySince[name]
+	return since, ok
+}
+
 // Peak returns the most live sandboxes (LivePods) the run has held at
 // once, as the watch saw them.
 func (t *Tracker) Peak() int {
@@ -314,4 +332,14 @@ func (t *Tracker) WaitEmpty(ctx context.Context) error {
 
 func (t *Tracker) get(ctx context.Context, name string, obj client.Object) error {
 	return t.cache.Get(ctx, client.ObjectKey{Namespace: t.namespace, Name: name}, obj)
+}
+
+// PodReady reports whether pod's Ready condition is true.
+func PodReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }

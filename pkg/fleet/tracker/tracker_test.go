@@ -98,7 +98,8 @@ func TestPoolChangedIsTargeted(t *testing.T) {
 }
 
 // Peak is the most live sandboxes the run held at once: a pool of 3 makes
-// it 3, and it stays 3 once the pool and its Pods are gone.
+// it 3, and it stays 3 once the pool and its Pods are gone. ReadySince
+// says when the watch first saw each Pod Ready.
 func TestPeakLiveSandboxes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -141,6 +142,27 @@ func TestPeakLiveSandboxes(t *testing.T) {
 	waitLive(3)
 	if p := tr.Peak(); p != 3 {
 		t.Errorf("Peak with 3 live sandboxes = %d", p)
+	}
+	before := time.Now()
+	names, err := tr.LivePods(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		for {
+			changed := tr.Changed()
+			if since, ok := tr.ReadySince(name); ok {
+				if since.After(time.Now()) {
+					t.Errorf("pod %s Ready since %s, in the future", name, since)
+				}
+				break
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				t.Fatalf("pod %s never seen Ready (since %s)", name, before)
+			}
+		}
 	}
 	if err := clients.Client.Delete(ctx, pool); err != nil {
 		t.Fatal(err)
