@@ -4,8 +4,10 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
+	"strconv"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/capacity"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
@@ -109,8 +111,8 @@ func Recommend(cfg config.Fleet, ts []tasks.Task, probe capacity.Probe, m capaci
 	rl := len(ts) >= 2*len(images)
 	cfg.WarmPerTask, cfg.Template.Colocate = rl, rl
 	r.Reasons = append(r.Reasons,
-		fmt.Sprintf("the nodes hold %d sandboxes at once by CPU, %d by memory, %d by pods: %d (%s)",
-			min(limits.CPU, 1<<30), min(limits.Memory, 1<<30), limits.Pods, fit, limitedBy),
+		fmt.Sprintf("the nodes hold %s sandboxes at once by CPU, %s by memory, %d by pods: %d (%s)",
+			held(limits.CPU), held(limits.Memory), limits.Pods, fit, limitedBy),
 		fmt.Sprintf("an image takes %s of disk, its share of the layers the images share (%d of %d known from the nodes' caches), of %s of image disk a node",
 			capacity.Bytes(avg), known, len(probe.Images), capacity.Bytes(totals.DiskBytes/int64(totals.Nodes))))
 	if rl {
@@ -167,6 +169,15 @@ func largestFitting(cfg config.Fleet, ts []tasks.Task, strategy string, most, fi
 func planWith(cfg config.Fleet, ts []tasks.Task, strategy string, concurrency int) Plan {
 	cfg.Strategy, cfg.MaxConcurrent = strategy, concurrency
 	return NewPlan(cfg, ts)
+}
+
+// held says how many sandboxes the nodes hold by a resource: "any number"
+// when the sandbox does not request it (capacity.NewLimits).
+func held(n int) string {
+	if n >= math.MaxInt32 {
+		return "any number"
+	}
+	return strconv.Itoa(n)
 }
 
 // scenario is the model's estimate of plan p of ts at concurrency c, whose

@@ -91,3 +91,15 @@ func TestRecommendRefuses(t *testing.T) {
 		t.Errorf("a node smaller than a sandbox: %v", err)
 	}
 }
+
+// A resource the sandbox does not request holds any number of sandboxes,
+// said so in the reasons instead of as a sentinel count.
+func TestHeld(t *testing.T) {
+	unrequested := capacity.NewLimits(capacity.Totals{CPUMilli: 4000, MemoryBytes: capacity.GiB, Pods: 10}, capacity.Sandbox{CPUMilli: 500})
+	if got := held(unrequested.Memory); got != "any number" {
+		t.Errorf("memory not requested: held = %q", got)
+	}
+	if got := held(unrequested.CPU); got != "8" {
+		t.Errorf("4 CPUs of 500m sandboxes: held = %q, want 8", got)
+	}
+}
