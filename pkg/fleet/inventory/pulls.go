@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -25,6 +26,8 @@ import (
 const (
 	registryReadTimeout = 3 * time.Second
 	registryReadBudget  = 5 * time.Second
+	// cacheReads is how many NodeImageCaches ReadPulls reads at once.
+	cacheReads = 8
 )
 
 // ReadPulls finds how far the nodes of the run's Pods that are not Ready
@@ -46,9 +49,11 @@ func (inv *Inventory) ReadPulls(ctx context.Context, c client.Client) error {
 	caches := map[string]*v1alpha1.NodeImageCache{}
 	var mu sync.Mutex
 	var errs []error
-	var wg sync.WaitGroup
+	// Each object may be up to a MiB: a few at a time.
+	var reads errgroup.Group
+	reads.SetLimit(cacheReads)
 	for node := range waiting {
-		wg.Go(func() {
+		reads.Go(func() error {
 			cache := &v1alpha1.NodeImageCache{}
 			err := c.Get(ctx, client.ObjectKey{Name: node}, cache)
 			mu.Lock()
@@ -59,9 +64,10 @@ func (inv *Inventory) ReadPulls(ctx context.Context, c client.Client) error {
 			case err != nil && !notServed(err):
 				errs = append(errs, fmt.Errorf("reading the NodeImageCache of node %s: %w", node, err))
 			}
+			return nil
 		})
 	}
-	wg.Wait()
+	_ = reads.Wait()
 	var images []string
 	for node := range caches {
 		for _, p := range waiting[node] {
