@@ -9,12 +9,17 @@ import (
 	"context"
 	"os"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracker"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 )
@@ -77,6 +82,29 @@ func startRun(t *testing.T, ctx context.Context, runID string) (*kube.Clients, *
 		t.Fatal(err)
 	}
 	return clients, tr
+}
+
+// createPool creates, for run runID, a template of image and a warm pool
+// of replicas of it, and returns the pool without waiting for it.
+func createPool(t *testing.T, ctx context.Context, clients *kube.Clients, runID, image string, spec resources.PodSpec, replicas int32) *extensionsv1beta1.SandboxWarmPool {
+	t.Helper()
+	tmpl, err := resources.Template(clients.Namespace, runID, image, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := resources.WarmPool(tmpl, replicas)
+	for _, obj := range []client.Object{tmpl, pool} {
+		if err := clients.Client.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return pool
+}
+
+// claimer claims the run's sandboxes, giving up on one only after a
+// minute of backoff or of being unschedulable.
+func claimer(clients *kube.Clients, tr *tracker.Tracker) *claim.Claimer {
+	return &claim.Claimer{Client: clients.Client, Tracker: tr, Grace: claim.Grace{Backoff: time.Minute, Unschedulable: time.Minute}}
 }
 
 // requireLocal skips a test that needs to reach the node itself.

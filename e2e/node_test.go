@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/warm"
@@ -45,7 +44,7 @@ func TestWarmPoolClaimAndExec(t *testing.T) {
 	if err := (&warm.Filler{Client: clients.Client, Tracker: tr}).Fill(ctx, []warm.Pool{{Template: template, Pool: pool}}); err != nil {
 		t.Fatal(err)
 	}
-	h, err := (&claim.Claimer{Client: clients.Client, Tracker: tr, Grace: claim.Grace{Backoff: time.Minute, Unschedulable: time.Minute}}).Acquire(ctx, pool, "task-1")
+	h, err := claimer(clients, tr).Acquire(ctx, pool, "task-1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,18 +7,18 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
 // A sandbox waiting for its image shows how far the pull is: the agent
 // patches containerd's ingests into its node's NodeImageCache while the
-// pull goes, describe run and get claims -o wide match them to the image's
-// layers, read from its registry, and the pulls are cleared once it is
-// done. The loopback registry serves repositories under slow/ at 4 MiB/s,
+// pull goes, with their sum in an annotation; describe run and get claims
+// -o wide match them to the image's layers, read from its registry, the
+// run's progress counts the annotation of its waiting Pod's node, and the
+// pulls are cleared once it is done. The loopback registry serves repositories under slow/ at 4 MiB/s,
 // so the 24 MiB layer takes seconds to come.
 func TestPullInProgress(t *testing.T) {
 	requireLocal(t)
@@ -33,20 +33,10 @@ func TestPullInProgress(t *testing.T) {
 	// By the registry's own address, so that the plugin reads the image's
 	// layers from it as it would from any registry.
 	ref, _ := pushImage(t, ctx, local.RegistryAddr()+"/sandbox-fleet/slow/pull", 24<<20)
-	tmpl, err := resources.Template(ns, runID, ref, resources.PodSpec{NodeSelector: map[string]string{corev1.LabelHostname: node}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := resources.WarmPool(tmpl, 1)
-	for _, obj := range []client.Object{tmpl, pool} {
-		if err := clients.Client.Create(ctx, obj); err != nil {
-			t.Fatal(err)
-		}
-	}
-	claimer := &claim.Claimer{Client: clients.Client, Tracker: tr, Grace: claim.Grace{Backoff: time.Minute, Unschedulable: time.Minute}}
+	pool := createPool(t, ctx, clients, runID, ref, resources.PodSpec{NodeSelector: map[string]string{corev1.LabelHostname: node}}, 1)
 	acquired := make(chan error, 1)
 	go func() {
-		_, err := claimer.Acquire(ctx, pool, "task-1")
+		_, err := claimer(clients, tr).Acquire(ctx, pool, "task-1")
 		acquired <- err
 	}()
 
@@ -62,8 +52,16 @@ func TestPullInProgress(t *testing.T) {
 	// The whole image is known (busybox's layer and the 24 MiB one), and
 	// how much of it the node has.
 	pulling := regexp.MustCompile(`pulling \d+\.\d/2[45]\.\d MiB \(\d+ MiB/s(, ~\d+s)?\)`)
+	if sum, err := nodecache.ParsePulling(cache.Annotations[v1alpha1.PullingAnnotation]); err != nil || sum.Size < 20<<20 {
+		t.Errorf("annotation %s = %+v, %v; want the pulls' sum", v1alpha1.PullingAnnotation, sum, err)
+	}
 	seen := map[string]bool{}
-	for len(seen) < 2 && ctx.Err() == nil {
+	for len(seen) < 3 && ctx.Err() == nil {
+		// What run's progress line shows.
+		if p := tr.Pulling(); p.Done < p.Size && p.Size > 20<<20 && !seen["progress"] {
+			seen["progress"] = true
+			t.Logf("progress: %s", p)
+		}
 		for _, args := range [][]string{{"describe", "run", runID, "-n", ns}, {"get", "claims", "-o", "wide", "-n", ns}} {
 			code, out, stderr := plugin(args...)
 			if code != 0 {
@@ -76,12 +74,15 @@ func TestPullInProgress(t *testing.T) {
 		}
 		select {
 		case err := <-acquired:
-			t.Fatalf("the claim was Ready (%v) before describe run and get claims -o wide both showed its pull (%v)", err, seen)
+			t.Fatalf("the claim was Ready (%v) before describe run, get claims -o wide and the run's progress all showed its pull (%v)", err, seen)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
 	if err := <-acquired; err != nil {
 		t.Fatal(err)
 	}
-	waitForCache(t, ctx, clients, node, func(c *v1alpha1.NodeImageCache) bool { return len(c.Pulls) == 0 })
+	waitForCache(t, ctx, clients, node, func(c *v1alpha1.NodeImageCache) bool {
+		_, annotated := c.Annotations[v1alpha1.PullingAnnotation]
+		return len(c.Pulls) == 0 && !annotated
+	})
 }

@@ -63,7 +63,8 @@ type NodeImageCache struct {
 	// Pulls are the layers the runtime is fetching, as the agent last saw
 	// them: every few seconds while the node pulls, and cleared when it
 	// stops. A reader matches them to an image's layers to say how far
-	// its pull is.
+	// its pull is. Their sum is also in the annotation PullingAnnotation,
+	// for readers that watch only the objects' metadata.
 	// +optional
 	// +listType=atomic
 	Pulls []LayerPull `json:"pulls,omitempty"`
@@ -107,6 +108,14 @@ type CachedImage struct {
 	// +listType=atomic
 	Layers []int32 `json:"layers,omitempty"`
 }
+
+// PullingAnnotation sums, on a NodeImageCache, the pulls its node is
+// fetching, as JSON: {"done":BYTES,"size":BYTES,"bytesPerSecond":RATE},
+// the bytes fetched and the size of the layers in Pulls, and the rate of
+// those still fetching. It is set and cleared with Pulls. A run watches
+// only the caches' metadata (a few hundred bytes an object, where the
+// objects are up to 1 MiB) to count the bytes its sandboxes wait for.
+const PullingAnnotation = "sandbox-fleet.io/pulling"
 
 // LayerPull is a layer being fetched: its compressed digest, cut to 16 hex
 // digits as in the layer table, the bytes fetched of its size, and the

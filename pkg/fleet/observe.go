@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
 // stats are live counters for progress displays.
@@ -20,13 +21,20 @@ type Progress struct {
 	// Warming is how many images are being warmed, Running how many tasks
 	// hold a sandbox or wait for one.
 	Warming, Running int
-	Elapsed          time.Duration
+	// Pulling sums what the nodes of the run's Pods that wait to be Ready
+	// are fetching, as their node agents report it: the bytes of the
+	// layers fetching (Size is theirs, not the images'), and the rate.
+	Pulling nodecache.Pull
+	Elapsed time.Duration
 }
 
 // Progress returns the run's counters now. It is safe to call at any time.
 func (f *Fleet) Progress() Progress {
 	p := Progress{Total: int(f.stats.total.Load()), Done: int(f.stats.done.Load()), Failed: int(f.stats.failed.Load()),
 		Warming: int(f.stats.warming.Load()), Running: int(f.stats.running.Load())}
+	for _, c := range f.Clusters {
+		p.Pulling = p.Pulling.Plus(c.Tracker.Pulling())
+	}
 	if s := f.stats.started.Load(); s != 0 {
 		p.Elapsed = time.Since(time.Unix(0, s))
 	}

@@ -1,6 +1,7 @@
 package nodecache
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -12,9 +13,46 @@ type Pull struct {
 	// Done is the bytes of the image's layers the node has, fetched or
 	// held before, of Size, all of them. Size is 0 when the image's
 	// layers are not known: Done is then what the node's pulls fetched.
-	Done, Size int64
+	Done int64 `json:"done"`
+	Size int64 `json:"size,omitempty"`
 	// BytesPerSecond is the rate of the layers fetching.
-	BytesPerSecond int64
+	BytesPerSecond int64 `json:"bytesPerSecond,omitempty"`
+}
+
+// Fetching sums what a node fetches: the bytes fetched and the size of
+// the layers in pulls, and the rate of those not done; ok is false when
+// none fetches.
+func Fetching(pulls []v1alpha1.LayerPull) (p Pull, ok bool) {
+	for _, f := range pulls {
+		p.Done += f.Done
+		p.Size += f.Size
+		if f.Done < f.Size {
+			p.BytesPerSecond += f.BytesPerSecond
+			ok = true
+		}
+	}
+	return p, ok
+}
+
+// Plus adds the bytes and rates of two pulls: what several nodes fetch.
+func (p Pull) Plus(q Pull) Pull {
+	return Pull{Done: p.Done + q.Done, Size: p.Size + q.Size, BytesPerSecond: p.BytesPerSecond + q.BytesPerSecond}
+}
+
+// Annotation is p as the value of v1alpha1.PullingAnnotation.
+func (p Pull) Annotation() string {
+	// A struct of integers always encodes.
+	b, _ := json.Marshal(p)
+	return string(b)
+}
+
+// ParsePulling reads a value of v1alpha1.PullingAnnotation.
+func ParsePulling(value string) (Pull, error) {
+	var p Pull
+	if err := json.Unmarshal([]byte(value), &p); err != nil {
+		return Pull{}, fmt.Errorf("reading annotation %s %q: %w", v1alpha1.PullingAnnotation, value, err)
+	}
+	return p, nil
 }
 
 // ImagePull says how far node (nil when its cache is not known), which
@@ -26,13 +64,9 @@ func ImagePull(node *Node, layers []v1alpha1.Layer, pulls []v1alpha1.LayerPull) 
 		fetching[f.Digest] = f
 	}
 	if layers == nil {
-		for _, f := range pulls {
-			p.Done += f.Done
-			if f.Done < f.Size {
-				p.BytesPerSecond += f.BytesPerSecond
-				ok = true
-			}
-		}
+		// The size of the layers fetching is not the image's.
+		p, ok = Fetching(pulls)
+		p.Size = 0
 		return p, ok
 	}
 	for _, l := range layers {

@@ -1,6 +1,7 @@
 package nodecache_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -57,5 +58,40 @@ func TestPullString(t *testing.T) {
 		if got := tt.pull.String(); got != tt.want {
 			t.Errorf("%+v: %q, want %q", tt.pull, got, tt.want)
 		}
+	}
+}
+
+// A node's pulls sum to what its annotation says: every layer's bytes and
+// size, finished ones kept whole, and the rate of those still fetching.
+func TestFetching(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		pulls []v1alpha1.LayerPull
+		want  nodecache.Pull
+		ok    bool
+	}{
+		{"nothing", nil, nodecache.Pull{}, false},
+		{"two fetching, one finished", []v1alpha1.LayerPull{
+			{Digest: "0000000000000001", Done: 10, Size: 40, BytesPerSecond: 5},
+			{Digest: "0000000000000002", Done: 30, Size: 30, BytesPerSecond: 9},
+			{Digest: "0000000000000003", Done: 0, Size: 100, BytesPerSecond: 0},
+		}, nodecache.Pull{Done: 40, Size: 170, BytesPerSecond: 5}, true},
+		{"all finished", []v1alpha1.LayerPull{{Digest: "0000000000000002", Done: 30, Size: 30, BytesPerSecond: 9}},
+			nodecache.Pull{Done: 30, Size: 30}, false},
+	} {
+		got, ok := nodecache.Fetching(tt.pulls)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("%s: Fetching = %+v, %v; want %+v, %v", tt.name, got, ok, tt.want, tt.ok)
+		}
+		back, err := nodecache.ParsePulling(got.Annotation())
+		if err != nil || back != got {
+			t.Errorf("%s: %q read back as %+v, %v", tt.name, got.Annotation(), back, err)
+		}
+	}
+	if got := (nodecache.Pull{Done: 1, Size: 2, BytesPerSecond: 3}).Plus(nodecache.Pull{Done: 10, Size: 20}); got != (nodecache.Pull{Done: 11, Size: 22, BytesPerSecond: 3}) {
+		t.Errorf("Plus = %+v", got)
+	}
+	if _, err := nodecache.ParsePulling("12/40"); err == nil || !strings.Contains(err.Error(), v1alpha1.PullingAnnotation) {
+		t.Errorf("ParsePulling of a bad value: %v, want an error naming the annotation", err)
 	}
 }

@@ -13,7 +13,8 @@ import (
 )
 
 // Line renders a progress snapshot: tasks done of total, failures, tasks in
-// flight, images warming, rate and the time left at that rate.
+// flight, images warming, bytes pulling, rate and the time left at that
+// rate.
 func Line(p fleet.Progress) string {
 	line := fmt.Sprintf("tasks %d/%d", p.Done, p.Total)
 	if p.Failed > 0 {
@@ -22,6 +23,9 @@ func Line(p fleet.Progress) string {
 	line += fmt.Sprintf(" · running %d", p.Running)
 	if p.Warming > 0 {
 		line += fmt.Sprintf(" · warming %d images", p.Warming)
+	}
+	if p.Pulling.Done < p.Pulling.Size {
+		line += " · " + p.Pulling.String()
 	}
 	if secs := p.Elapsed.Seconds(); p.Done > 0 && secs > 0 {
 		rate := float64(p.Done) / secs

@@ -47,6 +47,11 @@ type Tracker struct {
 	peak int
 	// readySince is when the watch first saw each Pod Ready.
 	readySince map[string]time.Time
+	// waiting maps the live Pods on a node but not Ready to their node;
+	// caches holds the metadata of the cluster's NodeImageCaches (nil
+	// when they cannot be read), which says what the nodes are pulling.
+	waiting map[string]string
+	caches  toolscache.Store
 }
 
 // Start begins watching the warm pools, claims and Pods of run runID in namespace
@@ -65,7 +70,8 @@ func Start(ctx context.Context, cfg *rest.Config, namespace, runID string) (*Tra
 		return nil, fmt.Errorf("building the watch cache: %w", err)
 	}
 	t := &Tracker{cache: c, namespace: namespace, changed: make(chan struct{}),
-		keyed: map[string]chan struct{}{}, claimOf: map[string]string{}, live: map[string]bool{}, readySince: map[string]time.Time{}}
+		keyed: map[string]chan struct{}{}, claimOf: map[string]string{}, live: map[string]bool{}, readySince: map[string]time.Time{},
+		waiting: map[string]string{}}
 	notify := toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { t.notify(obj, false) },
 		UpdateFunc: func(_, obj any) { t.notify(obj, false) },
@@ -102,6 +108,7 @@ func Start(ctx context.Context, cfg *rest.Config, namespace, runID string) (*Tra
 	if !c.WaitForCacheSync(ctx) {
 		return nil, fmt.Errorf("listing the run's objects in namespace %s: %w", namespace, context.Cause(ctx))
 	}
+	t.caches = watchPulling(ctx, cfg)
 	return t, nil
 }
 
@@ -197,6 +204,11 @@ func (t *Tracker) notify(obj any, deleted bool) {
 			t.peak = max(t.peak, len(t.live))
 		} else {
 			delete(t.live, o.Name)
+		}
+		if !deleted && live(o) && o.Spec.NodeName != "" && !PodReady(o) {
+			t.waiting[o.Name] = o.Spec.NodeName
+		} else {
+			delete(t.waiting, o.Name)
 		}
 		switch _, seen := t.readySince[o.Name]; {
 		case deleted:

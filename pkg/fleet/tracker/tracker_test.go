@@ -2,14 +2,20 @@ package tracker_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracker"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
 var cluster *testcluster.Cluster
@@ -170,5 +176,57 @@ func TestPeakLiveSandboxes(t *testing.T) {
 	waitLive(0)
 	if p := tr.Peak(); p != 3 {
 		t.Errorf("Peak after the pool went = %d, want 3", p)
+	}
+}
+
+// Pulling sums the pulls annotated on the NodeImageCaches of the nodes
+// where the run's Pods wait to be Ready, and not of other nodes.
+func TestPulling(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns := cluster.NewNamespace(t)
+	clients, err := cluster.Clients(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := tracker.Start(ctx, clients.Config, ns, "run-pulling")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nodes no kubelet serves: a Pod bound to one stays Pending, waiting.
+	node := func(name string, pulling nodecache.Pull) {
+		cache := &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: name,
+			Annotations: map[string]string{v1alpha1.PullingAnnotation: pulling.Annotation()}}}
+		if err := clients.Client.Create(ctx, cache); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = clients.Client.Delete(context.Background(), cache) })
+	}
+	waitingNode, otherNode := strings.ToLower(t.Name())+"-waiting", strings.ToLower(t.Name())+"-other"
+	node(waitingNode, nodecache.Pull{Done: 10 << 20, Size: 40 << 20, BytesPerSecond: 4 << 20})
+	node(otherNode, nodecache.Pull{Done: 1 << 20, Size: 2 << 20, BytesPerSecond: 1 << 20})
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "waiting", Namespace: ns, Labels: labels.ForRun("run-pulling")},
+		Spec: corev1.PodSpec{NodeName: waitingNode, Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}}}
+	if err := clients.Client.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	want := nodecache.Pull{Done: 10 << 20, Size: 40 << 20, BytesPerSecond: 4 << 20}
+	for got := tr.Pulling(); got != want; got = tr.Pulling() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("Pulling = %+v, want %+v, the waiting node's only", got, want)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	// Once the Pod is gone its node counts no more.
+	if err := clients.Client.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	for got := tr.Pulling(); got != (nodecache.Pull{}); got = tr.Pulling() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("Pulling with no Pod waiting = %+v", got)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }

@@ -167,11 +167,20 @@ func (c *Client) patchConditions(ctx context.Context, cache *v1alpha1.NodeImageC
 	return err
 }
 
-// patchPulls sets the pulls of cache's object, and of cache once written.
+// patchPulls sets the pulls of cache's object and their sum in its
+// annotation v1alpha1.PullingAnnotation, and those of cache once written.
 // A missing object is left to the next full write.
 func (c *Client) patchPulls(ctx context.Context, cache *v1alpha1.NodeImageCache, pulls []v1alpha1.LayerPull) error {
-	// null removes the field when nothing is pulling.
-	patch, err := json.Marshal(map[string]any{"pulls": pulls})
+	// null removes the field and the annotation when nothing is pulling.
+	var pulling *string
+	if len(pulls) > 0 {
+		sum, _ := nodecache.Fetching(pulls)
+		pulling = new(sum.Annotation())
+	}
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": map[string]*string{v1alpha1.PullingAnnotation: pulling}},
+		"pulls":    pulls,
+	})
 	if err != nil {
 		return err
 	}
@@ -183,10 +192,17 @@ func (c *Client) patchPulls(ctx context.Context, cache *v1alpha1.NodeImageCache,
 		return err
 	}
 	cache.ResourceVersion, err = readResourceVersion(resp)
-	if err == nil {
-		cache.Pulls = pulls
+	if err != nil {
+		return err
 	}
-	return err
+	// The full writes carry both on.
+	cache.Pulls = pulls
+	if pulling == nil {
+		delete(cache.Annotations, v1alpha1.PullingAnnotation)
+	} else {
+		metav1.SetMetaDataAnnotation(&cache.ObjectMeta, v1alpha1.PullingAnnotation, *pulling)
+	}
+	return nil
 }
 
 // readResourceVersion reads an object's resourceVersion from a response
