@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/session"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracing"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 )
 
@@ -163,6 +165,8 @@ func (v *Service) Acquire(ctx context.Context, req *connect.Request[fleetv1.Acqu
 	if err != nil {
 		return nil, toConnect(err)
 	}
+	annotate(ctx, tracing.TaskID.String(h.TaskID), tracing.TaskImage.String(h.Image), tracing.Cluster.String(h.Cluster),
+		tracing.Node.String(h.Node), tracing.Sandbox.String(h.Sandbox.Sandbox), tracing.Warm.Bool(h.Warm || h.Resets > 0))
 	return connect.NewResponse(&fleetv1.AcquireResponse{Handle: v.handleOf(h)}), nil
 }
 
@@ -207,10 +211,12 @@ func (v *Service) Exec(ctx context.Context, req *connect.Request[fleetv1.ExecReq
 	if m.Stdin != nil {
 		r.Stdin = bytes.NewReader(m.Stdin)
 	}
+	annotate(ctx, tracing.Sandbox.String(m.Handle))
 	code, err := v.Session.Exec(ctx, m.Handle, m.ClientId, r)
 	if err != nil {
 		return toConnect(err)
 	}
+	annotate(ctx, attribute.Int("sandbox_fleet.exit_code", code))
 	mu.Lock()
 	defer mu.Unlock()
 	c := int32(code)
@@ -262,10 +268,12 @@ func (v *Service) ReadFiles(ctx context.Context, req *connect.Request[fleetv1.Re
 }
 
 func (v *Service) Release(ctx context.Context, req *connect.Request[fleetv1.ReleaseRequest]) (*connect.Response[fleetv1.ReleaseResponse], error) {
+	annotate(ctx, tracing.Sandbox.String(req.Msg.Handle))
 	outcome, err := v.Session.Release(ctx, req.Msg.Handle, req.Msg.ClientId, req.Msg.Reuse)
 	if err != nil {
 		return nil, toConnect(err)
 	}
+	annotate(ctx, tracing.Outcome.String(string(outcome)))
 	return connect.NewResponse(&fleetv1.ReleaseResponse{Outcome: string(outcome)}), nil
 }
 

@@ -611,7 +611,7 @@ func (f *Fleet) Release(ctx context.Context, s *Sandbox) error {
 // (teardown.Run), and waits until the API servers show none of it left.
 func (f *Fleet) Teardown(ctx context.Context) (err error) {
 	ctx, span := tracing.Tracer().Start(ctx, "teardown")
-	defer func() { endSpan(span, err) }()
+	defer func() { tracing.End(span, err) }()
 	start := time.Now()
 	errs := make([]error, len(f.Clusters))
 	var wg sync.WaitGroup

@@ -93,9 +93,9 @@ func (e *OvercommitError) Error() string {
 // task is a result, not an error; the error is for runs that could not go
 // on.
 func (f *Fleet) Run(ctx context.Context, o RunOptions) (rep report.Report, err error) {
-	ctx, span := tracing.Tracer().Start(ctx, "run", trace.WithAttributes(attribute.String("sandbox_fleet.run_id", f.RunID),
+	ctx, span := tracing.Tracer().Start(ctx, "run", trace.WithAttributes(tracing.RunID.String(f.RunID),
 		attribute.String("sandbox_fleet.strategy", f.Config.Strategy), attribute.Int("sandbox_fleet.tasks", len(f.Tasks)*f.Config.Epochs)))
-	defer func() { endSpan(span, err) }()
+	defer func() { tracing.End(span, err) }()
 	start := time.Now()
 	f.stats.started.Store(start.UnixNano())
 	env := f.Environment(ctx)
@@ -243,17 +243,8 @@ func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func
 func (f *Fleet) window(ctx context.Context, epoch, n int, images []string, work func(context.Context) error) (err error) {
 	ctx, span := tracing.Tracer().Start(ctx, "window", trace.WithAttributes(attribute.Int("sandbox_fleet.epoch", epoch),
 		attribute.Int("sandbox_fleet.window", n), attribute.Int("sandbox_fleet.images", len(images))))
-	defer func() { endSpan(span, err) }()
+	defer func() { tracing.End(span, err) }()
 	return work(ctx)
-}
-
-// endSpan ends span, marking it failed with err when there is one.
-func endSpan(span trace.Span, err error) {
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
 }
 
 // pipelinedStep runs window while the next of rest warms, unwarms window,
@@ -340,7 +331,7 @@ func Interleave(ts []tasks.Task) []tasks.Task {
 // others run; other errors end the run.
 func (f *Fleet) warmWindow(ctx context.Context, images []string, replicas func(string) int) (_ warm.Failed, err error) {
 	ctx, span := tracing.Tracer().Start(ctx, "warm", trace.WithAttributes(attribute.StringSlice("sandbox_fleet.images", images)))
-	defer func() { endSpan(span, err) }()
+	defer func() { tracing.End(span, err) }()
 	wctx, cancel := context.WithTimeout(ctx, f.Config.ReadyTimeout.Duration)
 	defer cancel()
 	err = f.Warm(wctx, images, replicas)
@@ -407,14 +398,14 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.F
 	f.stats.running.Add(1)
 	defer f.stats.running.Add(-1)
 	r = Result{ID: t.ID, Image: t.Image, OriginalImage: t.OriginalImage, Epoch: epoch, Started: time.Now(), Phases: map[string]float64{}}
-	ctx, span := tracing.Tracer().Start(ctx, "task", trace.WithAttributes(attribute.String("sandbox_fleet.task.id", t.ID),
-		attribute.String("sandbox_fleet.task.image", t.Image), attribute.Int("sandbox_fleet.epoch", epoch)))
+	ctx, span := tracing.Tracer().Start(ctx, "task", trace.WithAttributes(tracing.TaskID.String(t.ID),
+		tracing.TaskImage.String(t.Image), attribute.Int("sandbox_fleet.epoch", epoch)))
 	cluster := ""
 	defer func() {
 		r.Finished = time.Now()
 		f.finished(cluster, r.OK, r.ExitCode != nil, r.Finished.Sub(r.Started))
 		verdict := cmp.Or(r.Verdict, "ok")
-		span.SetAttributes(attribute.String("sandbox_fleet.cluster", r.Cluster), attribute.String("sandbox_fleet.node", r.Node),
+		span.SetAttributes(tracing.Cluster.String(r.Cluster), tracing.Node.String(r.Node),
 			attribute.String("sandbox_fleet.verdict", verdict), attribute.Bool("sandbox_fleet.reused", r.Reused))
 		if r.Error != "" {
 			span.SetStatus(codes.Error, r.Error)
@@ -436,12 +427,12 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.F
 			r.Phases["claim"] = time.Since(start).Seconds()
 			r.Error = err.Error()
 			r.Verdict, r.Reason = verdict.Infra, verdict.Reason(err)
-			endSpan(claimSpan, err)
+			tracing.End(claimSpan, err)
 			return r
 		}
 		f.Record(cctx, s)
 	}
-	claimSpan.SetAttributes(attribute.String("sandbox_fleet.sandbox", s.Sandbox), attribute.Bool("sandbox_fleet.warm", s.Warm || s.Resets > 0))
+	claimSpan.SetAttributes(tracing.Sandbox.String(s.Sandbox), tracing.Warm.Bool(s.Warm || s.Resets > 0))
 	claimSpan.End()
 	r.Phases["claim"] = time.Since(start).Seconds()
 	r.Reused, r.Resets = s.Resets > 0, s.Resets
@@ -460,7 +451,7 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.F
 	}
 	out, err := o.Work(wctx, t, s)
 	cancel()
-	endSpan(processSpan, err)
+	tracing.End(processSpan, err)
 	r.Phases["process"] = time.Since(start).Seconds()
 	f.phase("process", s.Cluster, time.Since(start))
 	switch {
@@ -494,8 +485,8 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.F
 	if gerr != nil {
 		klog.Warningf("%v", gerr)
 	}
-	releaseSpan.SetAttributes(attribute.String("sandbox_fleet.outcome", string(outcome)))
-	endSpan(releaseSpan, gerr)
+	releaseSpan.SetAttributes(tracing.Outcome.String(string(outcome)))
+	tracing.End(releaseSpan, gerr)
 	r.Phases["release"] = time.Since(start).Seconds()
 	return r
 }

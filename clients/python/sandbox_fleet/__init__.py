@@ -19,8 +19,10 @@ no cluster, for trainers' unit tests.
 from .aio import AsyncHandle, AsyncSandboxFleet
 from .client import ExecResult, Handle, LookaheadWarmer, SandboxFleet
 from .errors import FleetError, InfraError, SandboxLostError, SandboxStartError, TaskError
+from .tracecontext import new_traceparent, trace_context
 
 __all__ = [
     "AsyncHandle", "AsyncSandboxFleet", "ExecResult", "FleetError", "Handle", "InfraError",
-    "LookaheadWarmer", "SandboxFleet", "SandboxLostError", "SandboxStartError", "TaskError",
+    "LookaheadWarmer", "SandboxFleet", "SandboxLostError", "SandboxStartError", "TaskError", "new_traceparent",
+    "trace_context",
 ]

@@ -13,6 +13,7 @@ import struct
 import urllib.parse
 from collections.abc import Iterable, Iterator
 
+from . import tracecontext
 from .errors import FleetError, InfraError, from_connect
 
 SERVICE = "/sandboxfleet.fleet.v1.FleetService/"
@@ -72,6 +73,7 @@ class Transport:
         h = {"Content-Type": content_type, "Connect-Protocol-Version": "1"}
         if self.token:
             h["Authorization"] = "Bearer " + self.token
+        h.update(tracecontext.headers())
         return h
 
     def _send(self, method: str, body, content_type: str, timeout: float | None, chunked: bool = False):

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -24,6 +26,30 @@ import (
 
 // Tracer is the fleet's tracer, from the global provider.
 func Tracer() trace.Tracer { return otel.Tracer("github.com/sandbox-fleet/sandbox-fleet") }
+
+// The attributes that both run's and serve's spans carry.
+const (
+	RunID     = attribute.Key("sandbox_fleet.run_id")
+	TaskID    = attribute.Key("sandbox_fleet.task.id")
+	TaskImage = attribute.Key("sandbox_fleet.task.image")
+	Cluster   = attribute.Key("sandbox_fleet.cluster")
+	Node      = attribute.Key("sandbox_fleet.node")
+	Sandbox   = attribute.Key("sandbox_fleet.sandbox")
+	// Warm is true for a sandbox that was Ready when it was asked for, or
+	// reset and reused.
+	Warm = attribute.Key("sandbox_fleet.warm")
+	// Outcome is what became of a sandbox given back: deleted, reused...
+	Outcome = attribute.Key("sandbox_fleet.outcome")
+)
+
+// End ends span, marking it failed with err when there is one.
+func End(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
 
 // Enabled reports whether the environment read by getenv asks for traces:
 // an OTLP endpoint is set (OTEL_EXPORTER_OTLP_ENDPOINT or
