@@ -6,7 +6,6 @@ package loadtest
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -59,8 +58,8 @@ another, each torn down before the next starts. It prints one table:
 
   WALL            the run's wall time, from warming to teardown
   TO SANDBOX      how long tasks waited for a sandbox, p50 and p99
-  WARM            the share of tasks that found a Ready sandbox (or, with
-                  --recycle, reused one) and did not wait for one to start
+  WARM            the share of tasks that found a Ready sandbox (or, when
+                  recycling, reused one) and did not wait for one to start
   CLAIMS/S        claims over the wall time
   PEAK SANDBOXES  the most sandboxes held at once, warm and claimed
   REQUESTS/TASK   every request sent to the API server, over the tasks
@@ -73,8 +72,13 @@ gives 100 distinct images. With --process exec (the default) each task runs
 sleep in its sandbox, so the image needs a sleep; with --process none the
 sandbox is only held, for images with no shell.
 
-Every flag of run that shapes the fleet applies to each run (-f, --warm-per-task,
---colocate, --max-warmpool-size, --window-size, --recycle and its options, ...).
+A strategy in --strategies ending in +recycle (pipelined+recycle) resets and
+reuses each sandbox for the next task of its image instead of claiming a fresh
+one, so a list such as pipelined,pipelined+recycle compares the two; recycling
+needs images with a git work tree at the configuration's recycle.workdir
+(/testbed by default, as SWE-bench images have). Every flag of run that shapes the fleet applies to each run (-f,
+--warm-per-task, --colocate, --max-warmpool-size, --window-size, the recycling
+options, ...); --recycle makes every run recycle.
 The nodes keep the images they pulled, so the first run may be the only one to
 pull them: put a strategy first twice to see both.`,
 		Example: `  # three strategies at two concurrencies, 8 images of 4 tasks, 10 s each
@@ -83,6 +87,10 @@ pull them: put a strategy first twice to see both.`,
 
   # two images of your own, 8 tasks each
   kubectl sandbox-fleet loadtest --image python:3.12-slim --image node:22-slim --tasks-per-image 8
+
+  # recycling against fresh sandboxes, on SWE-bench images
+  kubectl sandbox-fleet loadtest --image registry.example.com/sweb.eval.{i} --images 4 \
+    --tasks-per-image 8 --strategies pipelined,pipelined+recycle --concurrency 8
 
   # RL-shaped: many tasks of few images, a sandbox warm per task, placed together
   kubectl sandbox-fleet loadtest --image registry.example.com/bench:img{i} --images 2 \
@@ -103,7 +111,7 @@ pull them: put a strategy first twice to see both.`,
 	f.IntVar(&o.batch.Count, "images", 0, "distinct images an --image with {i} makes (default 1)")
 	f.IntVar(&o.batch.TasksPerImage, "tasks-per-image", 4, "tasks of each image")
 	f.DurationVar(&o.taskTime, "task-time", 5*time.Second, "how long each task holds its sandbox")
-	f.StringSliceVar(&o.strategies, "strategies", []string{"naive", "sliding", "pipelined"}, "strategies to compare, in order, or all ("+strings.Join(config.Strategies, ", ")+")")
+	f.StringSliceVar(&o.strategies, "strategies", []string{"naive", "sliding", "pipelined"}, "strategies to compare, in order, each with +recycle to reset and reuse sandboxes between an image's tasks (e.g. pipelined,pipelined+recycle), or all ("+strings.Join(config.Strategies, ", ")+")")
 	f.IntSliceVar(&o.concurrencies, "concurrency", nil, "concurrencies to compare, each sizing the pools as --max-concurrent does (default: the configuration's)")
 	f.StringVar(&o.process, "process", "exec", "exec: run sleep in each sandbox; none: hold each sandbox from here")
 	f.StringVar(&o.runID, "run-id", "", "prefix of the runs' ids, which end in the run's number, strategy and concurrency (default: generated)")
@@ -125,17 +133,13 @@ func (o *options) complete(cmd *cobra.Command) error {
 	if o.process != "exec" && o.process != "none" {
 		return usage.Errorf("--process %q: use exec or none", o.process)
 	}
-	if slices.Equal(o.strategies, []string{"all"}) {
-		o.strategies = config.Strategies
-	}
-	for _, s := range o.strategies {
-		if !slices.Contains(config.Strategies, s) {
-			return usage.Errorf("--strategies: unknown strategy %q: use %s, or all", s, strings.Join(config.Strategies, ", "))
-		}
-	}
 	var err error
 	if o.cfg, _, err = o.inputs.Load(cmd.Flags(), o.streams.In); err != nil {
 		return err
+	}
+	modes, err := loadtest.ParseModes(o.strategies, o.cfg.Recycle.Enabled)
+	if err != nil {
+		return usage.Errorf("--strategies: %w", err)
 	}
 	if len(o.concurrencies) == 0 {
 		o.concurrencies = []int{o.cfg.Budget()}
@@ -151,7 +155,7 @@ func (o *options) complete(cmd *cobra.Command) error {
 	if o.runID == "" {
 		o.runID = run.NewID("loadtest")
 	}
-	o.cells = loadtest.Cells(o.strategies, o.concurrencies)
+	o.cells = loadtest.Cells(modes, o.concurrencies)
 	for i, c := range o.cells {
 		if id := loadtest.RunID(o.runID, i, c); len(validation.IsDNS1123Label(id)) > 0 {
 			return usage.Errorf("--run-id %q: the id of its run %d, %s, is not a DNS label: %s", o.runID, i+1, id, strings.Join(validation.IsDNS1123Label(id), "; "))
@@ -188,10 +192,10 @@ func (o *options) run(parent context.Context) error {
 			mu.Lock()
 			current = id
 			mu.Unlock()
-			fmt.Fprintf(o.streams.ErrOut, "  %s at concurrency %d: run %s\n", c.Strategy, c.Concurrency, id)
+			fmt.Fprintf(o.streams.ErrOut, "  %s: run %s\n", c.Name(), id)
 		},
 		Finished: func(r loadtest.Row) {
-			fmt.Fprintf(o.streams.ErrOut, "  %s at concurrency %d: wall %.1fs, %d/%d ok\n", r.Strategy, r.Concurrency, r.WallSeconds, r.OK, r.Tasks)
+			fmt.Fprintf(o.streams.ErrOut, "  %s: wall %.1fs, %d/%d ok\n", r.Cell.Name(), r.WallSeconds, r.OK, r.Tasks)
 		},
 	})
 	if len(rows) > 0 {

@@ -75,27 +75,72 @@ func (b Batch) Tasks(rewrite []images.Rule) ([]tasks.Task, error) {
 	return tasks.Check("--image", ts, map[string]string{}, rewrite)
 }
 
-// Cell is one run of the load test: a strategy at a concurrency.
-type Cell struct {
-	Strategy    string `json:"strategy"`
-	Concurrency int    `json:"concurrency"`
+// Mode is how a run gives its tasks sandboxes: a strategy, and whether a
+// sandbox is reset and reused for the next task of its image (recycling,
+// the reference load test's "reuse").
+type Mode struct {
+	Strategy string `json:"strategy"`
+	Recycle  bool   `json:"recycle,omitempty"`
 }
 
-// Cells lists each strategy at each concurrency, strategy by strategy.
-func Cells(strategies []string, concurrencies []int) []Cell {
+// recycled is the suffix of a recycling mode's name.
+const recycled = "+recycle"
+
+// Name names the mode as --strategies does: "pipelined", or
+// "pipelined+recycle".
+func (m Mode) Name() string {
+	if m.Recycle {
+		return m.Strategy + recycled
+	}
+	return m.Strategy
+}
+
+// ParseModes reads --strategies: strategies of config.Strategies, each
+// recycling when it ends in "+recycle", or "all", every strategy without
+// recycling (which is opt-in, as in the reference). recycleAll makes
+// every mode recycle (recycling on in the configuration). A mode named
+// twice runs twice: the first run may be the only one to pull.
+func ParseModes(names []string, recycleAll bool) ([]Mode, error) {
+	if slices.Equal(names, []string{"all"}) {
+		names = config.Strategies
+	}
+	var modes []Mode
+	for _, name := range names {
+		strategy, recycle := strings.CutSuffix(name, recycled)
+		if !slices.Contains(config.Strategies, strategy) {
+			return nil, fmt.Errorf("unknown strategy %q: use %s, each with +recycle to reset and reuse sandboxes (e.g. pipelined+recycle), or all",
+				strategy, strings.Join(config.Strategies, ", "))
+		}
+		modes = append(modes, Mode{Strategy: strategy, Recycle: recycle || recycleAll})
+	}
+	return modes, nil
+}
+
+// Cell is one run of the load test: a mode at a concurrency.
+type Cell struct {
+	Mode
+	Concurrency int `json:"concurrency"`
+}
+
+// Cells lists each mode at each concurrency, mode by mode.
+func Cells(modes []Mode, concurrencies []int) []Cell {
 	var cells []Cell
-	for _, s := range strategies {
+	for _, m := range modes {
 		for _, c := range concurrencies {
-			cells = append(cells, Cell{Strategy: s, Concurrency: c})
+			cells = append(cells, Cell{Mode: m, Concurrency: c})
 		}
 	}
 	return cells
 }
 
+// Name names the cell in messages: "pipelined+recycle at concurrency 4".
+func (c Cell) Name() string { return fmt.Sprintf("%s at concurrency %d", c.Mode.Name(), c.Concurrency) }
+
 // RunID is the id of the n-th run (from 0) of the load test prefix, in
-// cell: the prefix, n+1, the strategy and the concurrency.
+// cell: the prefix, n+1, the strategy, "recycle" when it recycles, and
+// the concurrency.
 func RunID(prefix string, n int, cell Cell) string {
-	return fmt.Sprintf("%s-%d-%s-c%d", prefix, n+1, cell.Strategy, cell.Concurrency)
+	return fmt.Sprintf("%s-%d-%s-c%d", prefix, n+1, strings.ReplaceAll(cell.Mode.Name(), "+", "-"), cell.Concurrency)
 }
 
 // Hold is work that holds the sandbox for d and runs nothing in it.
@@ -217,10 +262,11 @@ func Run(ctx context.Context, targets []fleet.Target, o Options) ([]Row, error) 
 func runCell(ctx context.Context, targets []fleet.Target, o Options, runID string, cell Cell) (Row, error) {
 	cfg := o.Config
 	cfg.Strategy, cfg.Concurrency, cfg.MaxConcurrent = cell.Strategy, cell.Concurrency, cell.Concurrency
+	cfg.Recycle.Enabled = cell.Recycle
 	before := requests(targets)
 	f, err := fleet.Open(ctx, runID, cfg, o.Tasks, targets)
 	if err != nil {
-		return Row{}, fmt.Errorf("%s at concurrency %d: %w", cell.Strategy, cell.Concurrency, err)
+		return Row{}, fmt.Errorf("%s: %w", cell.Name(), err)
 	}
 	defer f.Close()
 	if err := f.Preflight(ctx); err != nil {
@@ -263,13 +309,13 @@ func WriteTable(w io.Writer, rows []Row) error {
 	var failed []string
 	for _, r := range rows {
 		if r.Report == nil {
-			fmt.Fprintf(tw, "%s\t%d\t-\t-\t-\t-\t-\t-\t-\t0/%d\t\n", r.Strategy, r.Concurrency, r.Tasks)
+			fmt.Fprintf(tw, "%s\t%d\t-\t-\t-\t-\t-\t-\t-\t0/%d\t\n", r.Mode.Name(), r.Concurrency, r.Tasks)
 		} else {
-			fmt.Fprintf(tw, "%s\t%d\t%.1fs\t%.2fs\t%.2fs\t%.0f%%\t%.1f\t%d\t%.1f\t%d/%d\t\n", r.Strategy, r.Concurrency, r.WallSeconds,
+			fmt.Fprintf(tw, "%s\t%d\t%.1fs\t%.2fs\t%.2fs\t%.0f%%\t%.1f\t%d\t%.1f\t%d/%d\t\n", r.Mode.Name(), r.Concurrency, r.WallSeconds,
 				r.TimeToSandboxP50, r.TimeToSandboxP99, 100*r.WarmShare, r.ClaimsPerSecond, r.PeakSandboxes, r.RequestsPerTask, r.OK, r.Tasks)
 		}
 		if r.Error != "" {
-			failed = append(failed, fmt.Sprintf("%s at concurrency %d: %s", r.Strategy, r.Concurrency, r.Error))
+			failed = append(failed, fmt.Sprintf("%s: %s", r.Cell.Name(), r.Error))
 		}
 	}
 	if err := tw.Flush(); err != nil {

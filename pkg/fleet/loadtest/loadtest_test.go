@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/golden"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
 )
@@ -65,11 +66,47 @@ func TestBatchTasks(t *testing.T) {
 	}
 }
 
+func cell(strategy string, recycle bool, concurrency int) Cell {
+	return Cell{Mode: Mode{Strategy: strategy, Recycle: recycle}, Concurrency: concurrency}
+}
+
+func TestParseModes(t *testing.T) {
+	for _, tt := range []struct {
+		names      []string
+		recycleAll bool
+		want       []string
+		err        string
+	}{
+		{[]string{"naive", "pipelined+recycle"}, false, []string{"naive", "pipelined+recycle"}, ""},
+		{[]string{"all"}, false, config.Strategies, ""},
+		{[]string{"naive", "naive"}, false, []string{"naive", "naive"}, ""},
+		{[]string{"naive", "sliding+recycle"}, true, []string{"naive+recycle", "sliding+recycle"}, ""},
+		{[]string{"naive", "fastest"}, false, nil, `unknown strategy "fastest"`},
+		{[]string{"reuse"}, false, nil, "each with +recycle"},
+		{[]string{"naive+reuse"}, false, nil, `unknown strategy "naive+reuse"`},
+	} {
+		modes, err := ParseModes(tt.names, tt.recycleAll)
+		var got []string
+		for _, m := range modes {
+			got = append(got, m.Name())
+		}
+		if !slices.Equal(got, tt.want) || (err == nil) != (tt.err == "") || (err != nil && !strings.Contains(err.Error(), tt.err)) {
+			t.Errorf("ParseModes(%v, %v) = %v, %v; want %v, error with %q", tt.names, tt.recycleAll, got, err, tt.want, tt.err)
+		}
+	}
+}
+
 func TestCells(t *testing.T) {
-	got := Cells([]string{"naive", "pipelined"}, []int{4, 16})
-	want := []Cell{{"naive", 4}, {"naive", 16}, {"pipelined", 4}, {"pipelined", 16}}
+	got := Cells([]Mode{{Strategy: "naive"}, {Strategy: "pipelined", Recycle: true}}, []int{4, 16})
+	want := []Cell{cell("naive", false, 4), cell("naive", false, 16), cell("pipelined", true, 4), cell("pipelined", true, 16)}
 	if !slices.Equal(got, want) {
 		t.Errorf("Cells = %v, want %v", got, want)
+	}
+	if id := RunID("lt", 3, want[3]); id != "lt-4-pipelined-recycle-c16" {
+		t.Errorf("RunID = %s", id)
+	}
+	if name := want[3].Name(); name != "pipelined+recycle at concurrency 16" {
+		t.Errorf("Name = %s", name)
 	}
 }
 
@@ -85,14 +122,14 @@ func TestMeasure(t *testing.T) {
 		result(false, false, "", 60), // never got a sandbox
 	}
 	rep := report.Report{WallSeconds: 10, Claims: 5, SandboxesPeak: 6}
-	row := Measure(Cell{"sliding", 2}, rep, results, 42)
-	want := Row{Cell: Cell{"sliding", 2}, WallSeconds: 10, TimeToSandboxP50: 0.2, TimeToSandboxP99: 3.0, WarmShare: 0.5,
+	row := Measure(cell("sliding", false, 2), rep, results, 42)
+	want := Row{Cell: cell("sliding", false, 2), WallSeconds: 10, TimeToSandboxP50: 0.2, TimeToSandboxP99: 3.0, WarmShare: 0.5,
 		ClaimsPerSecond: 0.5, PeakSandboxes: 6, RequestsPerTask: 10.5, OK: 3, Tasks: 4}
 	row.Report = nil
 	if row != want {
 		t.Errorf("Measure =\n%+v\nwant\n%+v", row, want)
 	}
-	if empty := Measure(Cell{"naive", 1}, report.Report{}, nil, 0); empty.WarmShare != 0 || empty.ClaimsPerSecond != 0 || empty.RequestsPerTask != 0 {
+	if empty := Measure(cell("naive", false, 1), report.Report{}, nil, 0); empty.WarmShare != 0 || empty.ClaimsPerSecond != 0 || empty.RequestsPerTask != 0 {
 		t.Errorf("a run with no task: %+v", empty)
 	}
 }
@@ -100,11 +137,13 @@ func TestMeasure(t *testing.T) {
 func TestWriteTable(t *testing.T) {
 	rep := report.Report{}
 	rows := []Row{
-		{Cell: Cell{"naive", 4}, WallSeconds: 31.25, TimeToSandboxP50: 0.04, TimeToSandboxP99: 0.31, WarmShare: 1,
+		{Cell: cell("naive", false, 4), WallSeconds: 31.25, TimeToSandboxP50: 0.04, TimeToSandboxP99: 0.31, WarmShare: 1,
 			ClaimsPerSecond: 0.5, PeakSandboxes: 8, RequestsPerTask: 9.5, OK: 16, Tasks: 16, Report: &rep},
-		{Cell: Cell{"pipelined", 16}, WallSeconds: 12.5, TimeToSandboxP50: 1.5, TimeToSandboxP99: 4.25, WarmShare: 0.375,
+		{Cell: cell("pipelined", false, 16), WallSeconds: 12.5, TimeToSandboxP50: 1.5, TimeToSandboxP99: 4.25, WarmShare: 0.375,
 			ClaimsPerSecond: 1.3, PeakSandboxes: 20, RequestsPerTask: 11.25, OK: 15, Tasks: 16, Report: &rep,
 			Error: "tearing down run lt-pipelined-c16: timed out"},
+		{Cell: cell("pipelined", true, 16), WallSeconds: 8.75, TimeToSandboxP50: 0.02, TimeToSandboxP99: 1.5, WarmShare: 0.875,
+			ClaimsPerSecond: 0.5, PeakSandboxes: 4, RequestsPerTask: 5.5, OK: 16, Tasks: 16, Report: &rep},
 	}
 	var b bytes.Buffer
 	if err := WriteTable(&b, rows); err != nil {
