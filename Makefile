@@ -73,6 +73,10 @@ generate: ## regenerate api/'s deep-copy functions and manifests/crd/ with contr
 		crd:crdVersions=v1 output:crd:artifacts:config=../../../manifests/crd
 	cd hack/tools/protogen && go run . -root ../../.. -out ../../.. api/fleet/v1/fleet.proto
 
+.PHONY: docs
+docs: ## regenerate docs/reference: the CLI from the cobra commands, the CRDs from manifests/crd, the configuration file from pkg/fleet/config
+	go run ./hack/docs
+
 .PHONY: lint
 lint: ## gofmt and go vet (the main module and asrl-scheduler's)
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n $$bad ]]; then echo "gofmt would change: $$bad"; exit 1; fi

@@ -82,6 +82,9 @@ func splitRepo(rest string) (repo, suffix string) {
 // Rule redirects images under From (a registry host, or a host and path
 // prefix) to the same path under To.
 type Rule struct {
+	// From is a registry host ("docker.io") or a host and path prefix
+	// ("docker.io/swebench"), and To what replaces it
+	// ("mirror.example.com/dockerhub").
 	From string `json:"from"`
 	To   string `json:"to"`
 }

@@ -40,6 +40,8 @@ var Placements = []string{"round-robin", "least-loaded", "capacity-weighted", "i
 
 // Fleet is the whole configuration.
 type Fleet struct {
+	// APIVersion is sandbox-fleet.io/v1alpha1 and Kind FleetConfig: they
+	// say what the file is.
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
 	// Clusters are the targets, one per cluster and node pool. Empty means
@@ -141,13 +143,17 @@ type Fleet struct {
 
 // Cluster is one target: a cluster, or a node pool of one.
 type Cluster struct {
+	// Name names the cluster in the report, the logs and the objects'
+	// placement; required, unique.
 	Name string `json:"name"`
 	// Kubeconfig and Context select the cluster; empty means the default
 	// kubeconfig and its current context.
 	Kubeconfig string `json:"kubeconfig,omitempty"`
 	Context    string `json:"context,omitempty"`
 	// InCluster uses the Pod's service account instead of a kubeconfig.
-	InCluster bool   `json:"inCluster,omitempty"`
+	InCluster bool `json:"inCluster,omitempty"`
+	// Namespace is where the run's objects go there. Default -n, else
+	// the context's namespace.
 	Namespace string `json:"namespace,omitempty"`
 	// NodeSelector, RuntimeClassName and ImagePullSecret override the
 	// template's for this cluster.
@@ -165,7 +171,10 @@ type Template struct {
 	// Resources of the sandbox container. Default requests 250m CPU, 512Mi.
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 	// Command keeps the container alive for exec. Default [sleep, infinity].
-	Command          []string          `json:"command,omitempty"`
+	Command []string `json:"command,omitempty"`
+	// RuntimeClassName (gVisor, Kata...), NodeSelector and
+	// ImagePullSecret (a Secret's name in the run's namespace) go on every
+	// sandbox Pod; a cluster entry's override them.
 	RuntimeClassName string            `json:"runtimeClassName,omitempty"`
 	NodeSelector     map[string]string `json:"nodeSelector,omitempty"`
 	ImagePullSecret  string            `json:"imagePullSecret,omitempty"`
@@ -174,7 +183,8 @@ type Template struct {
 	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
 	// Colocate prefers one node for all replicas of a pool, so only one
 	// node pulls the image.
-	Colocate    bool                `json:"colocate,omitempty"`
+	Colocate bool `json:"colocate,omitempty"`
+	// Tolerations let the sandboxes run on tainted nodes.
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 	// Labels and Annotations go on every sandbox Pod.
 	Labels      map[string]string `json:"labels,omitempty"`
@@ -189,6 +199,7 @@ type Template struct {
 // a fresh one claimed. Claims then scale with images, not tasks: an
 // image's tasks run one after another on its sandbox.
 type Recycle struct {
+	// Enabled turns recycling on (--recycle). Default false.
 	Enabled bool `json:"enabled,omitempty"`
 	// MaxReuses is how many resets a sandbox takes before it is released
 	// and a fresh one claimed (rotate). Default 32.
@@ -226,6 +237,10 @@ var Resets = []string{"git"}
 
 // Disk sizes windows by node disk.
 type Disk struct {
+	// AvgImageGB is the size of an image on a node's disk, and
+	// NodeEphemeralGB a node's disk for images: both set, sliding and
+	// pipelined size their windows so that the images warm at once fit,
+	// and the plan warns when naive's do not. 0: no bound from disk.
 	AvgImageGB      float64 `json:"avgImageGB,omitempty"`
 	NodeEphemeralGB float64 `json:"nodeEphemeralGB,omitempty"`
 	// Headroom is the fraction of node disk kept free. Default 0.25.
