@@ -1,5 +1,5 @@
 // Package testinstall installs the project's components in a test cluster
-// the way the README tells a cluster admin to: the images built by
+// the way docs/admin.md tells a cluster admin to: the images built by
 // componentimage and published under a versioned tag, manifests/default
 // and manifests/scheduler applied with `kubectl apply -k` through an
 // overlay that names those images (kustomize's images:) and sets what the

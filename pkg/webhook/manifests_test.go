@@ -69,7 +69,7 @@ func TestManifests(t *testing.T) {
 		t.Error("manifests/cert-manager still has the webhook manage its certificates")
 	}
 
-	// The README's patch sets the registries the agent may pull from.
+	// docs/admin.md's patch sets the registries the agent may pull from.
 	overlay := t.TempDir()
 	abs, err := filepath.Abs("../../manifests/default")
 	if err != nil {
@@ -87,7 +87,7 @@ func TestManifests(t *testing.T) {
 	}
 	patched := kubectl("", "kustomize", overlay)
 	if !strings.Contains(patched, "allowed-registries: mirror.example.com,docker.io/swebench") || strings.Contains(patched, `allowed-registries: ""`) {
-		t.Errorf("the README's patch does not set the agent's registries:\n%s", patched)
+		t.Errorf("docs/admin.md's patch does not set the agent's registries:\n%s", patched)
 	}
 
 	// Under an overlay's namePrefix, every reference to one of the

@@ -98,7 +98,7 @@ type Fleet struct {
 	// pool). Default none: on the benchmark's cluster warm pacing took the
 	// warm share from about 30% to 97% but cost about a tenth of the
 	// throughput, since waiting for a refill is as slow as a cold start
-	// where Pods start at once (see the README's performance section).
+	// where Pods start at once (see docs/performance.md).
 	ClaimPacing string `json:"claimPacing,omitempty"`
 	// ClaimGrace is how long a sandbox may back off (ImagePullBackOff,
 	// CrashLoopBackOff, a container config error) before its claim, or its
