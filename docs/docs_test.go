@@ -14,8 +14,8 @@ import (
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"github.com/sandbox-fleet/sandbox-fleet/internal/cli"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/docgen"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli"
 )
 
 // root is the repository's root, from this package's directory.

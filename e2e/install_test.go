@@ -22,7 +22,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/componentimage"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testinstall"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook"
 )
 
 // The components as an admin installs them — images published under a

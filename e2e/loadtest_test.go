@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/sandbox-fleet/sandbox-fleet/internal/cli"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/loadtest"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/loadtest"
 )
 
 // loadtest compares fresh sandboxes with recycled ones on a problem

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandbox-fleet/sandbox-fleet/internal/cli"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testlog"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
 )

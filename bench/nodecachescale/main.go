@@ -44,12 +44,12 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/proc"
 	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/swebench"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/nodecache/agent"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testscheduler"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testwebhook"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/agent"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
 )
 
 type params struct {

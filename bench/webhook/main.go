@@ -63,9 +63,9 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/stats"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testwebhook"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/webhook/policy"
 )
 
 func main() {

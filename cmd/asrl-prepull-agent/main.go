@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/sandbox-fleet/sandbox-fleet/internal/nodecache/agent"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/agent"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/version"
 )
 

@@ -1,5 +1,5 @@
 // Command asrl-webhook is the admission webhook that applies SandboxPolicies
-// to sandbox Pods; see pkg/webhook and manifests/.
+// to sandbox Pods; see internal/webhook and manifests/.
 package main
 
 import (
@@ -11,7 +11,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook"
 )
 
 func main() {

@@ -6,7 +6,7 @@ import (
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/cli"
 )
 
 func main() {

@@ -9,7 +9,7 @@ import (
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/cli"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/cli"
 )
 
 // Dir is where the references go, under the repository's root.

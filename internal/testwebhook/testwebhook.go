@@ -29,7 +29,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook"
 )
 
 // Server is a running webhook.

@@ -7,7 +7,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/heartbeat"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
 )
 
 // StartHeartbeats starts the run's heartbeat Lease on every cluster, held

@@ -16,10 +16,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/recycle"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/exec"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/recycle"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 )
 

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/exec"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 )
 

@@ -23,9 +23,9 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/heartbeat"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 )

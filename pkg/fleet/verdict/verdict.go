@@ -8,7 +8,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/claim"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
 )
 
 const (

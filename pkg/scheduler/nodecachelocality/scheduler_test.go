@@ -19,7 +19,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testregistry"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testscheduler"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testwebhook"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook"
 )
 
 var cluster *testcluster.Cluster

@@ -1,0 +1,163 @@
+// Package serve implements `kubectl sandbox-fleet serve`.
+package serve
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/inputs"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/interrupt"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/run"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/serve"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/session"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+)
+
+type options struct {
+	configFlags *genericclioptions.ConfigFlags
+	streams     genericiooptions.IOStreams
+	inputs      inputs.Flags
+	runID       string
+	access      serve.Access
+	tokenFile   string
+	opts        session.Options
+}
+
+// NewCommand returns the serve verb.
+func NewCommand(configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+	o := &options{configFlags: configFlags, streams: streams}
+	o.inputs.TasksOptional = true
+	cmd := &cobra.Command{
+		Use:   "serve [-f fleet.yaml] [--tasks FILE...] [--listen ADDR]",
+		Short: "Serve a long-lived fleet session that a training loop drives (Python: sandbox_fleet)",
+		Long: `Serve runs one fleet session — one run id, preflight first, everything torn
+down at the end — and serves the fleet session API (api/fleet/v1/fleet.proto)
+for a training loop to drive: add tasks, warm their pools ahead of need, acquire
+a sandbox, exec in it, move files in and out, release it. The Python client
+(clients/python, import sandbox_fleet) and the Go client (fleetv1connect) speak
+it; so does anything that can POST JSON.
+
+The API is served on a unix socket (mode 0600) by default, whose address is
+printed at start; --listen 127.0.0.1:PORT serves TCP on loopback, and any other
+address needs --token-file (every call then carries "Authorization: Bearer
+TOKEN"), best with --tls-cert-file and --tls-key-file.
+
+Every sandbox is leased to the client that acquired it: a client that makes
+no call for --lease-ttl (the trainer crashed or was preempted) loses its
+sandboxes, and they are released. A pool nobody asked for within --warm-ttl,
+and with no sandbox held, is removed.
+
+SIGINT, SIGTERM or a client's Close tear the session down; a second signal
+exits at once and prints how to reap what is left.`,
+		Example: `  # serve on a unix socket, with the tasks of a file in the plan
+  kubectl sandbox-fleet serve -f fleet.yaml --tasks swebench.jsonl
+
+  # serve on loopback TCP for a trainer on this machine
+  kubectl sandbox-fleet serve -f fleet.yaml --listen 127.0.0.1:7070`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, ts, err := o.inputs.Load(cmd.Flags(), o.streams.In)
+			if err != nil {
+				return err
+			}
+			if o.runID, err = run.RunID(o.runID); err != nil {
+				return err
+			}
+			if o.tokenFile != "" {
+				b, err := os.ReadFile(o.tokenFile)
+				if err != nil {
+					return usage.Errorf("--token-file: %w", err)
+				}
+				if o.access.Token = strings.TrimSpace(string(b)); o.access.Token == "" {
+					return usage.Errorf("--token-file %s is empty", o.tokenFile)
+				}
+			}
+			if (o.access.CertFile == "") != (o.access.KeyFile == "") {
+				return usage.Errorf("--tls-cert-file and --tls-key-file go together")
+			}
+			if o.access.Address == "" {
+				// A directory of a fresh name that only this user may
+				// enter, so nobody can put a socket of their own there.
+				dir, err := os.MkdirTemp("", "sandbox-fleet-"+o.runID+"-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+				o.access.Address = filepath.Join(dir, "serve.sock")
+			}
+			for _, d := range []struct {
+				flag string
+				v    time.Duration
+			}{{"lease-ttl", o.opts.LeaseTTL}, {"warm-ttl", o.opts.WarmTTL}, {"heartbeat", o.opts.Heartbeat}} {
+				if d.v <= 0 {
+					return usage.Errorf("--%s %s: must be positive", d.flag, d.v)
+				}
+			}
+			return o.run(cmd.Context(), cfg, ts)
+		},
+	}
+	f := cmd.Flags()
+	o.inputs.AddFlags(f)
+	f.StringVar(&o.runID, "run-id", "", "id labelling everything the session creates (default: generated)")
+	f.StringVar(&o.access.Address, "listen", "", "unix:///PATH or a socket path, or HOST:PORT (default: a unix socket in a new private temporary directory, printed at start)")
+	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token every call must carry; needed to listen beyond loopback")
+	f.StringVar(&o.access.CertFile, "tls-cert-file", "", "serve TLS with this certificate")
+	f.StringVar(&o.access.KeyFile, "tls-key-file", "", "the private key of --tls-cert-file")
+	f.DurationVar(&o.opts.LeaseTTL, "lease-ttl", session.DefaultLeaseTTL, "a client's sandboxes are released this long after its last call")
+	f.DurationVar(&o.opts.WarmTTL, "warm-ttl", session.DefaultWarmTTL, "a pool nobody asked for this long, with no sandbox held, is removed")
+	f.DurationVar(&o.opts.Heartbeat, "heartbeat", heartbeat.DefaultDuration, "how long the session's heartbeat Lease stays valid unrenewed; reap --orphans takes the session once it has expired")
+	return cmd
+}
+
+func (o *options) run(parent context.Context, cfg config.Fleet, ts []tasks.Task) error {
+	// Listen first: a bad address must fail before anything is created.
+	l, addr, err := serve.Listen(o.access)
+	if err != nil {
+		return usage.Errorf("%w", err)
+	}
+	defer l.Close()
+	targets, err := fleet.Targets(cfg, o.configFlags)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	stopSignals := interrupt.Handle(o.streams.ErrOut, cancel, fmt.Sprintf("closing session %s and tearing it down", o.runID),
+		func() string { return reapHint(o.runID) })
+	defer stopSignals()
+
+	s, err := session.Open(ctx, o.runID, cfg, ts, targets, o.opts)
+	if err != nil {
+		return err
+	}
+	v := serve.NewService(s)
+	fmt.Fprintf(o.streams.ErrOut, "session %s: %d tasks, serving at %s\n", o.runID, s.TaskCount(), addr)
+	fmt.Fprintf(o.streams.Out, "%s\n", addr)
+	serveErr := serve.Serve(ctx, l, v, o.access)
+	tctx, tcancel := context.WithTimeout(context.Background(), cfg.ReadyTimeout.Duration)
+	defer tcancel()
+	if err := v.Shutdown(tctx); err != nil {
+		return fmt.Errorf("session %s: %w", o.runID, err)
+	}
+	if serveErr != nil {
+		return fmt.Errorf("session %s: serving: %w", o.runID, serveErr)
+	}
+	fmt.Fprintf(o.streams.ErrOut, "session %s: closed, everything of it removed\n", o.runID)
+	return nil
+}
+
+func reapHint(runID string) string {
+	return "remove what is left with:\n  kubectl sandbox-fleet reap --run-id " + runID
+}

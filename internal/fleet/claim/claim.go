@@ -1,0 +1,258 @@
+package claim
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracker"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
+)
+
+// Handle is a claimed sandbox, ready for work.
+type Handle struct {
+	TaskID string `json:"taskId"`
+	// Cluster names the fleet cluster the sandbox runs on.
+	Cluster   string `json:"cluster,omitempty"`
+	Namespace string `json:"namespace"`
+	Claim     string `json:"claim"`
+	Sandbox   string `json:"sandbox"`
+	// Hostname is the sandbox's stable in-cluster DNS name: Agent Sandbox
+	// gives every Sandbox a headless Service of its own name.
+	Hostname string `json:"hostname"`
+	Pod      string `json:"pod"`
+	// PodUID tells the claimed Pod from one the Sandbox controller made
+	// again under the same name after it was lost.
+	PodUID types.UID `json:"podUID,omitempty"`
+	// Restarts counts the Pod's container restarts when it was claimed:
+	// one more means a container was killed and started afresh, and
+	// whatever a task had done in it is gone.
+	Restarts int32  `json:"restarts,omitempty"`
+	PodIP    string `json:"podIP"`
+	Node     string `json:"node"`
+	// Warm is true when the sandbox was Ready before it was claimed: the
+	// task did not wait for it to start.
+	Warm bool `json:"warm,omitempty"`
+}
+
+// Error is a claim given up because its Pod cannot become Ready.
+type Error struct {
+	TaskID, Claim, Pod string
+	Trouble
+}
+
+func (e *Error) Error() string {
+	kind := "after the grace period"
+	if e.Terminal {
+		kind = "at once"
+	}
+	return fmt.Sprintf("task %s: claim %s failed %s: pod %s: %s: %s", e.TaskID, e.Claim, kind, e.Pod, e.Reason, e.Message)
+}
+
+// Claimer claims sandboxes of one run in one namespace.
+type Claimer struct {
+	Client  client.Client
+	Tracker *tracker.Tracker
+	// Grace is how long trouble that may clear up is borne.
+	Grace Grace
+}
+
+// Acquire claims a sandbox of pool for task and waits until it is Ready.
+// When the claimed Pod cannot start — at once for terminal trouble, after
+// Grace for the rest — or ctx ends, the claim is deleted and an error
+// returned; an *Error says why the Pod failed, a *VanishedError that
+// someone else deleted the claim. Callers bound ctx.
+func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWarmPool, taskID string) (*Handle, error) {
+	claim := resources.Claim(pool, taskID)
+	asked := time.Now()
+	if err := c.create(ctx, pool, claim); err != nil {
+		return nil, c.abandon(claim, fmt.Errorf("task %s: creating a claim on pool %s: %w", taskID, pool.Name, err))
+	}
+	patience := Patience{Grace: c.Grace}
+	seen := false
+	for {
+		changed := c.Tracker.ClaimChanged(claim.Name)
+		st, found, err := c.Tracker.Claim(ctx, claim.Name)
+		if err != nil {
+			return nil, c.abandon(claim, err)
+		}
+		if seen && (!found || st.Claim.DeletionTimestamp != nil) {
+			return nil, &VanishedError{TaskID: taskID, Claim: claim.Name}
+		}
+		seen = seen || found
+		var timer <-chan time.Time
+		if found {
+			if st.Ready() {
+				sandbox := st.Claim.Status.SandboxStatus.Name
+				return &Handle{TaskID: taskID, Namespace: claim.Namespace, Claim: claim.Name,
+					Sandbox: sandbox, Hostname: sandbox, Pod: st.Pod.Name, PodUID: st.Pod.UID, Restarts: restarts(st.Pod),
+					PodIP: st.Claim.Status.SandboxStatus.PodIPs[0], Node: st.Pod.Spec.NodeName,
+					Warm: c.warmHit(st.Pod.Name, asked)}, nil
+			}
+			trouble := Classify(st.Pod)
+			giveUp, recheck := patience.Judge(trouble, time.Now())
+			if giveUp {
+				return nil, c.abandon(claim, &Error{TaskID: taskID, Claim: claim.Name, Pod: st.Pod.Name, Trouble: *trouble})
+			}
+			if recheck > 0 {
+				// No event may come while a Pod backs off; wake up when
+				// the grace runs out.
+				timer = time.After(recheck)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, c.abandon(claim, fmt.Errorf("task %s: waiting for claim %s: %w", taskID, claim.Name, context.Cause(ctx)))
+		case <-changed:
+		case <-timer:
+		}
+	}
+}
+
+// warmHit reports whether Pod pod was Ready, as the run's watch saw it,
+// before the claim was asked for at asked: the claim found a warm sandbox
+// and did not wait for one to start.
+func (c *Claimer) warmHit(pod string, asked time.Time) bool {
+	since, ok := c.Tracker.ReadySince(pod)
+	return ok && since.Before(asked)
+}
+
+// create creates claim, trying again while the API server cannot be
+// reached or asks to be asked later, until ctx ends. The claim's name is
+// fixed before the first try, so when a try landed but its answer was lost
+// (a dropped connection), the next meets AlreadyExists and finds the claim
+// of this task under that name: it is the one made. A name another claim
+// holds gets a new one.
+func (c *Claimer) create(ctx context.Context, pool *extensionsv1beta1.SandboxWarmPool, claim *extensionsv1beta1.SandboxClaim) error {
+	delay := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: math.MaxInt32, Cap: 5 * time.Second}
+	tried := false
+	for {
+		err := c.Client.Create(ctx, claim.DeepCopy())
+		switch {
+		case err == nil:
+			return nil
+		case apierrors.IsAlreadyExists(err) && tried:
+			have := &extensionsv1beta1.SandboxClaim{}
+			gerr := c.Client.Get(ctx, client.ObjectKeyFromObject(claim), have)
+			switch {
+			case gerr == nil && have.Annotations[labels.TaskID] == claim.Annotations[labels.TaskID] &&
+				have.Labels[labels.RunID] == claim.Labels[labels.RunID]:
+				return nil
+			case gerr == nil || apierrors.IsNotFound(gerr):
+				claim.Name = resources.ClaimName(pool)
+			case !kube.Transient(gerr):
+				return gerr
+			}
+		case apierrors.IsAlreadyExists(err):
+			claim.Name = resources.ClaimName(pool)
+		case !kube.Transient(err):
+			return err
+		default:
+			tried = true
+			klog.V(2).Infof("creating claim %s: %v; trying again", claim.Name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (the last try: %v)", context.Cause(ctx), err)
+		case <-time.After(delay.Step()):
+		}
+	}
+}
+
+// VanishedError says a claim was deleted — by another client, or the
+// namespace going — while its task waited for it.
+type VanishedError struct {
+	TaskID, Claim string
+}
+
+func (e *VanishedError) Error() string {
+	return fmt.Sprintf("task %s: claim %s was deleted while the task waited for it (by another client or with its namespace)", e.TaskID, e.Claim)
+}
+
+// abandon deletes a claim that will not be used and returns err.
+func (c *Claimer) abandon(claim *extensionsv1beta1.SandboxClaim, err error) error {
+	// The caller's context may be what ended; deletion must still happen.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if derr := client.IgnoreNotFound(c.Client.Delete(ctx, claim)); derr != nil {
+		return fmt.Errorf("%w (and deleting claim %s failed: %v)", err, claim.Name, derr)
+	}
+	return err
+}
+
+// Endpoint is the in-cluster address of port on the sandbox,
+// <hostname>.<namespace>:<port>, for callers that reach it over the
+// network rather than by exec.
+func (h *Handle) Endpoint(port int) string {
+	return fmt.Sprintf("%s.%s:%d", h.Hostname, h.Namespace, port)
+}
+
+// LostError says a claimed sandbox's Pod is gone or going.
+type LostError struct {
+	TaskID, Pod, Why string
+}
+
+func (e *LostError) Error() string {
+	return fmt.Sprintf("task %s: sandbox pod %s was lost: %s", e.TaskID, e.Pod, e.Why)
+}
+
+// Alive returns nil while the handle's Pod — the one claimed, not a new
+// Pod of the same name — exists, is not being deleted and has not
+// finished, and a *LostError otherwise. It reads the tracker's
+// cache, so it costs no API request.
+func (c *Claimer) Alive(ctx context.Context, h *Handle) error {
+	pod, found, err := c.Tracker.Pod(ctx, h.Pod)
+	switch {
+	case err != nil:
+		return err
+	case !found:
+		return &LostError{TaskID: h.TaskID, Pod: h.Pod, Why: "it no longer exists"}
+	case pod.DeletionTimestamp != nil:
+		return &LostError{TaskID: h.TaskID, Pod: h.Pod, Why: "it is being deleted"}
+	case h.PodUID != "" && pod.UID != h.PodUID:
+		return &LostError{TaskID: h.TaskID, Pod: h.Pod, Why: "it was deleted and replaced by a new Pod of the same name"}
+	}
+	if trouble := Classify(pod); trouble != nil && trouble.Terminal {
+		return &LostError{TaskID: h.TaskID, Pod: h.Pod, Why: trouble.Reason + ": " + trouble.Message}
+	}
+	if restarts(pod) > h.Restarts {
+		return &LostError{TaskID: h.TaskID, Pod: h.Pod, Why: "a container of it was killed and restarted, losing what the task did in it"}
+	}
+	return nil
+}
+
+// restarts sums the restarts of pod's containers.
+func restarts(pod *corev1.Pod) int32 {
+	var n int32
+	for _, cs := range pod.Status.ContainerStatuses {
+		n += cs.RestartCount
+	}
+	return n
+}
+
+// releaseTimeout bounds a release, so that a stalled API server cannot hold
+// a task for ever; the run's teardown removes what a failed release left.
+const releaseTimeout = time.Minute
+
+// Release deletes the handle's claim, and with it the sandbox.
+func (c *Claimer) Release(ctx context.Context, h *Handle) error {
+	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
+	defer cancel()
+	claim := &extensionsv1beta1.SandboxClaim{}
+	claim.Name, claim.Namespace = h.Claim, h.Namespace
+	if err := client.IgnoreNotFound(c.Client.Delete(ctx, claim)); err != nil {
+		return fmt.Errorf("task %s: releasing claim %s: %w", h.TaskID, h.Claim, err)
+	}
+	return nil
+}

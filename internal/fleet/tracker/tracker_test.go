@@ -1,0 +1,232 @@
+package tracker_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracker"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
+)
+
+var cluster *testcluster.Cluster
+
+func TestMain(m *testing.M) { testcluster.Main(m, &cluster) }
+
+// Another run's objects in the same namespace are invisible to a tracker.
+func TestTrackerSeesOnlyItsRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns := cluster.NewNamespace(t)
+	clients, err := cluster.Clients(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := resources.Template(ns, "run-other", "busybox:1.36", resources.PodSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherPool := resources.WarmPool(other, 1)
+	for _, obj := range []client.Object{other, otherPool} {
+		if err := clients.Client.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr, err := tracker.Start(ctx, clients.Config, ns, "run-mine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cache is synced once Start returns, so a visible pool would be
+	// found at once.
+	if _, found, err := tr.WarmPool(ctx, otherPool.Name); err != nil || found {
+		t.Fatalf("tracker of run-mine: WarmPool(%s of run-other) = found %v, %v", otherPool.Name, found, err)
+	}
+}
+
+// A waiter on one pool is woken by its pool's events, not by another's.
+func TestPoolChangedIsTargeted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns := cluster.NewNamespace(t)
+	clients, err := cluster.Clients(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := tracker.Start(ctx, clients.Config, ns, "run-keyed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func(image string) string {
+		tmpl, err := resources.Template(ns, "run-keyed", image, resources.PodSpec{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Zero replicas: only the pool objects change, no Pods come.
+		pool := resources.WarmPool(tmpl, 0)
+		if err := clients.Client.Create(ctx, pool); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			changed := tr.Changed()
+			if _, found, err := tr.WarmPool(ctx, pool.Name); err != nil || found {
+				return pool.Name
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				t.Fatalf("pool %s never seen", pool.Name)
+			}
+		}
+	}
+	mine := resources.PoolName("run-keyed", "busybox:1.36")
+	woken := tr.PoolChanged(mine)
+	create("busybox:1.35")
+	select {
+	case <-woken:
+		t.Fatal("another pool's event woke the waiter")
+	default:
+	}
+	create("busybox:1.36")
+	select {
+	case <-woken:
+	case <-ctx.Done():
+		t.Fatal("the pool's own event did not wake the waiter")
+	}
+}
+
+// Peak is the most live sandboxes the run held at once: a pool of 3 makes
+// it 3, and it stays 3 once the pool and its Pods are gone. ReadySince
+// says when the watch first saw each Pod Ready.
+func TestPeakLiveSandboxes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ns := cluster.NewNamespace(t)
+	clients, err := cluster.Clients(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := tracker.Start(ctx, clients.Config, ns, "run-peak")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := resources.Template(ns, "run-peak", "busybox:1.36", resources.PodSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := resources.WarmPool(tmpl, 3)
+	for _, obj := range []client.Object{tmpl, pool} {
+		if err := clients.Client.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitLive := func(want int) {
+		for {
+			changed := tr.Changed()
+			names, err := tr.LivePods(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(names) == want {
+				return
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				t.Fatalf("live sandboxes %v, want %d", names, want)
+			}
+		}
+	}
+	waitLive(3)
+	if p := tr.Peak(); p != 3 {
+		t.Errorf("Peak with 3 live sandboxes = %d", p)
+	}
+	before := time.Now()
+	names, err := tr.LivePods(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		for {
+			changed := tr.Changed()
+			if since, ok := tr.ReadySince(name); ok {
+				if since.After(time.Now()) {
+					t.Errorf("pod %s Ready since %s, in the future", name, since)
+				}
+				break
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				t.Fatalf("pod %s never seen Ready (since %s)", name, before)
+			}
+		}
+	}
+	if err := clients.Client.Delete(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	waitLive(0)
+	if p := tr.Peak(); p != 3 {
+		t.Errorf("Peak after the pool went = %d, want 3", p)
+	}
+}
+
+// Pulling sums the pulls annotated on the NodeImageCaches of the nodes
+// where the run's Pods wait to be Ready, and not of other nodes.
+func TestPulling(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns := cluster.NewNamespace(t)
+	clients, err := cluster.Clients(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := tracker.Start(ctx, clients.Config, ns, "run-pulling")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nodes no kubelet serves: a Pod bound to one stays Pending, waiting.
+	node := func(name string, pulling nodecache.Pull) {
+		cache := &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: name,
+			Annotations: map[string]string{v1alpha1.PullingAnnotation: pulling.Annotation()}}}
+		if err := clients.Client.Create(ctx, cache); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = clients.Client.Delete(context.Background(), cache) })
+	}
+	waitingNode, otherNode := strings.ToLower(t.Name())+"-waiting", strings.ToLower(t.Name())+"-other"
+	node(waitingNode, nodecache.Pull{Done: 10 << 20, Size: 40 << 20, BytesPerSecond: 4 << 20})
+	node(otherNode, nodecache.Pull{Done: 1 << 20, Size: 2 << 20, BytesPerSecond: 1 << 20})
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "waiting", Namespace: ns, Labels: labels.ForRun("run-pulling")},
+		Spec: corev1.PodSpec{NodeName: waitingNode, Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}}}
+	if err := clients.Client.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	want := nodecache.Pull{Done: 10 << 20, Size: 40 << 20, BytesPerSecond: 4 << 20}
+	for got := tr.Pulling(); got != want; got = tr.Pulling() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("Pulling = %+v, want %+v, the waiting node's only", got, want)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	// Once the Pod is gone its node counts no more.
+	if err := clients.Client.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	for got := tr.Pulling(); got != (nodecache.Pull{}); got = tr.Pulling() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("Pulling with no Pod waiting = %+v", got)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

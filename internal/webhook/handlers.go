@@ -1,0 +1,282 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
+	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/informer"
+)
+
+// SandboxPodLabel is on every Pod the Agent Sandbox controller creates,
+// and only on those: the webhook configurations' objectSelector keys on
+// it, so no other Pod ever reaches the webhook.
+const SandboxPodLabel = "agents.x-k8s.io/sandbox-name-hash"
+
+// Paths the handlers are served at.
+const (
+	MutatePodsPath        = "/mutate-sandbox-pods"
+	MutateTemplatesPath   = "/mutate-sandbox-templates"
+	ValidateTemplatesPath = "/validate-sandbox-templates"
+)
+
+// Admission outcomes, as metrics label them.
+const (
+	resultAllowed = "allowed"
+	resultMutated = "mutated"
+	resultDenied  = "denied"
+	resultErrored = "errored"
+)
+
+// PodMutator applies the SandboxPolicies of a sandbox Pod's namespace to
+// it as it is created.
+type PodMutator struct {
+	// View serves policies, namespaces and the Pod's owners.
+	View   *policyView
+	Counts *Counts
+	// NodeCaches are the nodes' image caches, for policies with
+	// nodeCache; nil turns that off. It is called when such a policy is
+	// first met, and the affinity is left out until they are listed.
+	NodeCaches func() *informer.Caches
+	// Unlisted gives the layers of images no node lists, without waiting
+	// (a registry.Layers' Known); nil leaves such images out.
+	Unlisted func(ref string) ([]v1alpha1.Layer, bool)
+}
+
+// Handle implements admission.Handler.
+func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	return timed("Pod", func() (admission.Response, string) { return m.handle(ctx, req) })
+}
+
+func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
+	if req.Kind.Kind != "Pod" || len(req.Object.Raw) == 0 {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the review carries no Pod (kind %q): check the webhook configuration's rules", req.Kind.Kind)), resultErrored
+	}
+	ephemeral := req.Operation == admissionv1.Update && req.SubResource == "ephemeralcontainers"
+	if req.Operation != admissionv1.Create && !ephemeral {
+		return admission.Allowed("only creations and ephemeral containers are checked"), resultAllowed
+	}
+	pod := &corev1.Pod{}
+	if err := json.Unmarshal(req.Object.Raw, pod); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the Pod: %w", err)), resultErrored
+	}
+	if _, ok := pod.Labels[SandboxPodLabel]; !ok {
+		return admission.Allowed("not a sandbox Pod"), resultAllowed
+	}
+	namespace := req.Namespace
+	set, err := m.View.policies(ctx, namespace)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), resultErrored
+	}
+	if len(set) == 0 {
+		return admission.Allowed("no SandboxPolicy governs namespace " + namespace), resultAllowed
+	}
+	runID, err := m.runID(ctx, namespace, pod)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), resultErrored
+	}
+	dryRun := req.DryRun != nil && *req.DryRun
+	if ephemeral {
+		// Ephemeral containers (kubectl debug) are not mutated — the API
+		// server keeps nothing but them from such an update — so one the
+		// policies would change is denied, saying what to set.
+		if resp, result, done := refused(m.Counts, policy.CheckEphemeral(pod, set, runID), dryRun); done {
+			return resp, result
+		}
+		return admission.Allowed("the ephemeral containers comply with the SandboxPolicies"), resultAllowed
+	}
+	changes, err := policy.Mutate(pod, set, runID)
+	if resp, result, done := refused(m.Counts, err, dryRun); done {
+		return resp, result
+	}
+	if weight, ok := set.NodeCacheWeight(); ok && m.preferCachingNodes(pod, weight) {
+		changes = append(changes, "spec.affinity.nodeAffinity: prefer the nodes holding the image")
+	}
+	if len(changes) == 0 {
+		return admission.Allowed("complies with the SandboxPolicies"), resultAllowed
+	}
+	mutated, err := json.Marshal(pod)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), resultErrored
+	}
+	if !dryRun {
+		m.Counts.mutated(set)
+	}
+	return admission.PatchResponseFromRaw(req.Object.Raw, mutated), resultMutated
+}
+
+// refused answers a review that err refused: a policy's *policy.Denial
+// (counted, unless the review is a dry run) or a failure to judge it.
+// done is false when err is nil.
+func refused(counts *Counts, err error, dryRun bool) (resp admission.Response, result string, done bool) {
+	var denial *policy.Denial
+	switch {
+	case err == nil:
+		return admission.Response{}, "", false
+	case errors.As(err, &denial):
+		if !dryRun {
+			counts.denied(denial.Policies)
+		}
+		return admission.Denied(denial.Error()), resultDenied, true
+	default:
+		return admission.Errored(http.StatusInternalServerError, err), resultErrored, true
+	}
+}
+
+// preferCachingNodes adds node affinity toward the nodes holding most of
+// the Pod's images (as the policies rewrote them), and reports whether it
+// did.
+func (m *PodMutator) preferCachingNodes(pod *corev1.Pod, weight int32) bool {
+	if m.NodeCaches == nil {
+		return false
+	}
+	caches := m.NodeCaches()
+	if caches == nil || !caches.Synced() {
+		return false
+	}
+	var missing map[string]int64
+	var total int64
+	caches.Read(func(x *nodecache.Index) {
+		layers := x.PodLayers(images.OfPod(&pod.Spec), m.Unlisted)
+		total, missing = nodecache.Size(layers), x.Lacking(layers)
+	})
+	return policy.AddNodeCacheAffinity(pod, weight, missing, total)
+}
+
+// runID finds the run a sandbox Pod belongs to: its own label, else its
+// Sandbox's, else that of what owns the Sandbox (a warm pool or claim), so
+// that Pods of runs started by any client carry it.
+func (m *PodMutator) runID(ctx context.Context, namespace string, pod *corev1.Pod) (string, error) {
+	if id := pod.Labels[labels.RunID]; id != "" {
+		return id, nil
+	}
+	owner := metav1.GetControllerOf(pod)
+	if owner == nil || owner.Kind != "Sandbox" {
+		return "", nil
+	}
+	sandbox := metadataOf(sandboxv1beta1.GroupVersion.WithKind("Sandbox"))
+	if found, err := m.View.get(ctx, types.NamespacedName{Namespace: namespace, Name: owner.Name}, sandbox); err != nil || !found {
+		return "", err
+	}
+	if id := sandbox.Labels[labels.RunID]; id != "" {
+		return id, nil
+	}
+	parent := metav1.GetControllerOf(sandbox)
+	if parent == nil {
+		return "", nil
+	}
+	if parent.Kind != "SandboxWarmPool" && parent.Kind != "SandboxClaim" {
+		return "", nil
+	}
+	obj := metadataOf(extensionsv1beta1.GroupVersion.WithKind(parent.Kind))
+	if found, err := m.View.get(ctx, types.NamespacedName{Namespace: namespace, Name: parent.Name}, obj); err != nil || !found {
+		return "", err
+	}
+	return obj.GetLabels()[labels.RunID], nil
+}
+
+// TemplateMutator applies the SandboxPolicies of a SandboxTemplate's
+// namespace to its Pod template when it is applied, so the Pods made from
+// it already comply and the API server need not call PodMutator for them
+// (policy.CallCondition). Colocation keys on policy.ColocateLabel, which
+// it puts on the Pod template; the run-id label comes from the template's
+// own.
+type TemplateMutator struct {
+	View *policyView
+}
+
+// Handle implements admission.Handler.
+func (m *TemplateMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	return timed("SandboxTemplate", func() (admission.Response, string) { return m.handle(ctx, req) })
+}
+
+func (m *TemplateMutator) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
+	tmpl, resp, result := decodeTemplate(req)
+	if tmpl == nil {
+		return resp, result
+	}
+	set, err := m.View.policies(ctx, req.Namespace)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), resultErrored
+	}
+	changes, err := policy.MutateTemplate(&tmpl.Spec.PodTemplate, set, tmpl.Name, tmpl.Labels[labels.RunID])
+	var denial *policy.Denial
+	if errors.As(err, &denial) {
+		// TemplateValidator denies it, and counts it, with the field's
+		// path in the template.
+		return admission.Allowed("left to the validating webhook: " + denial.Error()), resultAllowed
+	}
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), resultErrored
+	}
+	if len(changes) == 0 {
+		return admission.Allowed("complies with the SandboxPolicies"), resultAllowed
+	}
+	mutated, err := json.Marshal(tmpl)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), resultErrored
+	}
+	return admission.PatchResponseFromRaw(req.Object.Raw, mutated), resultMutated
+}
+
+// decodeTemplate reads the SandboxTemplate a review carries; when there
+// is none to act on it returns the response to give instead.
+func decodeTemplate(req admission.Request) (*extensionsv1beta1.SandboxTemplate, admission.Response, string) {
+	if req.Kind.Kind != "SandboxTemplate" || len(req.Object.Raw) == 0 {
+		return nil, admission.Errored(http.StatusBadRequest, fmt.Errorf("the review carries no SandboxTemplate (kind %q): check the webhook configuration's rules", req.Kind.Kind)), resultErrored
+	}
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return nil, admission.Allowed(""), resultAllowed
+	}
+	tmpl := &extensionsv1beta1.SandboxTemplate{}
+	if err := json.Unmarshal(req.Object.Raw, tmpl); err != nil {
+		return nil, admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the SandboxTemplate: %w", err)), resultErrored
+	}
+	return tmpl, admission.Response{}, ""
+}
+
+// TemplateValidator refuses SandboxTemplates whose Pods the SandboxPolicies
+// of their namespace would refuse, so a bad template fails when it is
+// applied rather than when its first sandbox starts.
+type TemplateValidator struct {
+	View   *policyView
+	Counts *Counts
+}
+
+// Handle implements admission.Handler.
+func (v *TemplateValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	return timed("SandboxTemplate", func() (admission.Response, string) { return v.handle(ctx, req) })
+}
+
+func (v *TemplateValidator) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
+	tmpl, resp, result := decodeTemplate(req)
+	if tmpl == nil {
+		return resp, result
+	}
+	set, err := v.View.policies(ctx, req.Namespace)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), resultErrored
+	}
+	if d := policy.Check(&tmpl.Spec.PodTemplate.Spec, "spec.podTemplate.spec", set); d != nil {
+		if req.DryRun == nil || !*req.DryRun {
+			v.Counts.denied(d.Policies)
+		}
+		return admission.Denied(d.Error()), resultDenied
+	}
+	return admission.Allowed(""), resultAllowed
+}

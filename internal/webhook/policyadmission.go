@@ -1,0 +1,239 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
+)
+
+// ValidatePoliciesPath is where PolicyAdmitter is served.
+const ValidatePoliciesPath = "/validate-sandbox-policies"
+
+// PolicyAdmitter puts a SandboxPolicy's creation or change in force before
+// it is stored: it writes the policy's pending entries into the
+// configurations named PoliciesSuffix and refuses the change when it
+// cannot, so no sandbox Pod the policy selects is admitted unchecked
+// while the elected replica catches up.
+type PolicyAdmitter struct {
+	configurations *policyConfigurations
+}
+
+// Handle implements admission.Handler.
+func (a *PolicyAdmitter) Handle(ctx context.Context, req admission.Request) admission.Response {
+	return timed("SandboxPolicy", func() (admission.Response, string) { return a.handle(ctx, req) })
+}
+
+func (a *PolicyAdmitter) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
+	if req.Kind.Kind != "SandboxPolicy" || len(req.Object.Raw) == 0 {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the review carries no SandboxPolicy (kind %q): check the webhook configuration's rules", req.Kind.Kind)), resultErrored
+	}
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return admission.Allowed(""), resultAllowed
+	}
+	p := &v1alpha1.SandboxPolicy{}
+	if err := json.Unmarshal(req.Object.Raw, p); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the SandboxPolicy: %w", err)), resultErrored
+	}
+	if _, err := metav1.LabelSelectorAsSelector(p.Spec.NamespaceSelector); err != nil {
+		return admission.Denied(fmt.Sprintf("SandboxPolicy %q: spec.namespaceSelector: %v", p.Name, err)), resultDenied
+	}
+	if req.Operation == admissionv1.Update {
+		old := &v1alpha1.SandboxPolicy{}
+		if err := json.Unmarshal(req.OldObject.Raw, old); err == nil && old.Generation == p.Generation {
+			return admission.Allowed("the policy's spec is unchanged"), resultAllowed
+		}
+	}
+	if req.DryRun != nil && *req.DryRun {
+		return admission.Allowed("a dry run puts nothing in force"), resultAllowed
+	}
+	if p.UID == "" {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("SandboxPolicy %q has no UID: the API server assigns one before validating admission", p.Name)), resultErrored
+	}
+	admitted := Pending{PolicyRef: refOf(*p), Admitted: time.Now()}
+	_, err := a.configurations.write(ctx, nil, true, func(recorded []Pending) []Pending {
+		out := recorded[:0]
+		for _, r := range recorded {
+			if r.Name != p.Name {
+				out = append(out, r)
+			}
+		}
+		return append(out, admitted)
+	})
+	if err != nil {
+		return admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("SandboxPolicy %q cannot be put in force, so it is not stored: %w; try again", p.Name, err)), resultErrored
+	}
+	return admission.Allowed("in force: the API server calls asrl-webhook for the namespaces it selects"), resultAllowed
+}
+
+// freshWait bounds how long an admission waits for the policy whose
+// entry called it to reach this replica's cache: the moments between a
+// policy's storing and its watch event.
+const freshWait = 2 * time.Second
+
+// policyView serves admissions the policies and namespaces they are
+// decided on, from the manager's cache: never a read of the API server.
+type policyView struct {
+	Reader client.Reader
+
+	mu sync.Mutex
+	// deleted are the UIDs of policies deleted while the webhook ran, so
+	// a call by a deleted policy's entry (until the elected replica
+	// removes it) does not wait for the policy.
+	deleted map[types.UID]bool
+}
+
+// OnDelete implements the delete handler of the policies' informer.
+func (v *policyView) OnDelete(obj any) {
+	if tomb, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	if p, ok := obj.(*v1alpha1.SandboxPolicy); ok {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		if v.deleted == nil {
+			v.deleted = map[types.UID]bool{}
+		}
+		v.deleted[p.UID] = true
+	}
+}
+
+type policyRefKey struct{}
+
+// withPolicyRef is an admission.Webhook's WithContextFunc for the
+// policies' entries, whose paths extend base (PolicyWebhooks): it carries
+// the policy an entry's call stands for.
+func withPolicyRef(base string) func(context.Context, *http.Request) context.Context {
+	return func(ctx context.Context, r *http.Request) context.Context {
+		if ref, ok := ParsePolicyPath(strings.TrimPrefix(r.URL.Path, base)); ok {
+			return context.WithValue(ctx, policyRefKey{}, ref)
+		}
+		return ctx
+	}
+}
+
+// fresh waits until the cache holds the policy whose entry made the call
+// at its generation or a newer one, or knows it deleted.
+func (v *policyView) fresh(ctx context.Context) error {
+	ref, ok := ctx.Value(policyRefKey{}).(PolicyRef)
+	if !ok {
+		return nil
+	}
+	found, err := await(ctx, func() (bool, error) {
+		p := &v1alpha1.SandboxPolicy{}
+		err := v.Reader.Get(ctx, types.NamespacedName{Name: ref.Name}, p)
+		switch {
+		case err == nil:
+			return p.UID != ref.UID || p.Generation >= ref.Generation, nil
+		case !apierrors.IsNotFound(err):
+			return false, err
+		}
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		return v.deleted[ref.UID], nil
+	})
+	if err == nil && !found {
+		err = fmt.Errorf("SandboxPolicy %q generation %d is not in this webhook replica's cache yet; retry", ref.Name, ref.Generation)
+	}
+	return err
+}
+
+// await calls done every 10 ms until it reports true or fails, for at
+// most freshWait (then it reports false): what the cache has not seen yet
+// it sees within moments.
+func await(ctx context.Context, done func() (bool, error)) (bool, error) {
+	deadline := time.Now().Add(freshWait)
+	for {
+		ok, err := done()
+		if ok || err != nil || time.Now().After(deadline) {
+			return ok, err
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// policies reads the SandboxPolicies that govern namespace, once the
+// cache holds the policy whose entry made the call, and namespace's labels
+// as the API server matched them: an entry calls only for namespaces its
+// policy selects, so a policy of the entry's generation that does not
+// select the namespace in the cache means a relabelling not seen yet.
+func (v *policyView) policies(ctx context.Context, namespace string) (policy.Set, error) {
+	if err := v.fresh(ctx); err != nil {
+		return nil, err
+	}
+	ref, byPolicy := ctx.Value(policyRefKey{}).(PolicyRef)
+	var set policy.Set
+	seen, err := await(ctx, func() (bool, error) {
+		ns := metadataOf(corev1.SchemeGroupVersion.WithKind("Namespace"))
+		found, err := v.get(ctx, types.NamespacedName{Name: namespace}, ns)
+		if err != nil {
+			return false, fmt.Errorf("reading namespace %s from the cache: %w", namespace, err)
+		}
+		if !found {
+			return false, fmt.Errorf("namespace %s is not in this webhook replica's cache yet; retry", namespace)
+		}
+		// The policies are only read, so the cache's own objects serve:
+		// no copy of every policy on every admission.
+		all := &v1alpha1.SandboxPolicyList{}
+		if err := v.Reader.List(ctx, all, client.UnsafeDisableDeepCopy); err != nil {
+			return false, fmt.Errorf("listing SandboxPolicies: %w", err)
+		}
+		set, err = policy.Select(all.Items, ns.Labels)
+		return err == nil && (!byPolicy || !lacks(set, all.Items, ref)), err
+	})
+	if err == nil && !seen {
+		err = fmt.Errorf("namespace %s is selected by SandboxPolicy %q by its labels as the API server has them, not yet as this webhook replica's cache has them; retry", namespace, ref.Name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return set, nil
+}
+
+// lacks reports whether set lacks the policy ref although all has it at
+// ref's generation.
+func lacks(set policy.Set, all []v1alpha1.SandboxPolicy, ref PolicyRef) bool {
+	same := func(p v1alpha1.SandboxPolicy) bool { return p.UID == ref.UID && p.Generation == ref.Generation }
+	return slices.ContainsFunc(all, same) && !slices.ContainsFunc(set, same)
+}
+
+// get reads key from the cache, waiting up to freshWait for an object the
+// cache has not seen yet: a Sandbox is created moments before its Pod.
+func (v *policyView) get(ctx context.Context, key types.NamespacedName, obj client.Object) (bool, error) {
+	return await(ctx, func() (bool, error) {
+		err := v.Reader.Get(ctx, key, obj)
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+}
+
+// metadataOf is an object of kind gvk as a metadata-only cache holds it:
+// admissions read only labels and owners, so the webhook keeps no more.
+func metadataOf(gvk schema.GroupVersionKind) *metav1.PartialObjectMetadata {
+	obj := &metav1.PartialObjectMetadata{}
+	obj.SetGroupVersionKind(gvk)
+	return obj
+}
