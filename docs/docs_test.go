@@ -1,11 +1,17 @@
 // Package docs holds the user documentation. Its tests keep it true to
 // the code: the generated references current, every command shown with a
-// "$ " prompt one the plugin parses, and every relative link resolving.
+// "$ " prompt one the plugin parses, every relative link resolving, and
+// every public Go package documented with a runnable example.
 package docs_test
 
 import (
 	"bufio"
 	"fmt"
+	"go/ast"
+	"go/doc"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -236,4 +242,50 @@ func slug(heading string) string {
 		}
 	}
 	return b.String()
+}
+
+// Every public package — under pkg/ and api/ — reads as a guide in go doc:
+// a package comment, and at least one example that runs as a test (it
+// has an Output comment).
+func TestPublicPackagesHaveDocsAndExamples(t *testing.T) {
+	for _, top := range []string{"pkg", "api"} {
+		err := filepath.WalkDir(filepath.Join(root, top), func(dir string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() || d.Name() == "testdata" {
+				return err
+			}
+			pkgs, err := parser.ParseDir(token.NewFileSet(), dir, nil, parser.ParseComments)
+			if err != nil {
+				return err
+			}
+			var documented, hasCode bool
+			var files []*ast.File
+			for name, pkg := range pkgs {
+				for path, f := range pkg.Files {
+					files = append(files, f)
+					if strings.HasSuffix(name, "_test") || strings.HasSuffix(path, "_test.go") {
+						continue
+					}
+					hasCode = true
+					documented = documented || f.Doc != nil
+				}
+			}
+			if !hasCode {
+				return nil
+			}
+			if !documented {
+				t.Errorf("%s: no package comment", dir)
+			}
+			runs := false
+			for _, ex := range doc.Examples(files...) {
+				runs = runs || ex.Output != "" || ex.EmptyOutput
+			}
+			if !runs {
+				t.Errorf("%s: no example that runs as a test (an Example function with an Output comment)", dir)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -1,5 +1,8 @@
 // Package v1alpha1 is the sandbox-fleet.io/v1alpha1 API: SandboxPolicy, the
-// cluster admin's policy for sandbox Pods, which asrl-webhook applies.
+// cluster admin's policy for sandbox Pods, which asrl-webhook applies;
+// NodeImageCache, what one node's runtime holds, which its
+// asrl-prepull-agent writes; and PrepullJob, images for the agents to pull.
+// docs/reference/crd describes every field.
 //
 // +kubebuilder:object:generate=true
 // +groupName=sandbox-fleet.io
