@@ -289,3 +289,47 @@ func TestPublicPackagesHaveDocsAndExamples(t *testing.T) {
 		}
 	}
 }
+
+// flagDef matches a flag defined in a command's main.go, flagRow one in the
+// flags table of its README.
+var (
+	flagDef = regexp.MustCompile(`flag\.\w+Var\([^,]+, "([a-z0-9-]+)"`)
+	flagRow = regexp.MustCompile("(?m)^\\| `--?([a-z0-9-]+)`")
+)
+
+// A binary's README lists exactly the flags its main defines (and klog's
+// -v).
+func TestCommandReadmesListTheirFlags(t *testing.T) {
+	mains, err := filepath.Glob(filepath.Join(root, "cmd", "*", "main.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, main := range mains {
+		src, err := os.ReadFile(main)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readme, err := os.ReadFile(filepath.Join(filepath.Dir(main), "README.md"))
+		if err != nil {
+			t.Errorf("%s has no README.md", filepath.Dir(main))
+			continue
+		}
+		defined, listed := map[string]bool{}, map[string]bool{}
+		for _, m := range flagDef.FindAllStringSubmatch(string(src), -1) {
+			defined[m[1]] = true
+		}
+		for _, m := range flagRow.FindAllStringSubmatch(string(readme), -1) {
+			listed[m[1]] = true
+		}
+		for f := range defined {
+			if !listed[f] {
+				t.Errorf("%s: --%s is not in its README's flags table", main, f)
+			}
+		}
+		for f := range listed {
+			if !defined[f] && f != "v" {
+				t.Errorf("%s's README lists --%s, which its main does not define", main, f)
+			}
+		}
+	}
+}
