@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/placement"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testregistry"
@@ -423,4 +425,30 @@ func TestPoolServesWithWhatIsReady(t *testing.T) {
 	}
 	collect(t, ctx, f)
 	assertEmpty(t, ctx, f)
+}
+
+// StartHeartbeats with no duration holds the run's Lease for the default
+// 30 s, and its stop deletes it.
+func TestStartHeartbeatsDefault(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f := open(t, ctx, "run-beats", testConfig("naive"), skewed(), cluster)
+	stop, err := f.StartHeartbeats(ctx, "test", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.Clusters[0]
+	lease, err := c.Clients.Kube.CoordinationV1().Leases(c.Namespace()).Get(ctx, heartbeat.Name(f.RunID), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := lease.Spec.LeaseDurationSeconds; d == nil || *d != 30 {
+		t.Errorf("lease duration %v, want 30 s", d)
+	}
+	if err := stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Clients.Kube.CoordinationV1().Leases(c.Namespace()).Get(ctx, heartbeat.Name(f.RunID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the Lease after stop: %v, want it gone", err)
+	}
 }

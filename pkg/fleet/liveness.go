@@ -12,10 +12,13 @@ import (
 
 // StartHeartbeats starts the run's heartbeat Lease on every cluster, held
 // by driver (e.g. "run" or "serve") on this host and process, valid for d
-// unrenewed. The returned func stops them and deletes the Leases: call it
+// unrenewed (0: 30s). The returned func stops them and deletes the Leases: call it
 // once the run's objects are gone. Until then `reap --orphans` leaves the
 // run alone.
 func (f *Fleet) StartHeartbeats(ctx context.Context, driver string, d time.Duration) (stop func(context.Context) error, err error) {
+	if d <= 0 {
+		d = heartbeat.DefaultDuration
+	}
 	host, _ := os.Hostname()
 	holder := fmt.Sprintf("%s@%s/%d", driver, host, os.Getpid())
 	var beats []*heartbeat.Heartbeat
