@@ -144,9 +144,10 @@ func split(line string) ([]string, error) {
 				word.Reset()
 				inWord = false
 			}
-		case strings.IndexByte("|&;<>", c) >= 0 && !inWord, c == '>' || c == '<':
-			// The plugin's arguments end here; "2>" ends a word too.
-			if inWord && word.String() != "2" {
+		case strings.IndexByte("|&;<>", c) >= 0:
+			// The plugin's arguments end at a pipe, a list or a
+			// redirection; the 2 of "2>" is not one of them.
+			if inWord && (c != '>' || word.String() != "2") {
 				words = append(words, word.String())
 			}
 			return words, nil

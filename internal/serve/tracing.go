@@ -20,12 +20,8 @@ import (
 // are OpenTelemetry's no-ops.
 type traced struct{}
 
-// propagator reads the W3C trace context the Python client sends, and
-// its baggage.
-var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
-
 func (traced) start(ctx context.Context, spec connect.Spec, header propagation.HeaderCarrier) (context.Context, trace.Span) {
-	ctx = propagator.Extract(ctx, header)
+	ctx = tracing.Propagator.Extract(ctx, header)
 	procedure := strings.TrimPrefix(spec.Procedure, "/")
 	service, method, _ := strings.Cut(procedure, "/")
 	return tracing.Tracer().Start(ctx, procedure, trace.WithSpanKind(trace.SpanKindServer),

@@ -65,10 +65,26 @@ def headers() -> dict[str, str]:
         if tracestate:
             h["tracestate"] = tracestate
         return h
-    try:
-        from opentelemetry import propagate
-    except ImportError:
+    propagate = _opentelemetry_propagate()
+    if propagate is None:
         return {}
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
     return {k: v for k, v in carrier.items() if k in ("traceparent", "tracestate", "baggage")}
+
+
+_UNSET = object()
+_propagate = _UNSET
+
+
+def _opentelemetry_propagate():
+    """The opentelemetry package's propagate module, or None without it;
+    looked for once, not on every call."""
+    global _propagate
+    if _propagate is _UNSET:
+        try:
+            from opentelemetry import propagate
+        except ImportError:
+            propagate = None
+        _propagate = propagate
+    return _propagate

@@ -70,6 +70,8 @@ def test_opentelemetry_context_when_installed(monkeypatch):
     otel.propagate = propagate
     monkeypatch.setitem(sys.modules, "opentelemetry", otel)
     monkeypatch.setitem(sys.modules, "opentelemetry.propagate", propagate)
+    # The module is looked for once; have it looked for again.
+    monkeypatch.setattr(tracecontext, "_propagate", tracecontext._UNSET)
     assert tracecontext.headers() == {"traceparent": TP, "baggage": "k=v"}
     # An explicit context wins.
     tp = new_traceparent()

@@ -76,11 +76,13 @@ A strategy in --strategies ending in +recycle (pipelined+recycle) resets and
 reuses each sandbox for the next task of its image instead of claiming a fresh
 one, so a list such as pipelined,pipelined+recycle compares the two; recycling
 needs images with a git work tree at the configuration's recycle.workdir
-(/testbed by default, as SWE-bench images have). Every flag of run that shapes the fleet applies to each run (-f,
+(/testbed by default, as SWE-bench images have).
+
+Every flag of run that shapes the fleet applies to each run (-f,
 --warm-per-task, --colocate, --max-warmpool-size, --window-size, the recycling
-options, ...); --recycle makes every run recycle.
-The nodes keep the images they pulled, so the first run may be the only one to
-pull them: put a strategy first twice to see both.`,
+options, ...); --recycle makes every run recycle. The nodes keep the images
+they pulled, so the first run may be the only one to pull them: put a strategy
+first twice to see both.`,
 		Example: `  # three strategies at two concurrencies, 8 images of 4 tasks, 10 s each
   kubectl sandbox-fleet loadtest --image registry.example.com/bench:img{i:03d} --images 8 \
     --tasks-per-image 4 --task-time 10s --strategies naive,sliding,pipelined --concurrency 8,16

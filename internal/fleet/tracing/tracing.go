@@ -42,6 +42,10 @@ const (
 	Outcome = attribute.Key("sandbox_fleet.outcome")
 )
 
+// Propagator carries W3C trace context and baggage: what the fleet's
+// spans send on, and what serve reads from its callers.
+var Propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+
 // End ends span, marking it failed with err when there is one.
 func End(span trace.Span, err error) {
 	if err != nil {
@@ -109,7 +113,7 @@ func Start(ctx context.Context, service string) (shutdown func(context.Context) 
 	}
 	provider := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
 	otel.SetTracerProvider(provider)
-	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	otel.SetTextMapPropagator(Propagator)
 	return func(ctx context.Context) error {
 		if err := provider.Shutdown(ctx); err != nil && !errors.Is(err, context.Canceled) {
 			return fmt.Errorf("tracing: flushing the spans: %w", err)

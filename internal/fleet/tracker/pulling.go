@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
@@ -24,17 +25,12 @@ func watchPulling(ctx context.Context, cfg *rest.Config) toolscache.Store {
 	if err != nil {
 		return nil
 	}
-	caches := mc.Resource(v1alpha1.GroupVersion.WithResource("nodeimagecaches"))
-	if _, err := caches.List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+	resource := v1alpha1.GroupVersion.WithResource("nodeimagecaches")
+	if _, err := mc.Resource(resource).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
 		return nil
 	}
-	inf := metadatainformer.NewFilteredMetadataInformer(mc, v1alpha1.GroupVersion.WithResource("nodeimagecaches"), "", 0, toolscache.Indexers{}, nil).Informer()
-	if err := inf.SetTransform(toolscache.TransformFunc(func(obj any) (any, error) {
-		if m, ok := obj.(metav1.Object); ok {
-			m.SetManagedFields(nil)
-		}
-		return obj, nil
-	})); err != nil {
+	inf := metadatainformer.NewFilteredMetadataInformer(mc, resource, "", 0, toolscache.Indexers{}, nil).Informer()
+	if err := inf.SetTransform(cache.TransformStripManagedFields()); err != nil {
 		return nil
 	}
 	go inf.RunWithContext(ctx)
@@ -43,8 +39,10 @@ func watchPulling(ctx context.Context, cfg *rest.Config) toolscache.Store {
 
 // Pulling sums what the nodes of the run's Pods that wait to be Ready
 // are fetching, as their NodeImageCaches' annotations say; it is zero
-// when they fetch nothing or the caches cannot be read.
+// when they fetch nothing or the caches cannot be read. The first call
+// starts the watch of the caches; calls see them once it has listed them.
 func (t *Tracker) Pulling() nodecache.Pull {
+	t.cachesOnce.Do(func() { t.caches = t.watchCaches() })
 	if t.caches == nil {
 		return nodecache.Pull{}
 	}

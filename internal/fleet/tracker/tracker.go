@@ -47,11 +47,15 @@ type Tracker struct {
 	peak int
 	// readySince is when the watch first saw each Pod Ready.
 	readySince map[string]time.Time
-	// waiting maps the live Pods on a node but not Ready to their node;
-	// caches holds the metadata of the cluster's NodeImageCaches (nil
-	// when they cannot be read), which says what the nodes are pulling.
+	// waiting maps the live Pods on a node but not Ready to their node.
 	waiting map[string]string
-	caches  toolscache.Store
+	// caches holds the metadata of the cluster's NodeImageCaches, which
+	// says what the nodes are pulling (nil when they cannot be read); it
+	// is watched from the first call of Pulling, for only a progress
+	// display asks.
+	caches      toolscache.Store
+	watchCaches func() toolscache.Store
+	cachesOnce  sync.Once
 }
 
 // Start begins watching the warm pools, claims and Pods of run runID in namespace
@@ -108,7 +112,7 @@ func Start(ctx context.Context, cfg *rest.Config, namespace, runID string) (*Tra
 	if !c.WaitForCacheSync(ctx) {
 		return nil, fmt.Errorf("listing the run's objects in namespace %s: %w", namespace, context.Cause(ctx))
 	}
-	t.caches = watchPulling(ctx, cfg)
+	t.watchCaches = func() toolscache.Store { return watchPulling(ctx, cfg) }
 	return t, nil
 }
 
