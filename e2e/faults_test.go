@@ -34,7 +34,7 @@ const nodeFaultBound = 4 * time.Minute
 // container's task as a lost sandbox, not as its command's exit — and
 // nothing of the run is left.
 func TestNodeFaults(t *testing.T) {
-	requireLocal(t)
+	requireLocal(t, "makes this machine's containerd and kubelet fail")
 	for _, tt := range []struct {
 		name   string
 		work   string

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/componentimage"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testinstall"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook"
@@ -30,11 +28,13 @@ import (
 // kubectl apply -k, each running as Pods with the shipped ServiceAccounts
 // and RBAC — do on the real node what their tests check in process: the
 // webhook (two replicas) puts the sample policy in force and applies it,
-// the agent publishes the node's images and pulls a PrepullJob, and
-// asrl-scheduler places a warm pool by the node's cache. kubectl delete -k
-// then leaves nothing the manifests made.
+// the agent runs the node tests' checks (it publishes the node's images,
+// pulls PrepullJobs, removes what it pulled across a restart, shows a pull
+// in progress), and asrl-scheduler places a warm pool by the node's cache.
+// kubectl delete -k then leaves nothing the manifests made. On an existing
+// cluster (e2e/kind) the components are installed already; the node tests
+// drive them there, and this test checks the webhook and the RBAC.
 func TestInstalledAsShipped(t *testing.T) {
-	requireLocal(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	bin, err := testcluster.BinDir()
@@ -43,63 +43,16 @@ func TestInstalledAsShipped(t *testing.T) {
 	}
 	kubectl := filepath.Join(bin, "kubectl")
 	admin := kubeClient(t)
-	clients, err := local.Clients("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := clients.Client
-	node := local.RealNodeName()
-
-	// The admin marks the nodes sandboxes run on: the agent runs there.
-	label := func(value string) error {
-		patch := fmt.Sprintf(`{"metadata":{"labels":{"sandbox-fleet.io/sandbox-node":%s}}}`, value)
-		return c.Patch(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, client.RawPatch(types.MergePatchType, []byte(patch)))
-	}
-	if err := label(`"true"`); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := label("null"); err != nil {
-			t.Error(err)
-		}
-	})
-
-	// The node's runtime and the agent's state are where this cluster
-	// keeps them, not at the usual host paths.
-	agentPatch := fmt.Sprintf(`apiVersion: apps/v1
-kind: DaemonSet
-metadata: {name: asrl-prepull-agent}
-spec:
-  template:
-    spec:
-      volumes:
-      - name: runtime-socket
-        hostPath: {path: %q, type: Socket}
-      - name: agent-dir
-        hostPath: {path: %q, type: DirectoryOrCreate}
-`, local.CRISocket(), t.TempDir())
-	installation, err := testinstall.Install(ctx, testinstall.Options{
-		Kubectl: kubectl, Kubeconfig: local.Kubeconfig(),
-		Registry: local.RegistryAddr() + "/sandbox-fleet", Version: "v0.0.0-e2e." + strconv.FormatInt(time.Now().Unix(), 10),
-		Publish:           componentimage.Push,
-		AllowedRegistries: "docker.io/sandbox-fleet",
-		Patches:           []testinstall.Patch{{Kind: "DaemonSet", Name: "asrl-prepull-agent", Patch: agentPatch}},
-		Dir:               t.TempDir(),
-	})
-	uninstalled := false
-	t.Cleanup(func() {
-		if installation != nil && !uninstalled {
-			if err := installation.Uninstall(context.Background()); err != nil {
-				t.Error(err)
-			}
-		}
-		// The suite's other tests need the CRDs the uninstall deleted.
-		if err := local.InstallCRDs(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
+	c := clusterClient(t)
+	// On an existing cluster the components are installed already (e2e/kind
+	// installs them as this test does), and stay.
+	installOnTheRealNode(t, ctx, kubectl)
+	// A node the agent runs on.
+	var node string
+	if local != nil {
+		node = local.RealNodeName()
+	} else {
+		node = publishedNode(t)
 	}
 
 	t.Run("the webhook puts the sample policy in force and applies it", func(t *testing.T) {
@@ -116,7 +69,7 @@ spec:
 				t.Errorf("webhook Pod %s has priority %v, want the asrl-webhook PriorityClass's", p.Name, p.Spec.Priority)
 			}
 		}
-		if out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", local.Kubeconfig(), "apply", "-f", "../examples/sandboxpolicy.yaml").CombinedOutput(); err != nil {
+		if out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig(), "apply", "-f", "../examples/sandboxpolicy.yaml").CombinedOutput(); err != nil {
 			t.Fatalf("applying the sample policy: %v\n%s", err, out)
 		}
 		baseline := &v1alpha1.SandboxPolicy{ObjectMeta: metav1.ObjectMeta{Name: "baseline"}}
@@ -152,34 +105,25 @@ spec:
 		}
 	})
 
-	t.Run("the agent publishes the node and pulls a PrepullJob", func(t *testing.T) {
-		ns := newNamespace(t)
-		nsClients, err := local.Clients(ns)
-		if err != nil {
-			t.Fatal(err)
-		}
-		waitForCache(t, ctx, nsClients, node, func(c *v1alpha1.NodeImageCache) bool { return c.ImageCount > 0 && c.AgentVersion != "" })
-		img, _ := pushNewImage(t, ctx, "installed-agent")
-		job := newJob(ns, "installed", []string{img}, map[string]string{corev1.LabelHostname: node})
-		job.Spec.DiskHighWaterPercent = 85
-		if err := c.Create(ctx, job); err != nil {
-			t.Fatal(err)
-		}
-		if e := waitForEntry(t, ctx, nsClients, job, node, func(e v1alpha1.NodePrepullStatus) bool { return e.Phase != v1alpha1.PrepullPulling }); e.Phase != v1alpha1.PrepullSucceeded {
-			t.Fatalf("the installed agent did not pull %s: %+v", img, e)
-		}
-		outside := newJob(ns, "outside", []string{"ghcr.io/private/model:1"}, nil)
-		if err := c.Create(ctx, outside); err == nil || !strings.Contains(err.Error(), "is from none of the registries asrl-prepull-agent may pull from") {
-			t.Errorf("a job outside the allowed registries: %v, want it refused when made", err)
-		}
-	})
-
-	t.Run("asrl-scheduler places a warm pool by the node's cache", func(t *testing.T) {
-		addEmptierNodes(t, ctx)
-		const runID = "e2e-installed-placement"
-		runClients, tr := startRun(t, ctx, runID)
-		poolLandsWherePrepulled(t, ctx, runClients, tr, runID)
-	})
+	// On an existing cluster the node tests drive the installed agent and
+	// scheduler; on the local one they run their own, and drive the
+	// installed ones here.
+	if local != nil {
+		n := installedNode(t, node, local.RegistryAddr())
+		t.Run("the agent", func(t *testing.T) {
+			n.agent.Start(t, ctx)
+			t.Run("publishes the node's images", func(t *testing.T) { agentPublishesTheNodesImages(t, ctx, n) })
+			t.Run("pulls PrepullJobs", func(t *testing.T) { prepullJobs(t, ctx, n) })
+			t.Run("removes what it pulled across a restart", func(t *testing.T) { prepullAcrossAgentRestart(t, ctx, n) })
+			t.Run("shows a pull in progress", func(t *testing.T) { pullInProgress(t, ctx, n) })
+		})
+		t.Run("asrl-scheduler places a warm pool by the node's cache", func(t *testing.T) {
+			addEmptierNodes(t, ctx)
+			const runID = "e2e-installed-placement"
+			runClients, tr := startRun(t, ctx, runID)
+			poolLandsWherePrepulled(t, ctx, n, runClients, tr, runID)
+		})
+	}
 
 	t.Run("each component may do only what it must", func(t *testing.T) {
 		for _, tt := range []struct {
@@ -213,9 +157,35 @@ spec:
 			}
 		}
 	})
+}
 
-	if err := installation.Uninstall(ctx); err != nil {
-		t.Error(err)
+// installOnTheRealNode installs the components in the local cluster for
+// the test, and uninstalls them when it ends, failing it if anything the
+// manifests made is left; on an existing cluster, where they are
+// installed already, it does nothing.
+func installOnTheRealNode(t *testing.T, ctx context.Context, kubectl string) {
+	t.Helper()
+	if local == nil {
+		return
 	}
-	uninstalled = true
+	in, err := testinstall.OnRealNode(ctx, local, kubectl, t.TempDir())
+	t.Cleanup(func() {
+		if in != nil {
+			if err := in.Uninstall(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}
+		// The suite's other tests need the CRDs the uninstall deleted.
+		if err := local.InstallCRDs(context.Background()); err != nil {
+			t.Error(err)
+		}
+		unlabel := fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, testinstall.SandboxNodeLabel)
+		if err := clusterClient(t).Patch(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: local.RealNodeName()}},
+			client.RawPatch(types.MergePatchType, []byte(unlabel))); err != nil {
+			t.Error(err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -107,9 +107,11 @@ func claimer(clients *kube.Clients, tr *tracker.Tracker) *claim.Claimer {
 	return &claim.Claimer{Client: clients.Client, Tracker: tr, Grace: claim.Grace{Backoff: time.Minute, Unschedulable: time.Minute}}
 }
 
-// requireLocal skips a test that needs to reach the node itself.
-func requireLocal(t *testing.T) {
+// requireLocal skips a test that needs what only the local cluster has,
+// saying what.
+func requireLocal(t *testing.T, needs string) {
+	t.Helper()
 	if local == nil {
-		t.Skipf("needs the node's CRI socket, which only the local cluster exposes to this process")
+		t.Skip("runs on the local cluster only: it " + needs)
 	}
 }

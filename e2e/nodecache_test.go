@@ -2,24 +2,16 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 	"go.opentelemetry.io/otel/trace/noop"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	criapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	criclient "k8s.io/cri-client/pkg"
-	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
@@ -30,10 +22,13 @@ import (
 )
 
 // The node cache reads the runtime's images with the layers they were
-// built from: compressed digests and sizes, base first.
+// built from: compressed digests and sizes, base first. It reads the CRI
+// socket from this process, which only the local cluster's node lets it;
+// on an existing cluster TestAgentPublishesTheNodesImages checks the same
+// read, through the installed agent.
 func TestRuntimeRead(t *testing.T) {
 	if local == nil {
-		t.Skip("needs the suite's own real node")
+		t.Skip("reads the node's CRI socket, which only the local cluster exposes to this process; TestAgentPublishesTheNodesImages checks the read through the installed agent")
 	}
 	ctx := context.Background()
 	endpoint := "unix://" + local.CRISocket()
@@ -46,7 +41,7 @@ func TestRuntimeRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	// As built and pushed to the node's registry.
-	built, err := remote.Image(inRegistry(t, ref), remote.WithContext(ctx))
+	built, err := remote.Image(theNode(t).inRegistry(t, ref), remote.WithContext(ctx))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,81 +98,84 @@ func TestRuntimeRead(t *testing.T) {
 	}
 }
 
-// inRegistry is where the node's registry on loopback keeps image ref.
-func inRegistry(t *testing.T, ref string) name.Reference {
-	t.Helper()
-	upstream, err := name.ParseReference(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pushed, err := name.ParseReference(local.RegistryAddr()+"/"+upstream.Context().RepositoryStr()+":"+upstream.Identifier(), name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pushed
-}
-
 // The agent publishes the node's images as the runtime reads them, and a
-// pod's pull of a new image shows in the object within two seconds.
+// pod's pull of a new image shows in the object within two seconds (and
+// the least time between its writes, which the in-process agent has none
+// of).
 func TestAgentPublishesTheNodesImages(t *testing.T) {
-	requireLocal(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	n := theNode(t)
+	n.agent.Start(t, ctx)
+	agentPublishesTheNodesImages(t, ctx, n)
+}
+
+func agentPublishesTheNodesImages(t *testing.T, ctx context.Context, n *sandboxNode) {
 	clients, err := kube.ForConfig(restConfig(), newNamespace(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := local.RealNodeName()
-	endpoint := "unix://" + local.CRISocket()
-	rt := startAgent(t, ctx)
-	// What the runtime holds, read apart from the agent, is what it publishes.
-	snap, err := rt.Read(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cache := waitForCache(t, ctx, clients, node, func(c *v1alpha1.NodeImageCache) bool { return int(c.ImageCount) == len(snap.Images) })
-	published, err := nodecache.NewNode(cache)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, img := range snap.Images {
-		for _, tag := range img.RepoTags {
-			got, ok := published.Image(tag)
-			if !ok || !slices.Equal(got, shortLayers(img.Layers)) {
-				t.Errorf("%s published with layers %v, the runtime has %v", tag, got, img.Layers)
+	cri, readsRuntime := n.images.(criImages)
+	cache := waitForCache(t, ctx, clients, n.name, func(c *v1alpha1.NodeImageCache) bool { return c.AgentVersion != "" })
+	// What the runtime holds, read apart from the agent, is what it
+	// publishes. Only the CRI reads it apart from the agent.
+	if readsRuntime {
+		snap, err := cri.rt.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cache = waitForCache(t, ctx, clients, n.name, func(c *v1alpha1.NodeImageCache) bool { return int(c.ImageCount) == len(snap.Images) })
+		published, err := nodecache.NewNode(cache)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, img := range snap.Images {
+			for _, tag := range img.RepoTags {
+				got, ok := published.Image(tag)
+				if !ok || !slices.Equal(got, shortLayers(img.Layers)) {
+					t.Errorf("%s published with layers %v, the runtime has %v", tag, got, img.Layers)
+				}
 			}
 		}
 	}
 
-	ref, img := pushNewImage(t, ctx, "agent-e2e")
+	ref, img := n.pushNewImage(t, ctx, "agent-e2e")
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "puller", Namespace: clients.Namespace},
-		Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: new(int64(0)),
+		Spec: corev1.PodSpec{NodeName: n.name, TerminationGracePeriodSeconds: new(int64(0)),
 			Containers: []corev1.Container{{Name: "c", Image: ref, Command: []string{"sleep", "infinity"}}}}}
 	if err := clients.Client.Create(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	cri, err := criclient.NewRemoteImageService(ctx, endpoint, 10*time.Second, noop.NewTracerProvider(), false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// When the pull ended: the CRI tells at once; elsewhere the kubelet
+	// reports the container's image a moment after.
 	var pulled time.Time
 	for pulled.IsZero() {
-		status, err := cri.ImageStatus(ctx, &criapi.ImageSpec{Image: ref}, false)
-		if err != nil {
-			t.Fatal(err)
+		if readsRuntime {
+			if has, err := cri.Has(ctx, ref); err != nil {
+				t.Fatal(err)
+			} else if has {
+				pulled = time.Now()
+			}
+		} else {
+			if err := clients.Client.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+				t.Fatal(err)
+			}
+			if s := pod.Status.ContainerStatuses; len(s) == 1 && s[0].ImageID != "" {
+				pulled = time.Now()
+			}
 		}
-		if status.GetImage() != nil {
-			pulled = time.Now()
+		if ctx.Err() != nil {
+			t.Fatalf("%s was never pulled", ref)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	for {
-		cache = waitForCache(t, ctx, clients, node, func(*v1alpha1.NodeImageCache) bool { return true })
-		n, err := nodecache.NewNode(cache)
+		cache = waitForCache(t, ctx, clients, n.name, func(*v1alpha1.NodeImageCache) bool { return true })
+		published, err := nodecache.NewNode(cache)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if layers, ok := n.Image(ref); ok {
+		if layers, ok := published.Image(ref); ok {
 			t.Logf("the pull shows after %v", time.Since(pulled).Round(time.Millisecond))
 			manifest, err := img.Manifest()
 			if err != nil {
@@ -192,7 +190,7 @@ func TestAgentPublishesTheNodesImages(t *testing.T) {
 			}
 			break
 		}
-		if time.Since(pulled) > 2*time.Second {
+		if time.Since(pulled) > n.published {
 			t.Fatalf("%s was pulled %v ago and is not in the NodeImageCache", ref, time.Since(pulled).Round(time.Millisecond))
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -221,72 +219,4 @@ func shortLayers(ls []nodecache.RuntimeLayer) []v1alpha1.Layer {
 		out[i] = v1alpha1.Layer{Digest: nodecache.Short(l.Digest), Size: l.Size}
 	}
 	return out
-}
-
-// startAgent runs the node agent for the real node until the test ends,
-// and returns its runtime connection.
-func startAgent(t *testing.T, ctx context.Context) *agent.Runtime {
-	t.Helper()
-	rt, _ := runAgent(t, ctx, t.TempDir())
-	return rt
-}
-
-// runAgent runs the node agent for the real node with stateDir, and
-// returns its runtime connection and a function that stops it (at the
-// latest when the test ends).
-func runAgent(t *testing.T, ctx context.Context, stateDir string) (*agent.Runtime, func()) {
-	t.Helper()
-	rt, err := agent.Dial("unix://" + local.CRISocket())
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := agent.NewClient(restConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentCtx, stopAgent := context.WithCancel(ctx)
-	agentDone := make(chan error, 1)
-	a := &agent.Agent{Node: local.RealNodeName(), Runtime: rt, Client: api, Version: "e2e", Resync: time.Minute,
-		Settle: 300 * time.Millisecond, Poll: time.Second, PullInterval: time.Second, StateDir: stateDir, Log: klog.NewKlogr().WithName("agent"),
-		Limits: nodecache.PullLimits{AllowedRegistries: []string{"docker.io", "registry.k8s.io"}}}
-	go func() { agentDone <- a.Run(agentCtx) }()
-	stop := sync.OnceFunc(func() {
-		stopAgent()
-		if err := <-agentDone; err != nil {
-			t.Errorf("agent: %v", err)
-		}
-		rt.Close()
-	})
-	t.Cleanup(stop)
-	return rt, stop
-}
-
-// pushNewImage pushes an image no node has: busybox with a layer of its
-// own, under a new name in repository docker.io/sandbox-fleet/NAME.
-func pushNewImage(t *testing.T, ctx context.Context, name string) (string, v1.Image) {
-	t.Helper()
-	return pushImage(t, ctx, "docker.io/sandbox-fleet/"+name, 4096)
-}
-
-// pushImage pushes busybox with a random layer of size bytes of its own
-// to repository repo, under a new tag.
-func pushImage(t *testing.T, ctx context.Context, repo string, size int64) (string, v1.Image) {
-	t.Helper()
-	base, err := remote.Image(inRegistry(t, testimages.Busybox), remote.WithContext(ctx))
-	if err != nil {
-		t.Fatal(err)
-	}
-	own, err := random.Layer(size, types.DockerLayer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := mutate.AppendLayers(base, own)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := fmt.Sprintf("%s:%d", repo, time.Now().UnixNano())
-	if err := remote.Write(inRegistry(t, ref), img, remote.WithContext(ctx)); err != nil {
-		t.Fatal(err)
-	}
-	return ref, img
 }

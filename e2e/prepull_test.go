@@ -17,8 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/nodecache/agent"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
@@ -29,20 +27,24 @@ import (
 // an image that does not exist fails with the registry's reason, and a
 // disk budget the node is past stops the pulls and says why.
 func TestPrepullJob(t *testing.T) {
-	requireLocal(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	n := theNode(t)
+	n.agent.Start(t, ctx)
+	prepullJobs(t, ctx, n)
+}
+
+func prepullJobs(t *testing.T, ctx context.Context, n *sandboxNode) {
 	clients, err := kube.ForConfig(restConfig(), newNamespace(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := startAgent(t, ctx)
-	node := local.RealNodeName()
+	node := n.name
 	onTheNode := map[string]string{corev1.LabelHostname: node}
 
 	t.Run("pulls, reports, and removes when deleted", func(t *testing.T) {
-		a, _ := pushNewImage(t, ctx, "prepull-a")
-		b, _ := pushNewImage(t, ctx, "prepull-b")
+		a, _ := n.pushNewImage(t, ctx, "prepull-a")
+		b, _ := n.pushNewImage(t, ctx, "prepull-b")
 		job := newJob(clients.Namespace, "two-images", []string{a, b}, onTheNode)
 		job.Spec.DeleteWhenDone = true
 		if err := clients.Client.Create(ctx, job); err != nil {
@@ -60,18 +62,18 @@ func TestPrepullJob(t *testing.T) {
 			t.Errorf("no progress was shown before the job completed: phases %v", phases)
 		}
 		for _, img := range []string{a, b} {
-			if id, err := rt.ImageID(ctx, img); err != nil || id == "" {
-				t.Errorf("%s is not on the node after the job (%v)", img, err)
-			}
+			n.waitForImage(t, ctx, img, true)
 		}
 		if err := clients.Client.Delete(ctx, job); err != nil {
 			t.Fatal(err)
 		}
-		waitUntilGone(t, ctx, rt, a, b)
+		for _, img := range []string{a, b} {
+			n.waitForImage(t, ctx, img, false)
+		}
 	})
 
 	t.Run("a finished job is deleted after its TTL, and its images removed", func(t *testing.T) {
-		d, _ := pushNewImage(t, ctx, "prepull-d")
+		d, _ := n.pushNewImage(t, ctx, "prepull-d")
 		job := newJob(clients.Namespace, "with-ttl", []string{d}, onTheNode)
 		job.Spec.DeleteWhenDone = true
 		job.Spec.TTLSecondsAfterFinished = ptr.To[int32](1)
@@ -95,40 +97,54 @@ func TestPrepullJob(t *testing.T) {
 		if late := time.Since(entry.UpdateTime.Time); late < time.Second {
 			t.Errorf("the job was deleted %v after it finished, before its TTL of 1s", late)
 		}
-		waitUntilGone(t, ctx, rt, d)
+		n.waitForImage(t, ctx, d, false)
 	})
 
 	t.Run("a nonexistent image fails with why", func(t *testing.T) {
 		missing := "docker.io/sandbox-fleet/does-not-exist:1"
-		if err := rt.Pull(ctx, testimages.Busybox); err != nil {
+		present, _ := n.pushNewImage(t, ctx, "prepull-present")
+		first := newJob(clients.Namespace, "present-first", []string{present}, onTheNode)
+		if err := clients.Client.Create(ctx, first); err != nil {
 			t.Fatal(err)
 		}
-		job := newJob(clients.Namespace, "missing-image", []string{testimages.Busybox, missing}, onTheNode)
+		if e := waitForEntry(t, ctx, clients, first, node, func(e v1alpha1.NodePrepullStatus) bool { return e.Phase != v1alpha1.PrepullPulling }); e.Phase != v1alpha1.PrepullSucceeded {
+			t.Fatalf("node entry %+v, want %s pulled", e, present)
+		}
+		job := newJob(clients.Namespace, "missing-image", []string{present, missing}, onTheNode)
 		if err := clients.Client.Create(ctx, job); err != nil {
 			t.Fatal(err)
 		}
 		entry := waitForEntry(t, ctx, clients, job, node, func(e v1alpha1.NodePrepullStatus) bool { return e.Phase != v1alpha1.PrepullPulling })
 		if entry.Phase != v1alpha1.PrepullFailed || entry.Present != 1 || entry.Failed != 1 || len(entry.Failures) != 1 ||
 			entry.Failures[0].Image != missing || !strings.Contains(entry.Failures[0].Message, "not found") {
-			t.Errorf("node entry %+v, want busybox present and %s failed as not found", entry, missing)
+			t.Errorf("node entry %+v, want %s present and %s failed as not found", entry, present, missing)
 		}
 	})
 
 	t.Run("an image from a registry the agent may not pull from fails with why", func(t *testing.T) {
 		private := "private.example.com/team/model:1"
 		job := newJob(clients.Namespace, "not-allowed", []string{private}, onTheNode)
-		if err := clients.Client.Create(ctx, job); err != nil {
+		// Installed, the agent's admission policy refuses the job when
+		// made; the agent, which does not count on it, refuses it too.
+		err := clients.Client.Create(ctx, job)
+		if _, installed := n.agent.(*installedAgent); installed {
+			if err == nil || !strings.Contains(err.Error(), "is from none of the registries asrl-prepull-agent may pull from") {
+				t.Errorf("creating a job of %s: %v, want it refused for its registry", private, err)
+			}
+			return
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 		entry := waitForEntry(t, ctx, clients, job, node, func(e v1alpha1.NodePrepullStatus) bool { return e.Phase != v1alpha1.PrepullPulling })
 		if entry.Phase != v1alpha1.PrepullFailed || entry.Failed != 1 || len(entry.Failures) != 1 ||
-			!strings.Contains(entry.Failures[0].Message, "is from none of the registries this node's asrl-prepull-agent may pull from (docker.io, registry.k8s.io") {
+			!strings.Contains(entry.Failures[0].Message, "is from none of the registries this node's asrl-prepull-agent may pull from") {
 			t.Errorf("node entry %+v, want %s refused by the agent's --allowed-registries", entry, private)
 		}
 	})
 
 	t.Run("a disk budget the node is past stops the pulls", func(t *testing.T) {
-		fs, err := rt.Filesystem(ctx)
+		fs, err := n.images.Filesystem(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +152,7 @@ func TestPrepullJob(t *testing.T) {
 		if !over {
 			t.Skipf("the image filesystem is under 1%% full: %+v", fs)
 		}
-		c, _ := pushNewImage(t, ctx, "prepull-c")
+		c, _ := n.pushNewImage(t, ctx, "prepull-c")
 		job := newJob(clients.Namespace, "over-budget", []string{c}, onTheNode)
 		job.Spec.DiskHighWaterPercent = 1
 		if err := clients.Client.Create(ctx, job); err != nil {
@@ -146,8 +162,8 @@ func TestPrepullJob(t *testing.T) {
 		if entry.Phase != v1alpha1.PrepullStopped || entry.Pending != 1 || !strings.Contains(entry.Message, "high-water mark of 1%") {
 			t.Errorf("node entry %+v, want it stopped before pulling, saying why", entry)
 		}
-		if id, _ := rt.ImageID(ctx, c); id != "" {
-			t.Errorf("%s was pulled past the disk budget", c)
+		if has, err := n.images.Has(ctx, c); err != nil || has {
+			t.Errorf("%s was pulled past the disk budget (%v)", c, err)
 		}
 	})
 }
@@ -156,71 +172,74 @@ func TestPrepullJob(t *testing.T) {
 // jobs: those deleted while it was down when it starts, and those deleted
 // after.
 func TestPrepullAcrossAgentRestart(t *testing.T) {
-	requireLocal(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	n := theNode(t)
+	n.agent.Start(t, ctx)
+	prepullAcrossAgentRestart(t, ctx, n)
+}
+
+func prepullAcrossAgentRestart(t *testing.T, ctx context.Context, n *sandboxNode) {
 	clients, err := kube.ForConfig(restConfig(), newNamespace(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	state := t.TempDir()
-	_, stop := runAgent(t, ctx, state)
-	node := local.RealNodeName()
 	var jobs []*v1alpha1.PrepullJob
 	var images []string
 	for _, name := range []string{"deleted-while-down", "deleted-after"} {
-		img, _ := pushNewImage(t, ctx, "restart-"+name)
-		job := newJob(clients.Namespace, name, []string{img}, map[string]string{corev1.LabelHostname: node})
+		img, _ := n.pushNewImage(t, ctx, "restart-"+name)
+		job := newJob(clients.Namespace, name, []string{img}, map[string]string{corev1.LabelHostname: n.name})
 		job.Spec.DeleteWhenDone = true
 		if err := clients.Client.Create(ctx, job); err != nil {
 			t.Fatal(err)
 		}
-		if e := waitForEntry(t, ctx, clients, job, node, func(e v1alpha1.NodePrepullStatus) bool { return e.Phase != v1alpha1.PrepullPulling }); e.Phase != v1alpha1.PrepullSucceeded {
+		if e := waitForEntry(t, ctx, clients, job, n.name, func(e v1alpha1.NodePrepullStatus) bool { return e.Phase != v1alpha1.PrepullPulling }); e.Phase != v1alpha1.PrepullSucceeded {
 			t.Fatalf("node entry %+v, want the image pulled", e)
 		}
+		n.waitForImage(t, ctx, img, true)
 		jobs, images = append(jobs, job), append(images, img)
 	}
-	stop()
-	if err := clients.Client.Delete(ctx, jobs[0]); err != nil {
-		t.Fatal(err)
-	}
-	rt, _ := runAgent(t, ctx, state)
-	waitUntilGone(t, ctx, rt, images[0])
-	if id, err := rt.ImageID(ctx, images[1]); err != nil || id == "" {
+	n.agent.Restart(t, ctx, func() {
+		if err := clients.Client.Delete(ctx, jobs[0]); err != nil {
+			t.Fatal(err)
+		}
+	})
+	n.waitForImage(t, ctx, images[0], false)
+	if has, err := n.images.Has(ctx, images[1]); err != nil || !has {
 		t.Fatalf("%s, whose job is still there, is gone (%v)", images[1], err)
 	}
 	if err := clients.Client.Delete(ctx, jobs[1]); err != nil {
 		t.Fatal(err)
 	}
-	waitUntilGone(t, ctx, rt, images[1])
+	n.waitForImage(t, ctx, images[1], false)
 }
 
 // kubectl sandbox-fleet prepull --wait creates the job, shows progress and
 // the nodes' results, and fails when a node could not pull everything.
 func TestPrepullVerb(t *testing.T) {
-	requireLocal(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	n := theNode(t)
+	n.agent.Start(t, ctx)
 	ns := newNamespace(t)
-	rt := startAgent(t, ctx)
 	// The agent publishes its NodeImageCache, which marks its node as one
 	// that pulls.
 	clients, err := kube.ForConfig(restConfig(), ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitForCache(t, ctx, clients, local.RealNodeName(), func(*v1alpha1.NodeImageCache) bool { return true })
+	waitForCache(t, ctx, clients, n.name, func(*v1alpha1.NodeImageCache) bool { return true })
 
-	a, _ := pushNewImage(t, ctx, "verb-a")
-	b, _ := pushNewImage(t, ctx, "verb-b")
+	a, _ := n.pushNewImage(t, ctx, "verb-a")
+	b, _ := n.pushNewImage(t, ctx, "verb-b")
 	taskFile := filepath.Join(t.TempDir(), "images.txt")
 	if err := os.WriteFile(taskFile, []byte(a+"\n"+b+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	onTheNode := corev1.LabelHostname + "=" + local.RealNodeName()
-	// A high-water mark of 99%: the test machine's disk may be fuller than
-	// the default 80%.
-	code, out, stderr := plugin("prepull", "-n", ns, "--tasks", taskFile, "-l", onTheNode, "--high-water", "99", "--wait", "-o", "json")
+	onTheNode := corev1.LabelHostname + "=" + n.name
+	// The high-water mark the shipped agent allows at most: the test
+	// machine's disk may be fuller than the default 80%.
+	code, out, stderr := plugin("prepull", "-n", ns, "--tasks", taskFile, "-l", onTheNode, "--high-water", highWater, "--wait", "-o", "json")
 	var p nodecache.JobProgress
 	if code != 0 || json.Unmarshal([]byte(out), &p) != nil {
 		t.Fatalf("prepull --wait: exit %d\n%s%s", code, out, stderr)
@@ -229,12 +248,10 @@ func TestPrepullVerb(t *testing.T) {
 		t.Errorf("prepull --wait: %+v\n%s", p, stderr)
 	}
 	for _, img := range []string{a, b} {
-		if id, err := rt.ImageID(ctx, img); err != nil || id == "" {
-			t.Errorf("%s is not on the node after prepull --wait (%v)", img, err)
-		}
+		n.waitForImage(t, ctx, img, true)
 	}
 
-	c, _ := pushNewImage(t, ctx, "verb-c")
+	c, _ := n.pushNewImage(t, ctx, "verb-c")
 	if err := os.WriteFile(taskFile, []byte(c+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -244,29 +261,13 @@ func TestPrepullVerb(t *testing.T) {
 	}
 }
 
-// waitUntilGone waits for the runtime to have removed images.
-func waitUntilGone(t *testing.T, ctx context.Context, rt *agent.Runtime, images ...string) {
-	t.Helper()
-	for _, img := range images {
-		for {
-			id, err := rt.ImageID(ctx, img)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if id == "" {
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("%s is still on the node after its job was deleted", img)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-}
+// highWater is the disk high-water mark the tests' jobs ask for: the most
+// the shipped agent allows (manifests/prepull-agent's max-high-water).
+const highWater = "85"
 
 func newJob(ns, name string, images []string, nodeSelector map[string]string) *v1alpha1.PrepullJob {
 	return &v1alpha1.PrepullJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1alpha1.PrepullJobSpec{Images: images, NodeSelector: nodeSelector, PerNodeParallelism: 2, DiskHighWaterPercent: 95}}
+		Spec: v1alpha1.PrepullJobSpec{Images: images, NodeSelector: nodeSelector, PerNodeParallelism: 2, DiskHighWaterPercent: 85}}
 }
 
 // waitForEntry follows job until its entry for node satisfies ok.
@@ -305,23 +306,23 @@ func waitForEntry(t *testing.T, ctx context.Context, clients *kube.Clients, job 
 // run --prepull has the node pull the run's images before warming, and
 // deletes its PrepullJob at the end.
 func TestRunPrepull(t *testing.T) {
-	requireLocal(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	n := theNode(t)
+	n.agent.Start(t, ctx)
 	ns := newNamespace(t)
-	startAgent(t, ctx)
 	clients, err := kube.ForConfig(restConfig(), ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitForCache(t, ctx, clients, local.RealNodeName(), func(*v1alpha1.NodeImageCache) bool { return true })
-	img, _ := pushNewImage(t, ctx, "run-prepull")
+	waitForCache(t, ctx, clients, n.name, func(*v1alpha1.NodeImageCache) bool { return true })
+	img, _ := n.pushNewImage(t, ctx, "run-prepull")
 	taskFile := filepath.Join(t.TempDir(), "tasks.jsonl")
 	rows := `{"id": "t1", "image": "` + img + `"}` + "\n" + `{"id": "t2", "image": "` + img + `"}` + "\n"
 	if err := os.WriteFile(taskFile, []byte(rows), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, out, stderr := plugin("run", "-n", ns, "--tasks", taskFile, "--prepull", "--prepull-high-water", "99", "--max-concurrent", "1",
+	code, out, stderr := plugin("run", "-n", ns, "--tasks", taskFile, "--prepull", "--prepull-high-water", highWater, "--max-concurrent", "1",
 		"--ready-timeout", "3m", "-o", "json", "--", "true")
 	var rep report.Report
 	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.TasksOK != 2 {

@@ -19,20 +19,24 @@ import (
 // -o wide match them to the image's layers, read from its registry, the
 // run's progress counts the annotation of its waiting Pod's node, and the
 // pulls are cleared once it is done. The loopback registry serves repositories under slow/ at 4 MiB/s,
-// so the 24 MiB layer takes seconds to come.
+// so the 24 MiB layer takes seconds to come (e2e/kind's registry too).
 func TestPullInProgress(t *testing.T) {
-	requireLocal(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
+	n := theNode(t)
+	n.agent.Start(t, ctx)
+	pullInProgress(t, ctx, n)
+}
+
+func pullInProgress(t *testing.T, ctx context.Context, n *sandboxNode) {
 	const runID = "e2e-pulls"
 	clients, tr := startRun(t, ctx, runID)
-	ns, node := clients.Namespace, local.RealNodeName()
-	startAgent(t, ctx)
+	ns, node := clients.Namespace, n.name
 	waitForCache(t, ctx, clients, node, func(*v1alpha1.NodeImageCache) bool { return true })
 
 	// By the registry's own address, so that the plugin reads the image's
 	// layers from it as it would from any registry.
-	ref, _ := pushImage(t, ctx, local.RegistryAddr()+"/sandbox-fleet/slow/pull", 24<<20)
+	ref, _ := n.pushImage(t, ctx, n.registry+"/sandbox-fleet/slow/pull", 24<<20)
 	pool := createPool(t, ctx, clients, runID, ref, resources.PodSpec{NodeSelector: map[string]string{corev1.LabelHostname: node}}, 1)
 	acquired := make(chan error, 1)
 	go func() {

@@ -1,27 +1,33 @@
 // Command kind runs the e2e suite on a kind cluster, for machines with a
 // Docker engine (`make e2e-kind`): it creates the cluster from
-// e2e/kind/cluster.yaml through kind's Go library (no kind binary needed),
-// loads into its nodes the test images and an image of the pinned Agent
-// Sandbox controller (hack/testimages), installs the controller, installs
-// the project's components as internal/testinstall does for the local
-// cluster's deploy test — the same overlay of manifests/default and
-// manifests/scheduler, the images loaded into the nodes where the local
-// test pushes them to its registry — runs `go test ./e2e/` against the
-// cluster, and deletes it whatever happens.
+// e2e/kind/cluster.yaml through kind's Go library (no kind binary needed);
+// starts the test registry (the local cluster's, on 127.0.0.1) and relays
+// it to the kind nodes on their Docker network's gateway, and has their
+// containerd pull every registry's images from it, as the local cluster's
+// real node does; pushes the test images and an image of the pinned Agent
+// Sandbox controller there (hack/testimages) and installs the controller;
+// labels the workers as sandbox nodes and installs the project's
+// components as internal/testinstall does for the local cluster's deploy
+// test; runs `go test ./e2e/` against the cluster, with the registry, so
+// that the node tests drive the installed agent as TestInstalledAsShipped
+// does on the local cluster; and deletes the cluster whatever happens.
 //
 // CI on this project's machines has no Docker engine that runs kind's
-// privileged nodes, so this is not run there; what it shares with the
-// local deploy test (testinstall) is.
+// privileged nodes, so this is not run there; the suite's existing-cluster
+// mode with the components installed is, on the local cluster
+// (docs/contributing.md).
 //
 //	go run ./e2e/kind [-keep]
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -31,10 +37,7 @@ import (
 	"syscall"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"sigs.k8s.io/kind/pkg/cluster"
-	"sigs.k8s.io/kind/pkg/cluster/nodes"
-	"sigs.k8s.io/kind/pkg/cluster/nodeutils"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/componentimage"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
@@ -44,7 +47,7 @@ import (
 const name = "sandbox-fleet-e2e"
 
 func main() {
-	keep := flag.Bool("keep", false, "keep the cluster after the suite, for a look")
+	keep := flag.Bool("keep", false, "keep the cluster after the suite, for a look (the test registry stops with the command)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -55,6 +58,9 @@ func main() {
 }
 
 func run(ctx context.Context, keep bool) error {
+	// The registry's relay ends with the run.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	root, err := testcluster.RepoRoot()
 	if err != nil {
 		return err
@@ -87,14 +93,6 @@ func run(ctx context.Context, keep bool) error {
 	if err != nil {
 		return err
 	}
-	load := func(archive string) error {
-		for _, n := range nodeList {
-			if err := loadArchive(n, archive); err != nil {
-				return fmt.Errorf("loading %s into %s: %w", archive, n.String(), err)
-			}
-		}
-		return nil
-	}
 	k := func(stdin []byte, args ...string) ([]byte, error) {
 		cmd := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", kubeconfig}, args...)...)
 		cmd.Stdin = bytes.NewReader(stdin)
@@ -106,16 +104,31 @@ func run(ctx context.Context, keep bool) error {
 		return out, nil
 	}
 
-	// The test images and the controller's, as hack/testimages packs
-	// them, one archive path a line.
-	archives, err := goRun(ctx, root, "./hack/testimages", "-controller", filepath.Join(bin, "agent-sandbox-controller"), filepath.Join(work, "images"))
+	// The registry listens on loopback, where this process pushes; the
+	// nodes reach it through a relay on their network's gateway.
+	registry, stopRegistry, err := startRegistry(filepath.Join(bin, "registry"), filepath.Join(work, "registry"))
 	if err != nil {
 		return err
 	}
-	for _, archive := range strings.Fields(string(archives)) {
-		if err := load(archive); err != nil {
-			return err
+	defer stopRegistry()
+	gateway, err := dockerGateway(ctx)
+	if err != nil {
+		return err
+	}
+	relayed, err := relay(ctx, net.JoinHostPort(gateway, "0"), registry)
+	if err != nil {
+		return err
+	}
+	hosts := testcluster.MirrorHosts(relayed)
+	for _, n := range nodeList {
+		write := n.Command("sh", "-c", "mkdir -p /etc/containerd/certs.d/_default && cat > /etc/containerd/certs.d/_default/hosts.toml")
+		if err := write.SetStdin(strings.NewReader(hosts)).Run(); err != nil {
+			return fmt.Errorf("pointing %s's containerd at the test registry: %w", n.String(), err)
 		}
+	}
+
+	if _, err := goRun(ctx, root, "./hack/testimages", "-controller", filepath.Join(bin, "agent-sandbox-controller"), registry); err != nil {
+		return err
 	}
 	controller, err := goRun(ctx, root, "./hack/testimages", "-print-controller-image")
 	if err != nil {
@@ -137,9 +150,10 @@ func run(ctx context.Context, keep bool) error {
 		return err
 	}
 
-	// The components, as an admin installs them on sandbox nodes: the
-	// kind nodes keep containerd's socket where the DaemonSet expects it.
-	if _, err := k(nil, "label", "nodes", "--all", "sandbox-fleet.io/sandbox-node=true"); err != nil {
+	// The components, as an admin installs them on sandbox nodes (the
+	// workers): the kind nodes keep containerd's socket where the
+	// DaemonSet expects it.
+	if _, err := k(nil, "label", "nodes", "-l", "!node-role.kubernetes.io/control-plane", testinstall.SandboxNodeLabel+"=true"); err != nil {
 		return err
 	}
 	overlay := filepath.Join(work, "install")
@@ -148,35 +162,97 @@ func run(ctx context.Context, keep bool) error {
 	}
 	if _, err := testinstall.Install(ctx, testinstall.Options{
 		Kubectl: kubectl, Kubeconfig: kubeconfig,
-		Registry: "ghcr.io/sandbox-fleet", Version: "v0.0.0-e2e." + strconv.FormatInt(time.Now().Unix(), 10),
-		Publish: func(ctx context.Context, ref string, img v1.Image) error {
-			archive := filepath.Join(work, filepath.Base(strings.Split(ref, ":")[0])+".tar")
-			if err := componentimage.WriteArchive(archive, ref, img); err != nil {
-				return err
-			}
-			return load(archive)
-		},
+		Registry: registry + "/sandbox-fleet", Version: "v0.0.0-e2e." + strconv.FormatInt(time.Now().Unix(), 10),
+		Publish:           componentimage.Push,
 		AllowedRegistries: "docker.io/sandbox-fleet",
 		Dir:               overlay,
 	}); err != nil {
 		return err
 	}
 
-	test := exec.CommandContext(ctx, "go", "test", "-count=1", "-v", "./e2e/")
+	test := exec.CommandContext(ctx, "go", "test", "-count=1", "-timeout=60m", "-v", "./e2e/")
 	test.Dir = root
-	test.Env = append(os.Environ(), "SANDBOX_FLEET_E2E_KUBECONFIG="+kubeconfig)
+	test.Env = append(os.Environ(), "SANDBOX_FLEET_E2E_KUBECONFIG="+kubeconfig, "SANDBOX_FLEET_E2E_REGISTRY="+registry)
 	test.Stdout, test.Stderr = os.Stdout, os.Stderr
 	return test.Run()
 }
 
-// loadArchive loads a docker archive into a kind node's containerd.
-func loadArchive(n nodes.Node, archive string) error {
-	f, err := os.Open(archive)
+// startRegistry starts the test registry on a free loopback port, with
+// its blobs in dir, and returns its host:port and what stops it.
+func startRegistry(bin, dir string) (string, func(), error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return err
+		return "", nil, err
 	}
-	defer f.Close()
-	return nodeutils.LoadImageArchive(n, bufio.NewReader(f))
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(bin, "--addr="+addr, "--blobs="+dir)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	stop := func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			return addr, stop, nil
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return "", nil, fmt.Errorf("the test registry on %s did not start: %w", addr, err)
+		}
+	}
+}
+
+// dockerGateway is the host's address on kind's Docker network.
+func dockerGateway(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "docker", "network", "inspect", "kind", "--format", "{{range .IPAM.Config}}{{.Gateway}} {{end}}").Output()
+	if err != nil {
+		return "", fmt.Errorf("docker network inspect kind: %w", err)
+	}
+	for _, gw := range strings.Fields(string(out)) {
+		if ip := net.ParseIP(gw); ip != nil && ip.To4() != nil {
+			return gw, nil
+		}
+	}
+	return "", fmt.Errorf("kind's Docker network has no IPv4 gateway (%q)", out)
+}
+
+// relay accepts connections on addr and relays each to target until ctx
+// ends, and returns the address it listens on.
+func relay(ctx context.Context, addr, target string) (string, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	go func() {
+		<-ctx.Done()
+		l.Close()
+	}()
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer in.Close()
+				out, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer out.Close()
+				// Either side closing ends both.
+				go func() { _, _ = io.Copy(out, in) }()
+				_, _ = io.Copy(in, out)
+			}()
+		}
+	}()
+	return l.Addr().String(), nil
 }
 
 // goRun runs a Go program of the module and returns its output.

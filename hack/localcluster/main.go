@@ -5,6 +5,7 @@
 //
 //	go run ./hack/localcluster up     # start it and print how to use it
 //	go run ./hack/localcluster -real-node up   # with a real node (root)
+//	go run ./hack/localcluster -real-node -install up   # and the components
 //	go run ./hack/localcluster env    # print the KUBECONFIG export
 //	go run ./hack/localcluster down   # stop it and remove its files
 package main
@@ -17,12 +18,14 @@ import (
 	"path/filepath"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testinstall"
 )
 
 func main() {
 	dir := flag.String("dir", filepath.Join(os.TempDir(), "sandbox-fleet-localcluster"), "run directory: kubeconfig, PKI, etcd data and component logs")
 	nodes := flag.Int("nodes", 3, "number of kwok nodes (0 by default with --real-node, so pods land on the real one)")
 	realNode := flag.Bool("real-node", false, "add a real node: containerd and a kubelet on this machine (needs root and `make node-deps`)")
+	install := flag.Bool("install", false, "install the components on the real node as the deploy test does (needs --real-node)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: localcluster [flags] up|down|env\n")
 		flag.PrintDefaults()
@@ -37,13 +40,17 @@ func main() {
 	if *realNode && !nodesSet {
 		*nodes = 0
 	}
-	if err := run(flag.Arg(0), *dir, *nodes, *realNode); err != nil {
+	if *install && !*realNode {
+		fmt.Fprintln(os.Stderr, "localcluster: --install needs --real-node: the components run as Pods on it")
+		os.Exit(2)
+	}
+	if err := run(flag.Arg(0), *dir, *nodes, *realNode, *install); err != nil {
 		fmt.Fprintf(os.Stderr, "localcluster: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(verb, dir string, nodes int, realNode bool) error {
+func run(verb, dir string, nodes int, realNode, install bool) error {
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	switch verb {
 	case "up":
@@ -68,7 +75,23 @@ func run(verb, dir string, nodes int, realNode bool) error {
 			fmt.Printf(", real node %s pulling from registry %s", c.RealNodeName(), c.RegistryAddr())
 		}
 		fmt.Printf(", Agent Sandbox controller; logs in %s\n\n", c.LogDir())
-		fmt.Printf("Point kubectl at it:\n  export KUBECONFIG=%s\n\nStop it:\n  go run ./hack/localcluster down\n", kubeconfig)
+		fmt.Printf("Point kubectl at it:\n  export KUBECONFIG=%s\n\n", kubeconfig)
+		if install {
+			bin, err := testcluster.BinDir()
+			if err != nil {
+				return err
+			}
+			overlay := filepath.Join(dir, "install")
+			if err := os.MkdirAll(overlay, 0o755); err != nil {
+				return err
+			}
+			if _, err := testinstall.OnRealNode(context.Background(), c, filepath.Join(bin, "kubectl"), overlay); err != nil {
+				return fmt.Errorf("installing the components (the cluster is still up): %w", err)
+			}
+			fmt.Printf("The components are installed from %s. Run the e2e suite against them:\n  SANDBOX_FLEET_E2E_KUBECONFIG=%s SANDBOX_FLEET_E2E_REGISTRY=%s go test -timeout 30m ./e2e/\n\n",
+				overlay, kubeconfig, c.RegistryAddr())
+		}
+		fmt.Printf("Stop it:\n  go run ./hack/localcluster down\n")
 		return nil
 	case "env":
 		if !testcluster.Running(dir) {

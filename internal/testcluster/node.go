@@ -453,6 +453,13 @@ func (n *realNode) unmountAll() error {
 	return errors.Join(errs...)
 }
 
+// MirrorHosts is containerd's hosts.toml, for its certs.d/_default, that
+// has every registry's images pulled from the plain-HTTP registry at addr
+// (host:port).
+func MirrorHosts(addr string) string {
+	return fmt.Sprintf("server = \"http://%[1]s\"\n\n[host.\"http://%[1]s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", addr)
+}
+
 func (c *Cluster) startContainerd(ctx context.Context) error {
 	n := c.node
 	cniDir, err := n.writeCNIConfig()
@@ -465,8 +472,7 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 	}
 	// Every registry resolves to the loopback one: pods keep upstream names
 	// and nothing is ever fetched from outside.
-	hosts := fmt.Sprintf("server = \"http://%[1]s\"\n\n[host.\"http://%[1]s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", n.Registry)
-	if err := os.WriteFile(filepath.Join(certsDir, "hosts.toml"), []byte(hosts), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(certsDir, "hosts.toml"), []byte(MirrorHosts(n.Registry)), 0o644); err != nil {
 		return err
 	}
 	cd := filepath.Join(n.Dir, "containerd")

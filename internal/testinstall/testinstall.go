@@ -16,11 +16,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/componentimage"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
@@ -172,4 +178,47 @@ func (in *Installation) kubectl(ctx context.Context, args ...string) ([]byte, er
 		return out, fmt.Errorf("kubectl %s: %w\n%s%s", strings.Join(args, " "), err, out, stderr.String())
 	}
 	return out, nil
+}
+
+// SandboxNodeLabel marks the nodes sandboxes run on, where the agent's
+// DaemonSet runs (manifests/prepull-agent's node selector).
+const SandboxNodeLabel = "sandbox-fleet.io/sandbox-node"
+
+// OnRealNode installs the components in the local test cluster c, whose
+// real node it labels as a sandbox node, as the deploy test and
+// `localcluster -install` do: the images pushed to the node's registry,
+// PrepullJobs allowed docker.io/sandbox-fleet (where the tests push), and
+// the agent pointed at the node's runtime socket and a state directory in
+// the cluster's, not at the usual host paths. The overlay is written in
+// dir.
+func OnRealNode(ctx context.Context, c *testcluster.Cluster, kubectl, dir string) (*Installation, error) {
+	clients, err := c.Clients("")
+	if err != nil {
+		return nil, err
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.RealNodeName()}}
+	label := fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, SandboxNodeLabel)
+	if err := clients.Client.Patch(ctx, node, client.RawPatch(types.MergePatchType, []byte(label))); err != nil {
+		return nil, err
+	}
+	agentPatch := fmt.Sprintf(`apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: asrl-prepull-agent}
+spec:
+  template:
+    spec:
+      volumes:
+      - name: runtime-socket
+        hostPath: {path: %q, type: Socket}
+      - name: agent-dir
+        hostPath: {path: %q, type: DirectoryOrCreate}
+`, c.CRISocket(), filepath.Join(c.Dir(), "prepull-agent"))
+	return Install(ctx, Options{
+		Kubectl: kubectl, Kubeconfig: c.Kubeconfig(),
+		Registry: c.RegistryAddr() + "/sandbox-fleet", Version: "v0.0.0-e2e." + strconv.FormatInt(time.Now().Unix(), 10),
+		Publish:           componentimage.Push,
+		AllowedRegistries: "docker.io/sandbox-fleet",
+		Patches:           []Patch{{Kind: "DaemonSet", Name: "asrl-prepull-agent", Patch: agentPatch}},
+		Dir:               dir,
+	})
 }
