@@ -1,8 +1,9 @@
-// Command testimages writes the test images, and an image of the pinned
-// Agent Sandbox controller, as docker-archive tarballs, for clusters that
-// load images rather than pull them from the test registry (e2e/kind).
+// Command testimages pushes the test images, and an image of the pinned
+// Agent Sandbox controller, to a registry, under their own repository
+// paths: for clusters whose nodes pull every registry's images from it, as
+// the local cluster's real node does from the one it starts (e2e/kind).
 //
-//	go run ./hack/testimages -controller .cache/testbin/current/bin/agent-sandbox-controller DIR
+//	go run ./hack/testimages -controller .cache/testbin/current/bin/agent-sandbox-controller HOST:PORT
 //	go run ./hack/testimages -print-controller-image
 package main
 
@@ -15,7 +16,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
 )
 
-// ControllerImage is the name the Agent Sandbox controller image is saved under.
+// ControllerImage is the name the Agent Sandbox controller image is pushed under.
 const ControllerImage = "sandbox-fleet.local/agent-sandbox-controller:v0.5.6"
 
 func main() {
@@ -28,7 +29,7 @@ func main() {
 		return
 	}
 	if flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: testimages [-cache DIR] [-controller BIN] OUTDIR")
+		fmt.Fprintln(os.Stderr, "usage: testimages [-cache DIR] [-controller BIN] REGISTRY (a plain-HTTP host:port)")
 		os.Exit(2)
 	}
 	if err := run(context.Background(), *cache, *controller, flag.Arg(0)); err != nil {
@@ -37,7 +38,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, cache, controller, out string) error {
+func run(ctx context.Context, cache, controller, registry string) error {
 	b := &testimages.Builder{Dir: cache, Log: func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }}
 	images, err := b.All(ctx)
 	if err != nil {
@@ -50,9 +51,5 @@ func run(ctx context.Context, cache, controller, out string) error {
 		}
 		images = append(images, img)
 	}
-	paths, err := testimages.Save(out, images...)
-	for _, p := range paths {
-		fmt.Println(p)
-	}
-	return err
+	return testimages.Push(ctx, registry, images...)
 }

@@ -236,24 +236,3 @@ func (b *Builder) Binary(ref, path string) (Image, error) {
 	}
 	return image(ref, v1.Config{Entrypoint: []string{"/" + base}, User: "65532:65532"}, layer)
 }
-
-// Save writes each image as a docker-archive tarball into dir, named after
-// its reference, for `kind load image-archive` and the like.
-func Save(dir string, images ...Image) ([]string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	var paths []string
-	for _, img := range images {
-		tag, err := name.NewTag(img.Ref)
-		if err != nil {
-			return nil, err
-		}
-		path := filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(img.Ref)+".tar")
-		if err := tarball.WriteToFile(path, tag, img.Image); err != nil {
-			return nil, fmt.Errorf("saving %s: %w", img.Ref, err)
-		}
-		paths = append(paths, path)
-	}
-	return paths, nil
-}
