@@ -44,7 +44,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testinstall"
 )
 
-const name = "sandbox-fleet-e2e"
+const clusterName = "sandbox-fleet-e2e"
 
 func main() {
 	keep := flag.Bool("keep", false, "keep the cluster after the suite, for a look (the test registry stops with the command)")
@@ -78,18 +78,18 @@ func run(ctx context.Context, keep bool) error {
 	kubeconfig := filepath.Join(work, "kubeconfig")
 
 	provider := cluster.NewProvider(cluster.ProviderWithDocker())
-	if err := provider.Create(name, cluster.CreateWithConfigFile(filepath.Join(root, "e2e", "kind", "cluster.yaml")),
+	if err := provider.Create(clusterName, cluster.CreateWithConfigFile(filepath.Join(root, "e2e", "kind", "cluster.yaml")),
 		cluster.CreateWithKubeconfigPath(kubeconfig), cluster.CreateWithWaitForReady(2*time.Minute)); err != nil {
 		return fmt.Errorf("creating the kind cluster: %w", err)
 	}
 	if !keep {
 		defer func() {
-			if err := provider.Delete(name, kubeconfig); err != nil {
+			if err := provider.Delete(clusterName, kubeconfig); err != nil {
 				fmt.Fprintln(os.Stderr, "e2e-kind: deleting the cluster:", err)
 			}
 		}()
 	}
-	nodeList, err := provider.ListInternalNodes(name)
+	nodeList, err := provider.ListInternalNodes(clusterName)
 	if err != nil {
 		return err
 	}
