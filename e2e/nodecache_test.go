@@ -27,9 +27,7 @@ import (
 // on an existing cluster TestAgentPublishesTheNodesImages checks the same
 // read, through the installed agent.
 func TestRuntimeRead(t *testing.T) {
-	if local == nil {
-		t.Skip("reads the node's CRI socket, which only the local cluster exposes to this process; TestAgentPublishesTheNodesImages checks the read through the installed agent")
-	}
+	requireLocal(t, "reads the node's CRI socket, which only the local cluster exposes to this process (TestAgentPublishesTheNodesImages checks the read through the installed agent)")
 	ctx := context.Background()
 	endpoint := "unix://" + local.CRISocket()
 	images, err := criclient.NewRemoteImageService(ctx, endpoint, 10*time.Second, noop.NewTracerProvider(), false)
