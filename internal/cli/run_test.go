@@ -14,10 +14,12 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/inventory"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
@@ -233,7 +235,7 @@ func startHungRun(t *testing.T, bin, ns, runID string, flags ...string) (*exec.C
 	dir := write(t, map[string]string{"tasks.jsonl": skewedTasks()})
 	marker := filepath.Join(dir, "claimed")
 	args := append([]string{"--kubeconfig", cluster.Kubeconfig(), "run", "-n", ns, "--run-id", runID,
-		"--tasks", filepath.Join(dir, "tasks.jsonl"), "--max-concurrent", "8", "--process", "local", "--heartbeat", "3s"}, flags...)
+		"--tasks", filepath.Join(dir, "tasks.jsonl"), "--max-concurrent", "8", "--process", "local"}, flags...)
 	cmd := exec.Command(bin, append(args, "--", "sh", "-c", "touch "+marker+"; exec sleep 600")...)
 	// Its own process group, so that killing it takes its children too.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -288,7 +290,9 @@ func TestRunInterrupted(t *testing.T) {
 func TestRunKilledThenReaped(t *testing.T) {
 	bin := buildPlugin(t)
 	ns := cluster.NewNamespace(t)
-	cmd, _ := startHungRun(t, bin, ns, "killed")
+	// A heartbeat far longer than the checks before the first reap take on
+	// a loaded machine; its expiry is then made by backdating the Lease.
+	cmd, _ := startHungRun(t, bin, ns, "killed", "--heartbeat", "10m")
 	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +311,15 @@ func TestRunKilledThenReaped(t *testing.T) {
 	if code != cli.ExitOK || strings.Contains(out, "killed") {
 		t.Errorf("reap --orphans took a run whose heartbeat is still valid: exit %d\n%s%s", code, out, stderr)
 	}
-	time.Sleep(4 * time.Second)
+	leases := clients.Kube.CoordinationV1().Leases(ns)
+	lease, err := leases.Get(context.Background(), heartbeat.Name("killed"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease.Spec.RenewTime = &metav1.MicroTime{Time: lease.Spec.RenewTime.Add(-11 * time.Minute)}
+	if _, err := leases.Update(context.Background(), lease, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	code, out, stderr = execute("reap", "-n", ns, "--orphans", "--dry-run")
 	if code != cli.ExitOK || !strings.Contains(out, "killed") || !strings.Contains(out, "would reap") {
 		t.Errorf("reap --orphans --dry-run after the heartbeat expired: exit %d\n%s%s", code, out, stderr)
