@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -23,10 +24,9 @@ import (
 
 // After a PrepullJob warms the sandbox node, a warm pool of that image
 // scheduled by asrl-scheduler lands there, though the stock scheduler
-// prefers another node: on the local cluster, emptier kwok nodes added
-// beside the real one, with asrl-scheduler run from its binary; on an
-// existing cluster, whatever node the stock scheduler prefers, with the
-// installed asrl-scheduler.
+// prefers one of two emptier kwok nodes the test adds beside it: on the
+// local cluster with asrl-scheduler run from its binary, on an existing
+// cluster with the installed asrl-scheduler.
 func TestPoolLandsWherePrepulled(t *testing.T) {
 	n := theNode(t)
 	var bin string
@@ -40,8 +40,8 @@ func TestPoolLandsWherePrepulled(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	addEmptierNodes(t, ctx)
 	if local != nil {
-		addEmptierNodes(t, ctx)
 		if _, err := testscheduler.Start(ctx, local, bin, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -52,19 +52,27 @@ func TestPoolLandsWherePrepulled(t *testing.T) {
 	poolLandsWherePrepulled(t, ctx, n, clients, tr, runID)
 }
 
-// addEmptierNodes adds two kwok nodes beside the real one, for the test
-// only: emptier and larger, the stock scheduler prefers them. Added before
-// any Pod is scheduled, every scheduler knows them.
+// addEmptierNodes adds two kwok nodes beside the sandbox node, for the
+// test only: emptier and larger, the stock scheduler prefers them. Added
+// before any Pod is scheduled, every scheduler knows them. A kwok of the
+// test's own runs them, on the local cluster as on an existing one (which
+// has none), and deletes them when the test ends.
 func addEmptierNodes(t *testing.T, ctx context.Context) {
 	t.Helper()
-	fake := testcluster.FakeNodes("fake-node", 2, testcluster.DefaultCapacity(), nil)
-	kc := kubeClient(t)
+	kubeconfig := os.Getenv(KubeconfigEnv)
+	if local != nil {
+		kubeconfig = local.Kubeconfig()
+	}
+	kwok, err := testcluster.StartKwok(ctx, kubeconfig, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		for _, n := range fake {
-			_ = kc.CoreV1().Nodes().Delete(context.Background(), n.Name, metav1.DeleteOptions{})
+		if err := kwok.Stop(); err != nil {
+			t.Error(err)
 		}
 	})
-	if err := local.AddNodes(ctx, fake...); err != nil {
+	if err := kwok.AddNodes(ctx, testcluster.FakeNodes("e2e-emptier", 2, testcluster.DefaultCapacity(), nil)...); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -105,10 +113,7 @@ func poolLandsWherePrepulled(t *testing.T, ctx context.Context, n *sandboxNode, 
 	if got, err := testscheduler.BoundTo(ctx, clients.Client, probe); err != nil {
 		t.Fatal(err)
 	} else if got == node {
-		if local == nil {
-			t.Skipf("the stock scheduler puts a Pod of %s on %s already: this cluster has no node it prefers to the sandbox node (add a larger or emptier one to run this test)", img, node)
-		}
-		t.Fatalf("the stock scheduler put %s on the real node already: this test shows nothing", probe.Name)
+		t.Fatalf("the stock scheduler put %s on the sandbox node %s already, not on an emptier one: this test shows nothing", probe.Name, node)
 	}
 
 	template, err := resources.Template(clients.Namespace, runID, img, resources.PodSpec{

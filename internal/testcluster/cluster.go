@@ -148,7 +148,7 @@ func (c *Cluster) start(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := c.createNodes(ctx, c.opts.nodes); err != nil {
+	if err := createNodes(ctx, c.kube, clusterKwok, c.opts.nodes); err != nil {
 		return err
 	}
 	if c.opts.realNode {

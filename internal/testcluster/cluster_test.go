@@ -204,3 +204,75 @@ func TestPullDelays(t *testing.T) {
 		t.Errorf("the Pod was Ready %v before its ready-at time", early)
 	}
 }
+
+// A Kwok started on a cluster it did not start runs the nodes it adds
+// (a Pod bound to one becomes Ready) beside the cluster's own kwok, and
+// Stop deletes them and stops it.
+func TestStartKwok(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := Start(ctx, WithoutAgentSandbox(), WithNodes(FakeNodes("cluster", 1, DefaultCapacity(), nil)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(false); err != nil {
+			t.Error(err)
+		}
+	})
+	kwok, err := StartKwok(ctx, c.Kubeconfig(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = kwok.Stop()
+		}
+	})
+	if err := kwok.AddNodes(ctx, FakeNodes("own", 1, DefaultCapacity(), nil)...); err != nil {
+		t.Fatal(err)
+	}
+	pods := c.kube.CoreV1().Pods(metav1.NamespaceDefault)
+	for _, node := range []string{"cluster-0", "own-0"} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "on-" + node}, Spec: corev1.PodSpec{NodeName: node,
+			Containers: []corev1.Container{{Name: "c", Image: "registry.example/task:1"}}}}
+		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := poll(ctx, "pod "+pod.Name+" to be Ready", func(ctx context.Context) error {
+			p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+					return nil
+				}
+			}
+			return fmt.Errorf("pod %s is not Ready", pod.Name)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	pid := kwok.proc.Pid()
+	stopped = true
+	if err := kwok.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("kwok (pid %d) still exists after Stop: %v", pid, err)
+	}
+	nodes, err := c.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, n := range nodes.Items {
+		names = append(names, n.Name)
+	}
+	if len(names) != 1 || names[0] != "cluster-0" {
+		t.Errorf("nodes after Stop: %v, want only the cluster's cluster-0", names)
+	}
+}
