@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -177,11 +176,6 @@ func installOnTheRealNode(t *testing.T, ctx context.Context, kubectl string) {
 		}
 		// The suite's other tests need the CRDs the uninstall deleted.
 		if err := local.InstallCRDs(context.Background()); err != nil {
-			t.Error(err)
-		}
-		unlabel := fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, testinstall.SandboxNodeLabel)
-		if err := clusterClient(t).Patch(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: local.RealNodeName()}},
-			client.RawPatch(types.MergePatchType, []byte(unlabel))); err != nil {
 			t.Error(err)
 		}
 	})

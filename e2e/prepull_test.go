@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -239,7 +240,7 @@ func TestPrepullVerb(t *testing.T) {
 	onTheNode := corev1.LabelHostname + "=" + n.name
 	// The high-water mark the shipped agent allows at most: the test
 	// machine's disk may be fuller than the default 80%.
-	code, out, stderr := plugin("prepull", "-n", ns, "--tasks", taskFile, "-l", onTheNode, "--high-water", highWater, "--wait", "-o", "json")
+	code, out, stderr := plugin("prepull", "-n", ns, "--tasks", taskFile, "-l", onTheNode, "--high-water", strconv.Itoa(highWater), "--wait", "-o", "json")
 	var p nodecache.JobProgress
 	if code != 0 || json.Unmarshal([]byte(out), &p) != nil {
 		t.Fatalf("prepull --wait: exit %d\n%s%s", code, out, stderr)
@@ -263,11 +264,11 @@ func TestPrepullVerb(t *testing.T) {
 
 // highWater is the disk high-water mark the tests' jobs ask for: the most
 // the shipped agent allows (manifests/prepull-agent's max-high-water).
-const highWater = "85"
+const highWater = 85
 
 func newJob(ns, name string, images []string, nodeSelector map[string]string) *v1alpha1.PrepullJob {
 	return &v1alpha1.PrepullJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: v1alpha1.PrepullJobSpec{Images: images, NodeSelector: nodeSelector, PerNodeParallelism: 2, DiskHighWaterPercent: 85}}
+		Spec: v1alpha1.PrepullJobSpec{Images: images, NodeSelector: nodeSelector, PerNodeParallelism: 2, DiskHighWaterPercent: highWater}}
 }
 
 // waitForEntry follows job until its entry for node satisfies ok.
@@ -322,7 +323,7 @@ func TestRunPrepull(t *testing.T) {
 	if err := os.WriteFile(taskFile, []byte(rows), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, out, stderr := plugin("run", "-n", ns, "--tasks", taskFile, "--prepull", "--prepull-high-water", highWater, "--max-concurrent", "1",
+	code, out, stderr := plugin("run", "-n", ns, "--tasks", taskFile, "--prepull", "--prepull-high-water", strconv.Itoa(highWater), "--max-concurrent", "1",
 		"--ready-timeout", "3m", "-o", "json", "--", "true")
 	var rep report.Report
 	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.TasksOK != 2 {

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracker"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/nodecache/agent"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
@@ -267,17 +268,12 @@ func (a *installedAgent) Start(t *testing.T, ctx context.Context) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		pods, err := a.pods(ctx)
-		if err != nil || len(pods) != 1 {
+		if err != nil || len(pods) != 1 || !tracker.PodReady(&pods[0]) {
 			return false, err
 		}
-		for _, cond := range pods[0].Status.Conditions {
-			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-				cache := &v1alpha1.NodeImageCache{}
-				err := a.c.Get(ctx, client.ObjectKey{Name: a.node}, cache)
-				return err == nil && cache.AgentVersion != "", client.IgnoreNotFound(err)
-			}
-		}
-		return false, nil
+		cache := &v1alpha1.NodeImageCache{}
+		err = a.c.Get(ctx, client.ObjectKey{Name: a.node}, cache)
+		return err == nil && cache.AgentVersion != "", client.IgnoreNotFound(err)
 	})
 	if err != nil {
 		t.Fatalf("the installed %s on %s is not running with its NodeImageCache: %v", agentName, a.node, err)

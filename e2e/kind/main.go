@@ -27,19 +27,16 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"sigs.k8s.io/kind/pkg/cluster"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/componentimage"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testinstall"
 )
@@ -106,11 +103,11 @@ func run(ctx context.Context, keep bool) error {
 
 	// The registry listens on loopback, where this process pushes; the
 	// nodes reach it through a relay on their network's gateway.
-	registry, stopRegistry, err := startRegistry(filepath.Join(bin, "registry"), filepath.Join(work, "registry"))
+	registry, registryProc, err := testcluster.StartRegistry(ctx, filepath.Join(work, "registry"))
 	if err != nil {
 		return err
 	}
-	defer stopRegistry()
+	defer registryProc.Stop()
 	gateway, err := dockerGateway(ctx)
 	if err != nil {
 		return err
@@ -161,11 +158,7 @@ func run(ctx context.Context, keep bool) error {
 		return err
 	}
 	if _, err := testinstall.Install(ctx, testinstall.Options{
-		Kubectl: kubectl, Kubeconfig: kubeconfig,
-		Registry: registry + "/sandbox-fleet", Version: "v0.0.0-e2e." + strconv.FormatInt(time.Now().Unix(), 10),
-		Publish:           componentimage.Push,
-		AllowedRegistries: "docker.io/sandbox-fleet",
-		Dir:               overlay,
+		Kubectl: kubectl, Kubeconfig: kubeconfig, Registry: registry + "/sandbox-fleet", Dir: overlay,
 	}); err != nil {
 		return err
 	}
@@ -175,37 +168,6 @@ func run(ctx context.Context, keep bool) error {
 	test.Env = append(os.Environ(), "SANDBOX_FLEET_E2E_KUBECONFIG="+kubeconfig, "SANDBOX_FLEET_E2E_REGISTRY="+registry)
 	test.Stdout, test.Stderr = os.Stdout, os.Stderr
 	return test.Run()
-}
-
-// startRegistry starts the test registry on a free loopback port, with
-// its blobs in dir, and returns its host:port and what stops it.
-func startRegistry(bin, dir string) (string, func(), error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	addr := l.Addr().String()
-	l.Close()
-	cmd := exec.Command(bin, "--addr="+addr, "--blobs="+dir)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return "", nil, err
-	}
-	stop := func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		resp, err := http.Get("http://" + addr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			return addr, stop, nil
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return "", nil, fmt.Errorf("the test registry on %s did not start: %w", addr, err)
-		}
-	}
 }
 
 // dockerGateway is the host's address on kind's Docker network.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"io"
-	"path/filepath"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -18,17 +17,13 @@ import (
 // back through the relay the nodes pull through (here on loopback, where
 // kind has it on its network's gateway).
 func TestRegistryThroughRelay(t *testing.T) {
-	bin, err := testcluster.BinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	registry, stop, err := startRegistry(filepath.Join(bin, "registry"), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	registry, registryProc, err := testcluster.StartRegistry(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer registryProc.Stop()
 	relayed, err := relay(ctx, "127.0.0.1:0", registry)
 	if err != nil {
 		t.Fatal(err)

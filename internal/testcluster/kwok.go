@@ -231,6 +231,9 @@ func StartKwok(ctx context.Context, kubeconfig, dir string) (*Kwok, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
 	configPath, err := writeKwokConfig(bins, dir, false)
 	if err != nil {
 		return nil, err

@@ -37,11 +37,14 @@ type Options struct {
 	// Kubectl is kubectl's path; Kubeconfig the cluster's.
 	Kubectl, Kubeconfig string
 	// Registry is where the nodes pull the images from, host[:port][/path]:
-	// each is published as Registry/COMMAND:Version by Publish.
+	// each is published as Registry/COMMAND:Version by Publish. Version is
+	// v0.0.0-e2e.UNIXTIME when empty, a tag no earlier install used;
+	// Publish pushes to the registry (componentimage.Push) when nil.
 	Registry, Version string
 	Publish           func(ctx context.Context, ref string, img v1.Image) error
 	// AllowedRegistries are what PrepullJobs may pull from (the
-	// ConfigMap asrl-prepull-agent's allowed-registries).
+	// ConfigMap asrl-prepull-agent's allowed-registries): when empty,
+	// docker.io/sandbox-fleet, where the e2e tests push their images.
 	AllowedRegistries string
 	// Patches are kustomize patches (the text of a patches: entry's
 	// patch, with its target) the cluster needs beyond those.
@@ -60,6 +63,9 @@ type Installation struct {
 	o Options
 	// Objects are what the overlay renders, as applied.
 	Objects []unstructured.Unstructured
+	// undo reverts what was done to the cluster beside the overlay (a
+	// node labelled), after the uninstall.
+	undo func(context.Context) error
 }
 
 // Install publishes the images and applies the overlay, then waits until
@@ -68,6 +74,15 @@ func Install(ctx context.Context, o Options) (*Installation, error) {
 	root, err := testcluster.RepoRoot()
 	if err != nil {
 		return nil, err
+	}
+	if o.Version == "" {
+		o.Version = "v0.0.0-e2e." + strconv.FormatInt(time.Now().Unix(), 10)
+	}
+	if o.Publish == nil {
+		o.Publish = componentimage.Push
+	}
+	if o.AllowedRegistries == "" {
+		o.AllowedRegistries = "docker.io/sandbox-fleet"
 	}
 	var images strings.Builder
 	for _, cmd := range componentimage.Commands {
@@ -137,8 +152,17 @@ func Install(ctx context.Context, o Options) (*Installation, error) {
 }
 
 // Uninstall deletes what the overlay made, as `kubectl delete -k` does,
-// and reports each object still there.
+// reports each object still there, and reverts what the install did
+// beside it.
 func (in *Installation) Uninstall(ctx context.Context) error {
+	err := in.delete(ctx)
+	if in.undo != nil {
+		err = errors.Join(err, in.undo(ctx))
+	}
+	return err
+}
+
+func (in *Installation) delete(ctx context.Context) error {
 	if _, err := in.kubectl(ctx, "delete", "-k", in.o.Dir, "--wait=true", "--timeout=4m", "--ignore-not-found"); err != nil {
 		return err
 	}
@@ -185,20 +209,22 @@ func (in *Installation) kubectl(ctx context.Context, args ...string) ([]byte, er
 const SandboxNodeLabel = "sandbox-fleet.io/sandbox-node"
 
 // OnRealNode installs the components in the local test cluster c, whose
-// real node it labels as a sandbox node, as the deploy test and
-// `localcluster -install` do: the images pushed to the node's registry,
-// PrepullJobs allowed docker.io/sandbox-fleet (where the tests push), and
-// the agent pointed at the node's runtime socket and a state directory in
-// the cluster's, not at the usual host paths. The overlay is written in
-// dir.
+// real node it labels as a sandbox node (Uninstall takes the label off),
+// as the deploy test and `localcluster -install` do: the images pushed to
+// the node's registry, and the agent pointed at the node's runtime socket
+// and a state directory in the cluster's, not at the usual host paths.
+// The overlay is written in dir.
 func OnRealNode(ctx context.Context, c *testcluster.Cluster, kubectl, dir string) (*Installation, error) {
 	clients, err := c.Clients("")
 	if err != nil {
 		return nil, err
 	}
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.RealNodeName()}}
-	label := fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, SandboxNodeLabel)
-	if err := clients.Client.Patch(ctx, node, client.RawPatch(types.MergePatchType, []byte(label))); err != nil {
+	label := func(ctx context.Context, value string) error {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.RealNodeName()}}
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s}}}`, SandboxNodeLabel, value)
+		return clients.Client.Patch(ctx, node, client.RawPatch(types.MergePatchType, []byte(patch)))
+	}
+	if err := label(ctx, `"true"`); err != nil {
 		return nil, err
 	}
 	agentPatch := fmt.Sprintf(`apiVersion: apps/v1
@@ -213,12 +239,15 @@ spec:
       - name: agent-dir
         hostPath: {path: %q, type: DirectoryOrCreate}
 `, c.CRISocket(), filepath.Join(c.Dir(), "prepull-agent"))
-	return Install(ctx, Options{
-		Kubectl: kubectl, Kubeconfig: c.Kubeconfig(),
-		Registry: c.RegistryAddr() + "/sandbox-fleet", Version: "v0.0.0-e2e." + strconv.FormatInt(time.Now().Unix(), 10),
-		Publish:           componentimage.Push,
-		AllowedRegistries: "docker.io/sandbox-fleet",
-		Patches:           []Patch{{Kind: "DaemonSet", Name: "asrl-prepull-agent", Patch: agentPatch}},
-		Dir:               dir,
+	in, err := Install(ctx, Options{
+		Kubectl: kubectl, Kubeconfig: c.Kubeconfig(), Registry: c.RegistryAddr() + "/sandbox-fleet",
+		Patches: []Patch{{Kind: "DaemonSet", Name: "asrl-prepull-agent", Patch: agentPatch}},
+		Dir:     dir,
 	})
+	unlabel := func(ctx context.Context) error { return label(ctx, "null") }
+	if in == nil {
+		return nil, errors.Join(err, unlabel(ctx))
+	}
+	in.undo = unlabel
+	return in, err
 }
