@@ -217,22 +217,25 @@ func agentLoop(ctx context.Context, c *testcluster.Cluster, commands int) (perEx
 	if err != nil {
 		return nil, nil, err
 	}
-	sh := exec.OpenShell(ctx, s.Exec, exec.Request{})
+	sh := exec.OpenShell(ctx, func(ctx context.Context, r exec.Request) (int, error) {
+		res, err := s.Exec(ctx, r)
+		return res.ExitCode, err
+	}, exec.Request{}, exec.ShellSh)
 	defer sh.Close()
 	const block = 20
 	for n := 0; n < commands; n += block {
 		for i := n; i < min(n+block, commands); i++ {
 			argv := agentCommands[i%len(agentCommands)]
 			start := time.Now()
-			code, err := s.Exec(ctx, exec.Request{Command: argv, Stdout: io.Discard, Stderr: io.Discard})
-			if err != nil || code != 0 {
-				return nil, nil, fmt.Errorf("exec %q: exit %d, %v", argv, code, err)
+			res, err := s.Exec(ctx, exec.Request{Command: argv, Stdout: io.Discard, Stderr: io.Discard})
+			if err != nil || res.ExitCode != 0 {
+				return nil, nil, fmt.Errorf("exec %q: exit %d, %v", argv, res.ExitCode, err)
 			}
 			perExec = append(perExec, time.Since(start).Seconds())
 			start = time.Now()
-			code, err = sh.Run(ctx, argv, nil, io.Discard, io.Discard)
-			if err != nil || code != 0 {
-				return nil, nil, fmt.Errorf("session %q: exit %d, %v", argv, code, err)
+			res, err = sh.Run(ctx, exec.Command{Argv: argv}, io.Discard, io.Discard)
+			if err != nil || res.ExitCode != 0 {
+				return nil, nil, fmt.Errorf("session %q: exit %d, %v", argv, res.ExitCode, err)
 			}
 			perShell = append(perShell, time.Since(start).Seconds())
 		}

@@ -75,7 +75,7 @@ func toConnect(err error) error {
 		code = connect.CodeNotFound
 	case errors.Is(err, session.ErrForeign):
 		code = connect.CodePermissionDenied
-	case errors.Is(err, session.ErrClosed), errors.Is(err, session.ErrFailed):
+	case errors.Is(err, session.ErrClosed), errors.Is(err, session.ErrFailed), errors.Is(err, session.ErrNotWarming):
 		code = connect.CodeFailedPrecondition
 	case errors.As(err, &infra):
 		code = map[string]connect.Code{
@@ -201,26 +201,138 @@ func (s sender) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// outputTo sends a command's stdout and stderr as stream messages, and
+// its end as the last.
+type outputTo struct {
+	mu     sync.Mutex
+	stream *connect.ServerStream[fleetv1.ExecResponse]
+}
+
+func (o *outputTo) stdout() io.Writer {
+	return sender{&o.mu, func(p []byte) error { return o.stream.Send(&fleetv1.ExecResponse{Stdout: p}) }}
+}
+
+func (o *outputTo) stderr() io.Writer {
+	return sender{&o.mu, func(p []byte) error { return o.stream.Send(&fleetv1.ExecResponse{Stderr: p}) }}
+}
+
+func (o *outputTo) end(ctx context.Context, r session.ExecResult) error {
+	annotate(ctx, attribute.Int("sandbox_fleet.exit_code", r.ExitCode), attribute.Bool("sandbox_fleet.timed_out", r.TimedOut))
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	c := int32(r.ExitCode)
+	return o.stream.Send(&fleetv1.ExecResponse{ExitCode: &c, TimedOut: r.TimedOut})
+}
+
 func (v *Service) Exec(ctx context.Context, req *connect.Request[fleetv1.ExecRequest], stream *connect.ServerStream[fleetv1.ExecResponse]) error {
 	m := req.Msg
-	var mu sync.Mutex
+	out := &outputTo{stream: stream}
 	r := session.ExecRequest{Argv: m.Argv, Timeout: m.Timeout.AsDuration(), Container: m.Container, Env: m.Env, Cwd: m.Cwd,
-		Stdout: sender{&mu, func(p []byte) error { return stream.Send(&fleetv1.ExecResponse{Stdout: p}) }},
-		Stderr: sender{&mu, func(p []byte) error { return stream.Send(&fleetv1.ExecResponse{Stderr: p}) }},
-	}
+		Stdout: out.stdout(), Stderr: out.stderr()}
 	if m.Stdin != nil {
 		r.Stdin = bytes.NewReader(m.Stdin)
 	}
 	annotate(ctx, tracing.Sandbox.String(m.Handle))
-	code, err := v.Session.Exec(ctx, m.Handle, m.ClientId, r)
+	res, err := v.Session.Exec(ctx, m.Handle, m.ClientId, r)
 	if err != nil {
 		return toConnect(err)
 	}
-	annotate(ctx, attribute.Int("sandbox_fleet.exit_code", code))
-	mu.Lock()
-	defer mu.Unlock()
-	c := int32(code)
-	return stream.Send(&fleetv1.ExecResponse{ExitCode: &c})
+	return out.end(ctx, res)
+}
+
+func (v *Service) Alive(ctx context.Context, req *connect.Request[fleetv1.AliveRequest]) (*connect.Response[fleetv1.AliveResponse], error) {
+	alive, why, err := v.Session.Alive(ctx, req.Msg.Handle, req.Msg.ClientId)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&fleetv1.AliveResponse{Alive: alive, Reason: why}), nil
+}
+
+func (v *Service) OpenShell(ctx context.Context, req *connect.Request[fleetv1.ShellRequest]) (*connect.Response[fleetv1.OpenShellResponse], error) {
+	created, err := v.Session.OpenShell(ctx, req.Msg.Handle, req.Msg.ClientId, req.Msg.Shell)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&fleetv1.OpenShellResponse{Created: created}), nil
+}
+
+func (v *Service) ShellRun(ctx context.Context, req *connect.Request[fleetv1.ShellRunRequest], stream *connect.ServerStream[fleetv1.ExecResponse]) error {
+	m := req.Msg
+	out := &outputTo{stream: stream}
+	annotate(ctx, tracing.Sandbox.String(m.Handle))
+	res, err := v.Session.ShellRun(ctx, m.Handle, m.ClientId, m.Shell,
+		session.ShellCommand{Script: m.Script, Timeout: m.Timeout.AsDuration(), MergeStderr: m.MergeStderr}, out.stdout(), out.stderr())
+	if err != nil {
+		return toConnect(err)
+	}
+	return out.end(ctx, res)
+}
+
+func (v *Service) ShellInterrupt(ctx context.Context, req *connect.Request[fleetv1.ShellRequest]) (*connect.Response[fleetv1.ShellInterruptResponse], error) {
+	if err := v.Session.ShellInterrupt(ctx, req.Msg.Handle, req.Msg.ClientId, req.Msg.Shell); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&fleetv1.ShellInterruptResponse{}), nil
+}
+
+func (v *Service) CloseShell(_ context.Context, req *connect.Request[fleetv1.ShellRequest]) (*connect.Response[fleetv1.CloseShellResponse], error) {
+	if err := v.Session.CloseShell(req.Msg.Handle, req.Msg.ClientId, req.Msg.Shell); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&fleetv1.CloseShellResponse{}), nil
+}
+
+func (v *Service) Start(ctx context.Context, req *connect.Request[fleetv1.StartRequest]) (*connect.Response[fleetv1.StartResponse], error) {
+	m := req.Msg
+	proc, err := v.Session.Start(ctx, m.Handle, m.ClientId, session.ExecRequest{Argv: m.Argv, Container: m.Container, Env: m.Env, Cwd: m.Cwd})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&fleetv1.StartResponse{Process: proc}), nil
+}
+
+func (v *Service) ProcessEvents(ctx context.Context, req *connect.Request[fleetv1.ProcessEventsRequest], stream *connect.ServerStream[fleetv1.ExecResponse]) error {
+	m := req.Msg
+	_, err := v.Session.ProcessEvents(ctx, m.Handle, m.ClientId, m.Process, int(m.From), func(e session.ProcessEvent) error {
+		switch {
+		case e.End:
+			c := int32(e.Result.ExitCode)
+			return stream.Send(&fleetv1.ExecResponse{ExitCode: &c})
+		case e.Stream == "stderr":
+			return stream.Send(&fleetv1.ExecResponse{Stderr: e.Data})
+		default:
+			return stream.Send(&fleetv1.ExecResponse{Stdout: e.Data})
+		}
+	})
+	return toConnect(err)
+}
+
+func (v *Service) WriteStdin(_ context.Context, req *connect.Request[fleetv1.WriteStdinRequest]) (*connect.Response[fleetv1.WriteStdinResponse], error) {
+	m := req.Msg
+	if err := v.Session.WriteStdin(m.Handle, m.ClientId, m.Process, m.Data, m.Close); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&fleetv1.WriteStdinResponse{}), nil
+}
+
+func (v *Service) Signal(ctx context.Context, req *connect.Request[fleetv1.SignalRequest]) (*connect.Response[fleetv1.SignalResponse], error) {
+	m := req.Msg
+	if err := v.Session.SignalProcess(ctx, m.Handle, m.ClientId, m.Process, m.Signal); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&fleetv1.SignalResponse{}), nil
+}
+
+func (v *Service) Wait(ctx context.Context, req *connect.Request[fleetv1.WaitRequest]) (*connect.Response[fleetv1.WaitResponse], error) {
+	m := req.Msg
+	if m.Timeout == nil || m.Timeout.AsDuration() < 0 {
+		return nil, toConnect(fmt.Errorf("%w: timeout must be given and not negative, e.g. \"5s\"", session.ErrInvalid))
+	}
+	res, done, err := v.Session.WaitProcess(ctx, m.Handle, m.ClientId, m.Process, m.Timeout.AsDuration())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&fleetv1.WaitResponse{Done: done, ExitCode: int32(res.ExitCode)}), nil
 }
 
 func (v *Service) WriteFiles(ctx context.Context, stream *connect.ClientStream[fleetv1.WriteFilesRequest]) (*connect.Response[fleetv1.WriteFilesResponse], error) {

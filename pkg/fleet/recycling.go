@@ -189,12 +189,12 @@ func (f *Fleet) reset(ctx context.Context, s *Sandbox) error {
 func (s *Sandbox) script(ctx context.Context, argv []string) ([]byte, error) {
 	var stdout bytes.Buffer
 	stderr := newTail(TailBytes)
-	code, err := s.exec(ctx, exec.Request{Command: argv, Stdout: &stdout, Stderr: stderr})
+	res, err := s.exec(ctx, exec.Request{Command: argv, Stdout: &stdout, Stderr: stderr})
 	switch {
 	case err != nil:
 		return nil, err
-	case code != 0:
-		return nil, fmt.Errorf("the script exited %d: %s", code, strings.TrimSpace(stderr.String()))
+	case res.ExitCode != 0:
+		return nil, fmt.Errorf("the script exited %d: %s", res.ExitCode, strings.TrimSpace(stderr.String()))
 	}
 	return stdout.Bytes(), nil
 }

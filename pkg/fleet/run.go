@@ -31,7 +31,9 @@ type RunOptions struct {
 	Skip func(epoch int, taskID string) bool
 	// OnResult is called once per finished task, one call at a time.
 	OnResult func(Result)
-	// TaskTimeout bounds each task's work; 0 is no bound.
+	// TaskTimeout bounds each task's work; 0 is no bound. Work past it is
+	// stopped (ExecWork's command in the sandbox, with what it started;
+	// LocalWork's process group) and its result TimedOut.
 	TaskTimeout time.Duration
 }
 
@@ -51,8 +53,11 @@ type Result struct {
 	// infra, what failed (package verdict). Both are empty on success.
 	Verdict string `json:"verdict,omitempty"`
 	Reason  string `json:"reason,omitempty"`
-	// ExitCode is set when the work ran to completion.
+	// ExitCode is set when the work ran to completion, or was stopped at
+	// the task's timeout (124, as timeout(1) gives, with TimedOut): a
+	// timeout is the task's failure, scored, not the infrastructure's.
 	ExitCode *int   `json:"exitCode,omitempty"`
+	TimedOut bool   `json:"timedOut,omitempty"`
 	Stdout   string `json:"stdout,omitempty"`
 	Stderr   string `json:"stderr,omitempty"`
 	// Reused is true when the task ran on a sandbox reset after another
@@ -447,7 +452,8 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.F
 	pctx, processSpan := tracing.Tracer().Start(ctx, "process")
 	wctx, cancel := pctx, context.CancelFunc(func() {})
 	if o.TaskTimeout > 0 {
-		wctx, cancel = context.WithTimeout(pctx, o.TaskTimeout)
+		deadline := time.Now().Add(o.TaskTimeout)
+		wctx, cancel = context.WithDeadline(WithTaskDeadline(pctx, deadline), deadline.Add(stopGrace))
 	}
 	out, err := o.Work(wctx, t, s)
 	cancel()
@@ -469,8 +475,13 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.F
 		r.Verdict, r.Reason = verdict.Infra, verdict.Reason(err)
 	default:
 		r.ExitCode = &out.ExitCode
-		r.OK = out.ExitCode == 0
-		if !r.OK {
+		r.OK = out.ExitCode == 0 && !out.TimedOut
+		r.TimedOut = out.TimedOut
+		switch {
+		case out.TimedOut:
+			r.Error = fmt.Sprintf("timed out after %s: stopped, with what it started", o.TaskTimeout)
+			r.Verdict = verdict.Task
+		case !r.OK:
 			r.Error = fmt.Sprintf("exit code %d", out.ExitCode)
 			r.Verdict = verdict.Task
 		}

@@ -44,10 +44,13 @@ type Sandbox struct {
 
 // Exec runs a command in the sandbox's container (the sandbox container
 // unless r.Container says otherwise) through the cluster's API server —
-// over the sandbox's command session when the run has sessions on. When
-// the sandbox was lost under the command — its stream broke, or it was
-// killed by a signal as its Pod went — the error is a *claim.LostError.
-func (s *Sandbox) Exec(ctx context.Context, r exec.Request) (int, error) {
+// over the sandbox's command session when the run has sessions on. A
+// command past r.Timeout is stopped in the sandbox, with what it started,
+// and its result is TimedOut with exit code 124: the task's failure, not
+// the sandbox's. When the sandbox was lost under the command — its stream
+// broke, or it was killed by a signal as its Pod went — the error is a
+// *claim.LostError.
+func (s *Sandbox) Exec(ctx context.Context, r exec.Request) (exec.Result, error) {
 	if s.session && r.Container == "" {
 		return s.execInSession(ctx, r)
 	}
@@ -55,9 +58,23 @@ func (s *Sandbox) Exec(ctx context.Context, r exec.Request) (int, error) {
 }
 
 // exec runs r by an exec of its own.
-func (s *Sandbox) exec(ctx context.Context, r exec.Request) (int, error) {
-	code, err := s.run(ctx, r)
-	return s.orLost(ctx, code, err)
+func (s *Sandbox) exec(ctx context.Context, r exec.Request) (exec.Result, error) {
+	res, err := exec.Bounded(ctx, s.run, r, r.Timeout)
+	return s.resultOrLost(ctx, res, err)
+}
+
+// resultOrLost is orLost for a result: a command stopped at its timeout
+// was killed by the fleet, so only a Pod already gone makes it lost.
+func (s *Sandbox) resultOrLost(ctx context.Context, res exec.Result, err error) (exec.Result, error) {
+	if res.TimedOut && err == nil {
+		var lost *claim.LostError
+		if aerr := s.Alive(context.WithoutCancel(ctx)); errors.As(aerr, &lost) {
+			return exec.Result{}, lost
+		}
+		return res, nil
+	}
+	code, err := s.orLost(ctx, res.ExitCode, err)
+	return exec.Result{ExitCode: code}, err
 }
 
 // orLost returns a command's code and error, or the sandbox's
@@ -87,12 +104,12 @@ func (s *Sandbox) run(ctx context.Context, r exec.Request) (int, error) {
 // break (not counting commands that ran out of their own time) the
 // sandbox goes back to an exec per command and is quarantined when given
 // back. Stdin larger than a shell command carries goes by an exec.
-func (s *Sandbox) execInSession(ctx context.Context, r exec.Request) (int, error) {
+func (s *Sandbox) execInSession(ctx context.Context, r exec.Request) (exec.Result, error) {
 	var stdin []byte
 	if r.Stdin != nil {
 		b, err := io.ReadAll(io.LimitReader(r.Stdin, exec.MaxStdin+1))
 		if err != nil {
-			return 0, fmt.Errorf("reading the command's stdin: %w", err)
+			return exec.Result{}, fmt.Errorf("reading the command's stdin: %w", err)
 		}
 		if len(b) > exec.MaxStdin {
 			r.Stdin = io.MultiReader(bytes.NewReader(b), r.Stdin)
@@ -104,7 +121,7 @@ func (s *Sandbox) execInSession(ctx context.Context, r exec.Request) (int, error
 	if sh == nil {
 		return s.exec(ctx, r)
 	}
-	code, err := sh.Run(ctx, r.Command, stdin, r.Stdout, r.Stderr)
+	res, err := sh.Run(ctx, exec.Command{Argv: r.Command, Stdin: stdin, Timeout: r.Timeout}, r.Stdout, r.Stderr)
 	if err != nil {
 		s.shellMu.Lock()
 		if s.shell == sh {
@@ -116,7 +133,7 @@ func (s *Sandbox) execInSession(ctx context.Context, r exec.Request) (int, error
 		s.shellMu.Unlock()
 		_ = sh.Close()
 	}
-	return s.orLost(ctx, code, err)
+	return s.resultOrLost(ctx, res, err)
 }
 
 // openShell returns the sandbox's shell, opened if need be, or nil once
@@ -127,9 +144,23 @@ func (s *Sandbox) openShell(ctx context.Context) *exec.Shell {
 	if s.shell == nil && s.breaks < 2 {
 		// The shell's own stream needs no lost check: each command's
 		// failure makes one.
-		s.shell = exec.OpenShell(ctx, s.run, exec.Request{})
+		s.shell = exec.OpenShell(ctx, s.run, exec.Request{}, exec.ShellSh)
 	}
 	return s.shell
+}
+
+// OpenShell opens a long-lived shell (program: exec.ShellSh or
+// exec.ShellBashOrSh) in the sandbox's container, apart from its command
+// session: its scripts keep the shell's state, and are stopped in the
+// sandbox at their timeout or an interrupt.
+func (s *Sandbox) OpenShell(ctx context.Context, program string) *exec.Shell {
+	return exec.OpenShell(ctx, s.run, exec.Request{}, program)
+}
+
+// Start starts r's command in the sandbox as a process its caller drives:
+// output as it comes, stdin, signals, its end.
+func (s *Sandbox) Start(ctx context.Context, r exec.Request) *exec.Process {
+	return exec.StartProcess(ctx, s.run, r)
 }
 
 // closeShell ends the sandbox's shell, if it has one.
@@ -179,15 +210,20 @@ func (s *Sandbox) lost(ctx context.Context) error {
 // once it is gone or going.
 func (s *Sandbox) Alive(ctx context.Context) error { return s.cluster.Claimer.Alive(ctx, s.Handle) }
 
-// Output is what a task's work produced.
+// Output is what a task's work produced. TimedOut says the work was
+// stopped at the task's timeout (its exit code is then 124).
 type Output struct {
 	ExitCode int
+	TimedOut bool
 	// Stdout and Stderr are the ends of the streams, at most TailBytes each.
 	Stdout, Stderr string
 }
 
 // Work is done in each task's sandbox. An error means the work could not
 // run; a command that ran and failed is an Output with a non-zero exit code.
+// The task's timeout, when the run has one, is TaskDeadline(ctx): work
+// past it is stopped and returned as a TimedOut Output. ctx itself ends a
+// little later, for the stopping.
 type Work func(ctx context.Context, t tasks.Task, s *Sandbox) (Output, error)
 
 // TailBytes is how much of each output stream a result keeps.
@@ -214,8 +250,12 @@ func ExecWork(command []string, script []byte) Work {
 			stdin = bytes.NewReader(script)
 		}
 		stdout, stderr := newTail(TailBytes), newTail(TailBytes)
-		code, err := s.Exec(ctx, exec.Request{Command: args, Stdin: stdin, Stdout: stdout, Stderr: stderr})
-		return Output{ExitCode: code, Stdout: stdout.String(), Stderr: stderr.String()}, err
+		var timeout time.Duration
+		if deadline, ok := TaskDeadline(ctx); ok {
+			timeout = max(time.Until(deadline), time.Millisecond)
+		}
+		res, err := s.Exec(ctx, exec.Request{Command: args, Stdin: stdin, Stdout: stdout, Stderr: stderr, Timeout: timeout})
+		return Output{ExitCode: res.ExitCode, TimedOut: res.TimedOut, Stdout: stdout.String(), Stderr: stderr.String()}, err
 	}
 }
 
@@ -237,7 +277,13 @@ func LocalWork(command []string) Work {
 		if err != nil {
 			return Output{}, err
 		}
-		cmd := osexec.CommandContext(ctx, args[0], args[1:]...)
+		cctx := ctx
+		if deadline, ok := TaskDeadline(ctx); ok {
+			var cancel context.CancelFunc
+			cctx, cancel = context.WithDeadline(ctx, deadline)
+			defer cancel()
+		}
+		cmd := osexec.CommandContext(cctx, args[0], args[1:]...)
 		cmd.Env = append(os.Environ(),
 			"SANDBOX_FLEET_HANDLE="+string(handle),
 			"SANDBOX_FLEET_TASK_ID="+t.ID,
@@ -262,6 +308,11 @@ func LocalWork(command []string) Work {
 		cmd.WaitDelay = localWaitDelay
 		err = cmd.Run()
 		out := Output{Stdout: stdout.String(), Stderr: stderr.String()}
+		if cctx.Err() != nil && ctx.Err() == nil {
+			// The task's own timeout, not the run's end.
+			out.ExitCode, out.TimedOut = exec.TimeoutExitCode, true
+			return out, nil
+		}
 		var exitErr *osexec.ExitError
 		if errors.As(err, &exitErr) && exitErr.ExitCode() >= 0 {
 			out.ExitCode = exitErr.ExitCode()
@@ -274,6 +325,25 @@ func LocalWork(command []string) Work {
 // localWaitDelay bounds how long a local command's output is read after it
 // was killed or exited.
 const localWaitDelay = 5 * time.Second
+
+// taskDeadlineKey carries a task's deadline to its work.
+type taskDeadlineKey struct{}
+
+// WithTaskDeadline gives work under ctx the task deadline d.
+func WithTaskDeadline(ctx context.Context, d time.Time) context.Context {
+	return context.WithValue(ctx, taskDeadlineKey{}, d)
+}
+
+// TaskDeadline is when the task's own time runs out, if it has a timeout:
+// work past it is the task's failure (timed out), not the sandbox's.
+func TaskDeadline(ctx context.Context) (time.Time, bool) {
+	d, ok := ctx.Value(taskDeadlineKey{}).(time.Time)
+	return d, ok
+}
+
+// stopGrace is how long work has past its task's deadline to be stopped
+// and return, before its context ends.
+const stopGrace = 10 * time.Second
 
 var placeholder = regexp.MustCompile(`\{([a-zA-Z_.][a-zA-Z0-9_.\-]*)\}`)
 

@@ -1073,7 +1073,10 @@ type ExecResponse struct {
 	Stdout []byte                 `protobuf:"bytes,1,opt,name=stdout,proto3" json:"stdout,omitempty"`
 	Stderr []byte                 `protobuf:"bytes,2,opt,name=stderr,proto3" json:"stderr,omitempty"`
 	// ExitCode is set on the last message only.
-	ExitCode      *int32 `protobuf:"varint,3,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
+	ExitCode *int32 `protobuf:"varint,3,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
+	// TimedOut, on the last message, says the command was stopped at its
+	// timeout (exit_code is then 124).
+	TimedOut      bool `protobuf:"varint,4,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1129,6 +1132,921 @@ func (x *ExecResponse) GetExitCode() int32 {
 	return 0
 }
 
+func (x *ExecResponse) GetTimedOut() bool {
+	if x != nil {
+		return x.TimedOut
+	}
+	return false
+}
+
+type AliveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Handle        string                 `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	ClientId      string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AliveRequest) Reset() {
+	*x = AliveRequest{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AliveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AliveRequest) ProtoMessage() {}
+
+func (x *AliveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AliveRequest.ProtoReflect.Descriptor instead.
+func (*AliveRequest) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *AliveRequest) GetHandle() string {
+	if x != nil {
+		return x.Handle
+	}
+	return ""
+}
+
+func (x *AliveRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+type AliveResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Alive bool                   `protobuf:"varint,1,opt,name=alive,proto3" json:"alive,omitempty"`
+	// Reason says why not: the Pod deleted, replaced, its container
+	// restarted or failed.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AliveResponse) Reset() {
+	*x = AliveResponse{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AliveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AliveResponse) ProtoMessage() {}
+
+func (x *AliveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AliveResponse.ProtoReflect.Descriptor instead.
+func (*AliveResponse) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *AliveResponse) GetAlive() bool {
+	if x != nil {
+		return x.Alive
+	}
+	return false
+}
+
+func (x *AliveResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type ShellRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Handle   string                 `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	ClientId string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// Shell names the shell: letters, digits, '.', '_', '-'.
+	Shell         string `protobuf:"bytes,3,opt,name=shell,proto3" json:"shell,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShellRequest) Reset() {
+	*x = ShellRequest{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShellRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShellRequest) ProtoMessage() {}
+
+func (x *ShellRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShellRequest.ProtoReflect.Descriptor instead.
+func (*ShellRequest) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ShellRequest) GetHandle() string {
+	if x != nil {
+		return x.Handle
+	}
+	return ""
+}
+
+func (x *ShellRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ShellRequest) GetShell() string {
+	if x != nil {
+		return x.Shell
+	}
+	return ""
+}
+
+type OpenShellResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Created is false when the shell was open already.
+	Created       bool `protobuf:"varint,1,opt,name=created,proto3" json:"created,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenShellResponse) Reset() {
+	*x = OpenShellResponse{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenShellResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenShellResponse) ProtoMessage() {}
+
+func (x *OpenShellResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenShellResponse.ProtoReflect.Descriptor instead.
+func (*OpenShellResponse) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *OpenShellResponse) GetCreated() bool {
+	if x != nil {
+		return x.Created
+	}
+	return false
+}
+
+type ShellRunRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Handle   string                 `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	ClientId string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Shell    string                 `protobuf:"bytes,3,opt,name=shell,proto3" json:"shell,omitempty"`
+	// Script is shell text, run by the shell itself (no stdin).
+	Script  string               `protobuf:"bytes,4,opt,name=script,proto3" json:"script,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,5,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// MergeStderr sends the script's stderr to its stdout, interleaved.
+	MergeStderr   bool `protobuf:"varint,6,opt,name=merge_stderr,json=mergeStderr,proto3" json:"merge_stderr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShellRunRequest) Reset() {
+	*x = ShellRunRequest{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShellRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShellRunRequest) ProtoMessage() {}
+
+func (x *ShellRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShellRunRequest.ProtoReflect.Descriptor instead.
+func (*ShellRunRequest) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ShellRunRequest) GetHandle() string {
+	if x != nil {
+		return x.Handle
+	}
+	return ""
+}
+
+func (x *ShellRunRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ShellRunRequest) GetShell() string {
+	if x != nil {
+		return x.Shell
+	}
+	return ""
+}
+
+func (x *ShellRunRequest) GetScript() string {
+	if x != nil {
+		return x.Script
+	}
+	return ""
+}
+
+func (x *ShellRunRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *ShellRunRequest) GetMergeStderr() bool {
+	if x != nil {
+		return x.MergeStderr
+	}
+	return false
+}
+
+type ShellInterruptResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShellInterruptResponse) Reset() {
+	*x = ShellInterruptResponse{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShellInterruptResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShellInterruptResponse) ProtoMessage() {}
+
+func (x *ShellInterruptResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShellInterruptResponse.ProtoReflect.Descriptor instead.
+func (*ShellInterruptResponse) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{21}
+}
+
+type CloseShellResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseShellResponse) Reset() {
+	*x = CloseShellResponse{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseShellResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseShellResponse) ProtoMessage() {}
+
+func (x *CloseShellResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseShellResponse.ProtoReflect.Descriptor instead.
+func (*CloseShellResponse) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{22}
+}
+
+type StartRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Handle        string                 `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	ClientId      string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Argv          []string               `protobuf:"bytes,3,rep,name=argv,proto3" json:"argv,omitempty"`
+	Container     string                 `protobuf:"bytes,4,opt,name=container,proto3" json:"container,omitempty"`
+	Env           map[string]string      `protobuf:"bytes,5,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Cwd           string                 `protobuf:"bytes,6,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartRequest) Reset() {
+	*x = StartRequest{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartRequest) ProtoMessage() {}
+
+func (x *StartRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartRequest.ProtoReflect.Descriptor instead.
+func (*StartRequest) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *StartRequest) GetHandle() string {
+	if x != nil {
+		return x.Handle
+	}
+	return ""
+}
+
+func (x *StartRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *StartRequest) GetArgv() []string {
+	if x != nil {
+		return x.Argv
+	}
+	return nil
+}
+
+func (x *StartRequest) GetContainer() string {
+	if x != nil {
+		return x.Container
+	}
+	return ""
+}
+
+func (x *StartRequest) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *StartRequest) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+type StartResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Process is the process's id in later calls.
+	Process       string `protobuf:"bytes,1,opt,name=process,proto3" json:"process,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartResponse) Reset() {
+	*x = StartResponse{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartResponse) ProtoMessage() {}
+
+func (x *StartResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartResponse.ProtoReflect.Descriptor instead.
+func (*StartResponse) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *StartResponse) GetProcess() string {
+	if x != nil {
+		return x.Process
+	}
+	return ""
+}
+
+type ProcessEventsRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Handle   string                 `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	ClientId string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Process  string                 `protobuf:"bytes,3,opt,name=process,proto3" json:"process,omitempty"`
+	// From is the index of the first event wanted: each message before the
+	// last is one event.
+	From          int64 `protobuf:"varint,4,opt,name=from,proto3" json:"from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessEventsRequest) Reset() {
+	*x = ProcessEventsRequest{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessEventsRequest) ProtoMessage() {}
+
+func (x *ProcessEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessEventsRequest.ProtoReflect.Descriptor instead.
+func (*ProcessEventsRequest) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ProcessEventsRequest) GetHandle() string {
+	if x != nil {
+		return x.Handle
+	}
+	return ""
+}
+
+func (x *ProcessEventsRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ProcessEventsRequest) GetProcess() string {
+	if x != nil {
+		return x.Process
+	}
+	return ""
+}
+
+func (x *ProcessEventsRequest) GetFrom() int64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+type WriteStdinRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Handle   string                 `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	ClientId string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Process  string                 `protobuf:"bytes,3,opt,name=process,proto3" json:"process,omitempty"`
+	Data     []byte                 `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	// Close closes stdin after data: the process reads EOF.
+	Close         bool `protobuf:"varint,5,opt,name=close,proto3" json:"close,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteStdinRequest) Reset() {
+	*x = WriteStdinRequest{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteStdinRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteStdinRequest) ProtoMessage() {}
+
+func (x *WriteStdinRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteStdinRequest.ProtoReflect.Descriptor instead.
+func (*WriteStdinRequest) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *WriteStdinRequest) GetHandle() string {
+	if x != nil {
+		return x.Handle
+	}
+	return ""
+}
+
+func (x *WriteStdinRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *WriteStdinRequest) GetProcess() string {
+	if x != nil {
+		return x.Process
+	}
+	return ""
+}
+
+func (x *WriteStdinRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *WriteStdinRequest) GetClose() bool {
+	if x != nil {
+		return x.Close
+	}
+	return false
+}
+
+type WriteStdinResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteStdinResponse) Reset() {
+	*x = WriteStdinResponse{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteStdinResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteStdinResponse) ProtoMessage() {}
+
+func (x *WriteStdinResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteStdinResponse.ProtoReflect.Descriptor instead.
+func (*WriteStdinResponse) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{27}
+}
+
+type SignalRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Handle   string                 `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	ClientId string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Process  string                 `protobuf:"bytes,3,opt,name=process,proto3" json:"process,omitempty"`
+	// Signal is INT, TERM, KILL, HUP, QUIT, USR1 or USR2 ("SIG" optional).
+	Signal        string `protobuf:"bytes,4,opt,name=signal,proto3" json:"signal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalRequest) Reset() {
+	*x = SignalRequest{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalRequest) ProtoMessage() {}
+
+func (x *SignalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
+func (*SignalRequest) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *SignalRequest) GetHandle() string {
+	if x != nil {
+		return x.Handle
+	}
+	return ""
+}
+
+func (x *SignalRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *SignalRequest) GetProcess() string {
+	if x != nil {
+		return x.Process
+	}
+	return ""
+}
+
+func (x *SignalRequest) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+type SignalResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalResponse) Reset() {
+	*x = SignalResponse{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalResponse) ProtoMessage() {}
+
+func (x *SignalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalResponse.ProtoReflect.Descriptor instead.
+func (*SignalResponse) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{29}
+}
+
+type WaitRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Handle        string                 `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	ClientId      string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Process       string                 `protobuf:"bytes,3,opt,name=process,proto3" json:"process,omitempty"`
+	Timeout       *durationpb.Duration   `protobuf:"bytes,4,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitRequest) Reset() {
+	*x = WaitRequest{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitRequest) ProtoMessage() {}
+
+func (x *WaitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitRequest.ProtoReflect.Descriptor instead.
+func (*WaitRequest) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *WaitRequest) GetHandle() string {
+	if x != nil {
+		return x.Handle
+	}
+	return ""
+}
+
+func (x *WaitRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *WaitRequest) GetProcess() string {
+	if x != nil {
+		return x.Process
+	}
+	return ""
+}
+
+func (x *WaitRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+type WaitResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Done is false when the process still runs after the timeout.
+	Done          bool  `protobuf:"varint,1,opt,name=done,proto3" json:"done,omitempty"`
+	ExitCode      int32 `protobuf:"varint,2,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitResponse) Reset() {
+	*x = WaitResponse{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitResponse) ProtoMessage() {}
+
+func (x *WaitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitResponse.ProtoReflect.Descriptor instead.
+func (*WaitResponse) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *WaitResponse) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *WaitResponse) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
 type WriteFilesRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Handle   string                 `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
@@ -1142,7 +2060,7 @@ type WriteFilesRequest struct {
 
 func (x *WriteFilesRequest) Reset() {
 	*x = WriteFilesRequest{}
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[16]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +2072,7 @@ func (x *WriteFilesRequest) String() string {
 func (*WriteFilesRequest) ProtoMessage() {}
 
 func (x *WriteFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[16]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +2085,7 @@ func (x *WriteFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFilesRequest.ProtoReflect.Descriptor instead.
 func (*WriteFilesRequest) Descriptor() ([]byte, []int) {
-	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{16}
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WriteFilesRequest) GetHandle() string {
@@ -1207,7 +2125,7 @@ type WriteFilesResponse struct {
 
 func (x *WriteFilesResponse) Reset() {
 	*x = WriteFilesResponse{}
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[17]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1219,7 +2137,7 @@ func (x *WriteFilesResponse) String() string {
 func (*WriteFilesResponse) ProtoMessage() {}
 
 func (x *WriteFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[17]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1232,7 +2150,7 @@ func (x *WriteFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFilesResponse.ProtoReflect.Descriptor instead.
 func (*WriteFilesResponse) Descriptor() ([]byte, []int) {
-	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{17}
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WriteFilesResponse) GetBytes() int64 {
@@ -1254,7 +2172,7 @@ type ReadFilesRequest struct {
 
 func (x *ReadFilesRequest) Reset() {
 	*x = ReadFilesRequest{}
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[18]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +2184,7 @@ func (x *ReadFilesRequest) String() string {
 func (*ReadFilesRequest) ProtoMessage() {}
 
 func (x *ReadFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[18]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +2197,7 @@ func (x *ReadFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFilesRequest.ProtoReflect.Descriptor instead.
 func (*ReadFilesRequest) Descriptor() ([]byte, []int) {
-	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{18}
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReadFilesRequest) GetHandle() string {
@@ -1312,7 +2230,7 @@ type ReadFilesResponse struct {
 
 func (x *ReadFilesResponse) Reset() {
 	*x = ReadFilesResponse{}
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[19]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +2242,7 @@ func (x *ReadFilesResponse) String() string {
 func (*ReadFilesResponse) ProtoMessage() {}
 
 func (x *ReadFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[19]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +2255,7 @@ func (x *ReadFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFilesResponse.ProtoReflect.Descriptor instead.
 func (*ReadFilesResponse) Descriptor() ([]byte, []int) {
-	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{19}
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReadFilesResponse) GetTar() []byte {
@@ -1360,7 +2278,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[20]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1372,7 +2290,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[20]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1385,7 +2303,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{20}
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReleaseRequest) GetHandle() string {
@@ -1422,7 +2340,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[21]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +2352,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[21]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +2365,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{21}
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReleaseResponse) GetOutcome() string {
@@ -1465,7 +2383,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[22]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1477,7 +2395,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[22]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1490,7 +2408,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{22}
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{38}
 }
 
 type StatusResponse struct {
@@ -1509,7 +2427,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[23]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1521,7 +2439,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[23]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1534,7 +2452,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{23}
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StatusResponse) GetRunId() string {
@@ -1611,7 +2529,7 @@ type Counts struct {
 
 func (x *Counts) Reset() {
 	*x = Counts{}
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[24]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1623,7 +2541,7 @@ func (x *Counts) String() string {
 func (*Counts) ProtoMessage() {}
 
 func (x *Counts) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[24]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1636,7 +2554,7 @@ func (x *Counts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counts.ProtoReflect.Descriptor instead.
 func (*Counts) Descriptor() ([]byte, []int) {
-	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{24}
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Counts) GetAcquired() int64 {
@@ -1696,7 +2614,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[25]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +2626,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[25]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +2639,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{25}
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{41}
 }
 
 type CloseResponse struct {
@@ -1732,7 +2650,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[26]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1744,7 +2662,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[26]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1757,7 +2675,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{26}
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{42}
 }
 
 var File_api_fleet_v1_fleet_proto protoreflect.FileDescriptor
@@ -1846,13 +2764,73 @@ const file_api_fleet_v1_fleet_proto_rawDesc = "" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\b\n" +
-	"\x06_stdin\"n\n" +
+	"\x06_stdin\"\x8b\x01\n" +
 	"\fExecResponse\x12\x16\n" +
 	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
 	"\x06stderr\x18\x02 \x01(\fR\x06stderr\x12 \n" +
-	"\texit_code\x18\x03 \x01(\x05H\x00R\bexitCode\x88\x01\x01B\f\n" +
+	"\texit_code\x18\x03 \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12\x1b\n" +
+	"\ttimed_out\x18\x04 \x01(\bR\btimedOutB\f\n" +
 	"\n" +
-	"_exit_code\"x\n" +
+	"_exit_code\"C\n" +
+	"\fAliveRequest\x12\x16\n" +
+	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\"=\n" +
+	"\rAliveResponse\x12\x14\n" +
+	"\x05alive\x18\x01 \x01(\bR\x05alive\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"Y\n" +
+	"\fShellRequest\x12\x16\n" +
+	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x14\n" +
+	"\x05shell\x18\x03 \x01(\tR\x05shell\"-\n" +
+	"\x11OpenShellResponse\x12\x18\n" +
+	"\acreated\x18\x01 \x01(\bR\acreated\"\xcc\x01\n" +
+	"\x0fShellRunRequest\x12\x16\n" +
+	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x14\n" +
+	"\x05shell\x18\x03 \x01(\tR\x05shell\x12\x16\n" +
+	"\x06script\x18\x04 \x01(\tR\x06script\x123\n" +
+	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12!\n" +
+	"\fmerge_stderr\x18\x06 \x01(\bR\vmergeStderr\"\x18\n" +
+	"\x16ShellInterruptResponse\"\x14\n" +
+	"\x12CloseShellResponse\"\xff\x01\n" +
+	"\fStartRequest\x12\x16\n" +
+	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x12\n" +
+	"\x04argv\x18\x03 \x03(\tR\x04argv\x12\x1c\n" +
+	"\tcontainer\x18\x04 \x01(\tR\tcontainer\x12>\n" +
+	"\x03env\x18\x05 \x03(\v2,.sandboxfleet.fleet.v1.StartRequest.EnvEntryR\x03env\x12\x10\n" +
+	"\x03cwd\x18\x06 \x01(\tR\x03cwd\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\")\n" +
+	"\rStartResponse\x12\x18\n" +
+	"\aprocess\x18\x01 \x01(\tR\aprocess\"y\n" +
+	"\x14ProcessEventsRequest\x12\x16\n" +
+	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x18\n" +
+	"\aprocess\x18\x03 \x01(\tR\aprocess\x12\x12\n" +
+	"\x04from\x18\x04 \x01(\x03R\x04from\"\x8c\x01\n" +
+	"\x11WriteStdinRequest\x12\x16\n" +
+	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x18\n" +
+	"\aprocess\x18\x03 \x01(\tR\aprocess\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\x12\x14\n" +
+	"\x05close\x18\x05 \x01(\bR\x05close\"\x14\n" +
+	"\x12WriteStdinResponse\"v\n" +
+	"\rSignalRequest\x12\x16\n" +
+	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x18\n" +
+	"\aprocess\x18\x03 \x01(\tR\aprocess\x12\x16\n" +
+	"\x06signal\x18\x04 \x01(\tR\x06signal\"\x10\n" +
+	"\x0eSignalResponse\"\x91\x01\n" +
+	"\vWaitRequest\x12\x16\n" +
+	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x18\n" +
+	"\aprocess\x18\x03 \x01(\tR\aprocess\x123\n" +
+	"\atimeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"?\n" +
+	"\fWaitResponse\x12\x12\n" +
+	"\x04done\x18\x01 \x01(\bR\x04done\x12\x1b\n" +
+	"\texit_code\x18\x02 \x01(\x05R\bexitCode\"x\n" +
 	"\x11WriteFilesRequest\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x1c\n" +
@@ -1891,14 +2869,26 @@ const file_api_fleet_v1_fleet_proto_rawDesc = "" +
 	"\x06reused\x18\x06 \x01(\x03R\x06reused\x12 \n" +
 	"\vquarantined\x18\a \x01(\x03R\vquarantined\"\x0e\n" +
 	"\fCloseRequest\"\x0f\n" +
-	"\rCloseResponse2\x87\b\n" +
+	"\rCloseResponse2\x9a\x0f\n" +
 	"\fFleetService\x12[\n" +
 	"\bAddTasks\x12&.sandboxfleet.fleet.v1.AddTasksRequest\x1a'.sandboxfleet.fleet.v1.AddTasksResponse\x12^\n" +
 	"\tLookahead\x12'.sandboxfleet.fleet.v1.LookaheadRequest\x1a(.sandboxfleet.fleet.v1.LookaheadResponse\x12m\n" +
 	"\x0eWaitPoolsReady\x12,.sandboxfleet.fleet.v1.WaitPoolsReadyRequest\x1a-.sandboxfleet.fleet.v1.WaitPoolsReadyResponse\x12X\n" +
 	"\aAcquire\x12%.sandboxfleet.fleet.v1.AcquireRequest\x1a&.sandboxfleet.fleet.v1.AcquireResponse\x12R\n" +
 	"\x05Renew\x12#.sandboxfleet.fleet.v1.RenewRequest\x1a$.sandboxfleet.fleet.v1.RenewResponse\x12Q\n" +
-	"\x04Exec\x12\".sandboxfleet.fleet.v1.ExecRequest\x1a#.sandboxfleet.fleet.v1.ExecResponse0\x01\x12c\n" +
+	"\x04Exec\x12\".sandboxfleet.fleet.v1.ExecRequest\x1a#.sandboxfleet.fleet.v1.ExecResponse0\x01\x12R\n" +
+	"\x05Alive\x12#.sandboxfleet.fleet.v1.AliveRequest\x1a$.sandboxfleet.fleet.v1.AliveResponse\x12Z\n" +
+	"\tOpenShell\x12#.sandboxfleet.fleet.v1.ShellRequest\x1a(.sandboxfleet.fleet.v1.OpenShellResponse\x12Y\n" +
+	"\bShellRun\x12&.sandboxfleet.fleet.v1.ShellRunRequest\x1a#.sandboxfleet.fleet.v1.ExecResponse0\x01\x12d\n" +
+	"\x0eShellInterrupt\x12#.sandboxfleet.fleet.v1.ShellRequest\x1a-.sandboxfleet.fleet.v1.ShellInterruptResponse\x12\\\n" +
+	"\n" +
+	"CloseShell\x12#.sandboxfleet.fleet.v1.ShellRequest\x1a).sandboxfleet.fleet.v1.CloseShellResponse\x12R\n" +
+	"\x05Start\x12#.sandboxfleet.fleet.v1.StartRequest\x1a$.sandboxfleet.fleet.v1.StartResponse\x12c\n" +
+	"\rProcessEvents\x12+.sandboxfleet.fleet.v1.ProcessEventsRequest\x1a#.sandboxfleet.fleet.v1.ExecResponse0\x01\x12a\n" +
+	"\n" +
+	"WriteStdin\x12(.sandboxfleet.fleet.v1.WriteStdinRequest\x1a).sandboxfleet.fleet.v1.WriteStdinResponse\x12U\n" +
+	"\x06Signal\x12$.sandboxfleet.fleet.v1.SignalRequest\x1a%.sandboxfleet.fleet.v1.SignalResponse\x12O\n" +
+	"\x04Wait\x12\".sandboxfleet.fleet.v1.WaitRequest\x1a#.sandboxfleet.fleet.v1.WaitResponse\x12c\n" +
 	"\n" +
 	"WriteFiles\x12(.sandboxfleet.fleet.v1.WriteFilesRequest\x1a).sandboxfleet.fleet.v1.WriteFilesResponse(\x01\x12`\n" +
 	"\tReadFiles\x12'.sandboxfleet.fleet.v1.ReadFilesRequest\x1a(.sandboxfleet.fleet.v1.ReadFilesResponse0\x01\x12X\n" +
@@ -1918,7 +2908,7 @@ func file_api_fleet_v1_fleet_proto_rawDescGZIP() []byte {
 	return file_api_fleet_v1_fleet_proto_rawDescData
 }
 
-var file_api_fleet_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_api_fleet_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_api_fleet_v1_fleet_proto_goTypes = []any{
 	(*Task)(nil),                   // 0: sandboxfleet.fleet.v1.Task
 	(*AddTasksRequest)(nil),        // 1: sandboxfleet.fleet.v1.AddTasksRequest
@@ -1936,68 +2926,108 @@ var file_api_fleet_v1_fleet_proto_goTypes = []any{
 	(*RenewResponse)(nil),          // 13: sandboxfleet.fleet.v1.RenewResponse
 	(*ExecRequest)(nil),            // 14: sandboxfleet.fleet.v1.ExecRequest
 	(*ExecResponse)(nil),           // 15: sandboxfleet.fleet.v1.ExecResponse
-	(*WriteFilesRequest)(nil),      // 16: sandboxfleet.fleet.v1.WriteFilesRequest
-	(*WriteFilesResponse)(nil),     // 17: sandboxfleet.fleet.v1.WriteFilesResponse
-	(*ReadFilesRequest)(nil),       // 18: sandboxfleet.fleet.v1.ReadFilesRequest
-	(*ReadFilesResponse)(nil),      // 19: sandboxfleet.fleet.v1.ReadFilesResponse
-	(*ReleaseRequest)(nil),         // 20: sandboxfleet.fleet.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),        // 21: sandboxfleet.fleet.v1.ReleaseResponse
-	(*StatusRequest)(nil),          // 22: sandboxfleet.fleet.v1.StatusRequest
-	(*StatusResponse)(nil),         // 23: sandboxfleet.fleet.v1.StatusResponse
-	(*Counts)(nil),                 // 24: sandboxfleet.fleet.v1.Counts
-	(*CloseRequest)(nil),           // 25: sandboxfleet.fleet.v1.CloseRequest
-	(*CloseResponse)(nil),          // 26: sandboxfleet.fleet.v1.CloseResponse
-	nil,                            // 27: sandboxfleet.fleet.v1.ExecRequest.EnvEntry
-	(*structpb.Struct)(nil),        // 28: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),  // 29: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 30: google.protobuf.Duration
+	(*AliveRequest)(nil),           // 16: sandboxfleet.fleet.v1.AliveRequest
+	(*AliveResponse)(nil),          // 17: sandboxfleet.fleet.v1.AliveResponse
+	(*ShellRequest)(nil),           // 18: sandboxfleet.fleet.v1.ShellRequest
+	(*OpenShellResponse)(nil),      // 19: sandboxfleet.fleet.v1.OpenShellResponse
+	(*ShellRunRequest)(nil),        // 20: sandboxfleet.fleet.v1.ShellRunRequest
+	(*ShellInterruptResponse)(nil), // 21: sandboxfleet.fleet.v1.ShellInterruptResponse
+	(*CloseShellResponse)(nil),     // 22: sandboxfleet.fleet.v1.CloseShellResponse
+	(*StartRequest)(nil),           // 23: sandboxfleet.fleet.v1.StartRequest
+	(*StartResponse)(nil),          // 24: sandboxfleet.fleet.v1.StartResponse
+	(*ProcessEventsRequest)(nil),   // 25: sandboxfleet.fleet.v1.ProcessEventsRequest
+	(*WriteStdinRequest)(nil),      // 26: sandboxfleet.fleet.v1.WriteStdinRequest
+	(*WriteStdinResponse)(nil),     // 27: sandboxfleet.fleet.v1.WriteStdinResponse
+	(*SignalRequest)(nil),          // 28: sandboxfleet.fleet.v1.SignalRequest
+	(*SignalResponse)(nil),         // 29: sandboxfleet.fleet.v1.SignalResponse
+	(*WaitRequest)(nil),            // 30: sandboxfleet.fleet.v1.WaitRequest
+	(*WaitResponse)(nil),           // 31: sandboxfleet.fleet.v1.WaitResponse
+	(*WriteFilesRequest)(nil),      // 32: sandboxfleet.fleet.v1.WriteFilesRequest
+	(*WriteFilesResponse)(nil),     // 33: sandboxfleet.fleet.v1.WriteFilesResponse
+	(*ReadFilesRequest)(nil),       // 34: sandboxfleet.fleet.v1.ReadFilesRequest
+	(*ReadFilesResponse)(nil),      // 35: sandboxfleet.fleet.v1.ReadFilesResponse
+	(*ReleaseRequest)(nil),         // 36: sandboxfleet.fleet.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),        // 37: sandboxfleet.fleet.v1.ReleaseResponse
+	(*StatusRequest)(nil),          // 38: sandboxfleet.fleet.v1.StatusRequest
+	(*StatusResponse)(nil),         // 39: sandboxfleet.fleet.v1.StatusResponse
+	(*Counts)(nil),                 // 40: sandboxfleet.fleet.v1.Counts
+	(*CloseRequest)(nil),           // 41: sandboxfleet.fleet.v1.CloseRequest
+	(*CloseResponse)(nil),          // 42: sandboxfleet.fleet.v1.CloseResponse
+	nil,                            // 43: sandboxfleet.fleet.v1.ExecRequest.EnvEntry
+	nil,                            // 44: sandboxfleet.fleet.v1.StartRequest.EnvEntry
+	(*structpb.Struct)(nil),        // 45: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),  // 46: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 47: google.protobuf.Duration
 }
 var file_api_fleet_v1_fleet_proto_depIdxs = []int32{
-	28, // 0: sandboxfleet.fleet.v1.Task.metadata:type_name -> google.protobuf.Struct
+	45, // 0: sandboxfleet.fleet.v1.Task.metadata:type_name -> google.protobuf.Struct
 	0,  // 1: sandboxfleet.fleet.v1.AddTasksRequest.tasks:type_name -> sandboxfleet.fleet.v1.Task
 	3,  // 2: sandboxfleet.fleet.v1.AddTasksResponse.pools:type_name -> sandboxfleet.fleet.v1.PoolChange
 	6,  // 3: sandboxfleet.fleet.v1.LookaheadResponse.pools:type_name -> sandboxfleet.fleet.v1.Pool
-	29, // 4: sandboxfleet.fleet.v1.Pool.last_wanted:type_name -> google.protobuf.Timestamp
-	30, // 5: sandboxfleet.fleet.v1.WaitPoolsReadyRequest.timeout:type_name -> google.protobuf.Duration
+	46, // 4: sandboxfleet.fleet.v1.Pool.last_wanted:type_name -> google.protobuf.Timestamp
+	47, // 5: sandboxfleet.fleet.v1.WaitPoolsReadyRequest.timeout:type_name -> google.protobuf.Duration
 	6,  // 6: sandboxfleet.fleet.v1.WaitPoolsReadyResponse.pools:type_name -> sandboxfleet.fleet.v1.Pool
-	30, // 7: sandboxfleet.fleet.v1.AcquireRequest.timeout:type_name -> google.protobuf.Duration
+	47, // 7: sandboxfleet.fleet.v1.AcquireRequest.timeout:type_name -> google.protobuf.Duration
 	11, // 8: sandboxfleet.fleet.v1.AcquireResponse.handle:type_name -> sandboxfleet.fleet.v1.Handle
-	29, // 9: sandboxfleet.fleet.v1.Handle.lease_expires:type_name -> google.protobuf.Timestamp
-	30, // 10: sandboxfleet.fleet.v1.RenewResponse.lease_ttl:type_name -> google.protobuf.Duration
-	30, // 11: sandboxfleet.fleet.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
-	27, // 12: sandboxfleet.fleet.v1.ExecRequest.env:type_name -> sandboxfleet.fleet.v1.ExecRequest.EnvEntry
-	6,  // 13: sandboxfleet.fleet.v1.StatusResponse.pools:type_name -> sandboxfleet.fleet.v1.Pool
-	11, // 14: sandboxfleet.fleet.v1.StatusResponse.handles:type_name -> sandboxfleet.fleet.v1.Handle
-	24, // 15: sandboxfleet.fleet.v1.StatusResponse.counts:type_name -> sandboxfleet.fleet.v1.Counts
-	30, // 16: sandboxfleet.fleet.v1.StatusResponse.lease_ttl:type_name -> google.protobuf.Duration
-	30, // 17: sandboxfleet.fleet.v1.StatusResponse.warm_ttl:type_name -> google.protobuf.Duration
-	1,  // 18: sandboxfleet.fleet.v1.FleetService.AddTasks:input_type -> sandboxfleet.fleet.v1.AddTasksRequest
-	4,  // 19: sandboxfleet.fleet.v1.FleetService.Lookahead:input_type -> sandboxfleet.fleet.v1.LookaheadRequest
-	7,  // 20: sandboxfleet.fleet.v1.FleetService.WaitPoolsReady:input_type -> sandboxfleet.fleet.v1.WaitPoolsReadyRequest
-	9,  // 21: sandboxfleet.fleet.v1.FleetService.Acquire:input_type -> sandboxfleet.fleet.v1.AcquireRequest
-	12, // 22: sandboxfleet.fleet.v1.FleetService.Renew:input_type -> sandboxfleet.fleet.v1.RenewRequest
-	14, // 23: sandboxfleet.fleet.v1.FleetService.Exec:input_type -> sandboxfleet.fleet.v1.ExecRequest
-	16, // 24: sandboxfleet.fleet.v1.FleetService.WriteFiles:input_type -> sandboxfleet.fleet.v1.WriteFilesRequest
-	18, // 25: sandboxfleet.fleet.v1.FleetService.ReadFiles:input_type -> sandboxfleet.fleet.v1.ReadFilesRequest
-	20, // 26: sandboxfleet.fleet.v1.FleetService.Release:input_type -> sandboxfleet.fleet.v1.ReleaseRequest
-	22, // 27: sandboxfleet.fleet.v1.FleetService.Status:input_type -> sandboxfleet.fleet.v1.StatusRequest
-	25, // 28: sandboxfleet.fleet.v1.FleetService.Close:input_type -> sandboxfleet.fleet.v1.CloseRequest
-	2,  // 29: sandboxfleet.fleet.v1.FleetService.AddTasks:output_type -> sandboxfleet.fleet.v1.AddTasksResponse
-	5,  // 30: sandboxfleet.fleet.v1.FleetService.Lookahead:output_type -> sandboxfleet.fleet.v1.LookaheadResponse
-	8,  // 31: sandboxfleet.fleet.v1.FleetService.WaitPoolsReady:output_type -> sandboxfleet.fleet.v1.WaitPoolsReadyResponse
-	10, // 32: sandboxfleet.fleet.v1.FleetService.Acquire:output_type -> sandboxfleet.fleet.v1.AcquireResponse
-	13, // 33: sandboxfleet.fleet.v1.FleetService.Renew:output_type -> sandboxfleet.fleet.v1.RenewResponse
-	15, // 34: sandboxfleet.fleet.v1.FleetService.Exec:output_type -> sandboxfleet.fleet.v1.ExecResponse
-	17, // 35: sandboxfleet.fleet.v1.FleetService.WriteFiles:output_type -> sandboxfleet.fleet.v1.WriteFilesResponse
-	19, // 36: sandboxfleet.fleet.v1.FleetService.ReadFiles:output_type -> sandboxfleet.fleet.v1.ReadFilesResponse
-	21, // 37: sandboxfleet.fleet.v1.FleetService.Release:output_type -> sandboxfleet.fleet.v1.ReleaseResponse
-	23, // 38: sandboxfleet.fleet.v1.FleetService.Status:output_type -> sandboxfleet.fleet.v1.StatusResponse
-	26, // 39: sandboxfleet.fleet.v1.FleetService.Close:output_type -> sandboxfleet.fleet.v1.CloseResponse
-	29, // [29:40] is the sub-list for method output_type
-	18, // [18:29] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	46, // 9: sandboxfleet.fleet.v1.Handle.lease_expires:type_name -> google.protobuf.Timestamp
+	47, // 10: sandboxfleet.fleet.v1.RenewResponse.lease_ttl:type_name -> google.protobuf.Duration
+	47, // 11: sandboxfleet.fleet.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	43, // 12: sandboxfleet.fleet.v1.ExecRequest.env:type_name -> sandboxfleet.fleet.v1.ExecRequest.EnvEntry
+	47, // 13: sandboxfleet.fleet.v1.ShellRunRequest.timeout:type_name -> google.protobuf.Duration
+	44, // 14: sandboxfleet.fleet.v1.StartRequest.env:type_name -> sandboxfleet.fleet.v1.StartRequest.EnvEntry
+	47, // 15: sandboxfleet.fleet.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
+	6,  // 16: sandboxfleet.fleet.v1.StatusResponse.pools:type_name -> sandboxfleet.fleet.v1.Pool
+	11, // 17: sandboxfleet.fleet.v1.StatusResponse.handles:type_name -> sandboxfleet.fleet.v1.Handle
+	40, // 18: sandboxfleet.fleet.v1.StatusResponse.counts:type_name -> sandboxfleet.fleet.v1.Counts
+	47, // 19: sandboxfleet.fleet.v1.StatusResponse.lease_ttl:type_name -> google.protobuf.Duration
+	47, // 20: sandboxfleet.fleet.v1.StatusResponse.warm_ttl:type_name -> google.protobuf.Duration
+	1,  // 21: sandboxfleet.fleet.v1.FleetService.AddTasks:input_type -> sandboxfleet.fleet.v1.AddTasksRequest
+	4,  // 22: sandboxfleet.fleet.v1.FleetService.Lookahead:input_type -> sandboxfleet.fleet.v1.LookaheadRequest
+	7,  // 23: sandboxfleet.fleet.v1.FleetService.WaitPoolsReady:input_type -> sandboxfleet.fleet.v1.WaitPoolsReadyRequest
+	9,  // 24: sandboxfleet.fleet.v1.FleetService.Acquire:input_type -> sandboxfleet.fleet.v1.AcquireRequest
+	12, // 25: sandboxfleet.fleet.v1.FleetService.Renew:input_type -> sandboxfleet.fleet.v1.RenewRequest
+	14, // 26: sandboxfleet.fleet.v1.FleetService.Exec:input_type -> sandboxfleet.fleet.v1.ExecRequest
+	16, // 27: sandboxfleet.fleet.v1.FleetService.Alive:input_type -> sandboxfleet.fleet.v1.AliveRequest
+	18, // 28: sandboxfleet.fleet.v1.FleetService.OpenShell:input_type -> sandboxfleet.fleet.v1.ShellRequest
+	20, // 29: sandboxfleet.fleet.v1.FleetService.ShellRun:input_type -> sandboxfleet.fleet.v1.ShellRunRequest
+	18, // 30: sandboxfleet.fleet.v1.FleetService.ShellInterrupt:input_type -> sandboxfleet.fleet.v1.ShellRequest
+	18, // 31: sandboxfleet.fleet.v1.FleetService.CloseShell:input_type -> sandboxfleet.fleet.v1.ShellRequest
+	23, // 32: sandboxfleet.fleet.v1.FleetService.Start:input_type -> sandboxfleet.fleet.v1.StartRequest
+	25, // 33: sandboxfleet.fleet.v1.FleetService.ProcessEvents:input_type -> sandboxfleet.fleet.v1.ProcessEventsRequest
+	26, // 34: sandboxfleet.fleet.v1.FleetService.WriteStdin:input_type -> sandboxfleet.fleet.v1.WriteStdinRequest
+	28, // 35: sandboxfleet.fleet.v1.FleetService.Signal:input_type -> sandboxfleet.fleet.v1.SignalRequest
+	30, // 36: sandboxfleet.fleet.v1.FleetService.Wait:input_type -> sandboxfleet.fleet.v1.WaitRequest
+	32, // 37: sandboxfleet.fleet.v1.FleetService.WriteFiles:input_type -> sandboxfleet.fleet.v1.WriteFilesRequest
+	34, // 38: sandboxfleet.fleet.v1.FleetService.ReadFiles:input_type -> sandboxfleet.fleet.v1.ReadFilesRequest
+	36, // 39: sandboxfleet.fleet.v1.FleetService.Release:input_type -> sandboxfleet.fleet.v1.ReleaseRequest
+	38, // 40: sandboxfleet.fleet.v1.FleetService.Status:input_type -> sandboxfleet.fleet.v1.StatusRequest
+	41, // 41: sandboxfleet.fleet.v1.FleetService.Close:input_type -> sandboxfleet.fleet.v1.CloseRequest
+	2,  // 42: sandboxfleet.fleet.v1.FleetService.AddTasks:output_type -> sandboxfleet.fleet.v1.AddTasksResponse
+	5,  // 43: sandboxfleet.fleet.v1.FleetService.Lookahead:output_type -> sandboxfleet.fleet.v1.LookaheadResponse
+	8,  // 44: sandboxfleet.fleet.v1.FleetService.WaitPoolsReady:output_type -> sandboxfleet.fleet.v1.WaitPoolsReadyResponse
+	10, // 45: sandboxfleet.fleet.v1.FleetService.Acquire:output_type -> sandboxfleet.fleet.v1.AcquireResponse
+	13, // 46: sandboxfleet.fleet.v1.FleetService.Renew:output_type -> sandboxfleet.fleet.v1.RenewResponse
+	15, // 47: sandboxfleet.fleet.v1.FleetService.Exec:output_type -> sandboxfleet.fleet.v1.ExecResponse
+	17, // 48: sandboxfleet.fleet.v1.FleetService.Alive:output_type -> sandboxfleet.fleet.v1.AliveResponse
+	19, // 49: sandboxfleet.fleet.v1.FleetService.OpenShell:output_type -> sandboxfleet.fleet.v1.OpenShellResponse
+	15, // 50: sandboxfleet.fleet.v1.FleetService.ShellRun:output_type -> sandboxfleet.fleet.v1.ExecResponse
+	21, // 51: sandboxfleet.fleet.v1.FleetService.ShellInterrupt:output_type -> sandboxfleet.fleet.v1.ShellInterruptResponse
+	22, // 52: sandboxfleet.fleet.v1.FleetService.CloseShell:output_type -> sandboxfleet.fleet.v1.CloseShellResponse
+	24, // 53: sandboxfleet.fleet.v1.FleetService.Start:output_type -> sandboxfleet.fleet.v1.StartResponse
+	15, // 54: sandboxfleet.fleet.v1.FleetService.ProcessEvents:output_type -> sandboxfleet.fleet.v1.ExecResponse
+	27, // 55: sandboxfleet.fleet.v1.FleetService.WriteStdin:output_type -> sandboxfleet.fleet.v1.WriteStdinResponse
+	29, // 56: sandboxfleet.fleet.v1.FleetService.Signal:output_type -> sandboxfleet.fleet.v1.SignalResponse
+	31, // 57: sandboxfleet.fleet.v1.FleetService.Wait:output_type -> sandboxfleet.fleet.v1.WaitResponse
+	33, // 58: sandboxfleet.fleet.v1.FleetService.WriteFiles:output_type -> sandboxfleet.fleet.v1.WriteFilesResponse
+	35, // 59: sandboxfleet.fleet.v1.FleetService.ReadFiles:output_type -> sandboxfleet.fleet.v1.ReadFilesResponse
+	37, // 60: sandboxfleet.fleet.v1.FleetService.Release:output_type -> sandboxfleet.fleet.v1.ReleaseResponse
+	39, // 61: sandboxfleet.fleet.v1.FleetService.Status:output_type -> sandboxfleet.fleet.v1.StatusResponse
+	42, // 62: sandboxfleet.fleet.v1.FleetService.Close:output_type -> sandboxfleet.fleet.v1.CloseResponse
+	42, // [42:63] is the sub-list for method output_type
+	21, // [21:42] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_api_fleet_v1_fleet_proto_init() }
@@ -2013,7 +3043,7 @@ func file_api_fleet_v1_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_fleet_v1_fleet_proto_rawDesc), len(file_api_fleet_v1_fleet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,6 +22,9 @@ class AsyncHandle:
     async def exec(self, argv, **kw) -> ExecResult:
         return await asyncio.to_thread(self.handle.exec, argv, **kw)
 
+    async def is_alive(self) -> bool:
+        return await asyncio.to_thread(self.handle.is_alive)
+
     async def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> int:
         return await asyncio.to_thread(self.handle.write_file, path, data, mode)
 

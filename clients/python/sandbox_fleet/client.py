@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import io
 import tarfile
 import threading
@@ -20,11 +21,14 @@ def _seconds(t: float) -> str:
 @dataclass
 class ExecResult:
     """What a command did. ``stdout`` and ``stderr`` are bytes, exactly as the
-    command wrote them; ``text()`` decodes them."""
+    command wrote them; ``text()`` decodes them. ``timed_out`` says it was
+    stopped at its timeout, with what it started: its exit code is then 124,
+    as ``timeout(1)`` gives, and the output is what it wrote until then."""
 
     exit_code: int
     stdout: bytes = b""
     stderr: bytes = b""
+    timed_out: bool = False
 
     @property
     def ok(self) -> bool:
@@ -64,7 +68,8 @@ class Handle:
                     env: Mapping[str, str] | None = None, cwd: str | None = None,
                     container: str | None = None) -> Iterator[tuple[str, bytes | int]]:
         """Runs argv and yields its output as it comes: ``("stdout", bytes)``,
-        ``("stderr", bytes)``, and last ``("exit", code)``."""
+        ``("stderr", bytes)``, ``("timed_out", True)`` when it was stopped at
+        its timeout, and last ``("exit", code)``."""
         msg: dict = {"handle": self.id, "clientId": self.fleet.client_id, "argv": list(argv)}
         if stdin is not None:
             msg["stdin"] = b64(stdin.encode() if isinstance(stdin, str) else stdin)
@@ -77,34 +82,53 @@ class Handle:
         if container:
             msg["container"] = container
         # The call itself may take as long as the command, and then some.
-        for m in self.fleet._t.server_stream("Exec", msg, timeout=None):
-            if "stdout" in m:
-                yield "stdout", unb64(m["stdout"])
-            if "stderr" in m:
-                yield "stderr", unb64(m["stderr"])
-            if "exitCode" in m:
-                yield "exit", int(m["exitCode"])
+        yield from _output(self.fleet._t.server_stream("Exec", msg, timeout=None))
 
     def exec(self, argv: list[str], stdin: bytes | str | None = None, timeout: float | None = None,
              env: Mapping[str, str] | None = None, cwd: str | None = None, container: str | None = None,
              check: bool = False) -> ExecResult:
         """Runs argv in the sandbox and returns its exit code and output
         (bytes). A non-zero exit is a result, or a TaskError with
-        ``check=True``; a sandbox that was lost raises SandboxLostError."""
-        out, err, code = [], [], None
-        for kind, data in self.exec_stream(argv, stdin=stdin, timeout=timeout, env=env, cwd=cwd, container=container):
-            if kind == "stdout":
-                out.append(data)
-            elif kind == "stderr":
-                err.append(data)
-            else:
-                code = data
-        if code is None:
-            raise InfraError("Exec: the stream ended without an exit code", "unavailable", "exec")
-        result = ExecResult(code, b"".join(out), b"".join(err))
-        if check and code != 0:
-            raise TaskError(f"{argv[0]} exited {code} in sandbox {self.id}", code, result.stdout, result.stderr)
+        ``check=True``; so is a command past ``timeout`` (seconds), which is
+        killed in the sandbox with what it started and returned with
+        ``timed_out`` and exit code 124. A sandbox that was lost raises
+        SandboxLostError."""
+        result = _collect(self.exec_stream(argv, stdin=stdin, timeout=timeout, env=env, cwd=cwd, container=container))
+        if check and not result.ok:
+            raise TaskError(f"{argv[0]} {_failed(result)} in sandbox {self.id}", result.exit_code, result.stdout, result.stderr)
         return result
+
+    def is_alive(self) -> bool:
+        """Whether the sandbox is up, from the session's watch of its Pod:
+        no command runs. ``alive_reason()`` says why not."""
+        return self.alive_reason() is None
+
+    def alive_reason(self) -> str | None:
+        """None while the sandbox is up; why not once it is gone or going."""
+        out = self.fleet._t.unary("Alive", {"handle": self.id, "clientId": self.fleet.client_id})
+        return None if out.get("alive") else out.get("reason", "not alive")
+
+    def shell(self, name: str = "default") -> "Shell":
+        """A long-lived shell in the sandbox (bash where the image has it,
+        else sh), opened if it is not open: what a script sets (``cd``,
+        ``export``, ``source``, functions) the next one sees. Several named
+        shells keep apart. Use it as a context manager to close it."""
+        self.fleet._t.unary("OpenShell", {"handle": self.id, "clientId": self.fleet.client_id, "shell": name})
+        return Shell(self, name)
+
+    def start(self, argv: list[str], env: Mapping[str, str] | None = None, cwd: str | None = None,
+              container: str | None = None) -> "Process":
+        """Starts argv in the sandbox and returns at once: read its output as
+        it comes, write its stdin, signal it, wait for it. It ends with the
+        sandbox's release."""
+        msg: dict = {"handle": self.id, "clientId": self.fleet.client_id, "argv": list(argv)}
+        if env:
+            msg["env"] = dict(env)
+        if cwd:
+            msg["cwd"] = cwd
+        if container:
+            msg["container"] = container
+        return Process(self, self.fleet._t.unary("Start", msg)["process"])
 
     def write_files(self, directory: str, files: Mapping[str, bytes | str], mode: int = 0o644) -> int:
         """Writes files (name relative to directory -> content) into
@@ -167,6 +191,141 @@ class Handle:
         self.fleet.release(self)
 
 
+def _output(messages: Iterable[dict]) -> Iterator[tuple[str, bytes | int | bool]]:
+    for m in messages:
+        if "stdout" in m:
+            yield "stdout", unb64(m["stdout"])
+        if "stderr" in m:
+            yield "stderr", unb64(m["stderr"])
+        if "exitCode" in m:
+            if m.get("timedOut"):
+                yield "timed_out", True
+            yield "exit", int(m["exitCode"])
+
+
+def _collect(events: Iterable[tuple[str, bytes | int | bool]]) -> ExecResult:
+    out, err, code, timed_out = [], [], None, False
+    for kind, data in events:
+        if kind == "stdout":
+            out.append(data)
+        elif kind == "stderr":
+            err.append(data)
+        elif kind == "timed_out":
+            timed_out = True
+        else:
+            code = data
+    if code is None:
+        raise InfraError("the stream ended without an exit code", "unavailable", "exec")
+    return ExecResult(code, b"".join(out), b"".join(err), timed_out)
+
+
+def _failed(r: ExecResult) -> str:
+    return "timed out" if r.timed_out else f"exited {r.exit_code}"
+
+
+class Shell:
+    """A named long-lived shell in a sandbox (``Handle.shell``)."""
+
+    def __init__(self, handle: Handle, name: str):
+        self.handle = handle
+        self.name = name
+
+    def _msg(self) -> dict:
+        return {"handle": self.handle.id, "clientId": self.handle.fleet.client_id, "shell": self.name}
+
+    def run_stream(self, script: str, timeout: float | None = None,
+                   merge_stderr: bool = False) -> Iterator[tuple[str, bytes | int | bool]]:
+        """Runs script in the shell and yields its output as it comes, as
+        ``Handle.exec_stream`` does."""
+        msg = {**self._msg(), "script": script}
+        if timeout:
+            msg["timeout"] = _seconds(timeout)
+        if merge_stderr:
+            msg["mergeStderr"] = True
+        yield from _output(self.handle.fleet._t.server_stream("ShellRun", msg, timeout=None))
+
+    def run(self, script: str, timeout: float | None = None, merge_stderr: bool = False,
+            check: bool = False) -> ExecResult:
+        """Runs script (shell text) in the shell. Past ``timeout`` seconds it
+        is interrupted, then killed, and returned with ``timed_out`` and exit
+        code 124; the shell stays usable. ``merge_stderr`` interleaves stderr
+        into stdout as written. A script that runs ``exit`` closes the shell.
+        """
+        result = _collect(self.run_stream(script, timeout=timeout, merge_stderr=merge_stderr))
+        if check and not result.ok:
+            raise TaskError(f"{script!r} {_failed(result)} in shell {self.name} of {self.handle.id}",
+                            result.exit_code, result.stdout, result.stderr)
+        return result
+
+    def interrupt(self) -> None:
+        """Sends SIGINT to what the shell runs now, as Ctrl-C: a command that
+        does not handle it ends with 130, and the shell stays."""
+        self.handle.fleet._t.unary("ShellInterrupt", self._msg())
+
+    def close(self) -> None:
+        self.handle.fleet._t.unary("CloseShell", self._msg())
+
+    def __enter__(self) -> "Shell":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _signal_name(sig) -> str:
+    if isinstance(sig, int):
+        import signal as _signal
+
+        return _signal.Signals(sig).name
+    return str(sig)
+
+
+class Process:
+    """A process started in a sandbox (``Handle.start``)."""
+
+    def __init__(self, handle: Handle, pid: str):
+        self.handle = handle
+        self.id = pid
+        self.exit_code: int | None = None
+
+    def _msg(self) -> dict:
+        return {"handle": self.handle.id, "clientId": self.handle.fleet.client_id, "process": self.id}
+
+    def events(self, start: int = 0) -> Iterator[tuple[str, bytes | int]]:
+        """Its output from the start (or the ``start``-th event), as it
+        comes: ``("stdout", bytes)``, ``("stderr", bytes)``, last
+        ``("exit", code)``."""
+        msg = {**self._msg(), "from": start}
+        for kind, data in _output(self.handle.fleet._t.server_stream("ProcessEvents", msg, timeout=None)):
+            if kind == "exit":
+                self.exit_code = data
+            yield kind, data
+
+    def write_stdin(self, data: bytes | str) -> None:
+        raw = data.encode() if isinstance(data, str) else data
+        self.handle.fleet._t.unary("WriteStdin", {**self._msg(), "data": b64(raw)})
+
+    def close_stdin(self) -> None:
+        self.handle.fleet._t.unary("WriteStdin", {**self._msg(), "close": True})
+
+    def signal(self, sig) -> None:
+        """Sends sig (``signal.SIGINT``, ``"SIGTERM"``, ``"KILL"``, ...) to the
+        process and what it started."""
+        self.handle.fleet._t.unary("Signal", {**self._msg(), "signal": _signal_name(sig)})
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit code once it ends; TimeoutError when it still runs after
+        ``timeout`` seconds (None: as long as it takes)."""
+        while True:
+            step = 60.0 if timeout is None else timeout
+            out = self.handle.fleet._t.unary("Wait", {**self._msg(), "timeout": _seconds(step)}, timeout=step + 30)
+            if out.get("done"):
+                self.exit_code = int(out.get("exitCode", 0))
+                return self.exit_code
+            if timeout is not None:
+                raise TimeoutError(f"process {self.id} in sandbox {self.handle.id} still runs after {timeout}s")
+
+
 def _handle(fleet: "SandboxFleet", h: dict) -> Handle:
     return Handle(fleet=fleet, id=h["id"], task_id=h.get("taskId", ""), image=h.get("image", ""),
                   cluster=h.get("cluster", ""), namespace=h.get("namespace", ""), claim=h.get("claim", ""),
@@ -227,7 +386,9 @@ class SandboxFleet:
 
     def wait_pools_ready(self, timeout: float = 600.0, images: Iterable[str] = ()) -> dict:
         """Waits until the pools are Ready or timeout passes; returns
-        {"ready": bool, "pools": [...]}, never raising for not ready."""
+        {"ready": bool, "pools": [...]}, never raising for not ready. Pools
+        nothing asked to warm (no lookahead or acquire) would never be: that
+        raises FleetError at once, naming them."""
         out = self._t.unary("WaitPoolsReady", {"timeout": _seconds(timeout), "images": list(images)},
                             timeout=timeout + 30)
         return {"ready": bool(out.get("ready")), "pools": out.get("pools", [])}
@@ -329,6 +490,8 @@ class LookaheadWarmer:
 
         for step in LookaheadWarmer(fleet, steps):
             run_rollouts(step)
+
+    With AsyncSandboxFleet, ``async for step in LookaheadWarmer(afleet, steps)``.
     """
 
     def __init__(self, fleet, steps: Iterable[Iterable], depth: int = 1):
@@ -336,11 +499,20 @@ class LookaheadWarmer:
         self.steps = [list(s) for s in steps]
         self.depth = depth
 
+    def _ahead(self, i: int) -> list:
+        return [t for s in self.steps[i + 1:i + 1 + self.depth] for t in s]
+
     def __iter__(self):
-        if self.steps:
-            self.fleet.lookahead(self.steps[0])
         for i, step in enumerate(self.steps):
-            ahead = [t for s in self.steps[i + 1:i + 1 + self.depth] for t in s]
-            if ahead:
-                self.fleet.lookahead(ahead)
+            for batch in ([step] if i == 0 else []) + [self._ahead(i)]:
+                if batch and inspect.isawaitable(r := self.fleet.lookahead(batch)):
+                    r.close()
+                    raise TypeError("LookaheadWarmer over an AsyncSandboxFleet: iterate it with `async for`")
+            yield step
+
+    async def __aiter__(self):
+        for i, step in enumerate(self.steps):
+            for batch in ([step] if i == 0 else []) + [self._ahead(i)]:
+                if batch and inspect.isawaitable(r := self.fleet.lookahead(batch)):
+                    await r
             yield step

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import signal
 import subprocess
 import tarfile
 import tempfile
@@ -16,8 +17,217 @@ import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 
-from .client import Handle
-from .errors import FleetError
+from .client import ExecResult, Handle, Process, Shell, _signal_name
+from .errors import FleetError, InfraError, SandboxLostError, SandboxStartError, TaskError
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes under pid, from /proc (Linux)."""
+    parents: dict[int, int] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    parents[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    found, more = set(), {pid}
+    while more:
+        more = {p for p, pp in parents.items() if pp in more and p not in found}
+        found |= more
+    return sorted(found)
+
+
+def _kill_group(p: subprocess.Popen, sig=signal.SIGKILL) -> None:
+    try:
+        os.killpg(p.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+class FakeShell(Shell):
+    """A shell of a FakeHandle: a local bash (or sh) run as the real one is,
+    its state kept between scripts."""
+
+    def __init__(self, handle: "FakeHandle", name: str):
+        super().__init__(handle, name)
+        program = "command -v bash >/dev/null && exec bash; exec sh"
+        self._p = subprocess.Popen(["sh", "-c", "exec 3>&2 2>/dev/null; " + program], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=handle.root,
+                                   env={**os.environ, "SANDBOX_ROOT": handle.root}, start_new_session=True)
+        self._lock = threading.Lock()
+        self._running = False
+        self.closed = False
+
+    def _read_until(self, stream, marker: bytes, sink: list) -> bytes:
+        buf = b""
+        sep = b"\n" + marker
+        while True:
+            i = buf.find(sep)
+            if i >= 0 and b"\n" in buf[i + len(sep):]:
+                sink.append(buf[:i])
+                rest = buf[i + len(sep):]
+                return rest[:rest.index(b"\n")].strip()
+            chunk = os.read(stream.fileno(), 65536)
+            if not chunk:
+                raise EOFError
+            buf += chunk
+
+    def run_stream(self, script: str, timeout: float | None = None, merge_stderr: bool = False):
+        r = self.run(script, timeout=timeout, merge_stderr=merge_stderr)
+        if r.stdout:
+            yield "stdout", r.stdout
+        if r.stderr:
+            yield "stderr", r.stderr
+        if r.timed_out:
+            yield "timed_out", True
+        yield "exit", r.exit_code
+
+    def run(self, script: str, timeout: float | None = None, merge_stderr: bool = False, check: bool = False) -> ExecResult:
+        h = self.handle
+        h.fleet._check(h.id)
+        if self.closed:
+            raise FleetError(f"ShellRun: sandbox {h.id} has no shell {self.name!r} open (closed, exited, or never opened): open it first", "not_found")
+        marker = ("sandbox-fleet-" + uuid.uuid4().hex).encode()
+        quoted = "'" + script.replace("'", "'\\''") + "'"
+        redirect = "2>&1 3>&-" if merge_stderr else "2>&3 3>&-"
+        text = f"command eval {quoted} {redirect} </dev/null\nprintf '\\n%s %d\\n' {marker.decode()} \"$?\"; printf '\\n%s\\n' {marker.decode()} >&3\n"
+        out, err, code = [], [], {}
+        with self._lock:
+            self._running = True
+            try:
+                self._p.stdin.write(text.encode())
+                self._p.stdin.flush()
+                t = threading.Thread(target=lambda: err.append(self._read_until(self._p.stderr, marker, [])) if merge_stderr
+                                     else code.setdefault("err", self._read_until(self._p.stderr, marker, err)))
+                t.start()
+
+                def reader():
+                    try:
+                        code["out"] = self._read_until(self._p.stdout, marker, out)
+                    except EOFError:
+                        code["eof"] = True
+                r = threading.Thread(target=reader)
+                r.start()
+                r.join(timeout)
+                timed_out = r.is_alive()
+                if timed_out:
+                    for sig, grace in ((signal.SIGINT, 1.0), (signal.SIGKILL, 2.0)):
+                        for pid in _descendants(self._p.pid):
+                            try:
+                                os.kill(pid, sig)
+                            except ProcessLookupError:
+                                pass
+                        r.join(grace)
+                        if not r.is_alive():
+                            break
+                    if r.is_alive():
+                        self._close()
+                        r.join()
+                        raise InfraError(f"ShellRun: the script could not be stopped, so shell {self.name} went with it (open it again)", "internal", "exec")
+                t.join(5)
+            finally:
+                self._running = False
+        if code.get("eof"):
+            self.closed = True
+            rc = self._p.wait()
+            return ExecResult(rc if rc >= 0 else 128 - rc, b"".join(out), b"".join(x for x in err if isinstance(x, bytes)))
+        stderr = b"" if merge_stderr else b"".join(err)
+        result = ExecResult(124 if timed_out else int(code["out"]), b"".join(out), stderr, timed_out)
+        if check and not result.ok:
+            raise TaskError(f"{script!r} failed in shell {self.name} of {h.id}", result.exit_code, result.stdout, result.stderr)
+        return result
+
+    def interrupt(self) -> None:
+        self.handle.fleet._check(self.handle.id)
+        if self._running:
+            for pid in _descendants(self._p.pid):
+                try:
+                    os.kill(pid, signal.SIGINT)
+                except ProcessLookupError:
+                    pass
+
+    def _close(self) -> None:
+        self.closed = True
+        _kill_group(self._p)
+        self._p.wait()
+        for f in (self._p.stdin, self._p.stdout, self._p.stderr):
+            f.close()
+
+    def close(self) -> None:
+        self.handle.fleet._check(self.handle.id)
+        self.handle._shells.pop(self.name, None)
+        if not self.closed:
+            self._close()
+
+
+class FakeProcess(Process):
+    """A process of a FakeHandle: a local process in a group of its own."""
+
+    def __init__(self, handle: "FakeHandle", pid: str, p: subprocess.Popen):
+        super().__init__(handle, pid)
+        self._p = p
+        self._events: list = []
+        self._cond = threading.Condition()
+        readers = [threading.Thread(target=self._read, args=(p.stdout, "stdout"), daemon=True),
+                   threading.Thread(target=self._read, args=(p.stderr, "stderr"), daemon=True)]
+        for t in readers:
+            t.start()
+
+        def ender():
+            for t in readers:
+                t.join()
+            rc = p.wait()
+            with self._cond:
+                self._events.append(("exit", rc if rc >= 0 else 128 - rc))
+                self._cond.notify_all()
+        threading.Thread(target=ender, daemon=True).start()
+
+    def _read(self, stream, kind: str) -> None:
+        while chunk := os.read(stream.fileno(), 65536):
+            with self._cond:
+                self._events.append((kind, chunk))
+                self._cond.notify_all()
+
+    def events(self, start: int = 0):
+        i = start
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: len(self._events) > i)
+                batch = self._events[i:]
+            for kind, data in batch:
+                i += 1
+                if kind == "exit":
+                    self.exit_code = data
+                yield kind, data
+                if kind == "exit":
+                    return
+
+    def write_stdin(self, data: bytes | str) -> None:
+        self.handle.fleet._check(self.handle.id)
+        self._p.stdin.write(data.encode() if isinstance(data, str) else data)
+        self._p.stdin.flush()
+
+    def close_stdin(self) -> None:
+        self.handle.fleet._check(self.handle.id)
+        self._p.stdin.close()
+
+    def signal(self, sig) -> None:
+        self.handle.fleet._check(self.handle.id)
+        name = _signal_name(sig).upper()
+        _kill_group(self._p, signal.Signals[name if name.startswith("SIG") else "SIG" + name])
+
+    def wait(self, timeout: float | None = None) -> int:
+        try:
+            rc = self._p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"process {self.id} in sandbox {self.handle.id} still runs after {timeout}s") from None
+        self.exit_code = rc if rc >= 0 else 128 - rc
+        return self.exit_code
+
+    def _stop(self) -> None:
+        _kill_group(self._p)
+        self._p.wait()
 
 
 class FakeHandle(Handle):
@@ -25,8 +235,18 @@ class FakeHandle(Handle):
 
     root: str = ""
 
+    lost_reason: str | None = None
+
+    def _prepare(self, root: str) -> None:
+        self.root = root
+        self._shells: dict[str, FakeShell] = {}
+        self._procs: list[FakeProcess] = []
+
     def _local(self, path: str) -> str:
         return os.path.join(self.root, path.lstrip("/"))
+
+    def _env(self, env) -> dict:
+        return {**os.environ, "SANDBOX_ROOT": self.root, **(env or {})}
 
     def exec_stream(self, argv, stdin=None, timeout=None, env=None, cwd=None, container=None) -> Iterator[tuple[str, bytes | int]]:
         self.fleet._check(self.id)
@@ -34,18 +254,55 @@ class FakeHandle(Handle):
             raise FleetError("Exec: no command: argv is empty", "invalid_argument")
         data = stdin.encode() if isinstance(stdin, str) else stdin
         try:
-            p = subprocess.run(list(argv), input=data if data is not None else b"", capture_output=True,
-                               timeout=timeout, cwd=self._local(cwd) if cwd else self.root,
-                               env={**os.environ, "SANDBOX_ROOT": self.root, **(env or {})})
+            p = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 cwd=self._local(cwd) if cwd else self.root, env=self._env(env), start_new_session=True)
         except FileNotFoundError as e:
             yield "stderr", str(e).encode()
             yield "exit", 127
             return
-        if p.stdout:
-            yield "stdout", p.stdout
-        if p.stderr:
-            yield "stderr", p.stderr
-        yield "exit", p.returncode
+        timed_out = False
+        try:
+            out, err = p.communicate(data if data is not None else b"", timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # As in the sandbox: the command and what it started are killed.
+            _kill_group(p)
+            out, err = p.communicate()
+            timed_out = True
+        self.fleet._check(self.id)
+        if out:
+            yield "stdout", out
+        if err:
+            yield "stderr", err
+        if timed_out:
+            yield "timed_out", True
+            yield "exit", 124
+        else:
+            yield "exit", p.returncode if p.returncode >= 0 else 128 - p.returncode
+
+    def alive_reason(self) -> str | None:
+        self.fleet._check(self.id, alive=False)
+        return self.lost_reason
+
+    def shell(self, name: str = "default") -> FakeShell:
+        self.fleet._check(self.id)
+        if name not in self._shells or self._shells[name].closed:
+            self._shells[name] = FakeShell(self, name)
+        return self._shells[name]
+
+    def start(self, argv, env=None, cwd=None, container=None) -> FakeProcess:
+        self.fleet._check(self.id)
+        p = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             cwd=self._local(cwd) if cwd else self.root, env=self._env(env), start_new_session=True)
+        proc = FakeProcess(self, f"p{len(self._procs) + 1}", p)
+        self._procs.append(proc)
+        return proc
+
+    def _end(self) -> None:
+        for sh in list(self._shells.values()):
+            if not sh.closed:
+                sh._close()
+        for p in self._procs:
+            p._stop()
 
     def write_tar(self, directory: str, archive: bytes, chunk: int = 1 << 20) -> int:
         self.fleet._check(self.id)
@@ -88,16 +345,35 @@ class FakeFleet:
         self._lock = threading.Lock()
         self._closed = False
         self.counts = {"acquired": 0, "released": 0}
+        self._start_failures: dict[str, tuple[int, str]] = {}
 
     def _open(self) -> None:
         if self._closed:
             raise FleetError("the session is closed", "failed_precondition")
 
-    def _check(self, hid: str) -> None:
+    def _check(self, hid: str, alive: bool = True) -> None:
         with self._lock:
             self._open()
             if hid not in self._held:
                 raise FleetError(f"no sandbox {hid!r} is held in this session (released, expired, or never acquired)", "not_found")
+            reason = self._held[hid].lost_reason
+        if alive and reason:
+            raise SandboxLostError(f"sandbox {hid} was lost: {reason}", "aborted", "lost")
+
+    # Failures a trainer's tests can make happen.
+
+    def lose(self, handle, reason: str = "its Pod was deleted (FakeFleet.lose)") -> None:
+        """Makes a held sandbox lost, as a deleted Pod is: its processes and
+        shells end, every later call on it raises SandboxLostError, and
+        ``is_alive()`` is False. It can still be released."""
+        h = self._held[handle.id if isinstance(handle, Handle) else handle]
+        h.lost_reason = reason
+        h._end()
+
+    def fail_start(self, task_or_image, times: int = 1, reason: str = "the image could not be pulled (FakeFleet.fail_start)") -> None:
+        """Makes the next ``times`` acquires of a task (id or dict) or an image
+        raise SandboxStartError, as a sandbox that cannot start does."""
+        self._start_failures[self._image_of(task_or_image)] = (times, reason)
 
     def add_tasks(self, tasks: Iterable[Mapping]) -> dict:
         self._open()
@@ -136,6 +412,11 @@ class FakeFleet:
     def wait_pools_ready(self, timeout: float = 600.0, images: Iterable[str] = ()) -> dict:
         self._open()
         names = list(images) or sorted(self._warm)
+        cold = [i for i in names if i not in self._warm]
+        if not names or cold:
+            what = ", ".join(cold) if cold else "any image"
+            raise FleetError(f"WaitPoolsReady: not warming: no pool is warming for {what}, so it would not become ready: "
+                             "ask for it first with Lookahead (lookahead() in Python) or Acquire", "failed_precondition")
         return {"ready": all(i in self._warm for i in names), "pools": [self._pool(i) for i in names]}
 
     def acquire(self, task_id=None, image: str | None = None, timeout: float | None = None) -> FakeHandle:
@@ -144,6 +425,10 @@ class FakeFleet:
             raise FleetError("name either a task id or an image", "invalid_argument")
         img = self._image_of(task_id if task_id is not None else image)
         tid = str(task_id["id"] if isinstance(task_id, Mapping) else task_id or "")
+        times, reason = self._start_failures.get(img, (0, ""))
+        if times > 0:
+            self._start_failures[img] = (times - 1, reason)
+            raise SandboxStartError(f"Acquire: the sandbox of {img} could not start: {reason}", "failed_precondition", "start")
         self._warm.add(img)
         with self._lock:
             self._requests += 1
@@ -151,20 +436,21 @@ class FakeFleet:
         root = tempfile.mkdtemp(prefix="sandbox-fleet-fake-")
         h = FakeHandle(fleet=self, id=hid, task_id=tid, image=img, cluster="fake", namespace="fake", claim=hid,
                        sandbox=hid, pod=hid, pod_ip="127.0.0.1", hostname=hid, node="localhost", container="sandbox")
-        h.root = root
+        h._prepare(root)
         with self._lock:
             self._held[hid] = h
             self.counts["acquired"] += 1
         return h
 
     def release(self, handle, reuse: bool = False) -> str:
-        """Deletes the sandbox's directory. The fake does not recycle: with
+        """Ends its shells and processes and deletes the sandbox's directory. The fake does not recycle: with
         reuse too the sandbox is deleted, and the outcome is "released"."""
         hid = handle.id if isinstance(handle, Handle) else handle
-        self._check(hid)
+        self._check(hid, alive=False)
         with self._lock:
             h = self._held.pop(hid)
             self.counts["released"] += 1
+        h._end()
         shutil.rmtree(h.root, ignore_errors=True)
         return "released"
 

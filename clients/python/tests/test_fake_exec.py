@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from sandbox_fleet import TaskError
+import agent_checks
+from sandbox_fleet import FleetError, SandboxLostError, SandboxStartError, TaskError
 from sandbox_fleet.testing import FakeFleet
 
 
@@ -33,3 +34,41 @@ def test_files_round_trip(handle):
     assert handle.read_file("/testbed/big.bin") == data
     handle.write_files("/out", {"a.txt": "A", "d/b.txt": b"B"})
     assert handle.read_files(["/out"]) == {"/out/a.txt": b"A", "/out/d/b.txt": b"B"}
+
+
+def test_timeouts_kill(handle):
+    agent_checks.timeouts_kill(handle)
+
+
+def test_shells(handle):
+    agent_checks.shells_keep_state(handle, os.path.join(handle.root, "testbed"))
+
+
+def test_processes(handle):
+    agent_checks.processes(handle)
+
+
+def test_injected_failures():
+    f = FakeFleet()
+    f.add_tasks([{"id": "a", "image": "busybox:1.36"}, {"id": "b", "image": "busybox:1.36"}])
+    f.fail_start("a")
+    with pytest.raises(SandboxStartError):
+        f.acquire("a")
+    h = f.acquire("a")
+    p = h.start(["sleep", "60"])
+    assert h.is_alive()
+    f.lose(h)
+    assert not h.is_alive() and "deleted" in h.alive_reason()
+    assert p.wait(5) == 137
+    with pytest.raises(SandboxLostError):
+        h.exec(["true"])
+    f.release(h)
+    f.close()
+
+
+def test_wait_pools_ready_says_what_is_not_warming():
+    f = FakeFleet()
+    f.add_tasks([{"id": "a", "image": "busybox:1.36"}])
+    with pytest.raises(FleetError) as e:
+        f.wait_pools_ready(timeout=60)
+    assert e.value.code == "failed_precondition" and "lookahead" in str(e.value)

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+import agent_checks
 from conftest import KUBECTL, NAMESPACE, needs_cluster, wait_for
 
 from sandbox_fleet import InfraError, SandboxLostError, SandboxStartError, TaskError
@@ -54,9 +55,23 @@ def test_exec_streams_stdin_and_exit_codes(session):
         with pytest.raises(TaskError) as e:
             h.exec(["false"], check=True)
         assert e.value.verdict == "task" and e.value.exit_code == 1
-        with pytest.raises(InfraError) as e:
-            h.exec(["sleep", "30"], timeout=1)
-        assert e.value.reason == "timeout"
+
+
+
+def test_timeouts_kill(session):
+    with session.acquire("bb-2") as h:
+        agent_checks.timeouts_kill(h)
+        assert h.exec(["sh", "-c", "pgrep sleep"]).exit_code == 1
+
+
+def test_shells_keep_state(session):
+    with session.acquire("swe") as h:
+        agent_checks.shells_keep_state(h, "/testbed")
+
+
+def test_processes(session):
+    with session.acquire("swe") as h:
+        agent_checks.processes(h)
 
 
 def test_files_round_trip(session):
@@ -88,14 +103,19 @@ def test_a_pod_deleted_mid_exec(session):
 
     def run():
         try:
-            result["r"] = h.exec(["sleep", "60"])
+            result["r"] = h.exec(["sleep", "30"])
         except Exception as e:  # noqa: BLE001 - the test inspects it
             result["e"] = e
 
     t = threading.Thread(target=run)
     t.start()
     time.sleep(1)
+    assert h.is_alive()
     subprocess.run([KUBECTL, "delete", "pod", "-n", NAMESPACE, h.pod, "--wait=false"], check=True, capture_output=True)
+    deleted = time.monotonic()
+    # Seen from the session's watch, with no command run.
+    wait_for("is_alive() to turn False", lambda: not h.is_alive(), timeout=5)
+    assert time.monotonic() - deleted < 5 and h.alive_reason()
     t.join(90)
     assert isinstance(result.get("e"), SandboxLostError), result
     assert result["e"].verdict == "infra" and result["e"].reason == "lost"

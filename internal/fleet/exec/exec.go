@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
@@ -38,6 +39,10 @@ type Request struct {
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 	Protocol       Protocol
+	// Timeout, when set, is the command's: a sandbox's Exec (through
+	// Bounded, or its shell) stops it there and reports it timed out. Run
+	// itself ignores it.
+	Timeout time.Duration
 }
 
 // Run runs the command and returns its exit code. A command that ran and

@@ -16,10 +16,14 @@ import (
 
 // Shell is one long-lived shell in a sandbox, over a single exec stream,
 // that runs commands one after another: an agent loop of hundreds of small
-// commands pays one exec's connection, not one per command. Each command
-// runs in a subshell of its own, so one command's cd, variables or exit do
-// not reach the next; its stdout, stderr and exit code are exactly what it
-// would give on an exec of its own.
+// commands pays one exec's connection, not one per command.
+//
+// A command is either argv, run in a subshell of its own so that one
+// command's cd, variables or exit do not reach the next (its stdout,
+// stderr and exit code are exactly what it would give on an exec of its
+// own), or a script evaluated by the shell itself, so that cd, export,
+// source and functions carry over to the next script, as in the bash
+// session that SWE-agent and OpenHands keep.
 //
 // Framing: after each command the shell writes, on stdout and on stderr, a
 // newline and a marker made of random bytes drawn for that command alone,
@@ -28,9 +32,10 @@ import (
 // back as it was. A command cannot forge the marker: it never sees it
 // before it has exited. Its stdin is the bytes it was given, or none.
 //
-// A Shell whose stream broke, or whose command outlived its context, is
-// broken (ErrBroken): its shell may still be running that command, so it
-// takes no more. Open another.
+// A command past its timeout, or interrupted, is signalled in the sandbox:
+// every process under the shell, leaving the shell itself (SIGINT, then
+// SIGKILL). A Shell whose stream broke, or whose command could not be
+// stopped, is broken (ErrBroken) and takes no more: open another.
 type Shell struct {
 	mu     sync.Mutex
 	stdin  io.WriteCloser
@@ -38,6 +43,16 @@ type Shell struct {
 	stderr *framed
 	stop   func() error
 	broken error
+	// signal sends a signal to the processes under the shell; nil for a
+	// shell that cannot be signalled (its commands are then stopped by
+	// breaking it).
+	signal func(ctx context.Context, sig string, pid int) error
+	// pid is the shell's in the sandbox, read from its first line.
+	pid int
+
+	// runMu guards running, which Interrupt reads while Run holds mu.
+	runMu   sync.Mutex
+	running bool
 }
 
 // ErrBroken is the error of a command on a Shell that can no longer run
@@ -48,30 +63,47 @@ var ErrBroken = errors.New("the shell session is broken")
 // the command's text, as octal escapes.
 const MaxStdin = 1 << 20
 
-// OpenShell starts sh through run (Run, or a sandbox's Exec) in the Pod
-// and container of r — its Command and streams are the Shell's — and
-// returns the Shell. Close ends it.
-func OpenShell(ctx context.Context, run func(context.Context, Request) (int, error), r Request) *Shell {
+// Programs a Shell can run: sh, or bash where the image has it (what the
+// agent frameworks' sessions run), else sh.
+const (
+	ShellSh       = "exec sh"
+	ShellBashOrSh = "command -v bash >/dev/null && exec bash; exec sh"
+)
+
+// Grace periods of a command being stopped: after SIGINT it has
+// interruptGrace to end before SIGKILL; after SIGKILL, killGrace before
+// the shell itself is given up.
+var (
+	interruptGrace = time.Second
+	killGrace      = 2 * time.Second
+)
+
+// OpenShell starts program (ShellSh or ShellBashOrSh) through run (Run, or
+// a sandbox's Exec) in the Pod and container of r — its Command and
+// streams are the Shell's — and returns the Shell. Its commands are
+// signalled by commands run the same way. Close ends it.
+func OpenShell(ctx context.Context, run func(context.Context, Request) (int, error), r Request, program string) *Shell {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	errR, errW := io.Pipe()
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan error, 1)
+	container := r.Container
 	// The commands' stderr goes out on fd 3; the shell's own words
 	// ("Killed" after a command died of a signal, which an exec of its own
-	// would not say) go to /dev/null.
-	r.Command, r.Stdin, r.Stdout, r.Stderr = []string{"sh", "-c", "exec 3>&2 2>/dev/null; exec sh"}, inR, outW, errW
+	// would not say) go to /dev/null. The first line is the shell's PID.
+	r.Command, r.Stdin, r.Stdout, r.Stderr = []string{"sh", "-c", "exec 3>&2 2>/dev/null; echo $$; " + program}, inR, outW, errW
 	go func() {
 		code, err := run(ctx, r)
 		if err == nil {
-			err = fmt.Errorf("the shell exited %d", code)
+			err = &exitedError{code}
 		}
 		outW.CloseWithError(err)
 		errW.CloseWithError(err)
 		inR.CloseWithError(err)
 		done <- err
 	}()
-	return newShell(inW, outR, errR, func() error {
+	sh := newShell(inW, outR, errR, func() error {
 		// EOF on its stdin ends the shell, and the stream with it, as the
 		// server closes it; what the shell still writes is dropped. Cutting
 		// the connection instead would make the client log its copiers'
@@ -88,7 +120,16 @@ func OpenShell(ctx context.Context, run func(context.Context, Request) (int, err
 		cancel()
 		return nil
 	})
+	sh.signal = func(ctx context.Context, sig string, pid int) error {
+		return Signal(ctx, run, container, sig, pid, Children)
+	}
+	return sh
 }
+
+// exitedError is the end of a shell that exited by itself.
+type exitedError struct{ code int }
+
+func (e *exitedError) Error() string { return fmt.Sprintf("the shell exited %d", e.code) }
 
 // shellExitGrace is how long a closed Shell's shell has to exit.
 const shellExitGrace = 2 * time.Second
@@ -99,48 +140,181 @@ func newShell(stdin io.WriteCloser, stdout, stderr io.Reader, stop func() error)
 	return &Shell{stdin: stdin, stdout: &framed{r: stdout}, stderr: &framed{r: stderr}, stop: sync.OnceValue(stop)}
 }
 
-// Run runs argv in the shell with stdin (nil: none) and copies its output
-// to stdout and stderr (nil: discarded). It returns the exit code; an
-// error means the command's end was not seen, and the Shell is broken.
-func (s *Shell) Run(ctx context.Context, argv []string, stdin []byte, stdout, stderr io.Writer) (int, error) {
-	if len(argv) == 0 {
-		return 0, errors.New("no command: argv is empty")
+// Command is one command of a Shell: Argv, run in a subshell, or Script,
+// evaluated by the shell itself.
+type Command struct {
+	Argv   []string
+	Script string
+	// Stdin is the command's input; none when empty. Only argv takes it.
+	Stdin []byte
+	// MergeStderr sends the command's stderr to its stdout, interleaved as
+	// written.
+	MergeStderr bool
+	// Timeout bounds the command; 0 is no bound.
+	Timeout time.Duration
+}
+
+// Result is what a command did. A command stopped at its timeout has
+// TimedOut and exit code 124, as timeout(1) gives. Exited says the shell
+// ended with the command (a script that ran exit): it takes no more.
+type Result struct {
+	ExitCode int
+	TimedOut bool
+	Exited   bool
+}
+
+// TimeoutExitCode is the exit code of a command stopped at its timeout.
+const TimeoutExitCode = 124
+
+// Run runs c in the shell and copies its output to stdout and stderr (nil:
+// discarded) as it comes. An error means the command's end was not seen,
+// and the Shell is broken. When ctx ends the command is stopped as at a
+// timeout and ctx's error returned.
+func (s *Shell) Run(ctx context.Context, c Command, stdout, stderr io.Writer) (Result, error) {
+	if len(c.Argv) == 0 && strings.TrimSpace(c.Script) == "" {
+		return Result{}, errors.New("no command: argv and script are empty")
 	}
-	if len(stdin) > MaxStdin {
-		return 0, fmt.Errorf("%d bytes of stdin are more than a shell session carries (%d); write them to a file first", len(stdin), MaxStdin)
+	if c.Script != "" && len(c.Stdin) > 0 {
+		// Piped in, the script would run in the pipe's subshell and keep
+		// nothing it set.
+		return Result{}, errors.New("a script run in the shell takes no stdin: write the input to a file, or run argv")
+	}
+	if len(c.Stdin) > MaxStdin {
+		return Result{}, fmt.Errorf("%d bytes of stdin are more than a shell session carries (%d); write them to a file first", len(c.Stdin), MaxStdin)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.broken != nil {
-		return 0, fmt.Errorf("%w: %w", ErrBroken, s.broken)
+		return Result{}, fmt.Errorf("%w: %w", ErrBroken, s.broken)
+	}
+	if err := s.start(); err != nil {
+		return Result{}, s.breakWith(err)
 	}
 	marker, err := newMarker()
 	if err != nil {
-		return 0, err
+		return Result{}, err
 	}
-	type result struct {
-		code int
-		err  error
+	results := make(chan exchanged, 1)
+	s.setRunning(true)
+	defer s.setRunning(false)
+	if c.MergeStderr {
+		// The shell sends the command's stderr to stdout; nothing but the
+		// marker comes on stderr.
+		stderr = nil
 	}
-	results := make(chan result, 1)
 	go func() {
-		code, err := s.exchange(script(argv, stdin, marker), marker, stdout, stderr)
-		results <- result{code, err}
+		code, err := s.exchange(script(c, marker), marker, stdout, stderr)
+		results <- exchanged{code, err}
 	}()
-	select {
-	case r := <-results:
-		if r.err != nil {
-			s.broken = r.err
-			return 0, fmt.Errorf("%w: %w", ErrBroken, r.err)
-		}
-		return r.code, nil
-	case <-ctx.Done():
-		s.broken = fmt.Errorf("a command outlived its context: %w", context.Cause(ctx))
-		// Unblock the exchange: the stream goes with the shell.
-		_ = s.stop()
-		<-results
-		return 0, fmt.Errorf("%w: %w", ErrBroken, s.broken)
+	var timeout <-chan time.Time
+	if c.Timeout > 0 {
+		t := time.NewTimer(c.Timeout)
+		defer t.Stop()
+		timeout = t.C
 	}
+	var r exchanged
+	stopped, timedOut := true, false
+	select {
+	case r = <-results:
+	case <-timeout:
+		timedOut = true
+		r, stopped = s.stopCommand(ctx, results)
+	case <-ctx.Done():
+		if r, stopped = s.stopCommand(ctx, results); stopped && r.err == nil {
+			return Result{}, context.Cause(ctx)
+		}
+	}
+	var exited *exitedError
+	switch {
+	case !stopped:
+		return Result{}, s.breakWith(fmt.Errorf("the command could not be stopped (a loop of the shell's builtins?), so the shell went with it: %w", r.err))
+	case r.err != nil && c.Script != "" && errors.As(r.err, &exited):
+		// The script ended the shell (exit, exec, a signal to it).
+		s.broken = r.err
+		return Result{ExitCode: exited.code, Exited: true}, nil
+	case r.err != nil:
+		return Result{}, s.breakWith(r.err)
+	case timedOut:
+		return Result{ExitCode: TimeoutExitCode, TimedOut: true}, nil
+	}
+	return Result{ExitCode: r.code}, nil
+}
+
+// exchanged is how a command's exchange with the shell ended.
+type exchanged struct {
+	code int
+	err  error
+}
+
+// stopCommand stops the command running: SIGINT to what runs under the
+// shell, then SIGKILL; it returns the command's end as it was seen, and
+// false when neither stopped it and the shell was ended instead.
+func (s *Shell) stopCommand(ctx context.Context, results <-chan exchanged) (exchanged, bool) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if s.signal != nil && s.pid > 1 {
+		for _, step := range []struct {
+			sig   string
+			grace time.Duration
+		}{{"INT", interruptGrace}, {"KILL", killGrace}} {
+			if err := s.signal(sctx, step.sig, s.pid); err != nil {
+				break
+			}
+			select {
+			case r := <-results:
+				return r, true
+			case <-time.After(step.grace):
+			}
+		}
+	}
+	// Nothing stopped it (a loop of the shell's own builtins, or a shell
+	// that cannot be signalled): the shell goes with it.
+	_ = s.stop()
+	return <-results, false
+}
+
+// Interrupt sends SIGINT to the command running, as Ctrl-C would: it
+// decides how to end (most exit 130), and the shell stays. Nothing
+// running is nothing to do.
+func (s *Shell) Interrupt(ctx context.Context) error {
+	s.runMu.Lock()
+	running := s.running
+	s.runMu.Unlock()
+	if !running {
+		return nil
+	}
+	if s.signal == nil || s.pid <= 1 {
+		return errors.New("this shell's commands cannot be signalled")
+	}
+	return s.signal(ctx, "INT", s.pid)
+}
+
+func (s *Shell) setRunning(v bool) {
+	s.runMu.Lock()
+	s.running = v
+	s.runMu.Unlock()
+}
+
+// start reads the shell's PID, its first line, once.
+func (s *Shell) start() error {
+	if s.pid != 0 {
+		return nil
+	}
+	line, err := s.stdout.line()
+	if err != nil {
+		return err
+	}
+	pid, err := strconv.Atoi(string(line))
+	if err != nil || pid <= 0 {
+		return fmt.Errorf("the shell began with %q, not its PID", line)
+	}
+	s.pid = pid
+	return nil
+}
+
+func (s *Shell) breakWith(err error) error {
+	s.broken = err
+	return fmt.Errorf("%w: %w", ErrBroken, err)
 }
 
 // exchange sends one command and reads its output up to its markers.
@@ -190,25 +364,39 @@ func newMarker() ([]byte, error) {
 	return []byte("sandbox-fleet-" + hex.EncodeToString(b)), nil
 }
 
-// script is the shell text that runs argv in a subshell with stdin and
-// then writes the markers: "\n<marker> <code>\n" on stdout and
-// "\n<marker>\n" on stderr.
-func script(argv []string, stdin []byte, marker []byte) string {
+// script is the shell text that runs c and then writes the markers:
+// "\n<marker> <code>\n" on stdout and "\n<marker>\n" on stderr. Argv runs
+// in a subshell; a script is evaluated by the shell itself, so what it
+// sets stays (a syntax error in it is its own exit code, not the shell's
+// end).
+func script(c Command, marker []byte) string {
 	var b strings.Builder
-	if len(stdin) > 0 {
+	if len(c.Stdin) > 0 {
 		// printf's format turns octal escapes back into the bytes.
 		b.WriteString("printf '")
-		for _, c := range stdin {
-			fmt.Fprintf(&b, "\\%03o", c)
+		for _, ch := range c.Stdin {
+			fmt.Fprintf(&b, "\\%03o", ch)
 		}
 		b.WriteString("' | ")
 	}
-	words := make([]string, len(argv))
-	for i, a := range argv {
-		words[i] = Quote(a)
+	if len(c.Argv) > 0 {
+		words := make([]string, len(c.Argv))
+		for i, a := range c.Argv {
+			words[i] = Quote(a)
+		}
+		b.WriteString("(" + strings.Join(words, " ") + ")")
+	} else {
+		// Through command, a syntax error in the script is eval's failure
+		// (exit 2), not the end of the shell as POSIX has it for a special
+		// builtin.
+		b.WriteString("command eval " + Quote(c.Script))
 	}
-	b.WriteString("(" + strings.Join(words, " ") + ") 2>&3 3>&-")
-	if len(stdin) == 0 {
+	if c.MergeStderr {
+		b.WriteString(" 2>&1 3>&-")
+	} else {
+		b.WriteString(" 2>&3 3>&-")
+	}
+	if len(c.Stdin) == 0 {
 		b.WriteString(" </dev/null")
 	}
 	fmt.Fprintf(&b, "\nprintf '\\n%s %%d\\n' \"$?\"; printf '\\n%s\\n' >&3\n", marker, marker)
@@ -219,6 +407,23 @@ func script(argv []string, stdin []byte, marker []byte) string {
 type framed struct {
 	r   io.Reader
 	buf []byte
+}
+
+// line reads one line.
+func (f *framed) line() ([]byte, error) {
+	chunk := make([]byte, 512)
+	for {
+		if i := bytes.IndexByte(f.buf, '\n'); i >= 0 {
+			l := append([]byte(nil), f.buf[:i]...)
+			f.buf = append(f.buf[:0], f.buf[i+1:]...)
+			return l, nil
+		}
+		n, err := f.r.Read(chunk)
+		f.buf = append(f.buf, chunk[:n]...)
+		if err != nil && n == 0 {
+			return nil, fmt.Errorf("reading the shell's output: %w", err)
+		}
+	}
 }
 
 // until copies what comes before "\n"+marker to w and returns what

@@ -20,46 +20,55 @@ import (
 // whatever carries the streams.
 func localShell(t *testing.T) *exec.Shell {
 	t.Helper()
-	local := func(ctx context.Context, r exec.Request) (int, error) {
-		cmd := osexec.CommandContext(ctx, r.Command[0], r.Command[1:]...)
-		cmd.Stdout, cmd.Stderr = r.Stdout, r.Stderr
-		// The shell and what it started go together, as a container's
-		// processes go with its exec; stdin is copied apart, as an exec
-		// stream does, so that the end of the shell is not held by it.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-		cmd.WaitDelay = time.Second
+	sh := exec.OpenShell(t.Context(), local, exec.Request{}, exec.ShellSh)
+	t.Cleanup(func() { _ = sh.Close() })
+	return sh
+}
+
+// local runs r on this machine as an exec runs it in a container: in a
+// process group of its own (runc makes an exec's process a session
+// leader), its streams copied.
+func local(ctx context.Context, r exec.Request) (int, error) {
+	cmd := osexec.CommandContext(ctx, r.Command[0], r.Command[1:]...)
+	cmd.Stdout, cmd.Stderr = r.Stdout, r.Stderr
+	// The shell and what it started go together, as a container's
+	// processes go with its exec; stdin is copied apart, as an exec
+	// stream does, so that the end of the shell is not held by it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = time.Second
+	if r.Stdin != nil {
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
-			return 0, err
-		}
-		if err := cmd.Start(); err != nil {
 			return 0, err
 		}
 		go func() {
 			_, _ = io.Copy(stdin, r.Stdin)
 			stdin.Close()
 		}()
-		err = cmd.Wait()
-		var exit *osexec.ExitError
-		if errors.As(err, &exit) {
-			return exit.ExitCode(), nil
-		}
+	}
+	if err := cmd.Start(); err != nil {
 		return 0, err
 	}
-	sh := exec.OpenShell(t.Context(), local, exec.Request{})
-	t.Cleanup(func() { _ = sh.Close() })
-	return sh
+	err := cmd.Wait()
+	var exit *osexec.ExitError
+	if errors.As(err, &exit) {
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal()), nil
+		}
+		return exit.ExitCode(), nil
+	}
+	return 0, err
 }
 
 func run(t *testing.T, sh *exec.Shell, stdin []byte, argv ...string) (string, string, int) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code, err := sh.Run(t.Context(), argv, stdin, &stdout, &stderr)
+	r, err := sh.Run(t.Context(), exec.Command{Argv: argv, Stdin: stdin}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("%q: %v", argv, err)
 	}
-	return stdout.String(), stderr.String(), code
+	return stdout.String(), stderr.String(), r.ExitCode
 }
 
 func TestShellKeepsOutputAndExitCodesExact(t *testing.T) {
@@ -125,17 +134,113 @@ func TestShellCommandsAreApart(t *testing.T) {
 	}
 }
 
-// A command that outlives its context breaks the Shell, which then says
-// so for every later command.
-func TestShellBrokenByATimeout(t *testing.T) {
+// A command past its timeout is stopped, and the shell runs the next.
+func TestShellTimeoutStopsTheCommand(t *testing.T) {
+	sh := localShell(t)
+	start := time.Now()
+	var out bytes.Buffer
+	r, err := sh.Run(t.Context(), exec.Command{Script: "echo started; sleep 30 & sleep 30", Timeout: 300 * time.Millisecond}, &out, nil)
+	if err != nil || !r.TimedOut || r.ExitCode != exec.TimeoutExitCode || out.String() != "started\n" {
+		t.Fatalf("Run past its timeout = %+v, %v, output %q; want timed out, 124, the output so far", r, err, out.String())
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("the timed-out command took %s to stop", d)
+	}
+	if got, _, _ := run(t, sh, nil, "echo", "next"); got != "next\n" {
+		t.Errorf("after a timeout: %q", got)
+	}
+}
+
+// A command that outlives its context is stopped and ctx's error returned;
+// the shell stays.
+func TestShellCommandStoppedWithItsContext(t *testing.T) {
 	sh := localShell(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
-	if _, err := sh.Run(ctx, []string{"sleep", "30"}, nil, nil, nil); !errors.Is(err, exec.ErrBroken) {
-		t.Fatalf("Run past its deadline = %v, want ErrBroken", err)
+	if _, err := sh.Run(ctx, exec.Command{Argv: []string{"sleep", "30"}}, nil, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Run past its context = %v, want its deadline", err)
 	}
-	if _, err := sh.Run(t.Context(), []string{"true"}, nil, nil, nil); !errors.Is(err, exec.ErrBroken) {
+	if got, _, _ := run(t, sh, nil, "echo", "next"); got != "next\n" {
+		t.Errorf("after the context ended: %q", got)
+	}
+}
+
+// A loop of builtins cannot be signalled apart from the shell: the shell
+// goes, and says so.
+func TestShellBrokenByAnUnstoppableCommand(t *testing.T) {
+	sh := localShell(t)
+	r, err := sh.Run(t.Context(), exec.Command{Script: "while :; do :; done", Timeout: 200 * time.Millisecond}, nil, nil)
+	if !errors.Is(err, exec.ErrBroken) {
+		t.Fatalf("Run of a builtin loop past its timeout = %+v, %v, want ErrBroken", r, err)
+	}
+	if _, err := sh.Run(t.Context(), exec.Command{Argv: []string{"true"}}, nil, nil); !errors.Is(err, exec.ErrBroken) {
 		t.Errorf("Run on a broken shell = %v, want ErrBroken", err)
+	}
+}
+
+// Scripts are run by the shell itself: what one sets, the next sees.
+func TestShellScriptsKeepState(t *testing.T) {
+	sh := localShell(t)
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		script, stdout, stderr string
+		code                   int
+		merge                  bool
+	}{
+		{script: "cd " + exec.Quote(dir) + "; export X=1; f() { echo \"f $1\"; }"},
+		{script: "pwd; echo $X; f a", stdout: dir + "\n1\nf a\n"},
+		{script: "echo out; echo err >&2; false", stdout: "out\n", stderr: "err\n", code: 1},
+		{script: "echo out; echo err >&2", stdout: "out\nerr\n", merge: true},
+		{script: "if then", code: 2},
+		{script: "no-such-command-here", code: 127},
+		{script: "echo $X", stdout: "1\n"},
+	} {
+		var stdout, stderr bytes.Buffer
+		r, err := sh.Run(t.Context(), exec.Command{Script: tc.script, MergeStderr: tc.merge}, &stdout, &stderr)
+		if err != nil || r.ExitCode != tc.code || stdout.String() != tc.stdout || (tc.stderr != "" && stderr.String() != tc.stderr) {
+			t.Errorf("%q = %+v, %v, stdout %q, stderr %q; want %d, %q, %q", tc.script, r, err, stdout.String(), stderr.String(), tc.code, tc.stdout, tc.stderr)
+		}
+	}
+	if _, err := sh.Run(t.Context(), exec.Command{Script: "cat", Stdin: []byte("x")}, nil, nil); err == nil {
+		t.Error("a script with stdin was taken: it would run in a subshell")
+	}
+	r, err := sh.Run(t.Context(), exec.Command{Script: "exit 3"}, nil, nil)
+	if err != nil || !r.Exited || r.ExitCode != 3 {
+		t.Errorf("exit 3 = %+v, %v; want the shell exited 3", r, err)
+	}
+}
+
+// Interrupt is Ctrl-C for the command running: sleep ends with 130, and
+// the shell runs the next command.
+func TestShellInterrupt(t *testing.T) {
+	sh := localShell(t)
+	done := make(chan exec.Result, 1)
+	go func() {
+		r, err := sh.Run(t.Context(), exec.Command{Script: "sleep 30"}, nil, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if err := sh.Interrupt(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-done:
+			if r.ExitCode != 130 || r.TimedOut {
+				t.Errorf("interrupted sleep = %+v, want exit 130", r)
+			}
+			if got, _, _ := run(t, sh, nil, "echo", "next"); got != "next\n" {
+				t.Errorf("after an interrupt: %q", got)
+			}
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the interrupt did not end sleep")
+		}
 	}
 }
 
@@ -143,7 +248,7 @@ func TestShellBrokenByATimeout(t *testing.T) {
 // processes do) breaks the Shell.
 func TestShellBrokenWhenTheShellExits(t *testing.T) {
 	sh := localShell(t)
-	if _, err := sh.Run(t.Context(), []string{"sh", "-c", "kill -9 0"}, nil, nil, nil); !errors.Is(err, exec.ErrBroken) {
+	if _, err := sh.Run(t.Context(), exec.Command{Argv: []string{"sh", "-c", "kill -9 0"}}, nil, nil); !errors.Is(err, exec.ErrBroken) {
 		t.Errorf("Run as the shell was killed = %v, want ErrBroken", err)
 	}
 }

@@ -28,39 +28,48 @@ type ExecRequest struct {
 	Cwd       string
 }
 
-// Exec runs r in client's sandbox id and returns its exit code. A command
-// that ran and failed is an exit code; an error is an infrastructure
-// failure (the sandbox was lost, the command could not run or timed out)
+// ExecResult is what a command did: its exit code, and whether it was
+// stopped at its timeout (exit code 124 then, as timeout(1) gives).
+type ExecResult struct {
+	ExitCode int
+	TimedOut bool
+}
+
+// Exec runs r in client's sandbox id. A command that ran and failed is an
+// exit code, and one past its timeout is stopped in the sandbox with what
+// it started and returned TimedOut — both the task's doing. An error is an
+// infrastructure failure (the sandbox was lost, the command could not run)
 // or a bad request.
-func (s *Session) Exec(ctx context.Context, id, client string, r ExecRequest) (int, error) {
+func (s *Session) Exec(ctx context.Context, id, client string, r ExecRequest) (ExecResult, error) {
 	h, err := s.Handle(id, client)
 	if err != nil {
-		return 0, err
+		return ExecResult{}, err
 	}
 	argv, err := command(r.Argv, r.Env, r.Cwd)
 	if err != nil {
-		return 0, err
+		return ExecResult{}, err
+	}
+	if r.Timeout < 0 {
+		return ExecResult{}, fmt.Errorf("%w: timeout %s: must not be negative", ErrInvalid, r.Timeout)
 	}
 	s.mu.Lock()
 	s.counts.Execs++
 	s.mu.Unlock()
-	if r.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, r.Timeout)
-		defer cancel()
+	res, err := h.Exec(ctx, exec.Request{Command: argv, Container: r.Container, Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Timeout: r.Timeout})
+	if err != nil {
+		return ExecResult{}, infraOf(err)
 	}
-	code, err := h.Exec(ctx, exec.Request{Command: argv, Container: r.Container, Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr})
+	return ExecResult{ExitCode: res.ExitCode, TimedOut: res.TimedOut}, nil
+}
+
+// infraOf is a sandbox's failure to run a command as the infrastructure's
+// verdict: lost, or exec.
+func infraOf(err error) error {
 	var lost *claim.LostError
-	switch {
-	case err == nil:
-		return code, nil
-	case errors.As(err, &lost):
-		return 0, verdict.Infrastructure(verdict.Lost, err)
-	case errors.Is(ctx.Err(), context.DeadlineExceeded) && r.Timeout > 0:
-		return 0, verdict.Infrastructure(verdict.Timeout, fmt.Errorf("the command ran out of its %s: %w", r.Timeout, err))
-	default:
-		return 0, verdict.Infrastructure(verdict.Exec, err)
+	if errors.As(err, &lost) {
+		return verdict.Infrastructure(verdict.Lost, err)
 	}
+	return verdict.Infrastructure(verdict.Exec, err)
 }
 
 // command is argv run with env set and in cwd. The exec API has neither,
@@ -118,12 +127,12 @@ func (s *Session) ReadFiles(ctx context.Context, id, client string, paths []stri
 // exist, a full disk) is an ErrFailed with tar's own words.
 func (s *Session) tar(ctx context.Context, id, client string, argv []string, stdin io.Reader, stdout io.Writer) error {
 	var stderr strings.Builder
-	code, err := s.Exec(ctx, id, client, ExecRequest{Argv: argv, Stdin: stdin, Stdout: stdout, Stderr: &stderr})
+	res, err := s.Exec(ctx, id, client, ExecRequest{Argv: argv, Stdin: stdin, Stdout: stdout, Stderr: &stderr})
 	if err != nil {
 		return err
 	}
-	if code != 0 {
-		return fmt.Errorf("%w: tar in sandbox %s exited %d: %s", ErrFailed, id, code, strings.TrimSpace(stderr.String()))
+	if res.ExitCode != 0 {
+		return fmt.Errorf("%w: tar in sandbox %s exited %d: %s", ErrFailed, id, res.ExitCode, strings.TrimSpace(stderr.String()))
 	}
 	return nil
 }

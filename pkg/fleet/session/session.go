@@ -55,6 +55,8 @@ var (
 	ErrClosed   = errors.New("the session is closed")
 	// ErrFailed: a file transfer's command ran in the sandbox and failed.
 	ErrFailed = errors.New("failed in the sandbox")
+	// ErrNotWarming: a wait for pools that nothing asked to warm.
+	ErrNotWarming = errors.New("not warming")
 )
 
 // Session is one fleet session. Its methods are safe to call concurrently.
@@ -108,6 +110,8 @@ type Handle struct {
 	Image    string
 	Client   string
 	released bool
+	// tools are its shells and processes, ended at its release.
+	tools tools
 }
 
 // Counts are the session's totals. Reused counts the acquires served by a
@@ -363,6 +367,20 @@ func (s *Session) WaitPoolsReady(ctx context.Context, images []string, timeout t
 		images, err = s.imagesOf(nil, images)
 	} else {
 		images = slices.Sorted(maps.Keys(s.pools))
+		if len(images) == 0 {
+			err = fmt.Errorf("%w: no pool is warming, so none would become ready: ask for them first with Lookahead (lookahead() in Python) or Acquire", ErrNotWarming)
+		}
+	}
+	if err == nil {
+		var cold []string
+		for _, img := range images {
+			if s.pools[img] == nil {
+				cold = append(cold, img)
+			}
+		}
+		if len(cold) > 0 {
+			err = fmt.Errorf("%w: no pool is warming for %s, so it would not become ready: ask for it first with Lookahead (lookahead() in Python) or Acquire", ErrNotWarming, strings.Join(cold, ", "))
+		}
 	}
 	s.mu.Unlock()
 	if err != nil {
@@ -625,7 +643,9 @@ func (s *Session) release(ctx context.Context, h *Handle, expired, reuse bool) (
 		s.counts.Expired++
 	}
 	s.mu.Unlock()
-	// A client that stops waiting must not fail the reset under way.
+	// A client that stops waiting must not fail the reset under way; a
+	// reset sandbox has no shell or process of its last lease left.
+	h.tools.closeAll(context.WithoutCancel(ctx))
 	outcome, err := s.fleet.GiveBack(context.WithoutCancel(ctx), h.Sandbox, reuse)
 	if outcome == fleet.Quarantined {
 		s.mu.Lock()
@@ -716,7 +736,11 @@ func (s *Session) Close(ctx context.Context) error {
 		return nil
 	}
 	s.closed = true
+	held := slices.Collect(maps.Values(s.handles))
 	s.mu.Unlock()
+	for _, h := range held {
+		h.tools.closeAll(ctx)
+	}
 	s.cancel()
 	s.wg.Wait()
 	err := s.fleet.Teardown(ctx)

@@ -61,6 +61,28 @@ const (
 	FleetServiceRenewProcedure = "/sandboxfleet.fleet.v1.FleetService/Renew"
 	// FleetServiceExecProcedure is the fully-qualified name of the FleetService's Exec RPC.
 	FleetServiceExecProcedure = "/sandboxfleet.fleet.v1.FleetService/Exec"
+	// FleetServiceAliveProcedure is the fully-qualified name of the FleetService's Alive RPC.
+	FleetServiceAliveProcedure = "/sandboxfleet.fleet.v1.FleetService/Alive"
+	// FleetServiceOpenShellProcedure is the fully-qualified name of the FleetService's OpenShell RPC.
+	FleetServiceOpenShellProcedure = "/sandboxfleet.fleet.v1.FleetService/OpenShell"
+	// FleetServiceShellRunProcedure is the fully-qualified name of the FleetService's ShellRun RPC.
+	FleetServiceShellRunProcedure = "/sandboxfleet.fleet.v1.FleetService/ShellRun"
+	// FleetServiceShellInterruptProcedure is the fully-qualified name of the FleetService's
+	// ShellInterrupt RPC.
+	FleetServiceShellInterruptProcedure = "/sandboxfleet.fleet.v1.FleetService/ShellInterrupt"
+	// FleetServiceCloseShellProcedure is the fully-qualified name of the FleetService's CloseShell RPC.
+	FleetServiceCloseShellProcedure = "/sandboxfleet.fleet.v1.FleetService/CloseShell"
+	// FleetServiceStartProcedure is the fully-qualified name of the FleetService's Start RPC.
+	FleetServiceStartProcedure = "/sandboxfleet.fleet.v1.FleetService/Start"
+	// FleetServiceProcessEventsProcedure is the fully-qualified name of the FleetService's
+	// ProcessEvents RPC.
+	FleetServiceProcessEventsProcedure = "/sandboxfleet.fleet.v1.FleetService/ProcessEvents"
+	// FleetServiceWriteStdinProcedure is the fully-qualified name of the FleetService's WriteStdin RPC.
+	FleetServiceWriteStdinProcedure = "/sandboxfleet.fleet.v1.FleetService/WriteStdin"
+	// FleetServiceSignalProcedure is the fully-qualified name of the FleetService's Signal RPC.
+	FleetServiceSignalProcedure = "/sandboxfleet.fleet.v1.FleetService/Signal"
+	// FleetServiceWaitProcedure is the fully-qualified name of the FleetService's Wait RPC.
+	FleetServiceWaitProcedure = "/sandboxfleet.fleet.v1.FleetService/Wait"
 	// FleetServiceWriteFilesProcedure is the fully-qualified name of the FleetService's WriteFiles RPC.
 	FleetServiceWriteFilesProcedure = "/sandboxfleet.fleet.v1.FleetService/WriteFiles"
 	// FleetServiceReadFilesProcedure is the fully-qualified name of the FleetService's ReadFiles RPC.
@@ -94,8 +116,40 @@ type FleetServiceClient interface {
 	// handle renew too.
 	Renew(context.Context, *connect.Request[v1.RenewRequest]) (*connect.Response[v1.RenewResponse], error)
 	// Exec runs a command in a sandbox and streams its output as it comes;
-	// the last message carries the exit code.
+	// the last message carries the exit code. A command past its timeout is
+	// killed in the sandbox with what it started (its process tree), and
+	// ends with exit code 124 and timed_out, as timeout(1) would: the
+	// task's failure, no error.
 	Exec(context.Context, *connect.Request[v1.ExecRequest]) (*connect.ServerStreamForClient[v1.ExecResponse], error)
+	// Alive says whether a sandbox is up, from the session's watch of its
+	// Pod: no command runs.
+	Alive(context.Context, *connect.Request[v1.AliveRequest]) (*connect.Response[v1.AliveResponse], error)
+	// OpenShell opens a named long-lived shell in a sandbox (bash where the
+	// image has it, else sh): cd, export, source and functions of one
+	// script carry over to the next. Opening one open already keeps it.
+	OpenShell(context.Context, *connect.Request[v1.ShellRequest]) (*connect.Response[v1.OpenShellResponse], error)
+	// ShellRun runs a script in a shell and streams its output; the last
+	// message has the exit code. Past its timeout the script is
+	// interrupted (SIGINT), then killed, and ends with 124 and timed_out;
+	// the shell stays. A script that exits the shell closes it.
+	ShellRun(context.Context, *connect.Request[v1.ShellRunRequest]) (*connect.ServerStreamForClient[v1.ExecResponse], error)
+	// ShellInterrupt sends SIGINT to what a shell runs now, as Ctrl-C.
+	ShellInterrupt(context.Context, *connect.Request[v1.ShellRequest]) (*connect.Response[v1.ShellInterruptResponse], error)
+	// CloseShell ends a shell.
+	CloseShell(context.Context, *connect.Request[v1.ShellRequest]) (*connect.Response[v1.CloseShellResponse], error)
+	// Start starts a process in a sandbox and returns its id at once; it
+	// ends with the sandbox's release.
+	Start(context.Context, *connect.Request[v1.StartRequest]) (*connect.Response[v1.StartResponse], error)
+	// ProcessEvents streams a process's output from an index on (0: all it
+	// wrote), as it comes, until its end: the last message has the exit
+	// code. Any number of readers may read, one after another or at once.
+	ProcessEvents(context.Context, *connect.Request[v1.ProcessEventsRequest]) (*connect.ServerStreamForClient[v1.ExecResponse], error)
+	// WriteStdin writes to a process's stdin, and closes it when asked.
+	WriteStdin(context.Context, *connect.Request[v1.WriteStdinRequest]) (*connect.Response[v1.WriteStdinResponse], error)
+	// Signal sends a signal to a process and what it started.
+	Signal(context.Context, *connect.Request[v1.SignalRequest]) (*connect.Response[v1.SignalResponse], error)
+	// Wait waits up to a timeout for a process to end.
+	Wait(context.Context, *connect.Request[v1.WaitRequest]) (*connect.Response[v1.WaitResponse], error)
 	// WriteFiles unpacks a tar archive, streamed in chunks, into a directory
 	// of the sandbox (the first message names the handle and the directory).
 	WriteFiles(context.Context) *connect.ClientStreamForClient[v1.WriteFilesRequest, v1.WriteFilesResponse]
@@ -159,6 +213,66 @@ func NewFleetServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(fleetServiceMethods.ByName("Exec")),
 			connect.WithClientOptions(opts...),
 		),
+		alive: connect.NewClient[v1.AliveRequest, v1.AliveResponse](
+			httpClient,
+			baseURL+FleetServiceAliveProcedure,
+			connect.WithSchema(fleetServiceMethods.ByName("Alive")),
+			connect.WithClientOptions(opts...),
+		),
+		openShell: connect.NewClient[v1.ShellRequest, v1.OpenShellResponse](
+			httpClient,
+			baseURL+FleetServiceOpenShellProcedure,
+			connect.WithSchema(fleetServiceMethods.ByName("OpenShell")),
+			connect.WithClientOptions(opts...),
+		),
+		shellRun: connect.NewClient[v1.ShellRunRequest, v1.ExecResponse](
+			httpClient,
+			baseURL+FleetServiceShellRunProcedure,
+			connect.WithSchema(fleetServiceMethods.ByName("ShellRun")),
+			connect.WithClientOptions(opts...),
+		),
+		shellInterrupt: connect.NewClient[v1.ShellRequest, v1.ShellInterruptResponse](
+			httpClient,
+			baseURL+FleetServiceShellInterruptProcedure,
+			connect.WithSchema(fleetServiceMethods.ByName("ShellInterrupt")),
+			connect.WithClientOptions(opts...),
+		),
+		closeShell: connect.NewClient[v1.ShellRequest, v1.CloseShellResponse](
+			httpClient,
+			baseURL+FleetServiceCloseShellProcedure,
+			connect.WithSchema(fleetServiceMethods.ByName("CloseShell")),
+			connect.WithClientOptions(opts...),
+		),
+		start: connect.NewClient[v1.StartRequest, v1.StartResponse](
+			httpClient,
+			baseURL+FleetServiceStartProcedure,
+			connect.WithSchema(fleetServiceMethods.ByName("Start")),
+			connect.WithClientOptions(opts...),
+		),
+		processEvents: connect.NewClient[v1.ProcessEventsRequest, v1.ExecResponse](
+			httpClient,
+			baseURL+FleetServiceProcessEventsProcedure,
+			connect.WithSchema(fleetServiceMethods.ByName("ProcessEvents")),
+			connect.WithClientOptions(opts...),
+		),
+		writeStdin: connect.NewClient[v1.WriteStdinRequest, v1.WriteStdinResponse](
+			httpClient,
+			baseURL+FleetServiceWriteStdinProcedure,
+			connect.WithSchema(fleetServiceMethods.ByName("WriteStdin")),
+			connect.WithClientOptions(opts...),
+		),
+		signal: connect.NewClient[v1.SignalRequest, v1.SignalResponse](
+			httpClient,
+			baseURL+FleetServiceSignalProcedure,
+			connect.WithSchema(fleetServiceMethods.ByName("Signal")),
+			connect.WithClientOptions(opts...),
+		),
+		wait: connect.NewClient[v1.WaitRequest, v1.WaitResponse](
+			httpClient,
+			baseURL+FleetServiceWaitProcedure,
+			connect.WithSchema(fleetServiceMethods.ByName("Wait")),
+			connect.WithClientOptions(opts...),
+		),
 		writeFiles: connect.NewClient[v1.WriteFilesRequest, v1.WriteFilesResponse](
 			httpClient,
 			baseURL+FleetServiceWriteFilesProcedure,
@@ -200,6 +314,16 @@ type fleetServiceClient struct {
 	acquire        *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
 	renew          *connect.Client[v1.RenewRequest, v1.RenewResponse]
 	exec           *connect.Client[v1.ExecRequest, v1.ExecResponse]
+	alive          *connect.Client[v1.AliveRequest, v1.AliveResponse]
+	openShell      *connect.Client[v1.ShellRequest, v1.OpenShellResponse]
+	shellRun       *connect.Client[v1.ShellRunRequest, v1.ExecResponse]
+	shellInterrupt *connect.Client[v1.ShellRequest, v1.ShellInterruptResponse]
+	closeShell     *connect.Client[v1.ShellRequest, v1.CloseShellResponse]
+	start          *connect.Client[v1.StartRequest, v1.StartResponse]
+	processEvents  *connect.Client[v1.ProcessEventsRequest, v1.ExecResponse]
+	writeStdin     *connect.Client[v1.WriteStdinRequest, v1.WriteStdinResponse]
+	signal         *connect.Client[v1.SignalRequest, v1.SignalResponse]
+	wait           *connect.Client[v1.WaitRequest, v1.WaitResponse]
 	writeFiles     *connect.Client[v1.WriteFilesRequest, v1.WriteFilesResponse]
 	readFiles      *connect.Client[v1.ReadFilesRequest, v1.ReadFilesResponse]
 	release        *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
@@ -235,6 +359,56 @@ func (c *fleetServiceClient) Renew(ctx context.Context, req *connect.Request[v1.
 // Exec calls sandboxfleet.fleet.v1.FleetService.Exec.
 func (c *fleetServiceClient) Exec(ctx context.Context, req *connect.Request[v1.ExecRequest]) (*connect.ServerStreamForClient[v1.ExecResponse], error) {
 	return c.exec.CallServerStream(ctx, req)
+}
+
+// Alive calls sandboxfleet.fleet.v1.FleetService.Alive.
+func (c *fleetServiceClient) Alive(ctx context.Context, req *connect.Request[v1.AliveRequest]) (*connect.Response[v1.AliveResponse], error) {
+	return c.alive.CallUnary(ctx, req)
+}
+
+// OpenShell calls sandboxfleet.fleet.v1.FleetService.OpenShell.
+func (c *fleetServiceClient) OpenShell(ctx context.Context, req *connect.Request[v1.ShellRequest]) (*connect.Response[v1.OpenShellResponse], error) {
+	return c.openShell.CallUnary(ctx, req)
+}
+
+// ShellRun calls sandboxfleet.fleet.v1.FleetService.ShellRun.
+func (c *fleetServiceClient) ShellRun(ctx context.Context, req *connect.Request[v1.ShellRunRequest]) (*connect.ServerStreamForClient[v1.ExecResponse], error) {
+	return c.shellRun.CallServerStream(ctx, req)
+}
+
+// ShellInterrupt calls sandboxfleet.fleet.v1.FleetService.ShellInterrupt.
+func (c *fleetServiceClient) ShellInterrupt(ctx context.Context, req *connect.Request[v1.ShellRequest]) (*connect.Response[v1.ShellInterruptResponse], error) {
+	return c.shellInterrupt.CallUnary(ctx, req)
+}
+
+// CloseShell calls sandboxfleet.fleet.v1.FleetService.CloseShell.
+func (c *fleetServiceClient) CloseShell(ctx context.Context, req *connect.Request[v1.ShellRequest]) (*connect.Response[v1.CloseShellResponse], error) {
+	return c.closeShell.CallUnary(ctx, req)
+}
+
+// Start calls sandboxfleet.fleet.v1.FleetService.Start.
+func (c *fleetServiceClient) Start(ctx context.Context, req *connect.Request[v1.StartRequest]) (*connect.Response[v1.StartResponse], error) {
+	return c.start.CallUnary(ctx, req)
+}
+
+// ProcessEvents calls sandboxfleet.fleet.v1.FleetService.ProcessEvents.
+func (c *fleetServiceClient) ProcessEvents(ctx context.Context, req *connect.Request[v1.ProcessEventsRequest]) (*connect.ServerStreamForClient[v1.ExecResponse], error) {
+	return c.processEvents.CallServerStream(ctx, req)
+}
+
+// WriteStdin calls sandboxfleet.fleet.v1.FleetService.WriteStdin.
+func (c *fleetServiceClient) WriteStdin(ctx context.Context, req *connect.Request[v1.WriteStdinRequest]) (*connect.Response[v1.WriteStdinResponse], error) {
+	return c.writeStdin.CallUnary(ctx, req)
+}
+
+// Signal calls sandboxfleet.fleet.v1.FleetService.Signal.
+func (c *fleetServiceClient) Signal(ctx context.Context, req *connect.Request[v1.SignalRequest]) (*connect.Response[v1.SignalResponse], error) {
+	return c.signal.CallUnary(ctx, req)
+}
+
+// Wait calls sandboxfleet.fleet.v1.FleetService.Wait.
+func (c *fleetServiceClient) Wait(ctx context.Context, req *connect.Request[v1.WaitRequest]) (*connect.Response[v1.WaitResponse], error) {
+	return c.wait.CallUnary(ctx, req)
 }
 
 // WriteFiles calls sandboxfleet.fleet.v1.FleetService.WriteFiles.
@@ -283,8 +457,40 @@ type FleetServiceHandler interface {
 	// handle renew too.
 	Renew(context.Context, *connect.Request[v1.RenewRequest]) (*connect.Response[v1.RenewResponse], error)
 	// Exec runs a command in a sandbox and streams its output as it comes;
-	// the last message carries the exit code.
+	// the last message carries the exit code. A command past its timeout is
+	// killed in the sandbox with what it started (its process tree), and
+	// ends with exit code 124 and timed_out, as timeout(1) would: the
+	// task's failure, no error.
 	Exec(context.Context, *connect.Request[v1.ExecRequest], *connect.ServerStream[v1.ExecResponse]) error
+	// Alive says whether a sandbox is up, from the session's watch of its
+	// Pod: no command runs.
+	Alive(context.Context, *connect.Request[v1.AliveRequest]) (*connect.Response[v1.AliveResponse], error)
+	// OpenShell opens a named long-lived shell in a sandbox (bash where the
+	// image has it, else sh): cd, export, source and functions of one
+	// script carry over to the next. Opening one open already keeps it.
+	OpenShell(context.Context, *connect.Request[v1.ShellRequest]) (*connect.Response[v1.OpenShellResponse], error)
+	// ShellRun runs a script in a shell and streams its output; the last
+	// message has the exit code. Past its timeout the script is
+	// interrupted (SIGINT), then killed, and ends with 124 and timed_out;
+	// the shell stays. A script that exits the shell closes it.
+	ShellRun(context.Context, *connect.Request[v1.ShellRunRequest], *connect.ServerStream[v1.ExecResponse]) error
+	// ShellInterrupt sends SIGINT to what a shell runs now, as Ctrl-C.
+	ShellInterrupt(context.Context, *connect.Request[v1.ShellRequest]) (*connect.Response[v1.ShellInterruptResponse], error)
+	// CloseShell ends a shell.
+	CloseShell(context.Context, *connect.Request[v1.ShellRequest]) (*connect.Response[v1.CloseShellResponse], error)
+	// Start starts a process in a sandbox and returns its id at once; it
+	// ends with the sandbox's release.
+	Start(context.Context, *connect.Request[v1.StartRequest]) (*connect.Response[v1.StartResponse], error)
+	// ProcessEvents streams a process's output from an index on (0: all it
+	// wrote), as it comes, until its end: the last message has the exit
+	// code. Any number of readers may read, one after another or at once.
+	ProcessEvents(context.Context, *connect.Request[v1.ProcessEventsRequest], *connect.ServerStream[v1.ExecResponse]) error
+	// WriteStdin writes to a process's stdin, and closes it when asked.
+	WriteStdin(context.Context, *connect.Request[v1.WriteStdinRequest]) (*connect.Response[v1.WriteStdinResponse], error)
+	// Signal sends a signal to a process and what it started.
+	Signal(context.Context, *connect.Request[v1.SignalRequest]) (*connect.Response[v1.SignalResponse], error)
+	// Wait waits up to a timeout for a process to end.
+	Wait(context.Context, *connect.Request[v1.WaitRequest]) (*connect.Response[v1.WaitResponse], error)
 	// WriteFiles unpacks a tar archive, streamed in chunks, into a directory
 	// of the sandbox (the first message names the handle and the directory).
 	WriteFiles(context.Context, *connect.ClientStream[v1.WriteFilesRequest]) (*connect.Response[v1.WriteFilesResponse], error)
@@ -344,6 +550,66 @@ func NewFleetServiceHandler(svc FleetServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(fleetServiceMethods.ByName("Exec")),
 		connect.WithHandlerOptions(opts...),
 	)
+	fleetServiceAliveHandler := connect.NewUnaryHandler(
+		FleetServiceAliveProcedure,
+		svc.Alive,
+		connect.WithSchema(fleetServiceMethods.ByName("Alive")),
+		connect.WithHandlerOptions(opts...),
+	)
+	fleetServiceOpenShellHandler := connect.NewUnaryHandler(
+		FleetServiceOpenShellProcedure,
+		svc.OpenShell,
+		connect.WithSchema(fleetServiceMethods.ByName("OpenShell")),
+		connect.WithHandlerOptions(opts...),
+	)
+	fleetServiceShellRunHandler := connect.NewServerStreamHandler(
+		FleetServiceShellRunProcedure,
+		svc.ShellRun,
+		connect.WithSchema(fleetServiceMethods.ByName("ShellRun")),
+		connect.WithHandlerOptions(opts...),
+	)
+	fleetServiceShellInterruptHandler := connect.NewUnaryHandler(
+		FleetServiceShellInterruptProcedure,
+		svc.ShellInterrupt,
+		connect.WithSchema(fleetServiceMethods.ByName("ShellInterrupt")),
+		connect.WithHandlerOptions(opts...),
+	)
+	fleetServiceCloseShellHandler := connect.NewUnaryHandler(
+		FleetServiceCloseShellProcedure,
+		svc.CloseShell,
+		connect.WithSchema(fleetServiceMethods.ByName("CloseShell")),
+		connect.WithHandlerOptions(opts...),
+	)
+	fleetServiceStartHandler := connect.NewUnaryHandler(
+		FleetServiceStartProcedure,
+		svc.Start,
+		connect.WithSchema(fleetServiceMethods.ByName("Start")),
+		connect.WithHandlerOptions(opts...),
+	)
+	fleetServiceProcessEventsHandler := connect.NewServerStreamHandler(
+		FleetServiceProcessEventsProcedure,
+		svc.ProcessEvents,
+		connect.WithSchema(fleetServiceMethods.ByName("ProcessEvents")),
+		connect.WithHandlerOptions(opts...),
+	)
+	fleetServiceWriteStdinHandler := connect.NewUnaryHandler(
+		FleetServiceWriteStdinProcedure,
+		svc.WriteStdin,
+		connect.WithSchema(fleetServiceMethods.ByName("WriteStdin")),
+		connect.WithHandlerOptions(opts...),
+	)
+	fleetServiceSignalHandler := connect.NewUnaryHandler(
+		FleetServiceSignalProcedure,
+		svc.Signal,
+		connect.WithSchema(fleetServiceMethods.ByName("Signal")),
+		connect.WithHandlerOptions(opts...),
+	)
+	fleetServiceWaitHandler := connect.NewUnaryHandler(
+		FleetServiceWaitProcedure,
+		svc.Wait,
+		connect.WithSchema(fleetServiceMethods.ByName("Wait")),
+		connect.WithHandlerOptions(opts...),
+	)
 	fleetServiceWriteFilesHandler := connect.NewClientStreamHandler(
 		FleetServiceWriteFilesProcedure,
 		svc.WriteFiles,
@@ -388,6 +654,26 @@ func NewFleetServiceHandler(svc FleetServiceHandler, opts ...connect.HandlerOpti
 			fleetServiceRenewHandler.ServeHTTP(w, r)
 		case FleetServiceExecProcedure:
 			fleetServiceExecHandler.ServeHTTP(w, r)
+		case FleetServiceAliveProcedure:
+			fleetServiceAliveHandler.ServeHTTP(w, r)
+		case FleetServiceOpenShellProcedure:
+			fleetServiceOpenShellHandler.ServeHTTP(w, r)
+		case FleetServiceShellRunProcedure:
+			fleetServiceShellRunHandler.ServeHTTP(w, r)
+		case FleetServiceShellInterruptProcedure:
+			fleetServiceShellInterruptHandler.ServeHTTP(w, r)
+		case FleetServiceCloseShellProcedure:
+			fleetServiceCloseShellHandler.ServeHTTP(w, r)
+		case FleetServiceStartProcedure:
+			fleetServiceStartHandler.ServeHTTP(w, r)
+		case FleetServiceProcessEventsProcedure:
+			fleetServiceProcessEventsHandler.ServeHTTP(w, r)
+		case FleetServiceWriteStdinProcedure:
+			fleetServiceWriteStdinHandler.ServeHTTP(w, r)
+		case FleetServiceSignalProcedure:
+			fleetServiceSignalHandler.ServeHTTP(w, r)
+		case FleetServiceWaitProcedure:
+			fleetServiceWaitHandler.ServeHTTP(w, r)
 		case FleetServiceWriteFilesProcedure:
 			fleetServiceWriteFilesHandler.ServeHTTP(w, r)
 		case FleetServiceReadFilesProcedure:
@@ -429,6 +715,46 @@ func (UnimplementedFleetServiceHandler) Renew(context.Context, *connect.Request[
 
 func (UnimplementedFleetServiceHandler) Exec(context.Context, *connect.Request[v1.ExecRequest], *connect.ServerStream[v1.ExecResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("sandboxfleet.fleet.v1.FleetService.Exec is not implemented"))
+}
+
+func (UnimplementedFleetServiceHandler) Alive(context.Context, *connect.Request[v1.AliveRequest]) (*connect.Response[v1.AliveResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sandboxfleet.fleet.v1.FleetService.Alive is not implemented"))
+}
+
+func (UnimplementedFleetServiceHandler) OpenShell(context.Context, *connect.Request[v1.ShellRequest]) (*connect.Response[v1.OpenShellResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sandboxfleet.fleet.v1.FleetService.OpenShell is not implemented"))
+}
+
+func (UnimplementedFleetServiceHandler) ShellRun(context.Context, *connect.Request[v1.ShellRunRequest], *connect.ServerStream[v1.ExecResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("sandboxfleet.fleet.v1.FleetService.ShellRun is not implemented"))
+}
+
+func (UnimplementedFleetServiceHandler) ShellInterrupt(context.Context, *connect.Request[v1.ShellRequest]) (*connect.Response[v1.ShellInterruptResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sandboxfleet.fleet.v1.FleetService.ShellInterrupt is not implemented"))
+}
+
+func (UnimplementedFleetServiceHandler) CloseShell(context.Context, *connect.Request[v1.ShellRequest]) (*connect.Response[v1.CloseShellResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sandboxfleet.fleet.v1.FleetService.CloseShell is not implemented"))
+}
+
+func (UnimplementedFleetServiceHandler) Start(context.Context, *connect.Request[v1.StartRequest]) (*connect.Response[v1.StartResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sandboxfleet.fleet.v1.FleetService.Start is not implemented"))
+}
+
+func (UnimplementedFleetServiceHandler) ProcessEvents(context.Context, *connect.Request[v1.ProcessEventsRequest], *connect.ServerStream[v1.ExecResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("sandboxfleet.fleet.v1.FleetService.ProcessEvents is not implemented"))
+}
+
+func (UnimplementedFleetServiceHandler) WriteStdin(context.Context, *connect.Request[v1.WriteStdinRequest]) (*connect.Response[v1.WriteStdinResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sandboxfleet.fleet.v1.FleetService.WriteStdin is not implemented"))
+}
+
+func (UnimplementedFleetServiceHandler) Signal(context.Context, *connect.Request[v1.SignalRequest]) (*connect.Response[v1.SignalResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sandboxfleet.fleet.v1.FleetService.Signal is not implemented"))
+}
+
+func (UnimplementedFleetServiceHandler) Wait(context.Context, *connect.Request[v1.WaitRequest]) (*connect.Response[v1.WaitResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sandboxfleet.fleet.v1.FleetService.Wait is not implemented"))
 }
 
 func (UnimplementedFleetServiceHandler) WriteFiles(context.Context, *connect.ClientStream[v1.WriteFilesRequest]) (*connect.Response[v1.WriteFilesResponse], error) {

@@ -1,0 +1,336 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/exec"
+)
+
+// What an agent framework does in a sandbox beyond one command at a time:
+// shells that keep their state between commands (SWE-agent's and
+// OpenHands' bash session), processes it drives while they run, and
+// whether the sandbox is still there. They live as long as the lease: a
+// release (and so a reset) ends them all.
+
+// Bounds on what one sandbox holds at once.
+const (
+	MaxShells    = 16
+	MaxProcesses = 64
+)
+
+// tools are a handle's shells and processes.
+type tools struct {
+	mu     sync.Mutex
+	shells map[string]*exec.Shell
+	procs  map[string]*exec.Process
+	next   int
+}
+
+// closeAll ends every shell and process of the handle.
+func (t *tools) closeAll(ctx context.Context) {
+	t.mu.Lock()
+	shells, procs := t.shells, t.procs
+	t.shells, t.procs = nil, nil
+	t.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, sh := range shells {
+		wg.Go(func() { _ = sh.Close() })
+	}
+	for _, p := range procs {
+		wg.Go(func() { p.Stop(ctx) })
+	}
+	wg.Wait()
+}
+
+var shellName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+
+// OpenShell opens shell name in client's sandbox id — bash where the image
+// has it, else sh — and reports whether it was new; a shell of that name
+// open already is kept as it is.
+func (s *Session) OpenShell(ctx context.Context, id, client, name string) (bool, error) {
+	if !shellName.MatchString(name) {
+		return false, fmt.Errorf("%w: shell name %q: use letters, digits, '.', '_' or '-' (at most 63)", ErrInvalid, name)
+	}
+	h, err := s.Handle(id, client)
+	if err != nil {
+		return false, err
+	}
+	t := &h.tools
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.shells[name]; ok {
+		return false, nil
+	}
+	if len(t.shells) >= MaxShells {
+		return false, fmt.Errorf("%w: sandbox %s has %d shells open, the most it may: close one first", ErrInvalid, id, MaxShells)
+	}
+	if t.shells == nil {
+		t.shells = map[string]*exec.Shell{}
+	}
+	t.shells[name] = h.Sandbox.OpenShell(s.ctx, exec.ShellBashOrSh)
+	return true, nil
+}
+
+// ShellCommand is a script for a shell.
+type ShellCommand struct {
+	Script string
+	// Timeout bounds the script; 0 is no bound.
+	Timeout     time.Duration
+	MergeStderr bool
+}
+
+// ShellRun runs c in shell name of client's sandbox id, its output copied
+// to stdout and stderr as it comes. A script past its timeout is
+// interrupted, then killed, and returned TimedOut; the shell stays. A
+// script that ends the shell (exit) returns its code and closes the
+// shell. An error is the sandbox's failure, or a bad request.
+func (s *Session) ShellRun(ctx context.Context, id, client, name string, c ShellCommand, stdout, stderr io.Writer) (ExecResult, error) {
+	if c.Timeout < 0 {
+		return ExecResult{}, fmt.Errorf("%w: timeout %s: must not be negative", ErrInvalid, c.Timeout)
+	}
+	h, sh, err := s.shell(id, client, name)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	s.mu.Lock()
+	s.counts.Execs++
+	s.mu.Unlock()
+	r, err := sh.Run(ctx, exec.Command{Script: c.Script, Timeout: c.Timeout, MergeStderr: c.MergeStderr}, stdout, stderr)
+	if r.Exited || err != nil {
+		h.tools.mu.Lock()
+		if h.tools.shells[name] == sh {
+			delete(h.tools.shells, name)
+		}
+		h.tools.mu.Unlock()
+		_ = sh.Close()
+	}
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return ExecResult{}, err
+	case err != nil:
+		if lost := h.Sandbox.Alive(context.WithoutCancel(ctx)); lost != nil {
+			return ExecResult{}, infraOf(lost)
+		}
+		return ExecResult{}, infraOf(fmt.Errorf("shell %s: %w (open it again)", name, err))
+	}
+	return ExecResult{ExitCode: r.ExitCode, TimedOut: r.TimedOut}, nil
+}
+
+func (s *Session) shell(id, client, name string) (*Handle, *exec.Shell, error) {
+	h, err := s.Handle(id, client)
+	if err != nil {
+		return nil, nil, err
+	}
+	h.tools.mu.Lock()
+	defer h.tools.mu.Unlock()
+	sh, ok := h.tools.shells[name]
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: sandbox %s has no shell %q open (closed, exited, or never opened): open it first", ErrNotFound, id, name)
+	}
+	return h, sh, nil
+}
+
+// ShellInterrupt sends SIGINT to what shell name runs now, as Ctrl-C
+// would; the shell stays.
+func (s *Session) ShellInterrupt(ctx context.Context, id, client, name string) error {
+	_, sh, err := s.shell(id, client, name)
+	if err != nil {
+		return err
+	}
+	return infraOrNil(sh.Interrupt(ctx))
+}
+
+// CloseShell ends shell name; closing one that is not open is no error.
+func (s *Session) CloseShell(id, client, name string) error {
+	h, err := s.Handle(id, client)
+	if err != nil {
+		return err
+	}
+	h.tools.mu.Lock()
+	sh := h.tools.shells[name]
+	delete(h.tools.shells, name)
+	h.tools.mu.Unlock()
+	if sh != nil {
+		return sh.Close()
+	}
+	return nil
+}
+
+// Shells lists the shells open in client's sandbox id.
+func (s *Session) Shells(id, client string) ([]string, error) {
+	h, err := s.Handle(id, client)
+	if err != nil {
+		return nil, err
+	}
+	h.tools.mu.Lock()
+	defer h.tools.mu.Unlock()
+	return slices.Sorted(maps.Keys(h.tools.shells)), nil
+}
+
+// ProcessEvent is a piece of a process's output ("stdout" or "stderr"),
+// or its end (End, with its exit code; Err when the end was not seen).
+type ProcessEvent = exec.Event
+
+// Start starts r's command (argv, env, cwd, container; no stdin: write it
+// with WriteStdin) in client's sandbox id and returns the process's id.
+func (s *Session) Start(ctx context.Context, id, client string, r ExecRequest) (string, error) {
+	h, err := s.Handle(id, client)
+	if err != nil {
+		return "", err
+	}
+	argv, err := command(r.Argv, r.Env, r.Cwd)
+	if err != nil {
+		return "", err
+	}
+	t := &h.tools
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	running := 0
+	for _, p := range t.procs {
+		if !p.Done() {
+			running++
+		}
+	}
+	if running >= MaxProcesses {
+		return "", fmt.Errorf("%w: sandbox %s runs %d processes, the most it may: wait for or signal one first", ErrInvalid, id, MaxProcesses)
+	}
+	if t.procs == nil {
+		t.procs = map[string]*exec.Process{}
+	}
+	t.next++
+	pid := "p" + strconv.Itoa(t.next)
+	t.procs[pid] = h.Sandbox.Start(s.ctx, exec.Request{Command: argv, Container: r.Container})
+	s.mu.Lock()
+	s.counts.Execs++
+	s.mu.Unlock()
+	return pid, nil
+}
+
+func (s *Session) process(id, client, proc string) (*Handle, *exec.Process, error) {
+	h, err := s.Handle(id, client)
+	if err != nil {
+		return nil, nil, err
+	}
+	h.tools.mu.Lock()
+	defer h.tools.mu.Unlock()
+	p, ok := h.tools.procs[proc]
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: sandbox %s has no process %q", ErrNotFound, id, proc)
+	}
+	return h, p, nil
+}
+
+// ProcessEvents calls fn with process proc's events from the from-th on,
+// as they come, until its end or ctx's; it returns the index after the
+// last given. An end whose stream broke because the sandbox went is a
+// lost sandbox.
+func (s *Session) ProcessEvents(ctx context.Context, id, client, proc string, from int, fn func(ProcessEvent) error) (int, error) {
+	if from < 0 {
+		return 0, fmt.Errorf("%w: event index %d: must not be negative", ErrInvalid, from)
+	}
+	h, p, err := s.process(id, client, proc)
+	if err != nil {
+		return 0, err
+	}
+	return p.Events(ctx, from, func(e ProcessEvent) error {
+		if e.End && e.Err != nil {
+			if lost := h.Sandbox.Alive(context.WithoutCancel(ctx)); lost != nil {
+				return infraOf(lost)
+			}
+			return infraOf(e.Err)
+		}
+		return fn(e)
+	})
+}
+
+// WriteStdin writes data to process proc's stdin, and closes it after
+// when closeAfter.
+func (s *Session) WriteStdin(id, client, proc string, data []byte, closeAfter bool) error {
+	_, p, err := s.process(id, client, proc)
+	if err != nil {
+		return err
+	}
+	if len(data) > 0 {
+		if err := p.WriteStdin(data); err != nil {
+			return fmt.Errorf("%w: %w", ErrFailed, err)
+		}
+	}
+	if closeAfter {
+		return p.CloseStdin()
+	}
+	return nil
+}
+
+// SignalProcess sends sig (INT, TERM, KILL, HUP, QUIT, USR1, USR2; "SIG"
+// optional) to process proc and what it started.
+func (s *Session) SignalProcess(ctx context.Context, id, client, proc, sig string) error {
+	name, ok := exec.ValidSignal(sig)
+	if !ok {
+		return fmt.Errorf("%w: signal %q: use one of %v", ErrInvalid, sig, exec.Signals)
+	}
+	_, p, err := s.process(id, client, proc)
+	if err != nil {
+		return err
+	}
+	return infraOrNil(p.Signal(ctx, name))
+}
+
+// WaitProcess waits up to timeout for process proc to end; done is false
+// when it still runs.
+func (s *Session) WaitProcess(ctx context.Context, id, client, proc string, timeout time.Duration) (res ExecResult, done bool, err error) {
+	h, p, err := s.process(id, client, proc)
+	if err != nil {
+		return ExecResult{}, false, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	r, err := p.Wait(wctx)
+	switch {
+	case err != nil && wctx.Err() != nil && ctx.Err() == nil:
+		return ExecResult{}, false, nil
+	case err != nil && ctx.Err() != nil:
+		return ExecResult{}, false, err
+	case err != nil:
+		if lost := h.Sandbox.Alive(context.WithoutCancel(ctx)); lost != nil {
+			return ExecResult{}, true, infraOf(lost)
+		}
+		return ExecResult{}, true, infraOf(err)
+	}
+	return ExecResult{ExitCode: r.ExitCode}, true, nil
+}
+
+// Alive says whether client's sandbox id is up, from the session's watch
+// of its Pod (no command is run), and why not when it is not.
+func (s *Session) Alive(ctx context.Context, id, client string) (bool, string, error) {
+	h, err := s.Handle(id, client)
+	if err != nil {
+		return false, "", err
+	}
+	err = h.Sandbox.Alive(ctx)
+	var lost *claim.LostError
+	switch {
+	case err == nil:
+		return true, "", nil
+	case errors.As(err, &lost):
+		return false, lost.Error(), nil
+	default:
+		return false, "", infraOrNil(err)
+	}
+}
+
+func infraOrNil(err error) error {
+	if err == nil {
+		return nil
+	}
+	return infraOf(err)
+}
