@@ -182,3 +182,33 @@ func TestExampleBatch(t *testing.T) {
 		}
 	}
 }
+
+// A task past its --timeout is stopped in its sandbox, with what it put in
+// the background, and scored as the task's failure (timed out, exit code
+// 124, its output so far), not the infrastructure's.
+func TestRunTimeoutIsTheTasks(t *testing.T) {
+	ns := newNamespace(t)
+	dir := t.TempDir()
+	tasksFile := filepath.Join(dir, "tasks.jsonl")
+	if err := os.WriteFile(tasksFile, []byte(`{"id": "hangs", "image": "`+testimages.Problem(1)+`"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	resultsFile := filepath.Join(dir, "results.jsonl")
+	code, _, stderr := plugin("run", "-n", ns, "--tasks", tasksFile, "--timeout", "3s", "--claim-grace", "10s",
+		"--results", resultsFile, "-q", "--", "sh", "-c", "echo started; sleep 600 & sleep 600")
+	// A timed-out task's work ran: the run exits 0 as for any exit code.
+	if code != 0 {
+		t.Errorf("run: exit %d, want 0: the task's work ran\n%s", code, stderr)
+	}
+	rs := mustRead(t, resultsFile)
+	if len(rs) != 1 {
+		t.Fatalf("%d results, want 1", len(rs))
+	}
+	r := rs[0]
+	if !r.TimedOut || r.ExitCode == nil || *r.ExitCode != 124 || r.Verdict != "task" || r.OK || !strings.Contains(r.Stdout, "started") {
+		t.Errorf("result %+v; want timed out, exit code 124, verdict task and the output so far", r)
+	}
+	if p := r.Phases["process"]; p > 15 {
+		t.Errorf("the process phase took %.0fs for a 3s timeout", p)
+	}
+}

@@ -335,6 +335,23 @@ func (v *Service) Wait(ctx context.Context, req *connect.Request[fleetv1.WaitReq
 	return connect.NewResponse(&fleetv1.WaitResponse{Done: done, ExitCode: int32(res.ExitCode)}), nil
 }
 
+func (v *Service) PortForward(_ context.Context, req *connect.Request[fleetv1.PortForwardRequest]) (*connect.Response[fleetv1.PortForwardResponse], error) {
+	m := req.Msg
+	fid, addr, err := v.Session.PortForward(m.Handle, m.ClientId, int(m.Port))
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&fleetv1.PortForwardResponse{Forward: fid, Address: addr}), nil
+}
+
+func (v *Service) ClosePortForward(_ context.Context, req *connect.Request[fleetv1.ClosePortForwardRequest]) (*connect.Response[fleetv1.ClosePortForwardResponse], error) {
+	m := req.Msg
+	if err := v.Session.ClosePortForward(m.Handle, m.ClientId, m.Forward); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&fleetv1.ClosePortForwardResponse{}), nil
+}
+
 func (v *Service) WriteFiles(ctx context.Context, stream *connect.ClientStream[fleetv1.WriteFilesRequest]) (*connect.Response[fleetv1.WriteFilesResponse], error) {
 	if !stream.Receive() {
 		if err := stream.Err(); err != nil {

@@ -163,6 +163,12 @@ func (s *Sandbox) Start(ctx context.Context, r exec.Request) *exec.Process {
 	return exec.StartProcess(ctx, s.run, r)
 }
 
+// PortForward serves port of the sandbox's Pod on 127.0.0.1 of this
+// machine, through the cluster's API server, until the Forward is closed.
+func (s *Sandbox) PortForward(port int) (*exec.Forward, error) {
+	return exec.PortForward(s.cluster.Clients.Config, s.cluster.Clients.Kube, s.Namespace, s.Pod, port)
+}
+
 // closeShell ends the sandbox's shell, if it has one.
 func (s *Sandbox) closeShell() {
 	s.shellMu.Lock()

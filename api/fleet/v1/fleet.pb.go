@@ -2678,6 +2678,216 @@ func (*CloseResponse) Descriptor() ([]byte, []int) {
 	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{42}
 }
 
+type PortForwardRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Handle        string                 `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	ClientId      string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Port          int32                  `protobuf:"varint,3,opt,name=port,proto3" json:"port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PortForwardRequest) Reset() {
+	*x = PortForwardRequest{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PortForwardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PortForwardRequest) ProtoMessage() {}
+
+func (x *PortForwardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PortForwardRequest.ProtoReflect.Descriptor instead.
+func (*PortForwardRequest) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *PortForwardRequest) GetHandle() string {
+	if x != nil {
+		return x.Handle
+	}
+	return ""
+}
+
+func (x *PortForwardRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *PortForwardRequest) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+type PortForwardResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Forward names the forward in ClosePortForward.
+	Forward string `protobuf:"bytes,1,opt,name=forward,proto3" json:"forward,omitempty"`
+	// Address is 127.0.0.1:PORT on the server's machine.
+	Address       string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PortForwardResponse) Reset() {
+	*x = PortForwardResponse{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PortForwardResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PortForwardResponse) ProtoMessage() {}
+
+func (x *PortForwardResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PortForwardResponse.ProtoReflect.Descriptor instead.
+func (*PortForwardResponse) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *PortForwardResponse) GetForward() string {
+	if x != nil {
+		return x.Forward
+	}
+	return ""
+}
+
+func (x *PortForwardResponse) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+type ClosePortForwardRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Handle        string                 `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	ClientId      string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Forward       string                 `protobuf:"bytes,3,opt,name=forward,proto3" json:"forward,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClosePortForwardRequest) Reset() {
+	*x = ClosePortForwardRequest{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClosePortForwardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClosePortForwardRequest) ProtoMessage() {}
+
+func (x *ClosePortForwardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClosePortForwardRequest.ProtoReflect.Descriptor instead.
+func (*ClosePortForwardRequest) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ClosePortForwardRequest) GetHandle() string {
+	if x != nil {
+		return x.Handle
+	}
+	return ""
+}
+
+func (x *ClosePortForwardRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ClosePortForwardRequest) GetForward() string {
+	if x != nil {
+		return x.Forward
+	}
+	return ""
+}
+
+type ClosePortForwardResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClosePortForwardResponse) Reset() {
+	*x = ClosePortForwardResponse{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClosePortForwardResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClosePortForwardResponse) ProtoMessage() {}
+
+func (x *ClosePortForwardResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClosePortForwardResponse.ProtoReflect.Descriptor instead.
+func (*ClosePortForwardResponse) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{46}
+}
+
 var File_api_fleet_v1_fleet_proto protoreflect.FileDescriptor
 
 const file_api_fleet_v1_fleet_proto_rawDesc = "" +
@@ -2869,7 +3079,19 @@ const file_api_fleet_v1_fleet_proto_rawDesc = "" +
 	"\x06reused\x18\x06 \x01(\x03R\x06reused\x12 \n" +
 	"\vquarantined\x18\a \x01(\x03R\vquarantined\"\x0e\n" +
 	"\fCloseRequest\"\x0f\n" +
-	"\rCloseResponse2\x9a\x0f\n" +
+	"\rCloseResponse\"]\n" +
+	"\x12PortForwardRequest\x12\x16\n" +
+	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x12\n" +
+	"\x04port\x18\x03 \x01(\x05R\x04port\"I\n" +
+	"\x13PortForwardResponse\x12\x18\n" +
+	"\aforward\x18\x01 \x01(\tR\aforward\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\"h\n" +
+	"\x17ClosePortForwardRequest\x12\x16\n" +
+	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x18\n" +
+	"\aforward\x18\x03 \x01(\tR\aforward\"\x1a\n" +
+	"\x18ClosePortForwardResponse2\xf5\x10\n" +
 	"\fFleetService\x12[\n" +
 	"\bAddTasks\x12&.sandboxfleet.fleet.v1.AddTasksRequest\x1a'.sandboxfleet.fleet.v1.AddTasksResponse\x12^\n" +
 	"\tLookahead\x12'.sandboxfleet.fleet.v1.LookaheadRequest\x1a(.sandboxfleet.fleet.v1.LookaheadResponse\x12m\n" +
@@ -2888,7 +3110,9 @@ const file_api_fleet_v1_fleet_proto_rawDesc = "" +
 	"\n" +
 	"WriteStdin\x12(.sandboxfleet.fleet.v1.WriteStdinRequest\x1a).sandboxfleet.fleet.v1.WriteStdinResponse\x12U\n" +
 	"\x06Signal\x12$.sandboxfleet.fleet.v1.SignalRequest\x1a%.sandboxfleet.fleet.v1.SignalResponse\x12O\n" +
-	"\x04Wait\x12\".sandboxfleet.fleet.v1.WaitRequest\x1a#.sandboxfleet.fleet.v1.WaitResponse\x12c\n" +
+	"\x04Wait\x12\".sandboxfleet.fleet.v1.WaitRequest\x1a#.sandboxfleet.fleet.v1.WaitResponse\x12d\n" +
+	"\vPortForward\x12).sandboxfleet.fleet.v1.PortForwardRequest\x1a*.sandboxfleet.fleet.v1.PortForwardResponse\x12s\n" +
+	"\x10ClosePortForward\x12..sandboxfleet.fleet.v1.ClosePortForwardRequest\x1a/.sandboxfleet.fleet.v1.ClosePortForwardResponse\x12c\n" +
 	"\n" +
 	"WriteFiles\x12(.sandboxfleet.fleet.v1.WriteFilesRequest\x1a).sandboxfleet.fleet.v1.WriteFilesResponse(\x01\x12`\n" +
 	"\tReadFiles\x12'.sandboxfleet.fleet.v1.ReadFilesRequest\x1a(.sandboxfleet.fleet.v1.ReadFilesResponse0\x01\x12X\n" +
@@ -2908,79 +3132,83 @@ func file_api_fleet_v1_fleet_proto_rawDescGZIP() []byte {
 	return file_api_fleet_v1_fleet_proto_rawDescData
 }
 
-var file_api_fleet_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_api_fleet_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_api_fleet_v1_fleet_proto_goTypes = []any{
-	(*Task)(nil),                   // 0: sandboxfleet.fleet.v1.Task
-	(*AddTasksRequest)(nil),        // 1: sandboxfleet.fleet.v1.AddTasksRequest
-	(*AddTasksResponse)(nil),       // 2: sandboxfleet.fleet.v1.AddTasksResponse
-	(*PoolChange)(nil),             // 3: sandboxfleet.fleet.v1.PoolChange
-	(*LookaheadRequest)(nil),       // 4: sandboxfleet.fleet.v1.LookaheadRequest
-	(*LookaheadResponse)(nil),      // 5: sandboxfleet.fleet.v1.LookaheadResponse
-	(*Pool)(nil),                   // 6: sandboxfleet.fleet.v1.Pool
-	(*WaitPoolsReadyRequest)(nil),  // 7: sandboxfleet.fleet.v1.WaitPoolsReadyRequest
-	(*WaitPoolsReadyResponse)(nil), // 8: sandboxfleet.fleet.v1.WaitPoolsReadyResponse
-	(*AcquireRequest)(nil),         // 9: sandboxfleet.fleet.v1.AcquireRequest
-	(*AcquireResponse)(nil),        // 10: sandboxfleet.fleet.v1.AcquireResponse
-	(*Handle)(nil),                 // 11: sandboxfleet.fleet.v1.Handle
-	(*RenewRequest)(nil),           // 12: sandboxfleet.fleet.v1.RenewRequest
-	(*RenewResponse)(nil),          // 13: sandboxfleet.fleet.v1.RenewResponse
-	(*ExecRequest)(nil),            // 14: sandboxfleet.fleet.v1.ExecRequest
-	(*ExecResponse)(nil),           // 15: sandboxfleet.fleet.v1.ExecResponse
-	(*AliveRequest)(nil),           // 16: sandboxfleet.fleet.v1.AliveRequest
-	(*AliveResponse)(nil),          // 17: sandboxfleet.fleet.v1.AliveResponse
-	(*ShellRequest)(nil),           // 18: sandboxfleet.fleet.v1.ShellRequest
-	(*OpenShellResponse)(nil),      // 19: sandboxfleet.fleet.v1.OpenShellResponse
-	(*ShellRunRequest)(nil),        // 20: sandboxfleet.fleet.v1.ShellRunRequest
-	(*ShellInterruptResponse)(nil), // 21: sandboxfleet.fleet.v1.ShellInterruptResponse
-	(*CloseShellResponse)(nil),     // 22: sandboxfleet.fleet.v1.CloseShellResponse
-	(*StartRequest)(nil),           // 23: sandboxfleet.fleet.v1.StartRequest
-	(*StartResponse)(nil),          // 24: sandboxfleet.fleet.v1.StartResponse
-	(*ProcessEventsRequest)(nil),   // 25: sandboxfleet.fleet.v1.ProcessEventsRequest
-	(*WriteStdinRequest)(nil),      // 26: sandboxfleet.fleet.v1.WriteStdinRequest
-	(*WriteStdinResponse)(nil),     // 27: sandboxfleet.fleet.v1.WriteStdinResponse
-	(*SignalRequest)(nil),          // 28: sandboxfleet.fleet.v1.SignalRequest
-	(*SignalResponse)(nil),         // 29: sandboxfleet.fleet.v1.SignalResponse
-	(*WaitRequest)(nil),            // 30: sandboxfleet.fleet.v1.WaitRequest
-	(*WaitResponse)(nil),           // 31: sandboxfleet.fleet.v1.WaitResponse
-	(*WriteFilesRequest)(nil),      // 32: sandboxfleet.fleet.v1.WriteFilesRequest
-	(*WriteFilesResponse)(nil),     // 33: sandboxfleet.fleet.v1.WriteFilesResponse
-	(*ReadFilesRequest)(nil),       // 34: sandboxfleet.fleet.v1.ReadFilesRequest
-	(*ReadFilesResponse)(nil),      // 35: sandboxfleet.fleet.v1.ReadFilesResponse
-	(*ReleaseRequest)(nil),         // 36: sandboxfleet.fleet.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),        // 37: sandboxfleet.fleet.v1.ReleaseResponse
-	(*StatusRequest)(nil),          // 38: sandboxfleet.fleet.v1.StatusRequest
-	(*StatusResponse)(nil),         // 39: sandboxfleet.fleet.v1.StatusResponse
-	(*Counts)(nil),                 // 40: sandboxfleet.fleet.v1.Counts
-	(*CloseRequest)(nil),           // 41: sandboxfleet.fleet.v1.CloseRequest
-	(*CloseResponse)(nil),          // 42: sandboxfleet.fleet.v1.CloseResponse
-	nil,                            // 43: sandboxfleet.fleet.v1.ExecRequest.EnvEntry
-	nil,                            // 44: sandboxfleet.fleet.v1.StartRequest.EnvEntry
-	(*structpb.Struct)(nil),        // 45: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),  // 46: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 47: google.protobuf.Duration
+	(*Task)(nil),                     // 0: sandboxfleet.fleet.v1.Task
+	(*AddTasksRequest)(nil),          // 1: sandboxfleet.fleet.v1.AddTasksRequest
+	(*AddTasksResponse)(nil),         // 2: sandboxfleet.fleet.v1.AddTasksResponse
+	(*PoolChange)(nil),               // 3: sandboxfleet.fleet.v1.PoolChange
+	(*LookaheadRequest)(nil),         // 4: sandboxfleet.fleet.v1.LookaheadRequest
+	(*LookaheadResponse)(nil),        // 5: sandboxfleet.fleet.v1.LookaheadResponse
+	(*Pool)(nil),                     // 6: sandboxfleet.fleet.v1.Pool
+	(*WaitPoolsReadyRequest)(nil),    // 7: sandboxfleet.fleet.v1.WaitPoolsReadyRequest
+	(*WaitPoolsReadyResponse)(nil),   // 8: sandboxfleet.fleet.v1.WaitPoolsReadyResponse
+	(*AcquireRequest)(nil),           // 9: sandboxfleet.fleet.v1.AcquireRequest
+	(*AcquireResponse)(nil),          // 10: sandboxfleet.fleet.v1.AcquireResponse
+	(*Handle)(nil),                   // 11: sandboxfleet.fleet.v1.Handle
+	(*RenewRequest)(nil),             // 12: sandboxfleet.fleet.v1.RenewRequest
+	(*RenewResponse)(nil),            // 13: sandboxfleet.fleet.v1.RenewResponse
+	(*ExecRequest)(nil),              // 14: sandboxfleet.fleet.v1.ExecRequest
+	(*ExecResponse)(nil),             // 15: sandboxfleet.fleet.v1.ExecResponse
+	(*AliveRequest)(nil),             // 16: sandboxfleet.fleet.v1.AliveRequest
+	(*AliveResponse)(nil),            // 17: sandboxfleet.fleet.v1.AliveResponse
+	(*ShellRequest)(nil),             // 18: sandboxfleet.fleet.v1.ShellRequest
+	(*OpenShellResponse)(nil),        // 19: sandboxfleet.fleet.v1.OpenShellResponse
+	(*ShellRunRequest)(nil),          // 20: sandboxfleet.fleet.v1.ShellRunRequest
+	(*ShellInterruptResponse)(nil),   // 21: sandboxfleet.fleet.v1.ShellInterruptResponse
+	(*CloseShellResponse)(nil),       // 22: sandboxfleet.fleet.v1.CloseShellResponse
+	(*StartRequest)(nil),             // 23: sandboxfleet.fleet.v1.StartRequest
+	(*StartResponse)(nil),            // 24: sandboxfleet.fleet.v1.StartResponse
+	(*ProcessEventsRequest)(nil),     // 25: sandboxfleet.fleet.v1.ProcessEventsRequest
+	(*WriteStdinRequest)(nil),        // 26: sandboxfleet.fleet.v1.WriteStdinRequest
+	(*WriteStdinResponse)(nil),       // 27: sandboxfleet.fleet.v1.WriteStdinResponse
+	(*SignalRequest)(nil),            // 28: sandboxfleet.fleet.v1.SignalRequest
+	(*SignalResponse)(nil),           // 29: sandboxfleet.fleet.v1.SignalResponse
+	(*WaitRequest)(nil),              // 30: sandboxfleet.fleet.v1.WaitRequest
+	(*WaitResponse)(nil),             // 31: sandboxfleet.fleet.v1.WaitResponse
+	(*WriteFilesRequest)(nil),        // 32: sandboxfleet.fleet.v1.WriteFilesRequest
+	(*WriteFilesResponse)(nil),       // 33: sandboxfleet.fleet.v1.WriteFilesResponse
+	(*ReadFilesRequest)(nil),         // 34: sandboxfleet.fleet.v1.ReadFilesRequest
+	(*ReadFilesResponse)(nil),        // 35: sandboxfleet.fleet.v1.ReadFilesResponse
+	(*ReleaseRequest)(nil),           // 36: sandboxfleet.fleet.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 37: sandboxfleet.fleet.v1.ReleaseResponse
+	(*StatusRequest)(nil),            // 38: sandboxfleet.fleet.v1.StatusRequest
+	(*StatusResponse)(nil),           // 39: sandboxfleet.fleet.v1.StatusResponse
+	(*Counts)(nil),                   // 40: sandboxfleet.fleet.v1.Counts
+	(*CloseRequest)(nil),             // 41: sandboxfleet.fleet.v1.CloseRequest
+	(*CloseResponse)(nil),            // 42: sandboxfleet.fleet.v1.CloseResponse
+	(*PortForwardRequest)(nil),       // 43: sandboxfleet.fleet.v1.PortForwardRequest
+	(*PortForwardResponse)(nil),      // 44: sandboxfleet.fleet.v1.PortForwardResponse
+	(*ClosePortForwardRequest)(nil),  // 45: sandboxfleet.fleet.v1.ClosePortForwardRequest
+	(*ClosePortForwardResponse)(nil), // 46: sandboxfleet.fleet.v1.ClosePortForwardResponse
+	nil,                              // 47: sandboxfleet.fleet.v1.ExecRequest.EnvEntry
+	nil,                              // 48: sandboxfleet.fleet.v1.StartRequest.EnvEntry
+	(*structpb.Struct)(nil),          // 49: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),    // 50: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 51: google.protobuf.Duration
 }
 var file_api_fleet_v1_fleet_proto_depIdxs = []int32{
-	45, // 0: sandboxfleet.fleet.v1.Task.metadata:type_name -> google.protobuf.Struct
+	49, // 0: sandboxfleet.fleet.v1.Task.metadata:type_name -> google.protobuf.Struct
 	0,  // 1: sandboxfleet.fleet.v1.AddTasksRequest.tasks:type_name -> sandboxfleet.fleet.v1.Task
 	3,  // 2: sandboxfleet.fleet.v1.AddTasksResponse.pools:type_name -> sandboxfleet.fleet.v1.PoolChange
 	6,  // 3: sandboxfleet.fleet.v1.LookaheadResponse.pools:type_name -> sandboxfleet.fleet.v1.Pool
-	46, // 4: sandboxfleet.fleet.v1.Pool.last_wanted:type_name -> google.protobuf.Timestamp
-	47, // 5: sandboxfleet.fleet.v1.WaitPoolsReadyRequest.timeout:type_name -> google.protobuf.Duration
+	50, // 4: sandboxfleet.fleet.v1.Pool.last_wanted:type_name -> google.protobuf.Timestamp
+	51, // 5: sandboxfleet.fleet.v1.WaitPoolsReadyRequest.timeout:type_name -> google.protobuf.Duration
 	6,  // 6: sandboxfleet.fleet.v1.WaitPoolsReadyResponse.pools:type_name -> sandboxfleet.fleet.v1.Pool
-	47, // 7: sandboxfleet.fleet.v1.AcquireRequest.timeout:type_name -> google.protobuf.Duration
+	51, // 7: sandboxfleet.fleet.v1.AcquireRequest.timeout:type_name -> google.protobuf.Duration
 	11, // 8: sandboxfleet.fleet.v1.AcquireResponse.handle:type_name -> sandboxfleet.fleet.v1.Handle
-	46, // 9: sandboxfleet.fleet.v1.Handle.lease_expires:type_name -> google.protobuf.Timestamp
-	47, // 10: sandboxfleet.fleet.v1.RenewResponse.lease_ttl:type_name -> google.protobuf.Duration
-	47, // 11: sandboxfleet.fleet.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
-	43, // 12: sandboxfleet.fleet.v1.ExecRequest.env:type_name -> sandboxfleet.fleet.v1.ExecRequest.EnvEntry
-	47, // 13: sandboxfleet.fleet.v1.ShellRunRequest.timeout:type_name -> google.protobuf.Duration
-	44, // 14: sandboxfleet.fleet.v1.StartRequest.env:type_name -> sandboxfleet.fleet.v1.StartRequest.EnvEntry
-	47, // 15: sandboxfleet.fleet.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
+	50, // 9: sandboxfleet.fleet.v1.Handle.lease_expires:type_name -> google.protobuf.Timestamp
+	51, // 10: sandboxfleet.fleet.v1.RenewResponse.lease_ttl:type_name -> google.protobuf.Duration
+	51, // 11: sandboxfleet.fleet.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	47, // 12: sandboxfleet.fleet.v1.ExecRequest.env:type_name -> sandboxfleet.fleet.v1.ExecRequest.EnvEntry
+	51, // 13: sandboxfleet.fleet.v1.ShellRunRequest.timeout:type_name -> google.protobuf.Duration
+	48, // 14: sandboxfleet.fleet.v1.StartRequest.env:type_name -> sandboxfleet.fleet.v1.StartRequest.EnvEntry
+	51, // 15: sandboxfleet.fleet.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
 	6,  // 16: sandboxfleet.fleet.v1.StatusResponse.pools:type_name -> sandboxfleet.fleet.v1.Pool
 	11, // 17: sandboxfleet.fleet.v1.StatusResponse.handles:type_name -> sandboxfleet.fleet.v1.Handle
 	40, // 18: sandboxfleet.fleet.v1.StatusResponse.counts:type_name -> sandboxfleet.fleet.v1.Counts
-	47, // 19: sandboxfleet.fleet.v1.StatusResponse.lease_ttl:type_name -> google.protobuf.Duration
-	47, // 20: sandboxfleet.fleet.v1.StatusResponse.warm_ttl:type_name -> google.protobuf.Duration
+	51, // 19: sandboxfleet.fleet.v1.StatusResponse.lease_ttl:type_name -> google.protobuf.Duration
+	51, // 20: sandboxfleet.fleet.v1.StatusResponse.warm_ttl:type_name -> google.protobuf.Duration
 	1,  // 21: sandboxfleet.fleet.v1.FleetService.AddTasks:input_type -> sandboxfleet.fleet.v1.AddTasksRequest
 	4,  // 22: sandboxfleet.fleet.v1.FleetService.Lookahead:input_type -> sandboxfleet.fleet.v1.LookaheadRequest
 	7,  // 23: sandboxfleet.fleet.v1.FleetService.WaitPoolsReady:input_type -> sandboxfleet.fleet.v1.WaitPoolsReadyRequest
@@ -2997,34 +3225,38 @@ var file_api_fleet_v1_fleet_proto_depIdxs = []int32{
 	26, // 34: sandboxfleet.fleet.v1.FleetService.WriteStdin:input_type -> sandboxfleet.fleet.v1.WriteStdinRequest
 	28, // 35: sandboxfleet.fleet.v1.FleetService.Signal:input_type -> sandboxfleet.fleet.v1.SignalRequest
 	30, // 36: sandboxfleet.fleet.v1.FleetService.Wait:input_type -> sandboxfleet.fleet.v1.WaitRequest
-	32, // 37: sandboxfleet.fleet.v1.FleetService.WriteFiles:input_type -> sandboxfleet.fleet.v1.WriteFilesRequest
-	34, // 38: sandboxfleet.fleet.v1.FleetService.ReadFiles:input_type -> sandboxfleet.fleet.v1.ReadFilesRequest
-	36, // 39: sandboxfleet.fleet.v1.FleetService.Release:input_type -> sandboxfleet.fleet.v1.ReleaseRequest
-	38, // 40: sandboxfleet.fleet.v1.FleetService.Status:input_type -> sandboxfleet.fleet.v1.StatusRequest
-	41, // 41: sandboxfleet.fleet.v1.FleetService.Close:input_type -> sandboxfleet.fleet.v1.CloseRequest
-	2,  // 42: sandboxfleet.fleet.v1.FleetService.AddTasks:output_type -> sandboxfleet.fleet.v1.AddTasksResponse
-	5,  // 43: sandboxfleet.fleet.v1.FleetService.Lookahead:output_type -> sandboxfleet.fleet.v1.LookaheadResponse
-	8,  // 44: sandboxfleet.fleet.v1.FleetService.WaitPoolsReady:output_type -> sandboxfleet.fleet.v1.WaitPoolsReadyResponse
-	10, // 45: sandboxfleet.fleet.v1.FleetService.Acquire:output_type -> sandboxfleet.fleet.v1.AcquireResponse
-	13, // 46: sandboxfleet.fleet.v1.FleetService.Renew:output_type -> sandboxfleet.fleet.v1.RenewResponse
-	15, // 47: sandboxfleet.fleet.v1.FleetService.Exec:output_type -> sandboxfleet.fleet.v1.ExecResponse
-	17, // 48: sandboxfleet.fleet.v1.FleetService.Alive:output_type -> sandboxfleet.fleet.v1.AliveResponse
-	19, // 49: sandboxfleet.fleet.v1.FleetService.OpenShell:output_type -> sandboxfleet.fleet.v1.OpenShellResponse
-	15, // 50: sandboxfleet.fleet.v1.FleetService.ShellRun:output_type -> sandboxfleet.fleet.v1.ExecResponse
-	21, // 51: sandboxfleet.fleet.v1.FleetService.ShellInterrupt:output_type -> sandboxfleet.fleet.v1.ShellInterruptResponse
-	22, // 52: sandboxfleet.fleet.v1.FleetService.CloseShell:output_type -> sandboxfleet.fleet.v1.CloseShellResponse
-	24, // 53: sandboxfleet.fleet.v1.FleetService.Start:output_type -> sandboxfleet.fleet.v1.StartResponse
-	15, // 54: sandboxfleet.fleet.v1.FleetService.ProcessEvents:output_type -> sandboxfleet.fleet.v1.ExecResponse
-	27, // 55: sandboxfleet.fleet.v1.FleetService.WriteStdin:output_type -> sandboxfleet.fleet.v1.WriteStdinResponse
-	29, // 56: sandboxfleet.fleet.v1.FleetService.Signal:output_type -> sandboxfleet.fleet.v1.SignalResponse
-	31, // 57: sandboxfleet.fleet.v1.FleetService.Wait:output_type -> sandboxfleet.fleet.v1.WaitResponse
-	33, // 58: sandboxfleet.fleet.v1.FleetService.WriteFiles:output_type -> sandboxfleet.fleet.v1.WriteFilesResponse
-	35, // 59: sandboxfleet.fleet.v1.FleetService.ReadFiles:output_type -> sandboxfleet.fleet.v1.ReadFilesResponse
-	37, // 60: sandboxfleet.fleet.v1.FleetService.Release:output_type -> sandboxfleet.fleet.v1.ReleaseResponse
-	39, // 61: sandboxfleet.fleet.v1.FleetService.Status:output_type -> sandboxfleet.fleet.v1.StatusResponse
-	42, // 62: sandboxfleet.fleet.v1.FleetService.Close:output_type -> sandboxfleet.fleet.v1.CloseResponse
-	42, // [42:63] is the sub-list for method output_type
-	21, // [21:42] is the sub-list for method input_type
+	43, // 37: sandboxfleet.fleet.v1.FleetService.PortForward:input_type -> sandboxfleet.fleet.v1.PortForwardRequest
+	45, // 38: sandboxfleet.fleet.v1.FleetService.ClosePortForward:input_type -> sandboxfleet.fleet.v1.ClosePortForwardRequest
+	32, // 39: sandboxfleet.fleet.v1.FleetService.WriteFiles:input_type -> sandboxfleet.fleet.v1.WriteFilesRequest
+	34, // 40: sandboxfleet.fleet.v1.FleetService.ReadFiles:input_type -> sandboxfleet.fleet.v1.ReadFilesRequest
+	36, // 41: sandboxfleet.fleet.v1.FleetService.Release:input_type -> sandboxfleet.fleet.v1.ReleaseRequest
+	38, // 42: sandboxfleet.fleet.v1.FleetService.Status:input_type -> sandboxfleet.fleet.v1.StatusRequest
+	41, // 43: sandboxfleet.fleet.v1.FleetService.Close:input_type -> sandboxfleet.fleet.v1.CloseRequest
+	2,  // 44: sandboxfleet.fleet.v1.FleetService.AddTasks:output_type -> sandboxfleet.fleet.v1.AddTasksResponse
+	5,  // 45: sandboxfleet.fleet.v1.FleetService.Lookahead:output_type -> sandboxfleet.fleet.v1.LookaheadResponse
+	8,  // 46: sandboxfleet.fleet.v1.FleetService.WaitPoolsReady:output_type -> sandboxfleet.fleet.v1.WaitPoolsReadyResponse
+	10, // 47: sandboxfleet.fleet.v1.FleetService.Acquire:output_type -> sandboxfleet.fleet.v1.AcquireResponse
+	13, // 48: sandboxfleet.fleet.v1.FleetService.Renew:output_type -> sandboxfleet.fleet.v1.RenewResponse
+	15, // 49: sandboxfleet.fleet.v1.FleetService.Exec:output_type -> sandboxfleet.fleet.v1.ExecResponse
+	17, // 50: sandboxfleet.fleet.v1.FleetService.Alive:output_type -> sandboxfleet.fleet.v1.AliveResponse
+	19, // 51: sandboxfleet.fleet.v1.FleetService.OpenShell:output_type -> sandboxfleet.fleet.v1.OpenShellResponse
+	15, // 52: sandboxfleet.fleet.v1.FleetService.ShellRun:output_type -> sandboxfleet.fleet.v1.ExecResponse
+	21, // 53: sandboxfleet.fleet.v1.FleetService.ShellInterrupt:output_type -> sandboxfleet.fleet.v1.ShellInterruptResponse
+	22, // 54: sandboxfleet.fleet.v1.FleetService.CloseShell:output_type -> sandboxfleet.fleet.v1.CloseShellResponse
+	24, // 55: sandboxfleet.fleet.v1.FleetService.Start:output_type -> sandboxfleet.fleet.v1.StartResponse
+	15, // 56: sandboxfleet.fleet.v1.FleetService.ProcessEvents:output_type -> sandboxfleet.fleet.v1.ExecResponse
+	27, // 57: sandboxfleet.fleet.v1.FleetService.WriteStdin:output_type -> sandboxfleet.fleet.v1.WriteStdinResponse
+	29, // 58: sandboxfleet.fleet.v1.FleetService.Signal:output_type -> sandboxfleet.fleet.v1.SignalResponse
+	31, // 59: sandboxfleet.fleet.v1.FleetService.Wait:output_type -> sandboxfleet.fleet.v1.WaitResponse
+	44, // 60: sandboxfleet.fleet.v1.FleetService.PortForward:output_type -> sandboxfleet.fleet.v1.PortForwardResponse
+	46, // 61: sandboxfleet.fleet.v1.FleetService.ClosePortForward:output_type -> sandboxfleet.fleet.v1.ClosePortForwardResponse
+	33, // 62: sandboxfleet.fleet.v1.FleetService.WriteFiles:output_type -> sandboxfleet.fleet.v1.WriteFilesResponse
+	35, // 63: sandboxfleet.fleet.v1.FleetService.ReadFiles:output_type -> sandboxfleet.fleet.v1.ReadFilesResponse
+	37, // 64: sandboxfleet.fleet.v1.FleetService.Release:output_type -> sandboxfleet.fleet.v1.ReleaseResponse
+	39, // 65: sandboxfleet.fleet.v1.FleetService.Status:output_type -> sandboxfleet.fleet.v1.StatusResponse
+	42, // 66: sandboxfleet.fleet.v1.FleetService.Close:output_type -> sandboxfleet.fleet.v1.CloseResponse
+	44, // [44:67] is the sub-list for method output_type
+	21, // [21:44] is the sub-list for method input_type
 	21, // [21:21] is the sub-list for extension type_name
 	21, // [21:21] is the sub-list for extension extendee
 	0,  // [0:21] is the sub-list for field type_name
@@ -3043,7 +3275,7 @@ func file_api_fleet_v1_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_fleet_v1_fleet_proto_rawDesc), len(file_api_fleet_v1_fleet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -16,13 +16,13 @@ import. ``sandbox_fleet.testing.FakeFleet`` offers the same interface with
 no cluster, for trainers' unit tests.
 """
 
-from .aio import AsyncHandle, AsyncSandboxFleet
-from .client import ExecResult, Handle, LookaheadWarmer, SandboxFleet
+from .aio import AsyncHandle, AsyncProcess, AsyncSandboxFleet, AsyncShell
+from .client import ExecResult, Handle, LookaheadWarmer, Process, SandboxFleet, Shell
 from .errors import FleetError, InfraError, SandboxLostError, SandboxStartError, TaskError
 from .tracecontext import new_traceparent, trace_context
 
 __all__ = [
-    "AsyncHandle", "AsyncSandboxFleet", "ExecResult", "FleetError", "Handle", "InfraError",
-    "LookaheadWarmer", "SandboxFleet", "SandboxLostError", "SandboxStartError", "TaskError", "new_traceparent",
+    "AsyncHandle", "AsyncProcess", "AsyncSandboxFleet", "AsyncShell", "ExecResult", "FleetError", "Handle", "InfraError",
+    "LookaheadWarmer", "Process", "SandboxFleet", "Shell", "SandboxLostError", "SandboxStartError", "TaskError", "new_traceparent",
     "trace_context",
 ]

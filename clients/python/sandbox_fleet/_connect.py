@@ -1,6 +1,8 @@
 """A minimal Connect protocol client (JSON codec) over HTTP/1.1, on the
 standard library alone: unary calls, server streams and client streams, over
-a unix socket or TCP (optionally TLS with a bearer token)."""
+a unix socket or TCP (optionally TLS with a bearer token). Connections are
+kept alive and reused, one call at a time each; calls from many threads use
+as many connections."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import json
 import socket
 import ssl
 import struct
+import threading
 import urllib.parse
 from collections.abc import Iterable, Iterator
 
@@ -21,6 +24,9 @@ SERVICE = "/sandboxfleet.fleet.v1.FleetService/"
 # Connect streams wrap each message in an envelope: one flag byte and a
 # four-byte big-endian length.
 _END_STREAM = 0x02
+
+# Idle connections kept per transport.
+_MAX_IDLE = 16
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -51,6 +57,8 @@ class Transport:
         self.address = address
         self.token = token
         self.timeout = timeout
+        self._idle: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
         if address.startswith("unix://"):
             self._unix = address[len("unix://"):]
         elif address.startswith("/") or address.startswith("."):
@@ -76,23 +84,61 @@ class Transport:
         h.update(tracecontext.headers())
         return h
 
-    def _send(self, method: str, body, content_type: str, timeout: float | None, chunked: bool = False):
-        conn = self._connection(timeout)
-        try:
-            conn.request("POST", SERVICE + method, body=body, headers=self._headers(content_type), encode_chunked=chunked)
-            return conn, conn.getresponse()
-        except (OSError, http.client.HTTPException) as e:
+    def _take(self, timeout: float | None) -> tuple[http.client.HTTPConnection, bool]:
+        """An idle connection (and True), or a new one."""
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            return self._connection(timeout), False
+        conn.timeout = timeout
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)
+        return conn, True
+
+    def _give(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -> None:
+        """Keeps conn for the next call once resp was read to its end."""
+        if resp.will_close or not resp.isclosed():
             conn.close()
-            raise InfraError(f"{method}: the fleet session at {self.address} did not answer: {e}", "unavailable", "api") from e
+            return
+        with self._lock:
+            if len(self._idle) < _MAX_IDLE:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        """Closes the idle connections."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    def _send(self, method: str, body, content_type: str, timeout: float | None, chunked: bool = False):
+        while True:
+            # A streamed body cannot be sent twice: it takes a new connection.
+            conn, reused = (self._connection(timeout), False) if chunked else self._take(timeout)
+            try:
+                conn.request("POST", SERVICE + method, body=body, headers=self._headers(content_type), encode_chunked=chunked)
+                return conn, conn.getresponse()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
+                conn.close()
+                if reused:
+                    # The server closed the idle connection before it read
+                    # the request: the call was not made; make it again.
+                    continue
+                raise InfraError(f"{method}: the fleet session at {self.address} did not answer: {e}", "unavailable", "api") from e
+            except (OSError, http.client.HTTPException) as e:
+                conn.close()
+                raise InfraError(f"{method}: the fleet session at {self.address} did not answer: {e}", "unavailable", "api") from e
 
     def unary(self, method: str, msg: dict, timeout: float | None = None) -> dict:
         conn, resp = self._send(method, json.dumps(msg).encode(), "application/json", timeout or self.timeout)
         try:
             body = resp.read()
         except (OSError, http.client.HTTPException) as e:
-            raise InfraError(f"{method}: the connection broke: {e}", "unavailable", "api") from e
-        finally:
             conn.close()
+            raise InfraError(f"{method}: the connection broke: {e}", "unavailable", "api") from e
+        self._give(conn, resp)
         if resp.status != 200:
             raise _unary_error(method, resp, body)
         return json.loads(body) if body else {}
@@ -100,13 +146,13 @@ class Transport:
     def server_stream(self, method: str, msg: dict, timeout: float | None = None) -> Iterator[dict]:
         body = _envelope(json.dumps(msg).encode())
         conn, resp = self._send(method, body, "application/connect+json", timeout or self.timeout)
-        yield from _read_stream(method, conn, resp)
+        yield from _read_stream(method, conn, resp, self._give)
 
     def client_stream(self, method: str, msgs: Iterable[dict], timeout: float | None = None) -> dict:
         body = (_envelope(json.dumps(m).encode()) for m in msgs)
         conn, resp = self._send(method, body, "application/connect+json", timeout or self.timeout, chunked=True)
         out = None
-        for m in _read_stream(method, conn, resp):
+        for m in _read_stream(method, conn, resp, self._give):
             out = m
         return out or {}
 
@@ -122,7 +168,8 @@ def _read_exact(resp, n: int) -> bytes:
     return data
 
 
-def _read_stream(method: str, conn, resp) -> Iterator[dict]:
+def _read_stream(method: str, conn, resp, give) -> Iterator[dict]:
+    ended = False
     try:
         if resp.status != 200:
             raise _unary_error(method, resp, resp.read())
@@ -136,6 +183,8 @@ def _read_stream(method: str, conn, resp) -> Iterator[dict]:
             data = _read_exact(resp, size) if size else b""
             if flags & _END_STREAM:
                 end = json.loads(data) if data else {}
+                if not resp.read(1):
+                    ended = True
                 err = end.get("error")
                 if err:
                     meta = {k.lower(): v[0] for k, v in (end.get("metadata") or {}).items() if v}
@@ -145,7 +194,12 @@ def _read_stream(method: str, conn, resp) -> Iterator[dict]:
     except (OSError, http.client.HTTPException) as e:
         raise InfraError(f"{method}: the connection broke: {e}", "unavailable", "api") from e
     finally:
-        conn.close()
+        # A stream read to its end leaves the connection for the next call;
+        # one left early (the caller stopped reading) is closed.
+        if ended:
+            give(conn, resp)
+        else:
+            conn.close()
 
 
 def _unary_error(method: str, resp, body: bytes) -> FleetError:

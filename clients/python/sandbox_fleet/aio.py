@@ -1,41 +1,100 @@
-"""The asyncio client: the synchronous client's calls run in worker threads,
-so an event loop never blocks on the network."""
+"""The asyncio client: the calls of the synchronous client, awaited, over
+asyncio streams (no thread per call, streams included: an ``async for``
+over a command's output leaves the loop free between chunks). Leases are
+renewed by the synchronous client's one background thread."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterable, Mapping
+import contextlib
+from collections.abc import AsyncIterator, Iterable, Mapping
 
-from .client import ExecResult, Handle, SandboxFleet
+from ._aconnect import AsyncTransport
+from .client import (ExecResult, Handle, SandboxFleet, Shell, _acquire_msg, _collect, _events_of, _failed, _file_of,
+                     _files_of, _handle, _lookahead_msg, _release_msg, _seconds, _signal_name, _split_file, _tar_messages,
+                     _tar_of, _tasks_msg, b64, unb64)
+from .errors import InfraError, TaskError
+
+_Event = tuple[str, bytes | int | bool]
 
 
 class AsyncHandle:
-    """A sandbox held through AsyncSandboxFleet; ``async with`` releases it."""
+    """A sandbox held through AsyncSandboxFleet; ``async with`` releases it.
+    Its fields are the Handle's (``.id``, ``.pod``, ``.node``, ...)."""
 
     def __init__(self, fleet: "AsyncSandboxFleet", handle: Handle):
         self._fleet = fleet
+        self._t = fleet._t
         self.handle = handle
 
     def __getattr__(self, name):
         return getattr(self.handle, name)
 
-    async def exec(self, argv, **kw) -> ExecResult:
-        return await asyncio.to_thread(self.handle.exec, argv, **kw)
+    async def exec_stream(self, argv: list[str], stdin: bytes | str | None = None, timeout: float | None = None,
+                          env: Mapping[str, str] | None = None, cwd: str | None = None,
+                          container: str | None = None) -> AsyncIterator[_Event]:
+        """As ``Handle.exec_stream``, for ``async for``."""
+        msg = self.handle._command(argv, env, cwd, container)
+        if stdin is not None:
+            msg["stdin"] = b64(stdin.encode() if isinstance(stdin, str) else stdin)
+        if timeout:
+            msg["timeout"] = _seconds(timeout)
+        async for m in self._t.server_stream("Exec", msg):
+            for e in _events_of(m):
+                yield e
+
+    async def exec(self, argv: list[str], check: bool = False, **kw) -> ExecResult:
+        """As ``Handle.exec``: a timeout is a result (``timed_out``, 124)."""
+        result = _collect([e async for e in self.exec_stream(argv, **kw)])
+        if check and not result.ok:
+            raise TaskError(f"{argv[0]} {_failed(result)} in sandbox {self.id}", result.exit_code, result.stdout, result.stderr)
+        return result
 
     async def is_alive(self) -> bool:
-        return await asyncio.to_thread(self.handle.is_alive)
+        return await self.alive_reason() is None
+
+    async def alive_reason(self) -> str | None:
+        out = await self._t.unary("Alive", {"handle": self.id, "clientId": self._fleet.client_id})
+        return None if out.get("alive") else out.get("reason", "not alive")
+
+    async def shell(self, name: str = "default") -> "AsyncShell":
+        await self._t.unary("OpenShell", {"handle": self.id, "clientId": self._fleet.client_id, "shell": name})
+        return AsyncShell(self, name)
+
+    async def start(self, argv: list[str], env: Mapping[str, str] | None = None, cwd: str | None = None,
+                    container: str | None = None) -> "AsyncProcess":
+        out = await self._t.unary("Start", self.handle._command(argv, env, cwd, container))
+        return AsyncProcess(self, out["process"])
+
+    @contextlib.asynccontextmanager
+    async def port_forward(self, port: int) -> AsyncIterator[str]:
+        """``async with h.port_forward(8000) as url:``, as Handle.port_forward."""
+        msg = {"handle": self.id, "clientId": self._fleet.client_id}
+        out = await self._t.unary("PortForward", {**msg, "port": int(port)})
+        try:
+            yield "http://" + out["address"]
+        finally:
+            await self._t.unary("ClosePortForward", {**msg, "forward": out["forward"]})
+
+    async def write_tar(self, directory: str, archive: bytes, chunk: int = 1 << 20) -> int:
+        msgs = _tar_messages(self.id, self._fleet.client_id, directory, archive, chunk)
+        return int((await self._t.client_stream("WriteFiles", msgs)).get("bytes", 0))
+
+    async def write_files(self, directory: str, files: Mapping[str, bytes | str], mode: int = 0o644) -> int:
+        return await self.write_tar(directory, _tar_of(files, mode))
 
     async def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> int:
-        return await asyncio.to_thread(self.handle.write_file, path, data, mode)
+        directory, name = _split_file(path)
+        return await self.write_files(directory, {name: data}, mode)
 
-    async def write_files(self, directory: str, files: Mapping[str, bytes | str]) -> int:
-        return await asyncio.to_thread(self.handle.write_files, directory, files)
-
-    async def read_file(self, path: str) -> bytes:
-        return await asyncio.to_thread(self.handle.read_file, path)
+    async def read_tar(self, paths: Iterable[str]) -> bytes:
+        msg = {"handle": self.id, "clientId": self._fleet.client_id, "paths": list(paths)}
+        return b"".join([unb64(m.get("tar")) async for m in self._t.server_stream("ReadFiles", msg)])
 
     async def read_files(self, paths: Iterable[str]) -> dict[str, bytes]:
-        return await asyncio.to_thread(self.handle.read_files, list(paths))
+        return _files_of(await self.read_tar(paths))
+
+    async def read_file(self, path: str) -> bytes:
+        return _file_of(await self.read_files([path]), path)
 
     async def release(self, reuse: bool = False) -> str:
         return await self._fleet.release(self, reuse=reuse)
@@ -47,34 +106,124 @@ class AsyncHandle:
         await self.release()
 
 
+class AsyncShell:
+    """A named long-lived shell (``AsyncHandle.shell``), as Shell."""
+
+    def __init__(self, handle: AsyncHandle, name: str):
+        self.handle = handle
+        self.name = name
+        self._sync = Shell(handle.handle, name)
+
+    async def run_stream(self, script: str, timeout: float | None = None, merge_stderr: bool = False) -> AsyncIterator[_Event]:
+        async for m in self.handle._t.server_stream("ShellRun", self._sync._run_msg(script, timeout, merge_stderr)):
+            for e in _events_of(m):
+                yield e
+
+    async def run(self, script: str, timeout: float | None = None, merge_stderr: bool = False, check: bool = False) -> ExecResult:
+        result = _collect([e async for e in self.run_stream(script, timeout=timeout, merge_stderr=merge_stderr)])
+        return self._sync._checked(result, script, check)
+
+    async def interrupt(self) -> None:
+        await self.handle._t.unary("ShellInterrupt", self._sync._msg())
+
+    async def close(self) -> None:
+        await self.handle._t.unary("CloseShell", self._sync._msg())
+
+    async def __aenter__(self) -> "AsyncShell":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+
+class AsyncProcess:
+    """A process started in a sandbox (``AsyncHandle.start``), as Process."""
+
+    def __init__(self, handle: AsyncHandle, pid: str):
+        self.handle = handle
+        self.id = pid
+        self.exit_code: int | None = None
+
+    def _msg(self) -> dict:
+        return {"handle": self.handle.id, "clientId": self.handle._fleet.client_id, "process": self.id}
+
+    async def events(self, start: int = 0) -> AsyncIterator[_Event]:
+        async for m in self.handle._t.server_stream("ProcessEvents", {**self._msg(), "from": start}):
+            for kind, data in _events_of(m):
+                if kind == "exit":
+                    self.exit_code = data
+                yield kind, data
+
+    async def write_stdin(self, data: bytes | str) -> None:
+        raw = data.encode() if isinstance(data, str) else data
+        await self.handle._t.unary("WriteStdin", {**self._msg(), "data": b64(raw)})
+
+    async def close_stdin(self) -> None:
+        await self.handle._t.unary("WriteStdin", {**self._msg(), "close": True})
+
+    async def signal(self, sig) -> None:
+        await self.handle._t.unary("Signal", {**self._msg(), "signal": _signal_name(sig)})
+
+    async def wait(self, timeout: float | None = None) -> int:
+        while True:
+            step = 60.0 if timeout is None else timeout
+            out = await self.handle._t.unary("Wait", {**self._msg(), "timeout": _seconds(step)}, timeout=step + 30)
+            if out.get("done"):
+                self.exit_code = int(out.get("exitCode", 0))
+                return self.exit_code
+            if timeout is not None:
+                raise TimeoutError(f"process {self.id} in sandbox {self.handle.id} still runs after {timeout}s")
+
+
 class AsyncSandboxFleet:
     """SandboxFleet for asyncio trainers: the same methods, awaited."""
 
     def __init__(self, address: str, **kw):
         self.sync = SandboxFleet(address, **kw)
+        self._t = AsyncTransport(self.sync._t)
 
     @property
     def client_id(self) -> str:
         return self.sync.client_id
 
     async def add_tasks(self, tasks: Iterable[Mapping]) -> dict:
-        return await asyncio.to_thread(self.sync.add_tasks, list(tasks))
+        return await self._t.unary("AddTasks", _tasks_msg(tasks))
 
     async def lookahead(self, tasks_or_images: Iterable) -> list[dict]:
-        return await asyncio.to_thread(self.sync.lookahead, list(tasks_or_images))
+        return (await self._t.unary("Lookahead", _lookahead_msg(tasks_or_images))).get("pools", [])
 
     async def wait_pools_ready(self, timeout: float = 600.0, images: Iterable[str] = ()) -> dict:
-        return await asyncio.to_thread(self.sync.wait_pools_ready, timeout, list(images))
+        out = await self._t.unary("WaitPoolsReady", {"timeout": _seconds(timeout), "images": list(images)}, timeout=timeout + 30)
+        return {"ready": bool(out.get("ready")), "pools": out.get("pools", [])}
 
     async def acquire(self, task_id=None, image: str | None = None, timeout: float | None = None) -> AsyncHandle:
-        return AsyncHandle(self, await asyncio.to_thread(self.sync.acquire, task_id, image, timeout))
+        msg = _acquire_msg(self.client_id, task_id, image, timeout)
+        wait = (timeout or 900.0) + 30
+        for attempt in range(self.sync.retries + 1):
+            try:
+                h = _handle(self.sync, (await self._t.unary("Acquire", msg, timeout=wait))["handle"])
+                break
+            except InfraError as e:
+                if e.reason != "api" or attempt == self.sync.retries:
+                    raise
+        self.sync._hold(h.id)
+        return AsyncHandle(self, h)
 
     async def release(self, handle, reuse: bool = False) -> str:
         h = handle.handle if isinstance(handle, AsyncHandle) else handle
-        return await asyncio.to_thread(self.sync.release, h, reuse)
+        hid, msg = _release_msg(self.client_id, h, reuse)
+        try:
+            return (await self._t.unary("Release", msg)).get("outcome", "released")
+        finally:
+            self.sync._unhold(hid)
 
     async def status(self) -> dict:
-        return await asyncio.to_thread(self.sync.status)
+        return await self._t.unary("Status", {})
 
     async def close(self) -> None:
-        await asyncio.to_thread(self.sync.close)
+        self.sync._stop.set()
+        await self._t.unary("Close", {}, timeout=None)
+        await self._t.close()
+
+    def disconnect(self) -> None:
+        self.sync.disconnect()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import io
 import tarfile
@@ -70,17 +71,11 @@ class Handle:
         """Runs argv and yields its output as it comes: ``("stdout", bytes)``,
         ``("stderr", bytes)``, ``("timed_out", True)`` when it was stopped at
         its timeout, and last ``("exit", code)``."""
-        msg: dict = {"handle": self.id, "clientId": self.fleet.client_id, "argv": list(argv)}
+        msg = self._command(argv, env, cwd, container)
         if stdin is not None:
             msg["stdin"] = b64(stdin.encode() if isinstance(stdin, str) else stdin)
         if timeout:
             msg["timeout"] = _seconds(timeout)
-        if env:
-            msg["env"] = dict(env)
-        if cwd:
-            msg["cwd"] = cwd
-        if container:
-            msg["container"] = container
         # The call itself may take as long as the command, and then some.
         yield from _output(self.fleet._t.server_stream("Exec", msg, timeout=None))
 
@@ -121,6 +116,24 @@ class Handle:
         """Starts argv in the sandbox and returns at once: read its output as
         it comes, write its stdin, signal it, wait for it. It ends with the
         sandbox's release."""
+        return Process(self, self.fleet._t.unary("Start", self._command(argv, env, cwd, container))["process"])
+
+    @contextlib.contextmanager
+    def port_forward(self, port: int) -> Iterator[str]:
+        """``with h.port_forward(8000) as url:`` — ``url`` is
+        ``http://127.0.0.1:PORT`` on the machine ``serve`` runs on (yours,
+        with the default unix socket), and reaches port 8000 in the sandbox
+        through the API server's port-forward while the context lasts; the
+        local port is freed after. Like ``kubectl port-forward``, anyone on
+        that machine can connect to it while it is open."""
+        msg = {"handle": self.id, "clientId": self.fleet.client_id}
+        out = self.fleet._t.unary("PortForward", {**msg, "port": int(port)})
+        try:
+            yield "http://" + out["address"]
+        finally:
+            self.fleet._t.unary("ClosePortForward", {**msg, "forward": out["forward"]})
+
+    def _command(self, argv, env, cwd, container) -> dict:
         msg: dict = {"handle": self.id, "clientId": self.fleet.client_id, "argv": list(argv)}
         if env:
             msg["env"] = dict(env)
@@ -128,35 +141,22 @@ class Handle:
             msg["cwd"] = cwd
         if container:
             msg["container"] = container
-        return Process(self, self.fleet._t.unary("Start", msg)["process"])
+        return msg
 
     def write_files(self, directory: str, files: Mapping[str, bytes | str], mode: int = 0o644) -> int:
         """Writes files (name relative to directory -> content) into
         directory, made if missing. Returns the bytes sent."""
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for name, data in files.items():
-                raw = data.encode() if isinstance(data, str) else data
-                info = tarfile.TarInfo(name.lstrip("/"))
-                info.size, info.mode = len(raw), mode
-                tar.addfile(info, io.BytesIO(raw))
-        return self.write_tar(directory, buf.getvalue())
+        return self.write_tar(directory, _tar_of(files, mode))
 
     def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> int:
         """Writes one file at an absolute path in the sandbox."""
-        directory, _, name = path.rpartition("/")
-        if not path.startswith("/") or not name:
-            raise ValueError(f"path {path!r}: give an absolute path to a file")
-        return self.write_files(directory or "/", {name: data}, mode)
+        directory, name = _split_file(path)
+        return self.write_files(directory, {name: data}, mode)
 
     def write_tar(self, directory: str, archive: bytes, chunk: int = 1 << 20) -> int:
         """Unpacks a tar archive into directory."""
-        def msgs():
-            yield {"handle": self.id, "clientId": self.fleet.client_id, "directory": directory,
-                   "tar": b64(archive[:chunk])}
-            for i in range(chunk, len(archive), chunk):
-                yield {"tar": b64(archive[i:i + chunk])}
-        return int(self.fleet._t.client_stream("WriteFiles", msgs(), timeout=None).get("bytes", 0))
+        msgs = _tar_messages(self.id, self.fleet.client_id, directory, archive, chunk)
+        return int(self.fleet._t.client_stream("WriteFiles", msgs, timeout=None).get("bytes", 0))
 
     def read_tar(self, paths: Iterable[str]) -> bytes:
         """A tar archive of files or directories (names relative to /)."""
@@ -165,20 +165,11 @@ class Handle:
 
     def read_files(self, paths: Iterable[str]) -> dict[str, bytes]:
         """The regular files under paths, by absolute path."""
-        out = {}
-        with tarfile.open(fileobj=io.BytesIO(self.read_tar(paths))) as tar:
-            for m in tar.getmembers():
-                if m.isfile():
-                    out["/" + m.name.lstrip("/")] = tar.extractfile(m).read()
-        return out
+        return _files_of(self.read_tar(paths))
 
     def read_file(self, path: str) -> bytes:
         """The content of one file in the sandbox."""
-        files = self.read_files([path])
-        key = "/" + path.lstrip("/")
-        if key not in files:
-            raise FleetError(f"ReadFiles: {path} is not a regular file", "failed_precondition")
-        return files[key]
+        return _file_of(self.read_files([path]), path)
 
     def release(self, reuse: bool = False) -> str:
         """Hands the sandbox back; see SandboxFleet.release."""
@@ -191,16 +182,63 @@ class Handle:
         self.fleet.release(self)
 
 
+def _tar_of(files: Mapping[str, bytes | str], mode: int) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in files.items():
+            raw = data.encode() if isinstance(data, str) else data
+            info = tarfile.TarInfo(name.lstrip("/"))
+            info.size, info.mode = len(raw), mode
+            tar.addfile(info, io.BytesIO(raw))
+    return buf.getvalue()
+
+
+def _split_file(path: str) -> tuple[str, str]:
+    directory, _, name = path.rpartition("/")
+    if not path.startswith("/") or not name:
+        raise ValueError(f"path {path!r}: give an absolute path to a file")
+    return directory or "/", name
+
+
+def _tar_messages(hid: str, client_id: str, directory: str, archive: bytes, chunk: int) -> Iterator[dict]:
+    yield {"handle": hid, "clientId": client_id, "directory": directory, "tar": b64(archive[:chunk])}
+    for i in range(chunk, len(archive), chunk):
+        yield {"tar": b64(archive[i:i + chunk])}
+
+
+def _files_of(archive: bytes) -> dict[str, bytes]:
+    out = {}
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        for m in tar.getmembers():
+            if m.isfile():
+                out["/" + m.name.lstrip("/")] = tar.extractfile(m).read()
+    return out
+
+
+def _file_of(files: dict[str, bytes], path: str) -> bytes:
+    key = "/" + path.lstrip("/")
+    if key not in files:
+        raise FleetError(f"ReadFiles: {path} is not a regular file", "failed_precondition")
+    return files[key]
+
+
+def _events_of(m: dict) -> list[tuple[str, bytes | int | bool]]:
+    """The events one Exec-like stream message carries."""
+    out: list[tuple[str, bytes | int | bool]] = []
+    if "stdout" in m:
+        out.append(("stdout", unb64(m["stdout"])))
+    if "stderr" in m:
+        out.append(("stderr", unb64(m["stderr"])))
+    if "exitCode" in m:
+        if m.get("timedOut"):
+            out.append(("timed_out", True))
+        out.append(("exit", int(m["exitCode"])))
+    return out
+
+
 def _output(messages: Iterable[dict]) -> Iterator[tuple[str, bytes | int | bool]]:
     for m in messages:
-        if "stdout" in m:
-            yield "stdout", unb64(m["stdout"])
-        if "stderr" in m:
-            yield "stderr", unb64(m["stderr"])
-        if "exitCode" in m:
-            if m.get("timedOut"):
-                yield "timed_out", True
-            yield "exit", int(m["exitCode"])
+        yield from _events_of(m)
 
 
 def _collect(events: Iterable[tuple[str, bytes | int | bool]]) -> ExecResult:
@@ -233,15 +271,19 @@ class Shell:
     def _msg(self) -> dict:
         return {"handle": self.handle.id, "clientId": self.handle.fleet.client_id, "shell": self.name}
 
-    def run_stream(self, script: str, timeout: float | None = None,
-                   merge_stderr: bool = False) -> Iterator[tuple[str, bytes | int | bool]]:
-        """Runs script in the shell and yields its output as it comes, as
-        ``Handle.exec_stream`` does."""
+    def _run_msg(self, script: str, timeout: float | None, merge_stderr: bool) -> dict:
         msg = {**self._msg(), "script": script}
         if timeout:
             msg["timeout"] = _seconds(timeout)
         if merge_stderr:
             msg["mergeStderr"] = True
+        return msg
+
+    def run_stream(self, script: str, timeout: float | None = None,
+                   merge_stderr: bool = False) -> Iterator[tuple[str, bytes | int | bool]]:
+        """Runs script in the shell and yields its output as it comes, as
+        ``Handle.exec_stream`` does."""
+        msg = self._run_msg(script, timeout, merge_stderr)
         yield from _output(self.handle.fleet._t.server_stream("ShellRun", msg, timeout=None))
 
     def run(self, script: str, timeout: float | None = None, merge_stderr: bool = False,
@@ -251,7 +293,9 @@ class Shell:
         code 124; the shell stays usable. ``merge_stderr`` interleaves stderr
         into stdout as written. A script that runs ``exit`` closes the shell.
         """
-        result = _collect(self.run_stream(script, timeout=timeout, merge_stderr=merge_stderr))
+        return self._checked(_collect(self.run_stream(script, timeout=timeout, merge_stderr=merge_stderr)), script, check)
+
+    def _checked(self, result: ExecResult, script: str, check: bool) -> ExecResult:
         if check and not result.ok:
             raise TaskError(f"{script!r} {_failed(result)} in shell {self.name} of {self.handle.id}",
                             result.exit_code, result.stdout, result.stderr)
@@ -334,6 +378,53 @@ def _handle(fleet: "SandboxFleet", h: dict) -> Handle:
                   resets=int(h.get("resets", 0)))
 
 
+def _tasks_msg(tasks: Iterable[Mapping]) -> dict:
+    out = []
+    for t in tasks:
+        t = dict(t)
+        if "id" not in t or "image" not in t:
+            raise ValueError(f"task {t!r}: a task needs an 'id' and an 'image'")
+        tid, image = t.pop("id"), t.pop("image")
+        task = {"id": str(tid), "image": image}
+        if t:
+            task["metadata"] = t
+        out.append(task)
+    return {"tasks": out}
+
+
+def _lookahead_msg(tasks_or_images: Iterable) -> dict:
+    ids, images = [], []
+    for x in tasks_or_images:
+        if isinstance(x, Mapping):
+            ids.append(str(x["id"]))
+        elif isinstance(x, str) and ("/" in x or ":" in x):
+            images.append(x)
+        else:
+            ids.append(str(x))
+    return {"taskIds": ids, "images": images}
+
+
+def _acquire_msg(client_id: str, task_id, image: str | None, timeout: float | None) -> dict:
+    if isinstance(task_id, Mapping):
+        task_id = str(task_id["id"])
+    msg = {"requestId": uuid.uuid4().hex, "clientId": client_id}
+    if task_id is not None:
+        msg["taskId"] = str(task_id)
+    if image is not None:
+        msg["image"] = image
+    if timeout:
+        msg["timeout"] = _seconds(timeout)
+    return msg
+
+
+def _release_msg(client_id: str, handle, reuse: bool) -> tuple[str, dict]:
+    hid = handle if isinstance(handle, str) else handle.id
+    msg = {"handle": hid, "clientId": client_id}
+    if reuse:
+        msg["reuse"] = True
+    return hid, msg
+
+
 class SandboxFleet:
     """A client of one fleet session.
 
@@ -359,30 +450,12 @@ class SandboxFleet:
     def add_tasks(self, tasks: Iterable[Mapping]) -> dict:
         """Adds tasks (dicts with "id" and "image"; other keys kept as
         metadata) to the plan. Returns what changed: added, total, pools."""
-        out = []
-        for t in tasks:
-            t = dict(t)
-            if "id" not in t or "image" not in t:
-                raise ValueError(f"task {t!r}: a task needs an 'id' and an 'image'")
-            tid, image = t.pop("id"), t.pop("image")
-            task = {"id": str(tid), "image": image}
-            if t:
-                task["metadata"] = t
-            out.append(task)
-        return self._t.unary("AddTasks", {"tasks": out})
+        return self._t.unary("AddTasks", _tasks_msg(tasks))
 
     def lookahead(self, tasks_or_images: Iterable) -> list[dict]:
         """Starts warming the pools of these tasks (dicts or ids) or images
         ("repo:tag" strings with a ':' or '/') and returns at once."""
-        ids, images = [], []
-        for x in tasks_or_images:
-            if isinstance(x, Mapping):
-                ids.append(str(x["id"]))
-            elif isinstance(x, str) and ("/" in x or ":" in x):
-                images.append(x)
-            else:
-                ids.append(str(x))
-        return self._t.unary("Lookahead", {"taskIds": ids, "images": images}).get("pools", [])
+        return self._t.unary("Lookahead", _lookahead_msg(tasks_or_images)).get("pools", [])
 
     def wait_pools_ready(self, timeout: float = 600.0, images: Iterable[str] = ()) -> dict:
         """Waits until the pools are Ready or timeout passes; returns
@@ -400,15 +473,7 @@ class SandboxFleet:
         """A Ready sandbox for a task (id or dict) or an image. Retried on a
         dropped connection with the same request id, so a retry never takes
         a second sandbox. Use the handle as a context manager to release it."""
-        if isinstance(task_id, Mapping):
-            task_id = str(task_id["id"])
-        msg = {"requestId": uuid.uuid4().hex, "clientId": self.client_id}
-        if task_id is not None:
-            msg["taskId"] = str(task_id)
-        if image is not None:
-            msg["image"] = image
-        if timeout:
-            msg["timeout"] = _seconds(timeout)
+        msg = _acquire_msg(self.client_id, task_id, image, timeout)
         wait = (timeout or 900.0) + 30
         for attempt in range(self.retries + 1):
             try:
@@ -417,10 +482,14 @@ class SandboxFleet:
             except InfraError as e:
                 if e.reason != "api" or attempt == self.retries:
                     raise
-        with self._lock:
-            self._held.add(h.id)
-        self._start_renewer()
+        self._hold(h.id)
         return h
+
+    def _hold(self, hid: str) -> None:
+        """Renews the lease of hid until it is released."""
+        with self._lock:
+            self._held.add(hid)
+        self._start_renewer()
 
     def release(self, handle: Handle | str, reuse: bool = False) -> str:
         """Hands a sandbox back and says what became of it. It is deleted
@@ -428,15 +497,15 @@ class SandboxFleet:
         is reset in place first and kept for the next acquire of its image
         ("reset"), or deleted when its reset fails ("quarantined") or it had
         its maximum of resets ("rotated"). Returns once that is done."""
-        hid = handle.id if isinstance(handle, Handle) else handle
-        msg = {"handle": hid, "clientId": self.client_id}
-        if reuse:
-            msg["reuse"] = True
+        hid, msg = _release_msg(self.client_id, handle, reuse)
         try:
             return self._t.unary("Release", msg).get("outcome", "released")
         finally:
-            with self._lock:
-                self._held.discard(hid)
+            self._unhold(hid)
+
+    def _unhold(self, hid: str) -> None:
+        with self._lock:
+            self._held.discard(hid)
 
     def renew(self) -> dict:
         out = self._t.unary("Renew", {"clientId": self.client_id})

@@ -6,6 +6,7 @@ the plan, handles released twice or held by another fleet."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
@@ -296,6 +297,14 @@ class FakeHandle(Handle):
         proc = FakeProcess(self, f"p{len(self._procs) + 1}", p)
         self._procs.append(proc)
         return proc
+
+    @contextlib.contextmanager
+    def port_forward(self, port: int):
+        """The fake's sandbox is this machine: its port is here already."""
+        self.fleet._check(self.id)
+        if not 1 <= int(port) <= 65535:
+            raise FleetError(f"PortForward: port {port}: give a port from 1 to 65535", "invalid_argument")
+        yield f"http://127.0.0.1:{int(port)}"
 
     def _end(self) -> None:
         for sh in list(self._shells.values()):

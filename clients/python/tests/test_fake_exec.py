@@ -48,6 +48,15 @@ def test_processes(handle):
     agent_checks.processes(handle)
 
 
+def test_port_forward(handle):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    agent_checks.port_forward(handle, port)
+
+
 def test_injected_failures():
     f = FakeFleet()
     f.add_tasks([{"id": "a", "image": "busybox:1.36"}, {"id": "b", "image": "busybox:1.36"}])

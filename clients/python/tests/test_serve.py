@@ -261,3 +261,66 @@ def test_token_guards_tcp(server, tmp_path):
         raise AssertionError("a call without the token went through")
     except FleetError as e:
         assert e.code == "unauthenticated", e
+
+
+def test_lookahead_warmer_async(server):
+    """``async for`` over LookaheadWarmer with the asyncio client warms the
+    next step while the current one runs."""
+    import asyncio
+
+    from sandbox_fleet import AsyncSandboxFleet, LookaheadWarmer
+
+    s = server()
+    steps = [[{"id": "s0", "image": "registry.example/swe/step0:1"}], [{"id": "s1", "image": "registry.example/swe/step1:1"}]]
+
+    async def main():
+        fleet = AsyncSandboxFleet(s.address)
+        await fleet.add_tasks([t for step in steps for t in step])
+        seen = []
+        async for step in LookaheadWarmer(fleet, steps):
+            wanted = {p["image"] for p in (await fleet.status())["pools"] if p.get("lastWanted")}
+            seen.append((step[0]["id"], sorted(wanted)))
+        assert seen == [("s0", ["registry.example/swe/step0:1", "registry.example/swe/step1:1"]),
+                        ("s1", ["registry.example/swe/step0:1", "registry.example/swe/step1:1"])], seen
+        assert (await fleet.wait_pools_ready(timeout=120))["ready"]
+
+    asyncio.run(main())
+    try:
+        for _ in LookaheadWarmer(SandboxFleet(s.address), steps):
+            pass
+    except Exception as e:  # noqa: BLE001 - a sync fleet is fine; only the async one refuses a plain for
+        raise AssertionError(f"a plain for over the sync client failed: {e}") from e
+
+
+def test_keep_alive_reuses_connections(server):
+    """The transport keeps its connections: many calls, few connections,
+    and a call after the server closed an idle one goes through."""
+    s = server()
+    c = s.client()
+    c.add_tasks(TASKS)
+    for _ in range(20):
+        c.status()
+    assert len(c._t._idle) == 1
+    conn = c._t._idle[0]
+    conn.sock.shutdown(socket.SHUT_RDWR)  # as a server that timed the idle connection out
+    assert c.status()["runId"] == s.run_id
+
+
+def test_wait_pools_ready_says_what_is_not_warming(server):
+    from sandbox_fleet import FleetError
+
+    s = server()
+    c = s.client()
+    c.add_tasks(TASKS)
+    started = time.monotonic()
+    try:
+        c.wait_pools_ready(timeout=120)
+        raise AssertionError("waited for pools nothing warms")
+    except FleetError as e:
+        assert e.code == "failed_precondition" and "Lookahead" in str(e), e
+    try:
+        c.wait_pools_ready(timeout=120, images=["registry.example/swe/a:1"])
+        raise AssertionError("waited for a pool nothing warms")
+    except FleetError as e:
+        assert "registry.example/swe/a:1" in str(e), e
+    assert time.monotonic() - started < 10

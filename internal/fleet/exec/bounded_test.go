@@ -46,7 +46,8 @@ func TestBoundedKillsTheTree(t *testing.T) {
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("took %s to stop", d)
 	}
-	if stderr.String() != "err\n" {
+	// The shell may say its command was killed; the PID line is not for it.
+	if !strings.HasPrefix(stderr.String(), "err\n") || strings.Contains(stderr.String(), "sandbox-fleet-pid") {
 		t.Errorf("stderr %q: the PID line must not reach it", stderr.String())
 	}
 	bg, err := strconv.Atoi(strings.TrimSpace(stdout.String()))

@@ -128,9 +128,12 @@ const (
 
 // signalScript signals the processes of a tree in the sandbox. It reads
 // /proc once per round (every image has /proc; not every one has pkill).
-// A KILL first stops the whole tree, looking again for what forked
-// meanwhile, so that no child escapes to PID 1 while its parent dies.
-// Its arguments: the signal, the root PID, "tree" or "children".
+// A KILL first stops what runs under the root, looking again for what
+// forked meanwhile, so that no child escapes to PID 1 while its parent
+// dies; the root is killed last, a moment after, so that a shell reaps
+// what it started: a zombie left to a PID 1 that reaps nothing (sleep
+// infinity, as sandboxes run) would stay. Its arguments: the signal, the
+// root PID, "tree" or "children".
 const signalScript = `sig=$1 root=$2 whom=$3
 [ -d /proc/$root ] || exit 0
 procs() {
@@ -141,7 +144,9 @@ procs() {
 		echo "${l%% *} $2 $3"
 	done
 }
-members() {
+# under prints the PIDs under the root: its descendants, and the members
+# of its process group when it leads one.
+under() {
 	t=$(procs)
 	lead=0
 	while read -r p pp pg; do [ "$p" = "$root" ] && [ "$pg" = "$root" ] && lead=1; done <<EOF
@@ -159,21 +164,24 @@ EOF
 $t
 EOF
 	done
-	[ "$whom" = children ] && set=${set# $root }
-	echo $set
+	echo ${set# $root }
 }
 if [ "$sig" = KILL ]; then
 	stopped=""
 	for round in 1 2 3; do
-		m=$(members)
-		[ -n "$m" ] || break
+		m=$(under)
 		[ "$m" = "$stopped" ] && break
-		kill -STOP $m 2>/dev/null
+		[ -n "$m" ] && kill -STOP $m 2>/dev/null
 		stopped=$m
 	done
 	[ -n "$stopped" ] && kill -KILL $stopped 2>/dev/null
+	if [ "$whom" = tree ]; then
+		[ -n "$stopped" ] && { sleep 0.1 2>/dev/null || sleep 1; }
+		kill -KILL $root 2>/dev/null
+	fi
 else
-	m=$(members)
+	m=$(under)
+	[ "$whom" = tree ] && m="$root $m"
 	[ -n "$m" ] && kill -$sig $m 2>/dev/null
 fi
 exit 0`

@@ -26,22 +26,27 @@ import (
 const (
 	MaxShells    = 16
 	MaxProcesses = 64
+	MaxForwards  = 16
 )
 
-// tools are a handle's shells and processes.
+// tools are a handle's shells, processes and forwarded ports.
 type tools struct {
-	mu     sync.Mutex
-	shells map[string]*exec.Shell
-	procs  map[string]*exec.Process
-	next   int
+	mu       sync.Mutex
+	shells   map[string]*exec.Shell
+	procs    map[string]*exec.Process
+	forwards map[string]*exec.Forward
+	next     int
 }
 
 // closeAll ends every shell and process of the handle.
 func (t *tools) closeAll(ctx context.Context) {
 	t.mu.Lock()
-	shells, procs := t.shells, t.procs
-	t.shells, t.procs = nil, nil
+	shells, procs, forwards := t.shells, t.procs, t.forwards
+	t.shells, t.procs, t.forwards = nil, nil, nil
 	t.mu.Unlock()
+	for _, f := range forwards {
+		f.Close()
+	}
 	var wg sync.WaitGroup
 	for _, sh := range shells {
 		wg.Go(func() { _ = sh.Close() })
@@ -333,4 +338,51 @@ func infraOrNil(err error) error {
 		return nil
 	}
 	return infraOf(err)
+}
+
+// PortForward serves port of client's sandbox id on 127.0.0.1 of the
+// session's machine until ClosePortForward or the release, and returns the
+// forward's id and its local address.
+func (s *Session) PortForward(id, client string, port int) (string, string, error) {
+	if port < 1 || port > 65535 {
+		return "", "", fmt.Errorf("%w: port %d: give a port from 1 to 65535", ErrInvalid, port)
+	}
+	h, err := s.Handle(id, client)
+	if err != nil {
+		return "", "", err
+	}
+	t := &h.tools
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.forwards) >= MaxForwards {
+		return "", "", fmt.Errorf("%w: sandbox %s has %d ports forwarded, the most it may: close one first", ErrInvalid, id, MaxForwards)
+	}
+	f, err := h.Sandbox.PortForward(port)
+	if err != nil {
+		return "", "", infraOf(err)
+	}
+	if t.forwards == nil {
+		t.forwards = map[string]*exec.Forward{}
+	}
+	t.next++
+	fid := "f" + strconv.Itoa(t.next)
+	t.forwards[fid] = f
+	return fid, f.Address, nil
+}
+
+// ClosePortForward stops forward fid and frees its local port; closing one
+// closed already is no error.
+func (s *Session) ClosePortForward(id, client, fid string) error {
+	h, err := s.Handle(id, client)
+	if err != nil {
+		return err
+	}
+	h.tools.mu.Lock()
+	f := h.tools.forwards[fid]
+	delete(h.tools.forwards, fid)
+	h.tools.mu.Unlock()
+	if f != nil {
+		f.Close()
+	}
+	return nil
 }

@@ -83,6 +83,12 @@ const (
 	FleetServiceSignalProcedure = "/sandboxfleet.fleet.v1.FleetService/Signal"
 	// FleetServiceWaitProcedure is the fully-qualified name of the FleetService's Wait RPC.
 	FleetServiceWaitProcedure = "/sandboxfleet.fleet.v1.FleetService/Wait"
+	// FleetServicePortForwardProcedure is the fully-qualified name of the FleetService's PortForward
+	// RPC.
+	FleetServicePortForwardProcedure = "/sandboxfleet.fleet.v1.FleetService/PortForward"
+	// FleetServiceClosePortForwardProcedure is the fully-qualified name of the FleetService's
+	// ClosePortForward RPC.
+	FleetServiceClosePortForwardProcedure = "/sandboxfleet.fleet.v1.FleetService/ClosePortForward"
 	// FleetServiceWriteFilesProcedure is the fully-qualified name of the FleetService's WriteFiles RPC.
 	FleetServiceWriteFilesProcedure = "/sandboxfleet.fleet.v1.FleetService/WriteFiles"
 	// FleetServiceReadFilesProcedure is the fully-qualified name of the FleetService's ReadFiles RPC.
@@ -150,6 +156,12 @@ type FleetServiceClient interface {
 	Signal(context.Context, *connect.Request[v1.SignalRequest]) (*connect.Response[v1.SignalResponse], error)
 	// Wait waits up to a timeout for a process to end.
 	Wait(context.Context, *connect.Request[v1.WaitRequest]) (*connect.Response[v1.WaitResponse], error)
+	// PortForward serves a port of a sandbox on 127.0.0.1 of the server's
+	// machine, through the API server's port-forward, until ClosePortForward
+	// or the sandbox's release.
+	PortForward(context.Context, *connect.Request[v1.PortForwardRequest]) (*connect.Response[v1.PortForwardResponse], error)
+	// ClosePortForward stops a forward and frees its local port.
+	ClosePortForward(context.Context, *connect.Request[v1.ClosePortForwardRequest]) (*connect.Response[v1.ClosePortForwardResponse], error)
 	// WriteFiles unpacks a tar archive, streamed in chunks, into a directory
 	// of the sandbox (the first message names the handle and the directory).
 	WriteFiles(context.Context) *connect.ClientStreamForClient[v1.WriteFilesRequest, v1.WriteFilesResponse]
@@ -273,6 +285,18 @@ func NewFleetServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(fleetServiceMethods.ByName("Wait")),
 			connect.WithClientOptions(opts...),
 		),
+		portForward: connect.NewClient[v1.PortForwardRequest, v1.PortForwardResponse](
+			httpClient,
+			baseURL+FleetServicePortForwardProcedure,
+			connect.WithSchema(fleetServiceMethods.ByName("PortForward")),
+			connect.WithClientOptions(opts...),
+		),
+		closePortForward: connect.NewClient[v1.ClosePortForwardRequest, v1.ClosePortForwardResponse](
+			httpClient,
+			baseURL+FleetServiceClosePortForwardProcedure,
+			connect.WithSchema(fleetServiceMethods.ByName("ClosePortForward")),
+			connect.WithClientOptions(opts...),
+		),
 		writeFiles: connect.NewClient[v1.WriteFilesRequest, v1.WriteFilesResponse](
 			httpClient,
 			baseURL+FleetServiceWriteFilesProcedure,
@@ -308,27 +332,29 @@ func NewFleetServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 
 // fleetServiceClient implements FleetServiceClient.
 type fleetServiceClient struct {
-	addTasks       *connect.Client[v1.AddTasksRequest, v1.AddTasksResponse]
-	lookahead      *connect.Client[v1.LookaheadRequest, v1.LookaheadResponse]
-	waitPoolsReady *connect.Client[v1.WaitPoolsReadyRequest, v1.WaitPoolsReadyResponse]
-	acquire        *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
-	renew          *connect.Client[v1.RenewRequest, v1.RenewResponse]
-	exec           *connect.Client[v1.ExecRequest, v1.ExecResponse]
-	alive          *connect.Client[v1.AliveRequest, v1.AliveResponse]
-	openShell      *connect.Client[v1.ShellRequest, v1.OpenShellResponse]
-	shellRun       *connect.Client[v1.ShellRunRequest, v1.ExecResponse]
-	shellInterrupt *connect.Client[v1.ShellRequest, v1.ShellInterruptResponse]
-	closeShell     *connect.Client[v1.ShellRequest, v1.CloseShellResponse]
-	start          *connect.Client[v1.StartRequest, v1.StartResponse]
-	processEvents  *connect.Client[v1.ProcessEventsRequest, v1.ExecResponse]
-	writeStdin     *connect.Client[v1.WriteStdinRequest, v1.WriteStdinResponse]
-	signal         *connect.Client[v1.SignalRequest, v1.SignalResponse]
-	wait           *connect.Client[v1.WaitRequest, v1.WaitResponse]
-	writeFiles     *connect.Client[v1.WriteFilesRequest, v1.WriteFilesResponse]
-	readFiles      *connect.Client[v1.ReadFilesRequest, v1.ReadFilesResponse]
-	release        *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
-	status         *connect.Client[v1.StatusRequest, v1.StatusResponse]
-	close          *connect.Client[v1.CloseRequest, v1.CloseResponse]
+	addTasks         *connect.Client[v1.AddTasksRequest, v1.AddTasksResponse]
+	lookahead        *connect.Client[v1.LookaheadRequest, v1.LookaheadResponse]
+	waitPoolsReady   *connect.Client[v1.WaitPoolsReadyRequest, v1.WaitPoolsReadyResponse]
+	acquire          *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
+	renew            *connect.Client[v1.RenewRequest, v1.RenewResponse]
+	exec             *connect.Client[v1.ExecRequest, v1.ExecResponse]
+	alive            *connect.Client[v1.AliveRequest, v1.AliveResponse]
+	openShell        *connect.Client[v1.ShellRequest, v1.OpenShellResponse]
+	shellRun         *connect.Client[v1.ShellRunRequest, v1.ExecResponse]
+	shellInterrupt   *connect.Client[v1.ShellRequest, v1.ShellInterruptResponse]
+	closeShell       *connect.Client[v1.ShellRequest, v1.CloseShellResponse]
+	start            *connect.Client[v1.StartRequest, v1.StartResponse]
+	processEvents    *connect.Client[v1.ProcessEventsRequest, v1.ExecResponse]
+	writeStdin       *connect.Client[v1.WriteStdinRequest, v1.WriteStdinResponse]
+	signal           *connect.Client[v1.SignalRequest, v1.SignalResponse]
+	wait             *connect.Client[v1.WaitRequest, v1.WaitResponse]
+	portForward      *connect.Client[v1.PortForwardRequest, v1.PortForwardResponse]
+	closePortForward *connect.Client[v1.ClosePortForwardRequest, v1.ClosePortForwardResponse]
+	writeFiles       *connect.Client[v1.WriteFilesRequest, v1.WriteFilesResponse]
+	readFiles        *connect.Client[v1.ReadFilesRequest, v1.ReadFilesResponse]
+	release          *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
+	status           *connect.Client[v1.StatusRequest, v1.StatusResponse]
+	close            *connect.Client[v1.CloseRequest, v1.CloseResponse]
 }
 
 // AddTasks calls sandboxfleet.fleet.v1.FleetService.AddTasks.
@@ -411,6 +437,16 @@ func (c *fleetServiceClient) Wait(ctx context.Context, req *connect.Request[v1.W
 	return c.wait.CallUnary(ctx, req)
 }
 
+// PortForward calls sandboxfleet.fleet.v1.FleetService.PortForward.
+func (c *fleetServiceClient) PortForward(ctx context.Context, req *connect.Request[v1.PortForwardRequest]) (*connect.Response[v1.PortForwardResponse], error) {
+	return c.portForward.CallUnary(ctx, req)
+}
+
+// ClosePortForward calls sandboxfleet.fleet.v1.FleetService.ClosePortForward.
+func (c *fleetServiceClient) ClosePortForward(ctx context.Context, req *connect.Request[v1.ClosePortForwardRequest]) (*connect.Response[v1.ClosePortForwardResponse], error) {
+	return c.closePortForward.CallUnary(ctx, req)
+}
+
 // WriteFiles calls sandboxfleet.fleet.v1.FleetService.WriteFiles.
 func (c *fleetServiceClient) WriteFiles(ctx context.Context) *connect.ClientStreamForClient[v1.WriteFilesRequest, v1.WriteFilesResponse] {
 	return c.writeFiles.CallClientStream(ctx)
@@ -491,6 +527,12 @@ type FleetServiceHandler interface {
 	Signal(context.Context, *connect.Request[v1.SignalRequest]) (*connect.Response[v1.SignalResponse], error)
 	// Wait waits up to a timeout for a process to end.
 	Wait(context.Context, *connect.Request[v1.WaitRequest]) (*connect.Response[v1.WaitResponse], error)
+	// PortForward serves a port of a sandbox on 127.0.0.1 of the server's
+	// machine, through the API server's port-forward, until ClosePortForward
+	// or the sandbox's release.
+	PortForward(context.Context, *connect.Request[v1.PortForwardRequest]) (*connect.Response[v1.PortForwardResponse], error)
+	// ClosePortForward stops a forward and frees its local port.
+	ClosePortForward(context.Context, *connect.Request[v1.ClosePortForwardRequest]) (*connect.Response[v1.ClosePortForwardResponse], error)
 	// WriteFiles unpacks a tar archive, streamed in chunks, into a directory
 	// of the sandbox (the first message names the handle and the directory).
 	WriteFiles(context.Context, *connect.ClientStream[v1.WriteFilesRequest]) (*connect.Response[v1.WriteFilesResponse], error)
@@ -610,6 +652,18 @@ func NewFleetServiceHandler(svc FleetServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(fleetServiceMethods.ByName("Wait")),
 		connect.WithHandlerOptions(opts...),
 	)
+	fleetServicePortForwardHandler := connect.NewUnaryHandler(
+		FleetServicePortForwardProcedure,
+		svc.PortForward,
+		connect.WithSchema(fleetServiceMethods.ByName("PortForward")),
+		connect.WithHandlerOptions(opts...),
+	)
+	fleetServiceClosePortForwardHandler := connect.NewUnaryHandler(
+		FleetServiceClosePortForwardProcedure,
+		svc.ClosePortForward,
+		connect.WithSchema(fleetServiceMethods.ByName("ClosePortForward")),
+		connect.WithHandlerOptions(opts...),
+	)
 	fleetServiceWriteFilesHandler := connect.NewClientStreamHandler(
 		FleetServiceWriteFilesProcedure,
 		svc.WriteFiles,
@@ -674,6 +728,10 @@ func NewFleetServiceHandler(svc FleetServiceHandler, opts ...connect.HandlerOpti
 			fleetServiceSignalHandler.ServeHTTP(w, r)
 		case FleetServiceWaitProcedure:
 			fleetServiceWaitHandler.ServeHTTP(w, r)
+		case FleetServicePortForwardProcedure:
+			fleetServicePortForwardHandler.ServeHTTP(w, r)
+		case FleetServiceClosePortForwardProcedure:
+			fleetServiceClosePortForwardHandler.ServeHTTP(w, r)
 		case FleetServiceWriteFilesProcedure:
 			fleetServiceWriteFilesHandler.ServeHTTP(w, r)
 		case FleetServiceReadFilesProcedure:
@@ -755,6 +813,14 @@ func (UnimplementedFleetServiceHandler) Signal(context.Context, *connect.Request
 
 func (UnimplementedFleetServiceHandler) Wait(context.Context, *connect.Request[v1.WaitRequest]) (*connect.Response[v1.WaitResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sandboxfleet.fleet.v1.FleetService.Wait is not implemented"))
+}
+
+func (UnimplementedFleetServiceHandler) PortForward(context.Context, *connect.Request[v1.PortForwardRequest]) (*connect.Response[v1.PortForwardResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sandboxfleet.fleet.v1.FleetService.PortForward is not implemented"))
+}
+
+func (UnimplementedFleetServiceHandler) ClosePortForward(context.Context, *connect.Request[v1.ClosePortForwardRequest]) (*connect.Response[v1.ClosePortForwardResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sandboxfleet.fleet.v1.FleetService.ClosePortForward is not implemented"))
 }
 
 func (UnimplementedFleetServiceHandler) WriteFiles(context.Context, *connect.ClientStream[v1.WriteFilesRequest]) (*connect.Response[v1.WriteFilesResponse], error) {
