@@ -108,6 +108,10 @@ bench-serve: testbin ## benchmark the training-loop path: Python through serve, 
 	hack/node-deps.sh bench
 	go run ./bench/serve -rounds 3
 
+.PHONY: bench-agent
+bench-agent: testbin node-deps ## benchmark the agent loop on the real node: 64 rollouts × 50 commands through serve, over a shell and an exec each, against the engine in process (~10 min)
+	go run ./bench/serve -shape agent -rounds 3 -rollouts 64 -commands 50
+
 .PHONY: bench-recycle
 bench-recycle: testbin node-deps ## benchmark recycling on the real node: 3 problems × G=8 recycled against fresh claims, and a 200-command agent loop over one shell against an exec each (~10 min)
 	go run ./bench/recycle -rounds 3

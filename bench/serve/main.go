@@ -17,6 +17,17 @@
 //	go run ./bench/serve                 # 3 rounds
 //	go run ./bench/serve -rounds 5 -steps 4 -problems 4 -group 8
 //
+// With -shape agent it measures the agent loop instead, on the real node
+// (containerd and a kubelet on this machine): R rollouts at once, each
+// running N small commands in its own sandbox one after another, through
+// serve over a shell (Python, sandbox_fleet's h.shell().run) and over an
+// exec per command (h.exec), and the same execs by Go on the session in
+// process. Reported: per command p50 and p99, trainer and serve CPU per
+// command, serve's added latency (its exec against the engine's) and the
+// ratio shell ÷ exec (issue 40's target: ≤ 0.3 at p50).
+//
+//	go run ./bench/serve -shape agent -rounds 3 -rollouts 64 -commands 50
+//
 // Targets (issue 19): through serve, time-to-sandbox p99 ≤ 1.05× the engine
 // in process; against the bare client, at least as many sandboxes/s, p99 no
 // worse, trainer CPU ≤ 0.3×.
@@ -28,6 +39,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -101,16 +113,32 @@ func main() {
 	flag.IntVar(&sh.Problems, "problems", 4, "problem images per step (P)")
 	flag.IntVar(&sh.Group, "group", 8, "rollouts per problem per step (G)")
 	nodes := flag.Int("nodes", 6, "kwok nodes")
+	shapeName := flag.String("shape", "rl", "rl: the RL-shaped acquire loop on kwok nodes; agent: the agent loop of commands on the real node")
+	var ag agentShape
+	flag.IntVar(&ag.Rollouts, "rollouts", 64, "agent shape: rollouts at once (R)")
+	flag.IntVar(&ag.Commands, "commands", 50, "agent shape: commands per rollout per round (N)")
 	split := flag.Bool("split", true, "run the control plane on CPU 0 and the clients on the other CPUs, as a real cluster keeps them apart")
 	flag.Parse()
+	if *shapeName != "rl" && *shapeName != "agent" {
+		fmt.Fprintf(os.Stderr, "-shape %q: use rl or agent\n", *shapeName)
+		os.Exit(2)
+	}
 	if *child != "" {
-		if err := runChild(*child, *kubeconfig, *namespace, *socket, sh); err != nil {
+		if err := runChild(*child, *kubeconfig, *namespace, *socket, sh, *shapeName == "agent", ag, *rounds); err != nil {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", *child, err)
 			os.Exit(1)
 		}
 		return
 	}
-	if err := run(*rounds, *nodes, *split, sh); err != nil {
+	var err error
+	if *shapeName == "agent" {
+		ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err = runAgent(ctx, *rounds, ag)
+		cancel()
+	} else {
+		err = run(*rounds, *nodes, *split, sh)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -271,9 +299,13 @@ func startLines(ctx context.Context, bin string, args ...string) (*lines, error)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	sc := bufio.NewScanner(stdout)
+	return &lines{cmd: cmd, out: newScanner(stdout)}, nil
+}
+
+func newScanner(r io.Reader) *bufio.Scanner {
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	return &lines{cmd: cmd, out: sc}, nil
+	return sc
 }
 
 func (l *lines) line() (string, error) {
@@ -315,7 +347,7 @@ func benchDir() (string, error) {
 }
 
 // runChild is one part of a trial, in a process of its own.
-func runChild(child, kubeconfig, namespace, socket string, sh shape) error {
+func runChild(child, kubeconfig, namespace, socket string, sh shape, agent bool, ag agentShape, rounds int) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return err
@@ -332,9 +364,12 @@ func runChild(child, kubeconfig, namespace, socket string, sh shape) error {
 	defer cancel()
 	fc := config.Default()
 	fc.MaxConcurrent, fc.MaxWarmPoolSize, fc.WarmPerTask = sh.Problems*sh.Group, sh.Group, true
+	ts := sh.tasks()
+	if agent {
+		fc, ts = agentConfig(ag), agentTasks(ag)
+	}
 	targets := []fleet.Target{{Config: config.Cluster{Name: "bench", Weight: 1}, Clients: clients}}
 	// Through serve the trainer adds the tasks itself.
-	ts := sh.tasks()
 	if child == "serve" {
 		ts = nil
 	}
@@ -349,23 +384,12 @@ func runChild(child, kubeconfig, namespace, socket string, sh shape) error {
 			fmt.Fprintln(os.Stderr, err)
 		}
 	}()
+	if agent {
+		return agentChild(ctx, child, s, socket, ag, rounds, &requests)
+	}
 	switch child {
 	case "serve":
-		v := serve.NewService(s)
-		access := serve.Access{Address: socket}
-		l, _, err := serve.Listen(access)
-		if err != nil {
-			return err
-		}
-		usr1 := make(chan os.Signal, 1)
-		signal.Notify(usr1, syscall.SIGUSR1)
-		go func() {
-			for range usr1 {
-				_ = json.NewEncoder(os.Stdout).Encode(result{CPU: cpuSeconds(), Requests: requests.Load()})
-			}
-		}()
-		fmt.Println("ready")
-		return serve.Serve(ctx, l, v, access)
+		return serveSession(ctx, s, socket, &requests)
 	case "warm":
 		images, err := warmAll(ctx, s)
 		if err != nil {
@@ -385,6 +409,26 @@ func runChild(child, kubeconfig, namespace, socket string, sh shape) error {
 		}
 		return json.NewEncoder(os.Stdout).Encode(engineLoop(ctx, s, sh, &requests, &watches))
 	}
+}
+
+// serveSession serves s on socket as serve does, and answers SIGUSR1 with
+// its CPU and API requests so far.
+func serveSession(ctx context.Context, s *session.Session, socket string, requests *atomic.Int64) error {
+	v := serve.NewService(s)
+	access := serve.Access{Address: socket}
+	l, _, err := serve.Listen(access)
+	if err != nil {
+		return err
+	}
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	go func() {
+		for range usr1 {
+			_ = json.NewEncoder(os.Stdout).Encode(result{CPU: cpuSeconds(), Requests: requests.Load()})
+		}
+	}()
+	fmt.Println("ready")
+	return serve.Serve(ctx, l, v, access)
 }
 
 func warmAll(ctx context.Context, s *session.Session) ([]string, error) {
