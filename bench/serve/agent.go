@@ -95,8 +95,10 @@ func runAgent(ctx context.Context, rounds int, sh agentShape) error {
 	if err := trainer.Start(); err != nil {
 		return err
 	}
-	defer func() { _ = trainer.Wait() }()
-	defer next.Close()
+	defer func() {
+		next.Close()
+		_ = trainer.Wait()
+	}()
 	tl := &lines{cmd: trainer, out: newScanner(out)}
 	if l, err := tl.line(); err != nil || l != "start" {
 		return fmt.Errorf("agent.py: %q, %v", l, err)
@@ -130,6 +132,13 @@ func runAgent(ctx context.Context, rounds int, sh agentShape) error {
 		all[name] = append(all[name], res.result)
 		printAgentRow(len(all[name]), name, res.result)
 	}
+	// The trainer releases its sandboxes and the session tears down before
+	// the next loop starts, so that neither overlaps it.
+	next.Close()
+	if err := trainer.Wait(); err != nil {
+		return fmt.Errorf("agent.py: %w", err)
+	}
+	server.stop()
 	// In process: the same loop of execs, no server.
 	ns, err = newNamespace(ctx, c)
 	if err != nil {

@@ -328,8 +328,12 @@ func (l *lines) probe() (result, error) {
 	return r, json.Unmarshal([]byte(s), &r)
 }
 
-// stop ends a child with SIGTERM (a session child tears down first).
+// stop ends a child with SIGTERM (a session child tears down first); a
+// second stop does nothing.
 func (l *lines) stop() {
+	if l.cmd.ProcessState != nil {
+		return
+	}
 	_ = l.cmd.Process.Signal(syscall.SIGTERM)
 	_ = l.cmd.Wait()
 }

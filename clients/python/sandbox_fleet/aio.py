@@ -9,9 +9,9 @@ import contextlib
 from collections.abc import AsyncIterator, Iterable, Mapping
 
 from ._aconnect import AsyncTransport
-from .client import (ExecResult, Handle, SandboxFleet, Shell, _acquire_msg, _collect, _events_of, _failed, _file_of,
-                     _files_of, _handle, _lookahead_msg, _release_msg, _seconds, _signal_name, _split_file, _tar_messages,
-                     _tar_of, _tasks_msg, b64, unb64)
+from .client import (_LIST, ExecResult, Handle, SandboxFleet, Shell, _acquire_msg, _collect, _events_of, _failed,
+                     _file_of, _files_of, _handle, _listed, _lookahead_msg, _release_msg, _removed, _seconds, _signal_name,
+                     _split_file, _tar_messages, _tar_of, _tar_tree, _tasks_msg, _untar_tree, b64, unb64)
 from .errors import InfraError, TaskError
 
 _Event = tuple[str, bytes | int | bool]
@@ -95,6 +95,21 @@ class AsyncHandle:
 
     async def read_file(self, path: str) -> bytes:
         return _file_of(await self.read_files([path]), path)
+
+    async def list(self, path: str) -> list[str]:
+        return _listed(path, await self.exec(["sh", "-c", _LIST, "sh", path]))
+
+    async def exists(self, path: str) -> bool:
+        return (await self.exec(["sh", "-c", 'test -e "$1" || test -L "$1"', "sh", path])).exit_code == 0
+
+    async def remove(self, path: str, recursive: bool = False) -> None:
+        _removed(path, await self.exec(["rm", "-rf" if recursive else "-f", "--", path]))
+
+    async def upload(self, local_dir: str, remote_dir: str) -> int:
+        return await self.write_tar(remote_dir, _tar_tree(local_dir))
+
+    async def download(self, remote_dir: str, local_dir: str) -> list[str]:
+        return _untar_tree(await self.read_tar([remote_dir]), remote_dir, local_dir)
 
     async def release(self, reuse: bool = False) -> str:
         return await self._fleet.release(self, reuse=reuse)

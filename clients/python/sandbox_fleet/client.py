@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
+import os
 import tarfile
 import threading
 import uuid
@@ -171,6 +172,29 @@ class Handle:
         """The content of one file in the sandbox."""
         return _file_of(self.read_files([path]), path)
 
+    def list(self, path: str) -> list[str]:
+        """The names in directory path (hidden ones too), sorted."""
+        return _listed(path, self.exec(["sh", "-c", _LIST, "sh", path]))
+
+    def exists(self, path: str) -> bool:
+        """Whether path names anything in the sandbox (a dangling link too)."""
+        return self.exec(["sh", "-c", 'test -e "$1" || test -L "$1"', "sh", path]).exit_code == 0
+
+    def remove(self, path: str, recursive: bool = False) -> None:
+        """Removes a file (a directory and all in it with ``recursive``); a
+        path that does not exist is no error."""
+        _removed(path, self.exec(["rm", "-rf" if recursive else "-f", "--", path]))
+
+    def upload(self, local_dir: str, remote_dir: str) -> int:
+        """Copies the tree under local_dir into remote_dir (made if missing):
+        files, directories, links and modes. Returns the bytes sent."""
+        return self.write_tar(remote_dir, _tar_tree(local_dir))
+
+    def download(self, remote_dir: str, local_dir: str) -> list[str]:
+        """Copies the tree under remote_dir into local_dir (made if missing);
+        returns the paths written. Nothing lands outside local_dir."""
+        return _untar_tree(self.read_tar([remote_dir]), remote_dir, local_dir)
+
     def release(self, reuse: bool = False) -> str:
         """Hands the sandbox back; see SandboxFleet.release."""
         return self.fleet.release(self, reuse=reuse)
@@ -191,6 +215,73 @@ def _tar_of(files: Mapping[str, bytes | str], mode: int) -> bytes:
             info.size, info.mode = len(raw), mode
             tar.addfile(info, io.BytesIO(raw))
     return buf.getvalue()
+
+
+# _LIST prints the names in "$1", each ended by NUL: a name may hold a
+# newline, and not every image has find -print0.
+_LIST = ('cd -- "$1" || exit 2; for f in * .[!.]* ..?*; do { [ -e "$f" ] || [ -L "$f" ]; } && printf "%s\\0" "$f"; done; exit 0')
+
+
+def _listed(path: str, r: ExecResult) -> list[str]:
+    if r.exit_code != 0:
+        raise FleetError(f"list {path}: not a directory, or not readable: {r.stderr.decode(errors='replace').strip()}",
+                         "failed_precondition")
+    return sorted(n.decode(errors="surrogateescape") for n in r.stdout.split(b"\0") if n)
+
+
+def _removed(path: str, r: ExecResult) -> None:
+    if r.exit_code != 0:
+        raise FleetError(f"remove {path}: {r.stderr.decode(errors='replace').strip()}", "failed_precondition")
+
+
+def _tar_tree(local_dir: str) -> bytes:
+    if not os.path.isdir(local_dir):
+        raise ValueError(f"upload: {local_dir!r} is not a directory")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in sorted(os.listdir(local_dir)):
+            tar.add(os.path.join(local_dir, name), arcname=name)
+    return buf.getvalue()
+
+
+def _untar_tree(archive: bytes, remote_dir: str, local_dir: str) -> list[str]:
+    """Unpacks the archive of remote_dir so that its contents land in
+    local_dir; a member that would land outside it, or a link pointing out
+    of it, is refused."""
+    prefix = remote_dir.strip("/")
+    root = os.path.realpath(local_dir)
+    os.makedirs(root, exist_ok=True)
+    written = []
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        for m in tar.getmembers():
+            name = m.name.strip("/")
+            if name == prefix:
+                continue
+            rel = name[len(prefix) + 1:] if prefix and name.startswith(prefix + "/") else name
+            target = os.path.realpath(os.path.join(root, rel))
+            if not target.startswith(root + os.sep):
+                raise FleetError(f"download: {m.name!r} would land outside {local_dir}", "invalid_argument")
+            if m.issym() or m.islnk():
+                link = os.path.realpath(os.path.join(os.path.dirname(target), m.linkname)) if m.issym() \
+                    else os.path.realpath(os.path.join(root, m.linkname))
+                if not (link == root or link.startswith(root + os.sep)):
+                    raise FleetError(f"download: link {m.name!r} -> {m.linkname!r} points outside {local_dir}", "invalid_argument")
+            if m.isdir():
+                os.makedirs(target, exist_ok=True)
+                continue
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            if m.issym():
+                if os.path.lexists(target):
+                    os.remove(target)
+                os.symlink(m.linkname, target)
+            elif m.isfile():
+                with tar.extractfile(m) as src, open(target, "wb") as dst:
+                    dst.write(src.read())
+                os.chmod(target, m.mode & 0o777)
+            else:
+                continue
+            written.append(target)
+    return written
 
 
 def _split_file(path: str) -> tuple[str, str]:

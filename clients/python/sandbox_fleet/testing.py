@@ -280,6 +280,27 @@ class FakeHandle(Handle):
         else:
             yield "exit", p.returncode if p.returncode >= 0 else 128 - p.returncode
 
+    def list(self, path: str) -> list[str]:
+        self.fleet._check(self.id)
+        try:
+            return sorted(os.listdir(self._local(path)))
+        except OSError as e:
+            raise FleetError(f"list {path}: not a directory, or not readable: {e}", "failed_precondition") from None
+
+    def exists(self, path: str) -> bool:
+        self.fleet._check(self.id)
+        return os.path.lexists(self._local(path))
+
+    def remove(self, path: str, recursive: bool = False) -> None:
+        self.fleet._check(self.id)
+        local = self._local(path)
+        if os.path.isdir(local) and not os.path.islink(local):
+            if not recursive:
+                raise FleetError(f"remove {path}: rm: '{path}': Is a directory", "failed_precondition")
+            shutil.rmtree(local)
+        elif os.path.lexists(local):
+            os.remove(local)
+
     def alive_reason(self) -> str | None:
         self.fleet._check(self.id, alive=False)
         return self.lost_reason
@@ -323,9 +344,16 @@ class FakeHandle(Handle):
             for m in tar.getmembers():
                 # What a sandbox's own tar could write is inside the
                 # sandbox; here that is the directory.
+                root = os.path.realpath(self.root) + os.sep
                 target = os.path.realpath(os.path.join(dest, m.name))
-                if not target.startswith(os.path.realpath(self.root) + os.sep) or m.issym() or m.islnk():
+                if not target.startswith(root) or m.islnk():
                     raise FleetError(f"WriteFiles: {m.name!r} would land outside the sandbox", "invalid_argument")
+                # A relative link within the sandbox is as the sandbox has
+                # it; an absolute one would point at this machine.
+                if m.issym() and (m.linkname.startswith("/") or
+                                  not os.path.realpath(os.path.join(os.path.dirname(target), m.linkname)).startswith(root)):
+                    raise FleetError(f"WriteFiles: link {m.name!r} -> {m.linkname!r}: FakeFleet takes relative links "
+                                     "within the sandbox only", "invalid_argument")
             tar.extractall(dest)
         return len(archive)
 

@@ -134,3 +134,38 @@ def live(h, cmdline: str) -> int:
     script = ('n=0; for d in /proc/[0-9]*; do [ "$(tr "\\0" " " <$d/cmdline 2>/dev/null)" = "$1 " ] || continue; '
               'grep -q "^State:.*Z" $d/status 2>/dev/null && continue; n=$((n+1)); done; echo $n')
     return int(h.exec(["sh", "-c", script, "sh", cmdline]).stdout)
+
+
+def files(h, tmp_path) -> None:
+    """Whole trees up and down, and a look at what is there."""
+    import os
+
+    up = tmp_path / "up"
+    (up / "pkg" / "sub").mkdir(parents=True)
+    (up / "pkg" / "a.py").write_text("print('a')\n")
+    (up / "pkg" / "sub" / "b.txt").write_bytes(b"\x00b")
+    (up / ".hidden").write_text("h")
+    os.symlink("pkg/a.py", up / "link")
+    os.chmod(up / "pkg" / "a.py", 0o755)
+    assert h.upload(str(up), "/work/tree") > 0
+    assert h.list("/work/tree") == [".hidden", "link", "pkg"]
+    assert h.list("/work/tree/pkg") == ["a.py", "sub"]
+    assert h.exists("/work/tree/pkg/sub/b.txt") and h.exists("/work/tree/link") and not h.exists("/work/tree/nope")
+    down = tmp_path / "down"
+    h.download("/work/tree", str(down))
+    assert (down / "pkg" / "sub" / "b.txt").read_bytes() == b"\x00b"
+    assert os.readlink(down / "link") == "pkg/a.py" and os.access(down / "pkg" / "a.py", os.X_OK)
+    h.remove("/work/tree/.hidden")
+    h.remove("/work/tree/nope")
+    try:
+        h.remove("/work/tree/pkg")
+        raise AssertionError("removed a directory without recursive")
+    except Exception as e:  # noqa: BLE001 - FleetError, checked by its words
+        assert "directory" in str(e).lower(), e
+    h.remove("/work/tree/pkg", recursive=True)
+    assert h.list("/work/tree") == ["link"]
+    try:
+        h.list("/work/tree/link-to-nothing")
+        raise AssertionError("listed what is not there")
+    except Exception as e:  # noqa: BLE001
+        assert "not a directory" in str(e), e

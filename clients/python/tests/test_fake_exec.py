@@ -57,6 +57,10 @@ def test_port_forward(handle):
     agent_checks.port_forward(handle, port)
 
 
+def test_files(handle, tmp_path):
+    agent_checks.files(handle, tmp_path)
+
+
 def test_injected_failures():
     f = FakeFleet()
     f.add_tasks([{"id": "a", "image": "busybox:1.36"}, {"id": "b", "image": "busybox:1.36"}])

@@ -109,6 +109,11 @@ def test_async_streams_leave_the_loop_free(session):
     asyncio.run(main())
 
 
+def test_files(session, tmp_path):
+    with session.acquire("swe") as h:
+        agent_checks.files(h, tmp_path)
+
+
 def test_port_forward(session):
     with session.acquire("swe") as h:
         agent_checks.port_forward(h, 8000)

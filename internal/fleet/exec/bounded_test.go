@@ -173,3 +173,12 @@ func TestProcess(t *testing.T) {
 }
 
 var errStop = errors.New("stop")
+
+func TestValidSignal(t *testing.T) {
+	for in, want := range map[string]string{"INT": "INT", "sigterm": "TERM", "SIGKILL": "KILL", "usr1": "USR1", "STOP": "", "": "", "9": ""} {
+		got, ok := exec.ValidSignal(in)
+		if got != want || ok != (want != "") {
+			t.Errorf("ValidSignal(%q) = %q, %v; want %q", in, got, ok, want)
+		}
+	}
+}

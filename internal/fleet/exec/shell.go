@@ -295,6 +295,30 @@ func (s *Shell) setRunning(v bool) {
 	s.runMu.Unlock()
 }
 
+// Ready waits until the shell runs in the sandbox (its first line came),
+// so that a shell that cannot start fails here and the first command does
+// not pay for the start; an error breaks the Shell.
+func (s *Shell) Ready(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.broken != nil {
+		return fmt.Errorf("%w: %w", ErrBroken, s.broken)
+	}
+	started := make(chan error, 1)
+	go func() { started <- s.start() }()
+	select {
+	case err := <-started:
+		if err != nil {
+			return s.breakWith(err)
+		}
+		return nil
+	case <-ctx.Done():
+		_ = s.stop()
+		<-started
+		return s.breakWith(context.Cause(ctx))
+	}
+}
+
 // start reads the shell's PID, its first line, once.
 func (s *Shell) start() error {
 	if s.pid != 0 {

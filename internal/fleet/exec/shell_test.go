@@ -252,3 +252,22 @@ func TestShellBrokenWhenTheShellExits(t *testing.T) {
 		t.Errorf("Run as the shell was killed = %v, want ErrBroken", err)
 	}
 }
+
+// Ready returns once the shell runs, and a shell that cannot start fails
+// there.
+func TestShellReady(t *testing.T) {
+	sh := localShell(t)
+	if err := sh.Ready(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := run(t, sh, nil, "echo", "after"); got != "after\n" {
+		t.Errorf("after Ready: %q", got)
+	}
+	none := exec.OpenShell(t.Context(), func(context.Context, exec.Request) (int, error) {
+		return 127, nil // as an image without sh
+	}, exec.Request{}, exec.ShellSh)
+	defer none.Close()
+	if err := none.Ready(t.Context()); !errors.Is(err, exec.ErrBroken) {
+		t.Errorf("Ready of a shell that exited = %v, want ErrBroken", err)
+	}
+}

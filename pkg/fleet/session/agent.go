@@ -60,8 +60,8 @@ func (t *tools) closeAll(ctx context.Context) {
 var shellName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
 
 // OpenShell opens shell name in client's sandbox id — bash where the image
-// has it, else sh — and reports whether it was new; a shell of that name
-// open already is kept as it is.
+// has it, else sh — and returns once it runs, reporting whether it was
+// new; a shell of that name open already is kept as it is.
 func (s *Session) OpenShell(ctx context.Context, id, client, name string) (bool, error) {
 	if !shellName.MatchString(name) {
 		return false, fmt.Errorf("%w: shell name %q: use letters, digits, '.', '_' or '-' (at most 63)", ErrInvalid, name)
@@ -79,10 +79,18 @@ func (s *Session) OpenShell(ctx context.Context, id, client, name string) (bool,
 	if len(t.shells) >= MaxShells {
 		return false, fmt.Errorf("%w: sandbox %s has %d shells open, the most it may: close one first", ErrInvalid, id, MaxShells)
 	}
+	sh := h.Sandbox.OpenShell(s.ctx, exec.ShellBashOrSh)
+	if err := sh.Ready(ctx); err != nil {
+		_ = sh.Close()
+		if lost := h.Sandbox.Alive(context.WithoutCancel(ctx)); lost != nil {
+			return false, infraOf(lost)
+		}
+		return false, infraOf(fmt.Errorf("opening shell %s: %w", name, err))
+	}
 	if t.shells == nil {
 		t.shells = map[string]*exec.Shell{}
 	}
-	t.shells[name] = h.Sandbox.OpenShell(s.ctx, exec.ShellBashOrSh)
+	t.shells[name] = sh
 	return true, nil
 }
 
@@ -111,7 +119,8 @@ func (s *Session) ShellRun(ctx context.Context, id, client, name string, c Shell
 	s.counts.Execs++
 	s.mu.Unlock()
 	r, err := sh.Run(ctx, exec.Command{Script: c.Script, Timeout: c.Timeout, MergeStderr: c.MergeStderr}, stdout, stderr)
-	if r.Exited || err != nil {
+	// A caller gone leaves the shell as it was (its command stopped).
+	if r.Exited || errors.Is(err, exec.ErrBroken) {
 		h.tools.mu.Lock()
 		if h.tools.shells[name] == sh {
 			delete(h.tools.shells, name)
