@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	osexec "os/exec"
 	"strconv"
@@ -180,5 +181,31 @@ func TestValidSignal(t *testing.T) {
 		if got != want || ok != (want != "") {
 			t.Errorf("ValidSignal(%q) = %q, %v; want %q", in, got, ok, want)
 		}
+	}
+}
+
+// A caller that gives up before the timeout does not leave the command
+// running: it is killed with what it started.
+func TestBoundedStopsWithItsCaller(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	out, w := io.Pipe()
+	defer out.Close()
+	result := make(chan error, 1)
+	go func() {
+		_, err := exec.Bounded(ctx, local, exec.Request{Command: []string{"sh", "-c", "sleep 600 & echo $!; sleep 600"}, Stdout: w}, time.Hour)
+		result <- err
+	}()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	cancel()
+	if err := <-result; !errors.Is(err, context.Canceled) {
+		t.Errorf("Bounded after its caller left = %v, want context.Canceled", err)
+	}
+	bg, _ := strconv.Atoi(strings.TrimSpace(line))
+	if !gone(t, bg) {
+		t.Errorf("the background sleep %d outlived its caller", bg)
 	}
 }
