@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -269,12 +268,5 @@ func agentReport(all map[string][]result) {
 			per[names[j]] = append(per[names[j]], v)
 		}
 	}
-	fmt.Println("\nper round, and their median (target: shell/exec p50 ≤ 0.3)")
-	for _, n := range names {
-		var each []string
-		for _, v := range per[n] {
-			each = append(each, fmt.Sprintf("%.2f", v))
-		}
-		fmt.Printf("%-20s %s  median %.2f\n", n, strings.Join(each, " "), stats.Median(per[n]))
-	}
+	printPerRound("per round, and their median (target: shell/exec p50 ≤ 0.3)", names, per)
 }

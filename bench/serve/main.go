@@ -531,12 +531,17 @@ func report(all map[string][]result) {
 			ratios[names[j]] = append(ratios[names[j]], v)
 		}
 	}
-	fmt.Println("\nratios per round, and their median (targets: serve/engine p99 ≤ 1.05; serve/bare sandboxes/s ≥ 1, p99 ≤ 1, trainer CPU ≤ 0.3)")
+	printPerRound("ratios per round, and their median (targets: serve/engine p99 ≤ 1.05; serve/bare sandboxes/s ≥ 1, p99 ≤ 1, trainer CPU ≤ 0.3)", names, ratios)
+}
+
+// printPerRound prints each named value's rounds and their median.
+func printPerRound(title string, names []string, values map[string][]float64) {
+	fmt.Println("\n" + title)
 	for _, n := range names {
 		var each []string
-		for _, v := range ratios[n] {
+		for _, v := range values[n] {
 			each = append(each, fmt.Sprintf("%.2f", v))
 		}
-		fmt.Printf("%-24s %s  median %.2f\n", n, strings.Join(each, " "), stats.Median(ratios[n]))
+		fmt.Printf("%-24s %s  median %.2f\n", n, strings.Join(each, " "), stats.Median(values[n]))
 	}
 }

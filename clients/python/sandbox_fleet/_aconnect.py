@@ -11,7 +11,7 @@ import ssl
 import struct
 from collections.abc import AsyncIterator, Iterable
 
-from ._connect import _END_STREAM, _MAX_IDLE, SERVICE, Transport, _envelope
+from ._connect import _END_STREAM, _MAX_IDLE, SERVICE, Transport, _end_error, _envelope
 from .errors import FleetError, InfraError, from_connect
 
 
@@ -203,12 +203,9 @@ class AsyncTransport:
                 if len(data) != size:
                     raise InfraError("the stream from the fleet session ended early", "unavailable", "api")
                 if flags & _END_STREAM:
-                    end = json.loads(data) if data else {}
                     ended = not await resp.read(1)
-                    err = end.get("error")
-                    if err:
-                        meta = {k.lower(): v[0] for k, v in (end.get("metadata") or {}).items() if v}
-                        raise from_connect(err.get("code", "unknown"), f"{method}: {err.get('message', '')}", meta)
+                    if err := _end_error(method, data):
+                        raise err
                     return
                 yield json.loads(data)
         except (ConnectionError, asyncio.IncompleteReadError, OSError) as e:

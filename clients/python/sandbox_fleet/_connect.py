@@ -182,13 +182,10 @@ def _read_stream(method: str, conn, resp, give) -> Iterator[dict]:
             flags, size = struct.unpack(">BI", head)
             data = _read_exact(resp, size) if size else b""
             if flags & _END_STREAM:
-                end = json.loads(data) if data else {}
                 if not resp.read(1):
                     ended = True
-                err = end.get("error")
-                if err:
-                    meta = {k.lower(): v[0] for k, v in (end.get("metadata") or {}).items() if v}
-                    raise from_connect(err.get("code", "unknown"), f"{method}: {err.get('message', '')}", meta)
+                if err := _end_error(method, data):
+                    raise err
                 return
             yield json.loads(data)
     except (OSError, http.client.HTTPException) as e:
@@ -200,6 +197,16 @@ def _read_stream(method: str, conn, resp, give) -> Iterator[dict]:
             give(conn, resp)
         else:
             conn.close()
+
+
+def _end_error(method: str, data: bytes) -> FleetError | None:
+    """The error an end-of-stream message carries, if any."""
+    end = json.loads(data) if data else {}
+    err = end.get("error")
+    if not err:
+        return None
+    meta = {k.lower(): v[0] for k, v in (end.get("metadata") or {}).items() if v}
+    return from_connect(err.get("code", "unknown"), f"{method}: {err.get('message', '')}", meta)
 
 
 def _unary_error(method: str, resp, body: bytes) -> FleetError:
