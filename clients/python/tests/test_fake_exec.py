@@ -4,6 +4,7 @@ import os
 
 import pytest
 
+import adapter_checks
 import agent_checks
 from sandbox_fleet import FleetError, SandboxLostError, SandboxStartError, TaskError
 from sandbox_fleet.testing import FakeFleet
@@ -59,6 +60,11 @@ def test_port_forward(handle):
 
 def test_files(handle, tmp_path):
     agent_checks.files(handle, tmp_path)
+
+
+def test_miniswe_environment(handle):
+    os.makedirs(os.path.join(handle.root, "testbed"))
+    adapter_checks.miniswe(handle, "/testbed")
 
 
 def test_injected_failures():

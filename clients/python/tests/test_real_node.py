@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+import adapter_checks
 import agent_checks
 from conftest import KUBECTL, NAMESPACE, needs_cluster, wait_for
 
@@ -107,6 +108,11 @@ def test_async_streams_leave_the_loop_free(session):
         assert max(stalls) < 0.2, max(stalls)
 
     asyncio.run(main())
+
+
+def test_miniswe_environment(session):
+    with session.acquire("swe") as h:
+        adapter_checks.miniswe(h, "/testbed")
 
 
 def test_files(session, tmp_path):

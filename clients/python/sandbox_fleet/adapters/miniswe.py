@@ -1,0 +1,123 @@
+"""mini-swe-agent's environment over a fleet sandbox: the one its agents
+(and SkyRL's SWE example) call, in place of its DockerEnvironment.
+
+Read from mini-swe-agent's source (github.com/SWE-agent/mini-swe-agent):
+src/minisweagent/environments/docker.py and src/minisweagent/__init__.py
+at v1.9.1 (e36161b) and at v2.4.6 (a83fcae). Both run each command as
+``docker exec -w CWD -e K=V ... bash -lc COMMAND`` with stderr merged into
+stdout, decoded as UTF-8 with replacement, and return ``{"output",
+"returncode"}``. They differ in the call and in a timeout:
+
+- v1: ``execute(command: str, cwd="")``; a command past the timeout
+  raises ``subprocess.TimeoutExpired`` (the agent catches it and shows the
+  model its timeout template with the output so far);
+- v2: ``execute(action: dict, cwd="", *, timeout=None)``, the command in
+  ``action["command"]``; a timeout is returned, not raised: returncode -1,
+  ``exception_info`` and ``extra`` saying what happened. v2 raises
+  ``Submitted`` when the output's first line is
+  ``COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` (v1's agent checks that
+  itself).
+
+This environment takes either call and answers as that version does. Here
+a timed-out command is also stopped in the sandbox, with what it started,
+which ``docker exec`` under ``subprocess.run(timeout=...)`` does not do.
+"""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SUBMIT_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+
+
+class _Submitted(Exception):
+    """Stands in for minisweagent.exceptions.Submitted when mini-swe-agent is
+    not installed: raised with the exit message, as v2 raises it."""
+
+    def __init__(self, *messages: dict):
+        self.messages = messages
+        super().__init__()
+
+
+try:
+    # The agent that catches it is mini-swe-agent's: raise its own class.
+    from minisweagent.exceptions import Submitted  # type: ignore[import-not-found]
+except ImportError:
+    Submitted = _Submitted
+
+
+@dataclass
+class MiniSweConfig:
+    """The fields of mini-swe-agent's DockerEnvironmentConfig that mean
+    something here (the image is the sandbox's)."""
+
+    image: str = ""
+    cwd: str = "/"
+    env: dict[str, str] = field(default_factory=dict)
+    timeout: int = 30
+    interpreter: list[str] = field(default_factory=lambda: ["bash", "-lc"])
+
+    def model_dump(self, mode: str = "python") -> dict[str, Any]:
+        return asdict(self)
+
+
+class MiniSweEnvironment:
+    """A mini-swe-agent environment whose commands run in a sandbox held
+    from a fleet (``SandboxFleet.acquire`` or FakeFleet's)::
+
+        with fleet.acquire(task) as sb:
+            env = MiniSweEnvironment(sb, cwd="/testbed", timeout=60)
+            agent = DefaultAgent(model, env, **agent_config)
+            agent.run(task["problem_statement"])
+    """
+
+    def __init__(self, handle, *, cwd: str = "/", env: dict[str, str] | None = None, timeout: int = 30,
+                 interpreter: list[str] | None = None, **_ignored: Any):
+        self.handle = handle
+        self.config = MiniSweConfig(image=getattr(handle, "image", ""), cwd=cwd, env=dict(env or {}), timeout=timeout,
+                                    interpreter=list(interpreter or ["bash", "-lc"]))
+
+    def execute(self, action: str | dict, cwd: str = "", *, timeout: int | None = None) -> dict[str, Any]:
+        """Runs the command (v1: a string; v2: ``action["command"]``) and
+        returns ``{"output", "returncode"}`` as that version does."""
+        v2 = isinstance(action, dict)
+        command = action.get("command", "") if v2 else action
+        limit = timeout or self.config.timeout
+        # stderr interleaved into stdout as written, as stderr=STDOUT does.
+        argv = ["sh", "-c", 'exec "$@" 2>&1', "sh", *self.config.interpreter, command]
+        r = self.handle.exec(argv, cwd=cwd or self.config.cwd, env=self.config.env or None, timeout=limit)
+        output = r.stdout.decode("utf-8", errors="replace")
+        if r.timed_out:
+            err = subprocess.TimeoutExpired(argv, limit, output=output)
+            if not v2:
+                raise err
+            out = {"output": output, "returncode": -1,
+                   "exception_info": f"An error occurred while executing the command: {err}",
+                   "extra": {"exception_type": type(err).__name__, "exception": str(err)}}
+        else:
+            out = {"output": output, "returncode": r.exit_code}
+            if v2:
+                out["exception_info"] = ""
+        if v2:
+            self._check_finished(out)
+        return out
+
+    def _check_finished(self, output: dict) -> None:
+        lines = output.get("output", "").lstrip().splitlines(keepends=True)
+        if lines and lines[0].strip() == SUBMIT_MARKER and output["returncode"] == 0:
+            submission = "".join(lines[1:])
+            raise Submitted({"role": "exit", "content": submission,
+                                      "extra": {"exit_status": "Submitted", "submission": submission}})
+
+    def get_template_vars(self, **kwargs) -> dict[str, Any]:
+        return {**self.config.model_dump(), **platform.uname()._asdict(), "sandbox": self.handle.id, **kwargs}
+
+    def serialize(self) -> dict:
+        return {"info": {"config": {"environment": self.config.model_dump(mode="json"),
+                                    "environment_type": f"{type(self).__module__}.{type(self).__name__}"}}}
+
+    def cleanup(self) -> None:
+        """Nothing: the sandbox is the fleet's, released by whoever acquired it."""
