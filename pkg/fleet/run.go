@@ -453,7 +453,7 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.F
 	wctx, cancel := pctx, context.CancelFunc(func() {})
 	if o.TaskTimeout > 0 {
 		deadline := time.Now().Add(o.TaskTimeout)
-		wctx, cancel = context.WithDeadline(WithTaskDeadline(pctx, deadline), deadline.Add(stopGrace))
+		wctx, cancel = context.WithDeadline(withTaskDeadline(pctx, deadline), deadline.Add(stopGrace))
 	}
 	out, err := o.Work(wctx, t, s)
 	cancel()

@@ -335,8 +335,8 @@ const localWaitDelay = 5 * time.Second
 // taskDeadlineKey carries a task's deadline to its work.
 type taskDeadlineKey struct{}
 
-// WithTaskDeadline gives work under ctx the task deadline d.
-func WithTaskDeadline(ctx context.Context, d time.Time) context.Context {
+// withTaskDeadline gives work under ctx the task deadline d.
+func withTaskDeadline(ctx context.Context, d time.Time) context.Context {
 	return context.WithValue(ctx, taskDeadlineKey{}, d)
 }
 

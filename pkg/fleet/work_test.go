@@ -89,3 +89,13 @@ func TestLocalWorkKillsItsProcessGroup(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A local command past the task's own deadline is the task's timeout: a
+// TimedOut Output with exit code 124, what it wrote kept, no error.
+func TestLocalWorkTaskTimeout(t *testing.T) {
+	ctx := withTaskDeadline(t.Context(), time.Now().Add(300*time.Millisecond))
+	out, err := LocalWork([]string{"sh", "-c", "echo started; sleep 60"})(ctx, tasks.Task{ID: "t"}, &Sandbox{Handle: &claim.Handle{}})
+	if err != nil || !out.TimedOut || out.ExitCode != 124 || out.Stdout != "started\n" {
+		t.Errorf("LocalWork past its task's deadline = %+v, %v; want timed out, 124 and the output so far", out, err)
+	}
+}

@@ -53,11 +53,11 @@ class AsyncHandle:
         return await self.alive_reason() is None
 
     async def alive_reason(self) -> str | None:
-        out = await self._t.unary("Alive", {"handle": self.id, "clientId": self._fleet.client_id})
+        out = await self._t.unary("Alive", self.handle._ref())
         return None if out.get("alive") else out.get("reason", "not alive")
 
     async def shell(self, name: str = "default") -> "AsyncShell":
-        await self._t.unary("OpenShell", {"handle": self.id, "clientId": self._fleet.client_id, "shell": name})
+        await self._t.unary("OpenShell", self.handle._ref(shell=name))
         return AsyncShell(self, name)
 
     async def start(self, argv: list[str], env: Mapping[str, str] | None = None, cwd: str | None = None,
@@ -68,12 +68,11 @@ class AsyncHandle:
     @contextlib.asynccontextmanager
     async def port_forward(self, port: int) -> AsyncIterator[str]:
         """``async with h.port_forward(8000) as url:``, as Handle.port_forward."""
-        msg = {"handle": self.id, "clientId": self._fleet.client_id}
-        out = await self._t.unary("PortForward", {**msg, "port": int(port)})
+        out = await self._t.unary("PortForward", self.handle._ref(port=int(port)))
         try:
             yield "http://" + out["address"]
         finally:
-            await self._t.unary("ClosePortForward", {**msg, "forward": out["forward"]})
+            await self._t.unary("ClosePortForward", self.handle._ref(forward=out["forward"]))
 
     async def write_tar(self, directory: str, archive: bytes, chunk: int = 1 << 20) -> int:
         msgs = _tar_messages(self.id, self._fleet.client_id, directory, archive, chunk)
@@ -87,7 +86,7 @@ class AsyncHandle:
         return await self.write_files(directory, {name: data}, mode)
 
     async def read_tar(self, paths: Iterable[str]) -> bytes:
-        msg = {"handle": self.id, "clientId": self._fleet.client_id, "paths": list(paths)}
+        msg = self.handle._ref(paths=list(paths))
         return b"".join([unb64(m.get("tar")) async for m in self._t.server_stream("ReadFiles", msg)])
 
     async def read_files(self, paths: Iterable[str]) -> dict[str, bytes]:
@@ -160,7 +159,7 @@ class AsyncProcess:
         self.exit_code: int | None = None
 
     def _msg(self) -> dict:
-        return {"handle": self.handle.id, "clientId": self.handle._fleet.client_id, "process": self.id}
+        return self.handle.handle._ref(process=self.id)
 
     async def events(self, start: int = 0) -> AsyncIterator[_Event]:
         async for m in self.handle._t.server_stream("ProcessEvents", {**self._msg(), "from": start}):

@@ -62,6 +62,10 @@ class Handle:
     # that recycles); 0 is a fresh sandbox.
     resets: int = 0
 
+    def _ref(self, **more) -> dict:
+        """The message fields that name this sandbox and its client."""
+        return {"handle": self.id, "clientId": self.fleet.client_id, **more}
+
     def endpoint(self, port: int) -> str:
         """The sandbox's in-cluster address of port."""
         return f"{self.hostname}.{self.namespace}:{port}"
@@ -101,7 +105,7 @@ class Handle:
 
     def alive_reason(self) -> str | None:
         """None while the sandbox is up; why not once it is gone or going."""
-        out = self.fleet._t.unary("Alive", {"handle": self.id, "clientId": self.fleet.client_id})
+        out = self.fleet._t.unary("Alive", self._ref())
         return None if out.get("alive") else out.get("reason", "not alive")
 
     def shell(self, name: str = "default") -> "Shell":
@@ -109,7 +113,7 @@ class Handle:
         else sh), opened if it is not open: what a script sets (``cd``,
         ``export``, ``source``, functions) the next one sees. Several named
         shells keep apart. Use it as a context manager to close it."""
-        self.fleet._t.unary("OpenShell", {"handle": self.id, "clientId": self.fleet.client_id, "shell": name})
+        self.fleet._t.unary("OpenShell", self._ref(shell=name))
         return Shell(self, name)
 
     def start(self, argv: list[str], env: Mapping[str, str] | None = None, cwd: str | None = None,
@@ -127,15 +131,14 @@ class Handle:
         through the API server's port-forward while the context lasts; the
         local port is freed after. Like ``kubectl port-forward``, anyone on
         that machine can connect to it while it is open."""
-        msg = {"handle": self.id, "clientId": self.fleet.client_id}
-        out = self.fleet._t.unary("PortForward", {**msg, "port": int(port)})
+        out = self.fleet._t.unary("PortForward", self._ref(port=int(port)))
         try:
             yield "http://" + out["address"]
         finally:
-            self.fleet._t.unary("ClosePortForward", {**msg, "forward": out["forward"]})
+            self.fleet._t.unary("ClosePortForward", self._ref(forward=out["forward"]))
 
     def _command(self, argv, env, cwd, container) -> dict:
-        msg: dict = {"handle": self.id, "clientId": self.fleet.client_id, "argv": list(argv)}
+        msg = self._ref(argv=list(argv))
         if env:
             msg["env"] = dict(env)
         if cwd:
@@ -161,7 +164,7 @@ class Handle:
 
     def read_tar(self, paths: Iterable[str]) -> bytes:
         """A tar archive of files or directories (names relative to /)."""
-        msg = {"handle": self.id, "clientId": self.fleet.client_id, "paths": list(paths)}
+        msg = self._ref(paths=list(paths))
         return b"".join(unb64(m.get("tar")) for m in self.fleet._t.server_stream("ReadFiles", msg, timeout=None))
 
     def read_files(self, paths: Iterable[str]) -> dict[str, bytes]:
@@ -360,7 +363,7 @@ class Shell:
         self.name = name
 
     def _msg(self) -> dict:
-        return {"handle": self.handle.id, "clientId": self.handle.fleet.client_id, "shell": self.name}
+        return self.handle._ref(shell=self.name)
 
     def _run_msg(self, script: str, timeout: float | None, merge_stderr: bool) -> dict:
         msg = {**self._msg(), "script": script}
@@ -424,7 +427,7 @@ class Process:
         self.exit_code: int | None = None
 
     def _msg(self) -> dict:
-        return {"handle": self.handle.id, "clientId": self.handle.fleet.client_id, "process": self.id}
+        return self.handle._ref(process=self.id)
 
     def events(self, start: int = 0) -> Iterator[tuple[str, bytes | int]]:
         """Its output from the start (or the ``start``-th event), as it

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping
 
 from .client import ExecResult, Handle, Process, Shell, _signal_name
-from .errors import FleetError, InfraError, SandboxLostError, SandboxStartError, TaskError
+from .errors import FleetError, InfraError, SandboxLostError, SandboxStartError
 
 
 def _descendants(pid: int) -> list[int]:
@@ -60,7 +60,9 @@ class FakeShell(Shell):
         self._running = False
         self.closed = False
 
-    def _read_until(self, stream, marker: bytes, sink: list) -> bytes:
+    def _read_until(self, stream, marker: bytes, sink: list) -> bytes | None:
+        """Copies what comes before the marker to sink and returns what
+        follows it on its line; None at the shell's end."""
         buf = b""
         sep = b"\n" + marker
         while True:
@@ -71,8 +73,16 @@ class FakeShell(Shell):
                 return rest[:rest.index(b"\n")].strip()
             chunk = os.read(stream.fileno(), 65536)
             if not chunk:
-                raise EOFError
+                sink.append(buf)
+                return None
             buf += chunk
+
+    def _signal_children(self, sig) -> None:
+        for pid in _descendants(self._p.pid):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
 
     def run_stream(self, script: str, timeout: float | None = None, merge_stderr: bool = False):
         r = self.run(script, timeout=timeout, merge_stderr=merge_stderr)
@@ -93,60 +103,44 @@ class FakeShell(Shell):
         quoted = "'" + script.replace("'", "'\\''") + "'"
         redirect = "2>&1 3>&-" if merge_stderr else "2>&3 3>&-"
         text = f"command eval {quoted} {redirect} </dev/null\nprintf '\\n%s %d\\n' {marker.decode()} \"$?\"; printf '\\n%s\\n' {marker.decode()} >&3\n"
-        out, err, code = [], [], {}
+        out, err, tails = [], [], {}
         with self._lock:
             self._running = True
             try:
                 self._p.stdin.write(text.encode())
                 self._p.stdin.flush()
-                t = threading.Thread(target=lambda: err.append(self._read_until(self._p.stderr, marker, [])) if merge_stderr
-                                     else code.setdefault("err", self._read_until(self._p.stderr, marker, err)))
-                t.start()
-
-                def reader():
-                    try:
-                        code["out"] = self._read_until(self._p.stdout, marker, out)
-                    except EOFError:
-                        code["eof"] = True
-                r = threading.Thread(target=reader)
-                r.start()
-                r.join(timeout)
-                timed_out = r.is_alive()
+                readers = [threading.Thread(target=lambda: tails.__setitem__("out", self._read_until(self._p.stdout, marker, out))),
+                           threading.Thread(target=lambda: tails.__setitem__("err", self._read_until(self._p.stderr, marker, err)))]
+                for t in readers:
+                    t.start()
+                readers[0].join(timeout)
+                timed_out = readers[0].is_alive()
                 if timed_out:
+                    # As in the sandbox: SIGINT to what the shell runs, then SIGKILL.
                     for sig, grace in ((signal.SIGINT, 1.0), (signal.SIGKILL, 2.0)):
-                        for pid in _descendants(self._p.pid):
-                            try:
-                                os.kill(pid, sig)
-                            except ProcessLookupError:
-                                pass
-                        r.join(grace)
-                        if not r.is_alive():
+                        self._signal_children(sig)
+                        readers[0].join(grace)
+                        if not readers[0].is_alive():
                             break
-                    if r.is_alive():
+                    else:
                         self._close()
-                        r.join()
                         raise InfraError(f"ShellRun: the script could not be stopped, so shell {self.name} went with it (open it again)", "internal", "exec")
-                t.join(5)
+                for t in readers:
+                    t.join()
             finally:
                 self._running = False
-        if code.get("eof"):
+        if tails["out"] is None:
+            # The script ended the shell.
             self.closed = True
             rc = self._p.wait()
-            return ExecResult(rc if rc >= 0 else 128 - rc, b"".join(out), b"".join(x for x in err if isinstance(x, bytes)))
-        stderr = b"" if merge_stderr else b"".join(err)
-        result = ExecResult(124 if timed_out else int(code["out"]), b"".join(out), stderr, timed_out)
-        if check and not result.ok:
-            raise TaskError(f"{script!r} failed in shell {self.name} of {h.id}", result.exit_code, result.stdout, result.stderr)
-        return result
+            return ExecResult(rc if rc >= 0 else 128 - rc, b"".join(out), b"".join(err))
+        result = ExecResult(124 if timed_out else int(tails["out"]), b"".join(out), b"".join(err), timed_out)
+        return self._checked(result, script, check)
 
     def interrupt(self) -> None:
         self.handle.fleet._check(self.handle.id)
         if self._running:
-            for pid in _descendants(self._p.pid):
-                try:
-                    os.kill(pid, signal.SIGINT)
-                except ProcessLookupError:
-                    pass
+            self._signal_children(signal.SIGINT)
 
     def _close(self) -> None:
         self.closed = True

@@ -25,9 +25,8 @@ type Process struct {
 	events  []Event
 	// dropped counts the events let go from the front, past MaxKept bytes.
 	dropped, kept int
-	done          bool
-	result        Result
-	err           error
+	// end is the last event, once the process ended.
+	end *Event
 }
 
 // Event is a piece of a process's output, or its end.
@@ -58,8 +57,8 @@ func StartProcess(ctx context.Context, run func(context.Context, Request) (int, 
 		_ = p.pids.Flush()
 		inR.CloseWithError(errors.New("the process ended"))
 		p.mu.Lock()
-		p.done, p.result, p.err = true, Result{ExitCode: code}, err
-		p.events = append(p.events, Event{End: true, Result: p.result, Err: err})
+		p.end = &Event{End: true, Result: Result{ExitCode: code}, Err: err}
+		p.events = append(p.events, *p.end)
 		p.notify()
 		p.mu.Unlock()
 	}()
@@ -156,17 +155,17 @@ func (p *Process) Signal(ctx context.Context, sig string) error {
 func (p *Process) Done() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.done
+	return p.end != nil
 }
 
 // Wait waits for the process's end or ctx's.
 func (p *Process) Wait(ctx context.Context) (Result, error) {
 	for {
 		p.mu.Lock()
-		done, r, err, changed := p.done, p.result, p.err, p.changed
+		end, changed := p.end, p.changed
 		p.mu.Unlock()
-		if done {
-			return r, err
+		if end != nil {
+			return end.Result, end.Err
 		}
 		select {
 		case <-ctx.Done():

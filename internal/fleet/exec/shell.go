@@ -43,9 +43,7 @@ type Shell struct {
 	stderr *framed
 	stop   func() error
 	broken error
-	// signal sends a signal to the processes under the shell; nil for a
-	// shell that cannot be signalled (its commands are then stopped by
-	// breaking it).
+	// signal sends a signal to the processes under the shell.
 	signal func(ctx context.Context, sig string, pid int) error
 	// pid is the shell's in the sandbox, read from its first line.
 	pid int
@@ -73,7 +71,7 @@ const (
 // Grace periods of a command being stopped: after SIGINT it has
 // interruptGrace to end before SIGKILL; after SIGKILL, killGrace before
 // the shell itself is given up.
-var (
+const (
 	interruptGrace = time.Second
 	killGrace      = 2 * time.Second
 )
@@ -88,7 +86,6 @@ func OpenShell(ctx context.Context, run func(context.Context, Request) (int, err
 	errR, errW := io.Pipe()
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan error, 1)
-	container := r.Container
 	// The commands' stderr goes out on fd 3; the shell's own words
 	// ("Killed" after a command died of a signal, which an exec of its own
 	// would not say) go to /dev/null. The first line is the shell's PID.
@@ -103,7 +100,7 @@ func OpenShell(ctx context.Context, run func(context.Context, Request) (int, err
 		inR.CloseWithError(err)
 		done <- err
 	}()
-	sh := newShell(inW, outR, errR, func() error {
+	stop := func() error {
 		// EOF on its stdin ends the shell, and the stream with it, as the
 		// server closes it; what the shell still writes is dropped. Cutting
 		// the connection instead would make the client log its copiers'
@@ -119,11 +116,11 @@ func OpenShell(ctx context.Context, run func(context.Context, Request) (int, err
 		}
 		cancel()
 		return nil
-	})
-	sh.signal = func(ctx context.Context, sig string, pid int) error {
-		return Signal(ctx, run, container, sig, pid, Children)
 	}
-	return sh
+	return &Shell{stdin: inW, stdout: &framed{r: outR}, stderr: &framed{r: errR}, stop: sync.OnceValue(stop),
+		signal: func(ctx context.Context, sig string, pid int) error {
+			return Signal(ctx, run, r.Container, sig, pid, Children)
+		}}
 }
 
 // exitedError is the end of a shell that exited by itself.
@@ -133,12 +130,6 @@ func (e *exitedError) Error() string { return fmt.Sprintf("the shell exited %d",
 
 // shellExitGrace is how long a closed Shell's shell has to exit.
 const shellExitGrace = 2 * time.Second
-
-// newShell runs a Shell over a shell's stdin, stdout and stderr; stop ends
-// the shell and waits for it. Shell calls stop once.
-func newShell(stdin io.WriteCloser, stdout, stderr io.Reader, stop func() error) *Shell {
-	return &Shell{stdin: stdin, stdout: &framed{r: stdout}, stderr: &framed{r: stderr}, stop: sync.OnceValue(stop)}
-}
 
 // Command is one command of a Shell: Argv, run in a subshell, or Script,
 // evaluated by the shell itself.
@@ -252,23 +243,21 @@ type exchanged struct {
 func (s *Shell) stopCommand(ctx context.Context, results <-chan exchanged) (exchanged, bool) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if s.signal != nil && s.pid > 1 {
-		for _, step := range []struct {
-			sig   string
-			grace time.Duration
-		}{{"INT", interruptGrace}, {"KILL", killGrace}} {
-			if err := s.signal(sctx, step.sig, s.pid); err != nil {
-				break
-			}
-			select {
-			case r := <-results:
-				return r, true
-			case <-time.After(step.grace):
-			}
+	for _, step := range []struct {
+		sig   string
+		grace time.Duration
+	}{{"INT", interruptGrace}, {"KILL", killGrace}} {
+		if err := s.signal(sctx, step.sig, s.pid); err != nil {
+			break
+		}
+		select {
+		case r := <-results:
+			return r, true
+		case <-time.After(step.grace):
 		}
 	}
-	// Nothing stopped it (a loop of the shell's own builtins, or a shell
-	// that cannot be signalled): the shell goes with it.
+	// Nothing stopped it (a loop of the shell's own builtins, or a signal
+	// that did not get through): the shell goes with it.
 	_ = s.stop()
 	return <-results, false
 }
@@ -282,9 +271,6 @@ func (s *Shell) Interrupt(ctx context.Context) error {
 	s.runMu.Unlock()
 	if !running {
 		return nil
-	}
-	if s.signal == nil || s.pid <= 1 {
-		return errors.New("this shell's commands cannot be signalled")
 	}
 	return s.signal(ctx, "INT", s.pid)
 }

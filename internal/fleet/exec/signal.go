@@ -24,9 +24,9 @@ func Announced(argv []string) []string {
 }
 
 // PIDReader is the stderr of an Announced command: it takes the PID line
-// off the front and passes the rest to W.
+// off the front and passes the rest on.
 type PIDReader struct {
-	W    io.Writer
+	w    io.Writer
 	mu   sync.Mutex
 	head []byte
 	done bool
@@ -38,14 +38,14 @@ type PIDReader struct {
 
 // NewPIDReader passes a command's stderr on to w.
 func NewPIDReader(w io.Writer) *PIDReader {
-	return &PIDReader{W: orDiscard(w), known: make(chan struct{})}
+	return &PIDReader{w: orDiscard(w), known: make(chan struct{})}
 }
 
 func (p *PIDReader) Write(b []byte) (int, error) {
 	p.mu.Lock()
 	if p.done {
 		p.mu.Unlock()
-		return p.W.Write(b)
+		return p.w.Write(b)
 	}
 	p.head = append(p.head, b...)
 	i := bytes.IndexByte(p.head, '\n')
@@ -65,7 +65,7 @@ func (p *PIDReader) Write(b []byte) (int, error) {
 	p.mu.Unlock()
 	p.once.Do(func() { close(p.known) })
 	if len(rest) > 0 {
-		if _, err := p.W.Write(rest); err != nil {
+		if _, err := p.w.Write(rest); err != nil {
 			return 0, err
 		}
 	}
@@ -81,7 +81,7 @@ func (p *PIDReader) Flush() error {
 	p.mu.Unlock()
 	p.once.Do(func() { close(p.known) })
 	if len(rest) > 0 {
-		_, err := p.W.Write(rest)
+		_, err := p.w.Write(rest)
 		return err
 	}
 	return nil

@@ -82,10 +82,7 @@ func (s *Session) OpenShell(ctx context.Context, id, client, name string) (bool,
 	sh := h.Sandbox.OpenShell(s.ctx, exec.ShellBashOrSh)
 	if err := sh.Ready(ctx); err != nil {
 		_ = sh.Close()
-		if lost := h.Sandbox.Alive(context.WithoutCancel(ctx)); lost != nil {
-			return false, infraOf(lost)
-		}
-		return false, infraOf(fmt.Errorf("opening shell %s: %w", name, err))
+		return false, failed(ctx, h, fmt.Errorf("opening shell %s: %w", name, err))
 	}
 	if t.shells == nil {
 		t.shells = map[string]*exec.Shell{}
@@ -132,10 +129,7 @@ func (s *Session) ShellRun(ctx context.Context, id, client, name string, c Shell
 	case err != nil && ctx.Err() != nil:
 		return ExecResult{}, err
 	case err != nil:
-		if lost := h.Sandbox.Alive(context.WithoutCancel(ctx)); lost != nil {
-			return ExecResult{}, infraOf(lost)
-		}
-		return ExecResult{}, infraOf(fmt.Errorf("shell %s: %w (open it again)", name, err))
+		return ExecResult{}, failed(ctx, h, fmt.Errorf("shell %s: %w (open it again)", name, err))
 	}
 	return ExecResult{ExitCode: r.ExitCode, TimedOut: r.TimedOut}, nil
 }
@@ -258,10 +252,7 @@ func (s *Session) ProcessEvents(ctx context.Context, id, client, proc string, fr
 	}
 	return p.Events(ctx, from, func(e ProcessEvent) error {
 		if e.End && e.Err != nil {
-			if lost := h.Sandbox.Alive(context.WithoutCancel(ctx)); lost != nil {
-				return infraOf(lost)
-			}
-			return infraOf(e.Err)
+			return failed(ctx, h, e.Err)
 		}
 		return fn(e)
 	})
@@ -315,10 +306,7 @@ func (s *Session) WaitProcess(ctx context.Context, id, client, proc string, time
 	case err != nil && ctx.Err() != nil:
 		return ExecResult{}, false, err
 	case err != nil:
-		if lost := h.Sandbox.Alive(context.WithoutCancel(ctx)); lost != nil {
-			return ExecResult{}, true, infraOf(lost)
-		}
-		return ExecResult{}, true, infraOf(err)
+		return ExecResult{}, true, failed(ctx, h, err)
 	}
 	return ExecResult{ExitCode: r.ExitCode}, true, nil
 }
@@ -340,6 +328,16 @@ func (s *Session) Alive(ctx context.Context, id, client string) (bool, string, e
 	default:
 		return false, "", infraOrNil(err)
 	}
+}
+
+// failed is err, the end of a shell's or a process's stream, as the
+// infrastructure's verdict: the sandbox lost when its Pod went, else exec.
+func failed(ctx context.Context, h *Handle, err error) error {
+	var lost *claim.LostError
+	if errors.As(h.Sandbox.Alive(context.WithoutCancel(ctx)), &lost) {
+		return infraOf(lost)
+	}
+	return infraOf(err)
 }
 
 func infraOrNil(err error) error {
