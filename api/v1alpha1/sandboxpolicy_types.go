@@ -92,17 +92,22 @@ type SandboxPolicySpec struct {
 
 // ImagePolicy redirects images to mirrors and restricts registries.
 type ImagePolicy struct {
-	// Rewrite rules redirect image references: the first rule whose From is
-	// a prefix of the normalized reference (docker.io/library/busybox:1.36
-	// for busybox:1.36) at a path boundary replaces it with To. The
-	// original is recorded in the sandbox-fleet.io/original-image
-	// annotation.
+	// Rewrite rules redirect image references — of containers and of image
+	// volumes: the first rule whose From is a prefix of the normalized
+	// reference (docker.io/library/busybox:1.36 for busybox:1.36) at a
+	// path boundary replaces it with To. A registry host as From holds
+	// only its paths (docker.io, not docker.io:443), and hosts compare
+	// whatever their case. The original is recorded in the
+	// sandbox-fleet.io/original-image annotation.
 	// +listType=atomic
 	// +optional
 	Rewrite []ImageRewrite `json:"rewrite,omitempty"`
 
 	// AllowedRegistries, when set, are the only registries (or registry
-	// path prefixes) sandbox images may come from, checked after rewrites.
+	// path prefixes) sandbox images and image volumes may come from,
+	// checked after rewrites. A registry host allows that host alone, on
+	// its default port: mirror.example.com does not allow
+	// mirror.example.com:5000.
 	// +listType=set
 	// +optional
 	AllowedRegistries []string `json:"allowedRegistries,omitempty"`
@@ -117,11 +122,15 @@ type ImageRewrite struct {
 }
 
 // SecurityPolicy is what sandboxes are allowed beyond the safe defaults:
-// no service account token, no privilege escalation, every capability
-// dropped, the runtime's default seccomp profile, no shared process
-// namespace, nothing privileged and no host namespaces or paths.
+// no service account token (nor a projected one, nor a service account
+// other than the namespace's default), no privilege escalation, every
+// capability dropped, the runtime's default seccomp profile, no shared
+// process namespace, nothing privileged (nor a Windows host process), no
+// host namespaces or paths, no SELinux type outside the container types,
+// and only the safe sysctls.
 type SecurityPolicy struct {
-	// AllowPrivileged lets containers run privileged.
+	// AllowPrivileged lets containers run privileged, or as Windows host
+	// processes.
 	// +optional
 	AllowPrivileged bool `json:"allowPrivileged,omitempty"`
 	// AllowHostNamespaces lets Pods use the host's network, PID or IPC
@@ -132,12 +141,15 @@ type SecurityPolicy struct {
 	// +optional
 	AllowHostPath bool `json:"allowHostPath,omitempty"`
 	// AllowServiceAccountToken keeps the Pod's choice of mounting its
-	// service account token instead of turning it off.
+	// service account token instead of turning it off, and lets it
+	// project tokens and run as any service account.
 	// +optional
 	AllowServiceAccountToken bool `json:"allowServiceAccountToken,omitempty"`
 	// AllowUnconfined lets Pods and containers run with the seccomp or
-	// AppArmor profile Unconfined, or with an unmasked /proc (procMount
-	// Unmasked).
+	// AppArmor profile Unconfined, an unmasked /proc (procMount
+	// Unmasked), or an SELinux type other than container_t,
+	// container_init_t, container_kvm_t and container_engine_t (spc_t is
+	// unconfined).
 	// +optional
 	AllowUnconfined bool `json:"allowUnconfined,omitempty"`
 	// AllowHostPorts lets containers bind ports of their node (hostPort).
@@ -148,6 +160,19 @@ type SecurityPolicy struct {
 	// +listType=set
 	// +optional
 	AllowedCapabilities []corev1.Capability `json:"allowedCapabilities,omitempty"`
+	// AllowedSysctls are the sysctls Pods may set beyond the safe ones
+	// every kubelet allows (Pod Security's baseline list); one ending in
+	// * allows every name it prefixes. A node's kubelet must allow them
+	// too (--allowed-unsafe-sysctls).
+	// +listType=set
+	// +optional
+	AllowedSysctls []string `json:"allowedSysctls,omitempty"`
+	// RequireNonRoot makes containers run as a user other than root: the
+	// Pod's runAsNonRoot is set where it is unset — the kubelet then
+	// refuses to start an image whose user is root — and runAsNonRoot
+	// false or runAsUser 0 is denied.
+	// +optional
+	RequireNonRoot bool `json:"requireNonRoot,omitempty"`
 }
 
 // ColocationPolicy prefers one node for a warm pool's replicas.

@@ -16,13 +16,16 @@ const dockerHub = "docker.io"
 // Normalize returns the fully qualified form of a reference, as containerd
 // and the kubelet resolve it: an explicit registry host (docker.io when none
 // is given), the library/ namespace for Docker Hub's official images, and
-// the tag latest when neither tag nor digest is given. It fails on a
-// reference the kubelet would reject as InvalidImageName.
+// the tag latest when neither tag nor digest is given. The host is
+// lower-cased — DNS does not tell Docker.io from docker.io, so neither may
+// a policy. It fails on a reference the kubelet would reject as
+// InvalidImageName.
 func Normalize(image string) (string, error) {
 	if _, err := name.ParseReference(image, name.WeakValidation); err != nil {
 		return "", fmt.Errorf("invalid image reference %q: %w", image, err)
 	}
 	host, rest := splitHost(image)
+	host = strings.ToLower(host)
 	if host == "" || host == "index.docker.io" || host == "registry-1.docker.io" {
 		host = dockerHub
 	}
@@ -89,6 +92,17 @@ type Rule struct {
 	To   string `json:"to"`
 }
 
+// Source is the prefix of the normalised images the rule redirects: From
+// as Prefix compares it, a bare name such as "busybox" being a Docker Hub
+// path.
+func (r Rule) Source() string {
+	from := Prefix(r.From)
+	if IsRegistry(from) && !strings.ContainsAny(from, ".:") && from != "localhost" {
+		return dockerHub + "/" + from
+	}
+	return from
+}
+
 // ParseRule parses "from=to", e.g. "docker.io=mirror.example.com/dockerhub".
 func ParseRule(s string) (Rule, error) {
 	from, to, ok := strings.Cut(s, "=")
@@ -103,22 +117,48 @@ func ParseRule(s string) (Rule, error) {
 }
 
 // Within reports whether image, normalised, lies under prefix — a registry
-// host, or a host and path prefix — at a path boundary: docker.io/library
-// holds docker.io/library/busybox:1.36 but not docker.io/libraryx/a.
+// host, or a host and path prefix — at a boundary: docker.io/library holds
+// docker.io/library/busybox:1.36 but not docker.io/libraryx/a, and a
+// registry host holds only the paths under it, not the same host on
+// another port (mirror.example.com does not hold mirror.example.com:5000/a).
+// The webhook, its CEL call conditions (which mirror it) and the node
+// agent all judge registries by it.
 func Within(image, prefix string) (bool, error) {
 	full, err := Normalize(image)
 	if err != nil {
 		return false, err
 	}
-	_, ok := under(full, strings.TrimSuffix(prefix, "/"))
+	_, ok := under(full, Prefix(prefix))
 	return ok, nil
 }
 
-// under cuts prefix off the normalised image full when it ends at a path,
-// tag or digest boundary.
+// Prefix is a registry prefix as Within and Rewrite compare it: without
+// a trailing slash, its host lower-cased.
+func Prefix(prefix string) string {
+	host, rest, found := strings.Cut(strings.TrimSuffix(prefix, "/"), "/")
+	if !found {
+		return strings.ToLower(host)
+	}
+	return strings.ToLower(host) + "/" + rest
+}
+
+// IsRegistry reports whether a prefix is a registry host alone, whose
+// images must continue with a path; a repository prefix may also be
+// followed by a tag or digest.
+func IsRegistry(prefix string) bool { return !strings.Contains(prefix, "/") }
+
+// under cuts prefix off the normalised image full when it ends at a
+// boundary: a path after a registry host; a path, tag or digest after a
+// repository.
 func under(full, prefix string) (rest string, ok bool) {
 	rest, ok = strings.CutPrefix(full, prefix)
-	return rest, ok && (strings.HasPrefix(rest, "/") || strings.HasPrefix(rest, ":") || strings.HasPrefix(rest, "@"))
+	if !ok || rest == "" {
+		return rest, false
+	}
+	if IsRegistry(prefix) {
+		return rest, rest[0] == '/'
+	}
+	return rest, strings.ContainsRune("/:@", rune(rest[0]))
 }
 
 // Rewrite applies the first rule whose From is a prefix, at a path boundary,
@@ -130,12 +170,7 @@ func Rewrite(rules []Rule, image string) (string, bool, error) {
 		return "", false, err
 	}
 	for _, r := range rules {
-		from := r.From
-		if !strings.Contains(from, "/") && !strings.ContainsAny(from, ".:") && from != "localhost" {
-			// A bare name such as "busybox" means a Docker Hub path.
-			from = dockerHub + "/" + from
-		}
-		if rest, ok := under(full, from); ok {
+		if rest, ok := under(full, r.Source()); ok {
 			return r.To + rest, true, nil
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
 	fleetlabels "github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
 
@@ -85,15 +86,26 @@ func CallCondition(set Set) string {
 		if p.Spec.Images != nil && len(p.Spec.Images.AllowedRegistries) > 0 {
 			var within []string
 			for _, r := range p.Spec.Images.AllowedRegistries {
-				within = append(within, strings.TrimSuffix(r, "/"))
+				within = append(within, images.Prefix(r))
 			}
 			allowed = append(allowed, within)
 		}
 	}
 
 	if !allowToken {
-		pod = append(pod, "object.spec.?automountServiceAccountToken.orValue(true) == false")
+		pod = append(pod, "object.spec.?automountServiceAccountToken.orValue(true) == false",
+			"object.spec.?serviceAccountName.orValue('') in ['', 'default']",
+			list("object.spec.?volumes")+".all(v, !has(v.projected) || "+list("v.projected.?sources")+".all(s, !has(s.serviceAccountToken)))")
 	}
+	if !allowPrivileged {
+		pod = append(pod, "!object.spec.?securityContext.?windowsOptions.?hostProcess.orValue(false)")
+		container = append(container, "!c.?securityContext.?windowsOptions.?hostProcess.orValue(false)")
+	}
+	if set.requiresNonRoot() {
+		pod = append(pod, "object.spec.?securityContext.?runAsNonRoot.orValue(false)", "object.spec.?securityContext.?runAsUser.orValue(1) != 0")
+		container = append(container, "c.?securityContext.?runAsNonRoot.orValue(true)", "c.?securityContext.?runAsUser.orValue(1) != 0")
+	}
+	pod = append(pod, sysctlChecks(set)...)
 	pod = append(pod, "!object.spec.?shareProcessNamespace.orValue(false)",
 		"object.spec.?securityContext.?seccompProfile.hasValue()")
 	if !allowHostNamespaces {
@@ -108,7 +120,9 @@ func CallCondition(set Set) string {
 			fmt.Sprintf("object.metadata.?annotations.orValue({}).all(k, !k.startsWith(%s) || object.metadata.annotations[k] != 'unconfined')", quote(appArmorAnnotation)))
 		container = append(container, "c.?securityContext.?seccompProfile.?type.orValue('') != 'Unconfined'",
 			"c.?securityContext.?appArmorProfile.?type.orValue('') != 'Unconfined'",
-			"c.?securityContext.?procMount.orValue('') != 'Unmasked'")
+			"c.?securityContext.?procMount.orValue('') != 'Unmasked'",
+			"c.?securityContext.?seLinuxOptions.?type.orValue('') in "+selinuxTypes)
+		pod = append(pod, "object.spec.?securityContext.?seLinuxOptions.?type.orValue('') in "+selinuxTypes)
 	}
 	if !allowHostPorts {
 		container = append(container, list("c.?ports")+".all(p, p.?hostPort.orValue(0) == 0)")
@@ -139,23 +153,11 @@ func CallCondition(set Set) string {
 	// Normalize would change or a rule matches is rewritten.
 	var froms []string
 	for _, r := range set.rules() {
-		from := r.From
-		if !strings.Contains(from, "/") && !strings.ContainsAny(from, ".:") && from != "localhost" {
-			from = "docker.io/" + from
-		}
-		froms = append(froms, from)
+		froms = append(froms, r.Source())
 	}
 	image := imageChecks(allowed, froms)
-	if len(image) == 1 {
-		container = append(container, image[0].cel("c.?image.orValue('')"))
-	} else {
-		// A list of one binds the image to i, read once for all its checks.
-		var checks []string
-		for _, c := range image {
-			checks = append(checks, c.cel("i"))
-		}
-		container = append(container, "[c.?image.orValue('')].all(i, "+strings.Join(checks, " && ")+")")
-	}
+	container = append(container, allCEL(image, "c.?image.orValue('')"))
+	pod = append(pod, list("object.spec.?volumes")+".all(v, !has(v.image) || "+allCEL(image, "v.image.?reference.orValue('')")+")")
 	// Mutate forbids privilege escalation to all but privileged
 	// containers, and those only where privilege is allowed.
 	if allowPrivileged {
@@ -182,14 +184,63 @@ func CallCondition(set Set) string {
 		limit := caps[name]
 		r, q := quote(string(name)), quote(limit.String())
 		// A limit Mutate set is the cap as written: equal strings spare
-		// the two quantity parses.
+		// the two quantity parses. Ephemeral containers, which the API
+		// lets set no resources, get none.
 		container = append(container,
-			fmt.Sprintf("(c.?resources.?limits[?%s].orValue('') == %s || c.?resources.?limits[?%s].hasValue() && quantity(c.resources.limits[%s]).compareTo(quantity(%s)) <= 0)", r, q, r, r, q),
+			fmt.Sprintf("(c.?resources.?limits[?%s].orValue('') == %s || c.?resources.?limits[?%s].hasValue() && quantity(c.resources.limits[%s]).compareTo(quantity(%s)) <= 0 || "+
+				list("object.spec.?ephemeralContainers")+".exists(e, e.name == c.name))", r, q, r, r, q),
 			fmt.Sprintf("(!c.?resources.?requests[?%s].hasValue() || quantity(c.resources.requests[%s]).compareTo(quantity(%s)) <= 0)", r, r, q))
 	}
 	containers := "(object.spec.?containers.orValue([]) == null ? [] : object.spec.containers)"
 	pod = append(pod, "("+list("object.spec.?initContainers")+" + "+containers+" + "+list("object.spec.?ephemeralContainers")+").all(c, "+strings.Join(container, " && ")+")")
 	return "!(" + strings.Join(pod, " && ") + ")"
+}
+
+// selinuxTypes is containerSELinuxTypes as a CEL list.
+var selinuxTypes = func() string {
+	quoted := make([]string, len(containerSELinuxTypes))
+	for i, t := range containerSELinuxTypes {
+		quoted[i] = quote(t)
+	}
+	return "[" + strings.Join(quoted, ", ") + "]"
+}()
+
+// sysctlChecks are the checks that every sysctl of the Pod is one each
+// policy allows: safe, named, or under a prefix it names. A name in the
+// kubelet's other spelling (net/ipv4/...) is left to the webhook.
+func sysctlChecks(set Set) []string {
+	var checks []string
+	seen := map[string]bool{}
+	for _, p := range set {
+		allowed := append(slices.Clone(safeSysctls), security(p).AllowedSysctls...)
+		var names, prefixes []string
+		for _, a := range allowed {
+			if prefix, ok := strings.CutSuffix(a, "*"); ok {
+				prefixes = append(prefixes, "s.name.startsWith("+quote(prefix)+")")
+			} else {
+				names = append(names, quote(a))
+			}
+		}
+		check := list("object.spec.?securityContext.?sysctls") + ".all(s, " + strings.Join(append([]string{"s.name in [" + strings.Join(names, ", ") + "]"}, prefixes...), " || ") + ")"
+		if !seen[check] {
+			seen[check] = true
+			checks = append(checks, check)
+		}
+	}
+	return checks
+}
+
+// allCEL is CEL for image, a string expression, passing all checks; with
+// more than one, a list of one binds it to i, read once for them all.
+func allCEL(checks []imageCheck, image string) string {
+	if len(checks) == 1 {
+		return checks[0].cel(image)
+	}
+	var cel []string
+	for _, c := range checks {
+		cel = append(cel, c.cel("i"))
+	}
+	return "[" + image + "].all(i, " + strings.Join(cel, " && ") + ")"
 }
 
 // imageCheck is a regular expression an image must match, or not.
@@ -277,14 +328,25 @@ func imageChecks(allowed [][]string, froms []string) []imageCheck {
 func list(path string) string { return path + ".orValue([])" }
 
 // under is a regular expression for a normalised reference lying under
-// one of prefixes at a path, tag or digest boundary, as images.Within
-// judges it.
+// one of prefixes as images.Within judges it: a registry's path, or a
+// repository's path, tag or digest.
 func under(prefixes []string) string {
-	quoted := make([]string, len(prefixes))
-	for i, p := range prefixes {
-		quoted[i] = regexp.QuoteMeta(p)
+	var registries, repositories []string
+	for _, p := range prefixes {
+		if images.IsRegistry(p) {
+			registries = append(registries, regexp.QuoteMeta(p))
+		} else {
+			repositories = append(repositories, regexp.QuoteMeta(p))
+		}
 	}
-	return "^(?:" + strings.Join(quoted, "|") + ")[/:@]"
+	var alternatives []string
+	if len(registries) > 0 {
+		alternatives = append(alternatives, "(?:"+strings.Join(registries, "|")+")/")
+	}
+	if len(repositories) > 0 {
+		alternatives = append(alternatives, "(?:"+strings.Join(repositories, "|")+")[/:@]")
+	}
+	return "^(?:" + strings.Join(alternatives, "|") + ")"
 }
 
 // quote is a CEL string literal of s: Go's quoting, whose escapes CEL

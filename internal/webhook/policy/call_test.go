@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"os"
 	"regexp"
 	"slices"
 	"testing"
@@ -103,6 +104,9 @@ func callSets() map[string]Set {
 				s.Images = &v1alpha1.ImagePolicy{AllowedRegistries: []string{"mirror.example.com", "docker.io"}}
 			}),
 		},
+		"non-root, sysctls": {policy("strict", 0, mirror, func(s *v1alpha1.SandboxPolicySpec) {
+			s.Security = &v1alpha1.SecurityPolicy{RequireNonRoot: true, AllowedSysctls: []string{"kernel.msgmax", "net.core.*"}}
+		})},
 		"permissive": {policy("open", 0, func(s *v1alpha1.SandboxPolicySpec) {
 			s.Security = &v1alpha1.SecurityPolicy{AllowPrivileged: true, AllowHostNamespaces: true, AllowHostPath: true, AllowServiceAccountToken: true,
 				AllowUnconfined: true, AllowHostPorts: true}
@@ -187,7 +191,60 @@ func TestCallCondition(t *testing.T) {
 		{"a compliant ephemeral container", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
 			p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon(*p.Spec.Containers[0].DeepCopy())}}
 			p.Spec.EphemeralContainers[0].Name = "debug"
+			p.Spec.EphemeralContainers[0].Resources = corev1.ResourceRequirements{}
 		}), false},
+		{"an image volume from the mirror", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "tools", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "mirror.example.com/hub/tools:1"}}}}
+		}), false},
+		{"an image volume from elsewhere", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "tools", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "evil.example/tools:1"}}}}
+		}), true},
+		{"an image volume Docker Hub's rule rewrites", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "tools", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "docker.io/library/busybox:1"}}}}
+		}), true},
+		{"a projected token", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "t", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}}}
+		}), true},
+		{"the API server's token volume", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "kube-api-access-x7k2p", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}}}
+		}), true},
+		{"a projected config map", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "t", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "ca"}}}}}}}}
+		}), false},
+		{"another service account", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) { p.Spec.ServiceAccountName = "deployer" }), true},
+		{"the default service account", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) { p.Spec.ServiceAccountName = "default" }), false},
+		{"an unconfined SELinux type", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.SELinuxOptions = &corev1.SELinuxOptions{Type: "spc_t"}
+		}), true},
+		{"a container SELinux type", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.SecurityContext.SELinuxOptions = &corev1.SELinuxOptions{Type: "container_t", Level: "s0:c1,c2"}
+		}), false},
+		{"a Windows host process", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.SecurityContext.WindowsOptions = &corev1.WindowsSecurityContextOptions{HostProcess: ptr(true)}
+		}), true},
+		{"a safe sysctl", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.SecurityContext.Sysctls = []corev1.Sysctl{{Name: "net.ipv4.ip_local_port_range", Value: "1024 65535"}}
+		}), false},
+		{"an unsafe sysctl", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
+			p.Spec.SecurityContext.Sysctls = []corev1.Sysctl{{Name: "kernel.msgmax", Value: "1"}}
+		}), true},
+		{"the strict policy's compliant Pod", "non-root, sysctls", compliant(sets["non-root, sysctls"]), false},
+		{"root in a container", "non-root, sysctls", compliant(sets["non-root, sysctls"], func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.RunAsUser = ptr(int64(0))
+		}), true},
+		{"a non-root user", "non-root, sysctls", compliant(sets["non-root, sysctls"], func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.RunAsUser = ptr(int64(1000))
+		}), false},
+		{"runAsNonRoot unset", "non-root, sysctls", compliant(sets["non-root, sysctls"], func(p *corev1.Pod) { p.Spec.SecurityContext.RunAsNonRoot = nil }), true},
+		{"allowed sysctls", "non-root, sysctls", compliant(sets["non-root, sysctls"], func(p *corev1.Pod) {
+			p.Spec.SecurityContext.Sysctls = []corev1.Sysctl{{Name: "kernel.msgmax", Value: "1"}, {Name: "net.core.somaxconn", Value: "1024"}}
+		}), false},
+		{"a sysctl outside the allowed", "non-root, sysctls", compliant(sets["non-root, sysctls"], func(p *corev1.Pod) {
+			p.Spec.SecurityContext.Sysctls = []corev1.Sysctl{{Name: "kernel.sem", Value: "1"}}
+		}), true},
 		{"an ephemeral container keeping its capabilities", "mirror, caps", compliant(sets["mirror, caps"], func(p *corev1.Pod) {
 			p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon(*p.Spec.Containers[0].DeepCopy())}}
 			p.Spec.EphemeralContainers[0].Name = "debug"
@@ -333,6 +390,41 @@ func TestCanonicalImage(t *testing.T) {
 
 // TestImageChecks: the image checks fold into one regular expression
 // where the allowed prefixes let them, and keep what they cannot fold.
+// TestCallConditionWithin: the condition judges registries as
+// images.Within does, over the table that tests Within: a Pod whose
+// image, normalised, lies within the allowed prefix needs no call; one
+// outside is always sent.
+func TestCallConditionWithin(t *testing.T) {
+	data, err := os.ReadFile("../../../pkg/images/testdata/within.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []struct {
+		Image, Prefix string
+		Within        bool
+	}
+	if err := json.Unmarshal(data, &cases); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range cases {
+		set := Set{policy("allow", 0, func(s *v1alpha1.SandboxPolicySpec) {
+			s.Images = &v1alpha1.ImagePolicy{AllowedRegistries: []string{tt.Prefix}}
+		})}
+		image, err := images.Normalize(tt.Image)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := compliantPod(t, Set{policy("allow", 0)})
+		pod.Spec.Containers[0].Image = image
+		if got := calls(t, callMatcher(t, CallCondition(set)), pod); got == tt.Within {
+			t.Errorf("image %s, allowed %s: calls the webhook %v, but Within says %v", image, tt.Prefix, got, tt.Within)
+		}
+		if _, err := Mutate(pod.DeepCopy(), set, runIDOf(pod)); (err == nil) != tt.Within {
+			t.Errorf("image %s, allowed %s: Mutate says %v, but Within says %v", image, tt.Prefix, err, tt.Within)
+		}
+	}
+}
+
 func TestImageChecks(t *testing.T) {
 	for _, tt := range []struct {
 		name    string

@@ -126,7 +126,7 @@ func (s Set) rules() []images.Rule {
 	for _, p := range s {
 		if p.Spec.Images != nil {
 			for _, r := range p.Spec.Images.Rewrite {
-				out = append(out, images.Rule{From: strings.TrimSuffix(r.From, "/"), To: strings.TrimSuffix(r.To, "/")})
+				out = append(out, images.Rule{From: images.Prefix(r.From), To: strings.TrimSuffix(r.To, "/")})
 			}
 		}
 	}
@@ -144,6 +144,8 @@ func security(p v1alpha1.SandboxPolicy) v1alpha1.SecurityPolicy {
 type container struct {
 	c    *corev1.Container
 	path string
+	// ephemeral containers may set no resources.
+	ephemeral bool
 }
 
 // containersOf lists spec's init, regular and ephemeral containers. An
@@ -152,26 +154,125 @@ type container struct {
 func containersOf(spec *corev1.PodSpec, at string) []container {
 	var out []container
 	for i := range spec.InitContainers {
-		out = append(out, container{&spec.InitContainers[i], fmt.Sprintf("%s.initContainers[%d]", at, i)})
+		out = append(out, container{c: &spec.InitContainers[i], path: fmt.Sprintf("%s.initContainers[%d]", at, i)})
 	}
 	for i := range spec.Containers {
-		out = append(out, container{&spec.Containers[i], fmt.Sprintf("%s.containers[%d]", at, i)})
+		out = append(out, container{c: &spec.Containers[i], path: fmt.Sprintf("%s.containers[%d]", at, i)})
 	}
 	for i := range spec.EphemeralContainers {
-		out = append(out, container{(*corev1.Container)(&spec.EphemeralContainers[i].EphemeralContainerCommon), fmt.Sprintf("%s.ephemeralContainers[%d]", at, i)})
+		out = append(out, container{c: (*corev1.Container)(&spec.EphemeralContainers[i].EphemeralContainerCommon),
+			path: fmt.Sprintf("%s.ephemeralContainers[%d]", at, i), ephemeral: true})
 	}
 	return out
 }
 
-// unconfined reports whether a seccomp or AppArmor profile is Unconfined.
-func unconfined(seccomp *corev1.SeccompProfile, apparmor *corev1.AppArmorProfile) (string, bool) {
+// imageVolume is an image volume of a Pod spec and its field path.
+type imageVolume struct {
+	v    *corev1.ImageVolumeSource
+	path string
+}
+
+// imageVolumesOf lists spec's image volumes: images the node pulls, as
+// it pulls a container's.
+func imageVolumesOf(spec *corev1.PodSpec, at string) []imageVolume {
+	var out []imageVolume
+	for i := range spec.Volumes {
+		if v := spec.Volumes[i].Image; v != nil {
+			out = append(out, imageVolume{v, fmt.Sprintf("%s.volumes[%d].image.reference", at, i)})
+		}
+	}
+	return out
+}
+
+// unconfined reports whether a seccomp or AppArmor profile is Unconfined,
+// or an SELinux type not one of containerSELinuxTypes.
+func unconfined(seccomp *corev1.SeccompProfile, apparmor *corev1.AppArmorProfile, selinux *corev1.SELinuxOptions) (string, bool) {
 	switch {
 	case seccomp != nil && seccomp.Type == corev1.SeccompProfileTypeUnconfined:
 		return "seccompProfile.type", true
 	case apparmor != nil && apparmor.Type == corev1.AppArmorProfileTypeUnconfined:
 		return "appArmorProfile.type", true
+	case selinux != nil && !slices.Contains(containerSELinuxTypes, selinux.Type):
+		return "seLinuxOptions.type", true
 	}
 	return "", false
+}
+
+// containerSELinuxTypes are the SELinux types a container may ask for,
+// as Pod Security's baseline allows them ("" is the runtime's): the
+// others, spc_t above all, are not confined.
+var containerSELinuxTypes = []string{"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+
+// safeSysctls are the sysctls Pod Security's baseline allows and every
+// kubelet accepts: namespaced, and unable to affect other Pods.
+var safeSysctls = []string{
+	"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start", "net.ipv4.tcp_syncookies",
+	"net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports", "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout",
+	"net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes",
+}
+
+// sysctlAllowed reports whether name, in either of the kubelet's
+// spellings (net.ipv4.x or net/ipv4/x), is safe or one of allowed, an
+// entry ending in * allowing what it prefixes.
+func sysctlAllowed(name string, allowed []string) bool {
+	name = strings.ReplaceAll(name, "/", ".")
+	if slices.Contains(safeSysctls, name) {
+		return true
+	}
+	for _, a := range allowed {
+		if prefix, ok := strings.CutSuffix(a, "*"); ok && strings.HasPrefix(name, prefix) || a == name {
+			return true
+		}
+	}
+	return false
+}
+
+// injectedTokenVolume prefixes the name of the volume the API server's
+// ServiceAccount admission adds, before any webhook, to a Pod that does
+// not turn automountServiceAccountToken off.
+const injectedTokenVolume = "kube-api-access-"
+
+// injectedToken reports whether v is the token volume the API server
+// added: Mutate takes it out where tokens are not allowed, rather than
+// refusing the Pod for it.
+func injectedToken(v corev1.Volume) bool {
+	return strings.HasPrefix(v.Name, injectedTokenVolume) && v.Projected != nil &&
+		slices.ContainsFunc(v.Projected.Sources, func(s corev1.VolumeProjection) bool { return s.ServiceAccountToken != nil })
+}
+
+// removeInjectedTokens takes the API server's token volumes and their
+// mounts out of spec, and reports which it took: turning automounting
+// off after the ServiceAccount admission ran would leave them in.
+func removeInjectedTokens(spec *corev1.PodSpec) []string {
+	var removed []string
+	spec.Volumes = slices.DeleteFunc(spec.Volumes, func(v corev1.Volume) bool {
+		if injectedToken(v) {
+			removed = append(removed, v.Name)
+			return true
+		}
+		return false
+	})
+	for _, c := range containersOf(spec, "spec") {
+		c.c.VolumeMounts = slices.DeleteFunc(c.c.VolumeMounts, func(m corev1.VolumeMount) bool { return slices.Contains(removed, m.Name) })
+	}
+	return removed
+}
+
+// tokensAllowed reports whether every policy of the set lets sandboxes
+// have service account credentials.
+func (s Set) tokensAllowed() bool {
+	for _, p := range s {
+		if !security(p).AllowServiceAccountToken {
+			return false
+		}
+	}
+	return true
+}
+
+// requiresNonRoot reports whether a policy of the set makes containers
+// run as a user other than root.
+func (s Set) requiresNonRoot() bool {
+	return slices.ContainsFunc(s, func(p v1alpha1.SandboxPolicy) bool { return security(p).RequireNonRoot })
 }
 
 // Check returns the first refusal of spec — a Pod's or a template's, at
@@ -186,77 +287,151 @@ func Check(spec *corev1.PodSpec, at string, set Set) *Denial {
 	}
 	rules := set.rules()
 	for _, p := range set {
-		sec := security(p)
 		deny := func(field, reason string) *Denial {
 			return &Denial{Policies: []string{p.Name}, Field: field, Reason: reason}
 		}
-		if !sec.AllowHostNamespaces {
-			for _, h := range []struct {
-				on    bool
-				field string
-			}{{spec.HostNetwork, "hostNetwork"}, {spec.HostPID, "hostPID"}, {spec.HostIPC, "hostIPC"}} {
-				if h.on {
-					return deny(at+"."+h.field, "host namespaces are not allowed for sandboxes (spec.security.allowHostNamespaces)")
-				}
-			}
+		if d := checkPod(spec, at, p, deny); d != nil {
+			return d
 		}
-		if !sec.AllowHostPath {
-			for i, v := range spec.Volumes {
-				if v.HostPath != nil {
-					return deny(fmt.Sprintf("%s.volumes[%d].hostPath", at, i), "hostPath volumes are not allowed for sandboxes (spec.security.allowHostPath)")
-				}
-			}
-		}
-		if psc := spec.SecurityContext; !sec.AllowUnconfined && psc != nil {
-			if field, ok := unconfined(psc.SeccompProfile, psc.AppArmorProfile); ok {
-				return deny(at+".securityContext."+field, unconfinedReason)
-			}
-		}
-		if want := p.Spec.RuntimeClassName; want != "" && spec.RuntimeClassName != nil && *spec.RuntimeClassName != want {
-			return deny(at+".runtimeClassName", fmt.Sprintf("sandboxes must use runtime class %q, not %q", want, *spec.RuntimeClassName))
-		}
-		for _, c := range containersOf(spec, at) {
-			sc := c.c.SecurityContext
-			if !sec.AllowPrivileged && sc != nil && sc.Privileged != nil && *sc.Privileged {
-				return deny(c.path+".securityContext.privileged", "privileged containers are not allowed for sandboxes (spec.security.allowPrivileged)")
-			}
-			if !sec.AllowUnconfined && sc != nil {
-				if field, ok := unconfined(sc.SeccompProfile, sc.AppArmorProfile); ok {
-					return deny(c.path+".securityContext."+field, unconfinedReason)
-				}
-				if sc.ProcMount != nil && *sc.ProcMount == corev1.UnmaskedProcMount {
-					return deny(c.path+".securityContext.procMount", "an unmasked /proc is not allowed for sandboxes (spec.security.allowUnconfined)")
-				}
-			}
-			if !sec.AllowHostPorts {
-				for i, port := range c.c.Ports {
-					if port.HostPort != 0 {
-						return deny(fmt.Sprintf("%s.ports[%d].hostPort", c.path, i), "host ports are not allowed for sandboxes (spec.security.allowHostPorts)")
-					}
-				}
-			}
-			if sc != nil && sc.Capabilities != nil {
-				for _, capability := range sc.Capabilities.Add {
-					if !slices.Contains(sec.AllowedCapabilities, capability) {
-						return deny(c.path+".securityContext.capabilities.add", fmt.Sprintf("capability %s is not in spec.security.allowedCapabilities %v", capability, sec.AllowedCapabilities))
-					}
-				}
-			}
-			if d := checkImage(c, rules, p, deny); d != nil {
+		for _, v := range imageVolumesOf(spec, at) {
+			if d := checkImage(v.v.Reference, v.path, rules, p, deny); d != nil {
 				return d
 			}
-			for name, limit := range p.Spec.MaxLimits {
-				if got, ok := c.c.Resources.Limits[name]; ok && got.Cmp(limit) > 0 {
-					return deny(fmt.Sprintf("%s.resources.limits.%s", c.path, name), fmt.Sprintf("%s is above the cap of %s (spec.maxLimits)", &got, &limit))
-				}
-				if got, ok := c.c.Resources.Requests[name]; ok && got.Cmp(limit) > 0 {
-					return deny(fmt.Sprintf("%s.resources.requests.%s", c.path, name), fmt.Sprintf("%s is above the cap of %s on limits (spec.maxLimits)", &got, &limit))
-				}
+		}
+		for _, c := range containersOf(spec, at) {
+			if d := checkContainer(c, p, deny); d != nil {
+				return d
+			}
+			if d := checkImage(c.c.Image, c.path+".image", rules, p, deny); d != nil {
+				return d
 			}
 		}
 	}
 	return nil
 }
+
+// checkPod refuses what the policy p denies in the Pod-wide fields of
+// spec.
+func checkPod(spec *corev1.PodSpec, at string, p v1alpha1.SandboxPolicy, deny func(field, reason string) *Denial) *Denial {
+	sec := security(p)
+	if !sec.AllowHostNamespaces {
+		for _, h := range []struct {
+			on    bool
+			field string
+		}{{spec.HostNetwork, "hostNetwork"}, {spec.HostPID, "hostPID"}, {spec.HostIPC, "hostIPC"}} {
+			if h.on {
+				return deny(at+"."+h.field, "host namespaces are not allowed for sandboxes (spec.security.allowHostNamespaces)")
+			}
+		}
+	}
+	for i, v := range spec.Volumes {
+		if !sec.AllowHostPath && v.HostPath != nil {
+			return deny(fmt.Sprintf("%s.volumes[%d].hostPath", at, i), "hostPath volumes are not allowed for sandboxes (spec.security.allowHostPath)")
+		}
+		if sec.AllowServiceAccountToken || v.Projected == nil || injectedToken(v) {
+			continue
+		}
+		for j, source := range v.Projected.Sources {
+			if source.ServiceAccountToken != nil {
+				return deny(fmt.Sprintf("%s.volumes[%d].projected.sources[%d].serviceAccountToken", at, i, j),
+					"service account tokens are not allowed for sandboxes (spec.security.allowServiceAccountToken)")
+			}
+		}
+	}
+	if name := spec.ServiceAccountName; !sec.AllowServiceAccountToken && name != "" && name != "default" {
+		return deny(at+".serviceAccountName", fmt.Sprintf("sandboxes run as their namespace's default service account, not %q, unless spec.security.allowServiceAccountToken; give image pull secrets in the Pod's imagePullSecrets", name))
+	}
+	if want := p.Spec.RuntimeClassName; want != "" && spec.RuntimeClassName != nil && *spec.RuntimeClassName != want {
+		return deny(at+".runtimeClassName", fmt.Sprintf("sandboxes must use runtime class %q, not %q", want, *spec.RuntimeClassName))
+	}
+	psc := spec.SecurityContext
+	if psc == nil {
+		return nil
+	}
+	if field, ok := unconfined(psc.SeccompProfile, psc.AppArmorProfile, psc.SELinuxOptions); ok && !sec.AllowUnconfined {
+		return deny(at+".securityContext."+field, unconfinedReason)
+	}
+	if w := psc.WindowsOptions; !sec.AllowPrivileged && w != nil && w.HostProcess != nil && *w.HostProcess {
+		return deny(at+".securityContext.windowsOptions.hostProcess", hostProcessReason)
+	}
+	if sec.RequireNonRoot {
+		if psc.RunAsNonRoot != nil && !*psc.RunAsNonRoot {
+			return deny(at+".securityContext.runAsNonRoot", nonRootReason)
+		}
+		if psc.RunAsUser != nil && *psc.RunAsUser == 0 {
+			return deny(at+".securityContext.runAsUser", nonRootReason)
+		}
+	}
+	for i, sysctl := range psc.Sysctls {
+		if !sysctlAllowed(sysctl.Name, sec.AllowedSysctls) {
+			return deny(fmt.Sprintf("%s.securityContext.sysctls[%d]", at, i),
+				fmt.Sprintf("sysctl %s is neither safe nor in spec.security.allowedSysctls %v", sysctl.Name, sec.AllowedSysctls))
+		}
+	}
+	return nil
+}
+
+// checkContainer refuses what the policy p denies in a container: what
+// it asks of the kernel and what it may use.
+func checkContainer(c container, p v1alpha1.SandboxPolicy, deny func(field, reason string) *Denial) *Denial {
+	sec := security(p)
+	if !sec.AllowHostPorts {
+		for i, port := range c.c.Ports {
+			if port.HostPort != 0 {
+				return deny(fmt.Sprintf("%s.ports[%d].hostPort", c.path, i), "host ports are not allowed for sandboxes (spec.security.allowHostPorts)")
+			}
+		}
+	}
+	if !c.ephemeral {
+		for name, limit := range p.Spec.MaxLimits {
+			if got, ok := c.c.Resources.Limits[name]; ok && got.Cmp(limit) > 0 {
+				return deny(fmt.Sprintf("%s.resources.limits.%s", c.path, name), fmt.Sprintf("%s is above the cap of %s (spec.maxLimits)", &got, &limit))
+			}
+			if got, ok := c.c.Resources.Requests[name]; ok && got.Cmp(limit) > 0 {
+				return deny(fmt.Sprintf("%s.resources.requests.%s", c.path, name), fmt.Sprintf("%s is above the cap of %s on limits (spec.maxLimits)", &got, &limit))
+			}
+		}
+	}
+	sc := c.c.SecurityContext
+	if sc == nil {
+		return nil
+	}
+	if !sec.AllowPrivileged && sc.Privileged != nil && *sc.Privileged {
+		return deny(c.path+".securityContext.privileged", "privileged containers are not allowed for sandboxes (spec.security.allowPrivileged)")
+	}
+	if w := sc.WindowsOptions; !sec.AllowPrivileged && w != nil && w.HostProcess != nil && *w.HostProcess {
+		return deny(c.path+".securityContext.windowsOptions.hostProcess", hostProcessReason)
+	}
+	if !sec.AllowUnconfined {
+		if field, ok := unconfined(sc.SeccompProfile, sc.AppArmorProfile, sc.SELinuxOptions); ok {
+			return deny(c.path+".securityContext."+field, unconfinedReason)
+		}
+		if sc.ProcMount != nil && *sc.ProcMount == corev1.UnmaskedProcMount {
+			return deny(c.path+".securityContext.procMount", "an unmasked /proc is not allowed for sandboxes (spec.security.allowUnconfined)")
+		}
+	}
+	if sec.RequireNonRoot {
+		if sc.RunAsNonRoot != nil && !*sc.RunAsNonRoot {
+			return deny(c.path+".securityContext.runAsNonRoot", nonRootReason)
+		}
+		if sc.RunAsUser != nil && *sc.RunAsUser == 0 {
+			return deny(c.path+".securityContext.runAsUser", nonRootReason)
+		}
+	}
+	if sc.Capabilities != nil {
+		for _, capability := range sc.Capabilities.Add {
+			if !slices.Contains(sec.AllowedCapabilities, capability) {
+				return deny(c.path+".securityContext.capabilities.add", fmt.Sprintf("capability %s is not in spec.security.allowedCapabilities %v", capability, sec.AllowedCapabilities))
+			}
+		}
+	}
+	return nil
+}
+
+const (
+	hostProcessReason = "Windows host processes are not allowed for sandboxes (spec.security.allowPrivileged)"
+	nonRootReason     = "sandboxes must not run as root (spec.security.requireNonRoot)"
+)
 
 const unconfinedReason = "the Unconfined profile is not allowed for sandboxes (spec.security.allowUnconfined)"
 
@@ -280,22 +455,23 @@ func checkAnnotations(annotations map[string]string, set Set) *Denial {
 	return nil
 }
 
-// checkImage refuses c's image, as the rules rewrite it, unless it comes
-// from one of p's allowed registries.
-func checkImage(c container, rules []images.Rule, p v1alpha1.SandboxPolicy, deny func(field, reason string) *Denial) *Denial {
+// checkImage refuses ref, a container's image or an image volume's at
+// field, as the rules rewrite it, unless it comes from one of p's allowed
+// registries.
+func checkImage(ref, field string, rules []images.Rule, p v1alpha1.SandboxPolicy, deny func(field, reason string) *Denial) *Denial {
 	if p.Spec.Images == nil || len(p.Spec.Images.AllowedRegistries) == 0 {
 		return nil
 	}
-	image, _, err := images.Rewrite(rules, c.c.Image)
+	image, _, err := images.Rewrite(rules, ref)
 	if err != nil {
-		return deny(c.path+".image", err.Error())
+		return deny(field, err.Error())
 	}
 	for _, allowed := range p.Spec.Images.AllowedRegistries {
 		if ok, _ := images.Within(image, allowed); ok {
 			return nil
 		}
 	}
-	return deny(c.path+".image", fmt.Sprintf("image %s is not from an allowed registry %v (spec.images.allowedRegistries)", image, p.Spec.Images.AllowedRegistries))
+	return deny(field, fmt.Sprintf("image %s is not from an allowed registry %v (spec.images.allowedRegistries)", image, p.Spec.Images.AllowedRegistries))
 }
 
 // CheckEphemeral refuses the ephemeral containers of pod that Mutate
@@ -346,38 +522,82 @@ func Mutate(pod *corev1.Pod, set Set, runID string) ([]string, error) {
 	}
 	var changes []string
 	changed := func(format string, args ...any) { changes = append(changes, fmt.Sprintf(format, args...)) }
+	if err := rewriteImages(pod, set, changed); err != nil {
+		return nil, err
+	}
+	secureDefaults(pod, set, changed)
+	placeAndCap(pod, set, changed)
+	if runID != "" && pod.Labels[fleetlabels.RunID] == "" {
+		if pod.Labels == nil {
+			pod.Labels = map[string]string{}
+		}
+		pod.Labels[fleetlabels.RunID] = runID
+		changed("metadata.labels %s=%s", fleetlabels.RunID, runID)
+	}
+	return changes, nil
+}
 
+// rewriteImages points the Pod's containers and image volumes at the
+// set's mirrors, recording each original in an annotation.
+func rewriteImages(pod *corev1.Pod, set Set, changed func(string, ...any)) error {
 	rules := set.rules()
-	for i, c := range containersOf(&pod.Spec, "spec") {
-		image, ok, err := images.Rewrite(rules, c.c.Image)
+	rewrite := func(ref *string, field, key string) error {
+		image, ok, err := images.Rewrite(rules, *ref)
 		if err != nil {
-			return nil, &Denial{Policies: []string{set[0].Name}, Field: c.path + ".image", Reason: err.Error()}
+			return &Denial{Policies: []string{set[0].Name}, Field: field, Reason: err.Error()}
 		}
-		if !ok || image == c.c.Image {
-			continue
-		}
-		key := fleetlabels.OriginalImage
-		if i > 0 || len(pod.Spec.InitContainers) > 0 {
-			key += "." + c.c.Name
+		if !ok || image == *ref {
+			return nil
 		}
 		if pod.Annotations == nil {
 			pod.Annotations = map[string]string{}
 		}
 		if _, recorded := pod.Annotations[key]; !recorded {
-			pod.Annotations[key] = c.c.Image
+			pod.Annotations[key] = *ref
 		}
-		changed("%s.image %s → %s", c.path, c.c.Image, image)
-		c.c.Image = image
+		changed("%s %s → %s", field, *ref, image)
+		*ref = image
+		return nil
 	}
+	for i, c := range containersOf(&pod.Spec, "spec") {
+		key := fleetlabels.OriginalImage
+		if i > 0 || len(pod.Spec.InitContainers) > 0 {
+			key = originalImageKey(c.c.Name)
+		}
+		if err := rewrite(&c.c.Image, c.path+".image", key); err != nil {
+			return err
+		}
+	}
+	for i, v := range imageVolumesOf(&pod.Spec, "spec") {
+		if err := rewrite(&v.v.Reference, v.path, originalImageKey("volume-"+pod.Spec.Volumes[i].Name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
-	// The token stays only if every policy allows it.
-	allowToken := true
-	for _, p := range set {
-		allowToken = allowToken && security(p).AllowServiceAccountToken
-	}
-	if !allowToken && (pod.Spec.AutomountServiceAccountToken == nil || *pod.Spec.AutomountServiceAccountToken) {
-		pod.Spec.AutomountServiceAccountToken = ptr(false)
-		changed("spec.automountServiceAccountToken false")
+// originalImageKey is the annotation recording the original image of
+// the container (or "volume-" and the volume) named name: the key's name
+// part is at most a label's 63 characters, so a long name is shortened
+// as ColocateValue shortens one.
+func originalImageKey(name string) string {
+	prefix, base, _ := strings.Cut(fleetlabels.OriginalImage, "/")
+	return prefix + "/" + ColocateValue(base+"."+name)
+}
+
+// secureDefaults sets what the policies default: no token, no shared
+// process namespace, the runtime's seccomp profile, a non-root user
+// where required, and in every container no privilege escalation and no
+// capabilities but those added.
+func secureDefaults(pod *corev1.Pod, set Set, changed func(string, ...any)) {
+	if !set.tokensAllowed() {
+		if pod.Spec.AutomountServiceAccountToken == nil || *pod.Spec.AutomountServiceAccountToken {
+			pod.Spec.AutomountServiceAccountToken = ptr(false)
+			changed("spec.automountServiceAccountToken false")
+		}
+		for _, name := range removeInjectedTokens(&pod.Spec) {
+			changed("spec.volumes: the service account token volume %s and its mounts removed", name)
+		}
 	}
 	if pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace {
 		pod.Spec.ShareProcessNamespace = ptr(false)
@@ -389,6 +609,10 @@ func Mutate(pod *corev1.Pod, set Set, runID string) ([]string, error) {
 	if pod.Spec.SecurityContext.SeccompProfile == nil {
 		pod.Spec.SecurityContext.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
 		changed("spec.securityContext.seccompProfile RuntimeDefault")
+	}
+	if set.requiresNonRoot() && pod.Spec.SecurityContext.RunAsNonRoot == nil {
+		pod.Spec.SecurityContext.RunAsNonRoot = ptr(true)
+		changed("spec.securityContext.runAsNonRoot true")
 	}
 	for _, c := range containersOf(&pod.Spec, "spec") {
 		if c.c.SecurityContext == nil {
@@ -410,7 +634,13 @@ func Mutate(pod *corev1.Pod, set Set, runID string) ([]string, error) {
 			changed("%s.securityContext.capabilities.drop ALL", c.path)
 		}
 	}
+}
 
+// placeAndCap sets the runtime class and scheduler the set names, caps
+// every container's limits (but ephemeral containers', which the API
+// lets set no resources) and prefers the node of the template's other
+// sandboxes under colocation.
+func placeAndCap(pod *corev1.Pod, set Set, changed func(string, ...any)) {
 	runtimeClass, _ := set.single("spec.runtimeClassName", func(s v1alpha1.SandboxPolicySpec) string { return s.RuntimeClassName })
 	if runtimeClass.value != "" && pod.Spec.RuntimeClassName == nil {
 		pod.Spec.RuntimeClassName = ptr(runtimeClass.value)
@@ -428,6 +658,9 @@ func Mutate(pod *corev1.Pod, set Set, runID string) ([]string, error) {
 
 	caps := maxLimits(set)
 	for _, c := range containersOf(&pod.Spec, "spec") {
+		if c.ephemeral {
+			continue
+		}
 		for _, name := range slices.Sorted(maps.Keys(caps)) {
 			if _, ok := c.c.Resources.Limits[name]; ok {
 				continue
@@ -450,15 +683,6 @@ func Mutate(pod *corev1.Pod, set Set, runID string) ([]string, error) {
 			changed("spec.affinity.podAffinity: prefer the node of the template's other sandboxes")
 		}
 	}
-
-	if runID != "" && pod.Labels[fleetlabels.RunID] == "" {
-		if pod.Labels == nil {
-			pod.Labels = map[string]string{}
-		}
-		pod.Labels[fleetlabels.RunID] = runID
-		changed("metadata.labels %s=%s", fleetlabels.RunID, runID)
-	}
-	return changes, nil
 }
 
 // MutateTemplate applies the set to the Pod template of the

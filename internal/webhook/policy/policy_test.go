@@ -159,6 +159,64 @@ func TestMutate(t *testing.T) {
 			policy("a-gvisor", 5, func(s *v1alpha1.SandboxPolicySpec) { s.RuntimeClassName = "gvisor" }),
 			policy("b-kata", 5, func(s *v1alpha1.SandboxPolicySpec) { s.RuntimeClassName = "kata" }),
 		}, denied: `denied by SandboxPolicy "a-gvisor" and "b-kata": spec.runtimeClassName: the policies conflict ("gvisor" against "kata" at the same priority 5); give one a higher spec.priority`},
+		{name: "image-volume-outside-registries", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "tools", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "evil.example/tools:1"}}}}
+		}), set: Set{policy("mirror", 0, mirror)},
+			denied: `denied by SandboxPolicy "mirror": spec.volumes[0].image.reference: image evil.example/tools:1 is not from an allowed registry [mirror.example.com]`},
+		{name: "image-volume-rewritten", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "tools", VolumeSource: corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: "busybox:1.36"}}}}
+		}), set: Set{policy("mirror", 0, mirror)}},
+		{name: "other-port-of-an-allowed-registry", pod: sandboxPod(func(p *corev1.Pod) { p.Spec.Containers[0].Image = "mirror.example.com:5000/x:1" }),
+			set:    Set{policy("mirror", 0, mirror)},
+			denied: `denied by SandboxPolicy "mirror": spec.containers[0].image: image mirror.example.com:5000/x:1 is not from an allowed registry`},
+		{name: "upper-case-host-rewritten", pod: sandboxPod(func(p *corev1.Pod) { p.Spec.Containers[0].Image = "Docker.io/library/busybox:1.36" }),
+			set: Set{policy("mirror", 0, mirror)}},
+		{name: "projected-token", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "ca"}}},
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}}}
+		}), set: Set{policy("baseline", 0)},
+			denied: `denied by SandboxPolicy "baseline": spec.volumes[0].projected.sources[1].serviceAccountToken: service account tokens are not allowed`},
+		{name: "injected-token-removed", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "kube-api-access-x7k2p", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptr(int64(3607))}},
+				{ConfigMap: &corev1.ConfigMapProjection{LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"}}}}}}}}
+			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "kube-api-access-x7k2p", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true}}
+		}), set: Set{policy("baseline", 0)}},
+		{name: "service-account", pod: sandboxPod(func(p *corev1.Pod) { p.Spec.ServiceAccountName = "deployer" }), set: Set{policy("baseline", 0)},
+			denied: `denied by SandboxPolicy "baseline": spec.serviceAccountName: sandboxes run as their namespace's default service account, not "deployer"`},
+		{name: "selinux-spc", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{SELinuxOptions: &corev1.SELinuxOptions{Type: "spc_t"}}
+		}), set: Set{policy("baseline", 0)},
+			denied: `denied by SandboxPolicy "baseline": spec.containers[0].securityContext.seLinuxOptions.type: the Unconfined profile`},
+		{name: "selinux-spc-pod", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{SELinuxOptions: &corev1.SELinuxOptions{Type: "spc_t"}}
+		}), set: Set{policy("baseline", 0)},
+			denied: `denied by SandboxPolicy "baseline": spec.securityContext.seLinuxOptions.type: the Unconfined profile`},
+		{name: "host-process", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{WindowsOptions: &corev1.WindowsSecurityContextOptions{HostProcess: ptr(true)}}
+		}), set: Set{policy("baseline", 0)},
+			denied: `denied by SandboxPolicy "baseline": spec.containers[0].securityContext.windowsOptions.hostProcess: Windows host processes are not allowed`},
+		{name: "unsafe-sysctl", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: "net.ipv4.tcp_syncookies", Value: "1"}, {Name: "kernel.msgmax", Value: "1"}}}
+		}), set: Set{policy("baseline", 0)},
+			denied: `denied by SandboxPolicy "baseline": spec.securityContext.sysctls[1]: sysctl kernel.msgmax is neither safe nor in spec.security.allowedSysctls []`},
+		{name: "allowed-sysctls", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{Sysctls: []corev1.Sysctl{{Name: "net/ipv4/tcp_syncookies", Value: "1"}, {Name: "kernel.msgmax", Value: "1"}, {Name: "net.core.somaxconn", Value: "1024"}}}
+		}), set: Set{policy("sysctls", 0, func(s *v1alpha1.SandboxPolicySpec) {
+			s.Security = &v1alpha1.SecurityPolicy{AllowedSysctls: []string{"kernel.msgmax", "net.core.*"}}
+		})}},
+		{name: "non-root", pod: sandboxPod(), set: Set{policy("non-root", 0, func(s *v1alpha1.SandboxPolicySpec) {
+			s.Security = &v1alpha1.SecurityPolicy{RequireNonRoot: true}
+		})}},
+		{name: "root-user", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: ptr(int64(0))}
+		}), set: Set{policy("non-root", 0, func(s *v1alpha1.SandboxPolicySpec) { s.Security = &v1alpha1.SecurityPolicy{RequireNonRoot: true} })},
+			denied: `denied by SandboxPolicy "non-root": spec.containers[0].securityContext.runAsUser: sandboxes must not run as root (spec.security.requireNonRoot)`},
+		{name: "root-allowed-pod", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: ptr(false)}
+		}), set: Set{policy("non-root", 0, func(s *v1alpha1.SandboxPolicySpec) { s.Security = &v1alpha1.SecurityPolicy{RequireNonRoot: true} })},
+			denied: `denied by SandboxPolicy "non-root": spec.securityContext.runAsNonRoot: sandboxes must not run as root`},
 		{name: "limit-above-cap", pod: sandboxPod(func(p *corev1.Pod) {
 			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8")}
 		}), set: Set{policy("caps", 0, func(s *v1alpha1.SandboxPolicySpec) {
@@ -195,7 +253,10 @@ func TestMutate(t *testing.T) {
 // refuse is denied, saying what to set; one that comes as the set makes a
 // container passes, whatever the rest of the Pod.
 func TestCheckEphemeral(t *testing.T) {
-	set := Set{policy("mirror", 0, mirror)}
+	// The caps give containers limits, which ephemeral ones may not have.
+	set := Set{policy("mirror", 0, mirror, func(s *v1alpha1.SandboxPolicySpec) {
+		s.MaxLimits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("8Gi")}
+	})}
 	admitted := sandboxPod()
 	if _, err := Mutate(admitted, set, "run-1"); err != nil {
 		t.Fatal(err)
@@ -203,7 +264,7 @@ func TestCheckEphemeral(t *testing.T) {
 	debug := func(edit func(*corev1.EphemeralContainer)) *corev1.Pod {
 		pod := admitted.DeepCopy()
 		e := corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon(*pod.Spec.Containers[0].DeepCopy())}
-		e.Name = "debug"
+		e.Name, e.Resources = "debug", corev1.ResourceRequirements{}
 		if edit != nil {
 			edit(&e)
 		}
