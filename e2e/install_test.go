@@ -19,7 +19,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testinstall"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
 )
 
 // The components as an admin installs them — images published under a
@@ -88,7 +88,7 @@ func TestInstalledAsShipped(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the sample policy does not say it is in force: %v", err)
 		}
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sandbox", Labels: map[string]string{webhook.SandboxPodLabel: "sandbox"}},
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sandbox", Labels: map[string]string{policy.SandboxPodLabel: "sandbox"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "docker.io/library/busybox:1.36"}}}}
 		if err := c.Create(ctx, pod, client.DryRunAll); err != nil {
 			t.Fatal(err)

@@ -48,7 +48,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testscheduler"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testwebhook"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 )
 
@@ -138,7 +138,7 @@ func run(ctx context.Context, p params) error {
 	}
 	// A first sandbox Pod has the webhook follow the caches (it starts
 	// to when a policy first asks for them).
-	probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe", Labels: map[string]string{webhook.SandboxPodLabel: "probe"}},
+	probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe", Labels: map[string]string{policy.SandboxPodLabel: "probe"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: swebench.Of(family, 0, 0).Name}}}}
 	if err := c.Create(ctx, probe, client.DryRunAll); err != nil {
 		return err

@@ -60,7 +60,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testscheduler"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testwebhook"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
@@ -347,7 +347,7 @@ func sweep(ctx context.Context, cluster *testcluster.Cluster, sim *simulator, we
 				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}},
 		}}
 		if pl.webhook {
-			pod.Labels = map[string]string{webhook.SandboxPodLabel: pod.Name}
+			pod.Labels = map[string]string{policy.SandboxPodLabel: pod.Name}
 		}
 		images[pod.Name] = tasks[i]
 		g.Go(func() error { return c.Create(ctx, pod) })

@@ -357,7 +357,7 @@ func fillPool(ctx context.Context, kc kubernetes.Interface, c client.Client, ns 
 	var secs float64
 	for ctx.Err() == nil {
 		pods := &corev1.PodList{}
-		if err := c.List(ctx, pods, client.InNamespace(ns), client.HasLabels{webhook.SandboxPodLabel}); err != nil {
+		if err := c.List(ctx, pods, client.InNamespace(ns), client.HasLabels{policy.SandboxPodLabel}); err != nil {
 			return 0, err
 		}
 		if len(pods.Items) >= n {
@@ -456,7 +456,7 @@ func setPolicy(ctx context.Context, c client.Client, ns string, on bool) error {
 // probePod is a sandbox Pod in ns to create as a dry run, to see what
 // admission does to it.
 func probePod(ns string) *corev1.Pod {
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns, Labels: map[string]string{webhook.SandboxPodLabel: "probe"}},
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns, Labels: map[string]string{policy.SandboxPodLabel: "probe"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sandbox", Image: "busybox"}}}}
 }
 
@@ -485,7 +485,7 @@ func floorConfiguration(ns, url string) *admissionregistrationv1.MutatingWebhook
 			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url},
 			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}},
 			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
-			ObjectSelector:          &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: webhook.SandboxPodLabel, Operator: metav1.LabelSelectorOpExists}}},
+			ObjectSelector:          &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: policy.SandboxPodLabel, Operator: metav1.LabelSelectorOpExists}}},
 			MatchConditions:         []admissionregistrationv1.MatchCondition{{Name: "never", Expression: "false"}},
 			FailurePolicy:           &ignore,
 			SideEffects:             &none,
@@ -551,7 +551,7 @@ func createPods(ctx context.Context, kc kubernetes.Interface, ns string, spec *c
 			for i := range jobs {
 				pod := spec.DeepCopy()
 				pod.Name, pod.Namespace = fmt.Sprintf("pod-%d", i), ns
-				pod.Labels[webhook.SandboxPodLabel] = fmt.Sprintf("h%d", i)
+				pod.Labels[policy.SandboxPodLabel] = fmt.Sprintf("h%d", i)
 				start := time.Now()
 				_, err := kc.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 				d := time.Since(start).Seconds()

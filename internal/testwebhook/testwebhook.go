@@ -30,6 +30,7 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
 )
 
 // Server is a running webhook.
@@ -361,7 +362,7 @@ func (s *Server) waitCallable(ctx context.Context) error {
 // caches — trying with server-side dry runs.
 func (s *Server) WaitForNodeAffinity(ctx context.Context, ns, image string) error {
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "node-affinity-probe", Labels: map[string]string{webhook.SandboxPodLabel: "probe"}},
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "node-affinity-probe", Labels: map[string]string{policy.SandboxPodLabel: "probe"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "probe", Image: image}}}}
 		if err := s.client.Create(ctx, pod, client.DryRunAll); err != nil {
 			return false, err

@@ -23,11 +23,6 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/informer"
 )
 
-// SandboxPodLabel is on every Pod the Agent Sandbox controller creates,
-// and only on those: the webhook configurations' objectSelector keys on
-// it, so no other Pod ever reaches the webhook.
-const SandboxPodLabel = "agents.x-k8s.io/sandbox-name-hash"
-
 // Paths the handlers are served at.
 const (
 	MutatePodsPath        = "/mutate-sandbox-pods"
@@ -67,15 +62,28 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	if req.Kind.Kind != "Pod" || len(req.Object.Raw) == 0 {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the review carries no Pod (kind %q): check the webhook configuration's rules", req.Kind.Kind)), resultErrored
 	}
-	ephemeral := req.Operation == admissionv1.Update && req.SubResource == "ephemeralcontainers"
-	if req.Operation != admissionv1.Create && !ephemeral {
-		return admission.Allowed("only creations and ephemeral containers are checked"), resultAllowed
+	update := req.Operation == admissionv1.Update
+	if req.Operation != admissionv1.Create && !update {
+		return admission.Allowed("only creations and updates are checked"), resultAllowed
 	}
-	pod := &corev1.Pod{}
+	if update && req.SubResource != "" && req.SubResource != "ephemeralcontainers" && req.SubResource != "resize" {
+		return admission.Allowed("the " + req.SubResource + " subresource changes nothing the policies constrain"), resultAllowed
+	}
+	pod, old := &corev1.Pod{}, &corev1.Pod{}
 	if err := json.Unmarshal(req.Object.Raw, pod); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the Pod: %w", err)), resultErrored
 	}
-	if _, ok := pod.Labels[SandboxPodLabel]; !ok {
+	if update {
+		if len(req.OldObject.Raw) == 0 {
+			return admission.Errored(http.StatusBadRequest, errors.New("an update's review carries no old Pod")), resultErrored
+		}
+		if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the old Pod: %w", err)), resultErrored
+		}
+	}
+	_, sandbox := pod.Labels[policy.SandboxPodLabel]
+	_, wasSandbox := old.Labels[policy.SandboxPodLabel]
+	if !sandbox && !wasSandbox {
 		return admission.Allowed("not a sandbox Pod"), resultAllowed
 	}
 	namespace := req.Namespace
@@ -86,12 +94,25 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	if len(set) == 0 {
 		return admission.Allowed("no SandboxPolicy governs namespace " + namespace), resultAllowed
 	}
+	dryRun := req.DryRun != nil && *req.DryRun
+	switch {
+	case update && req.SubResource == "resize":
+		if resp, result, done := refused(m.Counts, denialOrNil(policy.CheckResize(pod, set)), dryRun); done {
+			return resp, result
+		}
+		return admission.Allowed("the resize keeps within the SandboxPolicies' caps"), resultAllowed
+	case update && req.SubResource == "":
+		changes, err := policy.MutateUpdate(old, pod, set)
+		if resp, result, done := refused(m.Counts, err, dryRun); done {
+			return resp, result
+		}
+		return m.patched(req, pod, set, changes, dryRun)
+	}
 	runID, err := m.runID(ctx, namespace, pod)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err), resultErrored
 	}
-	dryRun := req.DryRun != nil && *req.DryRun
-	if ephemeral {
+	if update {
 		// Ephemeral containers (kubectl debug) are not mutated — the API
 		// server keeps nothing but them from such an update — so one the
 		// policies would change is denied, saying what to set.
@@ -107,6 +128,12 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	if weight, ok := set.NodeCacheWeight(); ok && m.preferCachingNodes(pod, weight) {
 		changes = append(changes, "spec.affinity.nodeAffinity: prefer the nodes holding the image")
 	}
+	return m.patched(req, pod, set, changes, dryRun)
+}
+
+// patched answers with the patch from the review's Pod to pod, which the
+// set changed as changes say, or allows it as it is.
+func (m *PodMutator) patched(req admission.Request, pod *corev1.Pod, set policy.Set, changes []string, dryRun bool) (admission.Response, string) {
 	if len(changes) == 0 {
 		return admission.Allowed("complies with the SandboxPolicies"), resultAllowed
 	}
@@ -118,6 +145,15 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 		m.Counts.mutated(set)
 	}
 	return admission.PatchResponseFromRaw(req.Object.Raw, mutated), resultMutated
+}
+
+// denialOrNil is d as an error: nil when d is, not an error holding a nil
+// *policy.Denial.
+func denialOrNil(d *policy.Denial) error {
+	if d == nil {
+		return nil
+	}
+	return d
 }
 
 // refused answers a review that err refused: a policy's *policy.Denial

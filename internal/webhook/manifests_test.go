@@ -10,12 +10,38 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
 )
+
+// The shipped sandbox Pod entry sends an update of a Pod by
+// policy.UpdateCondition, which the policy package tests.
+func TestShippedUpdateCondition(t *testing.T) {
+	b, err := os.ReadFile("../../manifests/webhook/webhooks.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg admissionregistrationv1.MutatingWebhookConfiguration
+	if err := yaml.Unmarshal([]byte(strings.Split(string(b), "\n---\n")[0]), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range cfg.Webhooks {
+		if !strings.HasSuffix(*w.ClientConfig.Service.Path, webhook.MutatePodsPath) {
+			continue
+		}
+		if len(w.MatchConditions) != 1 || w.MatchConditions[0].Name != policy.UpdateConditionName || w.MatchConditions[0].Expression != policy.UpdateCondition {
+			t.Errorf("entry %s: matchConditions %+v, want %s: %s", w.Name, w.MatchConditions, policy.UpdateConditionName, policy.UpdateCondition)
+		}
+		return
+	}
+	t.Error("no sandbox Pod entry in manifests/webhook/webhooks.yaml")
+}
 
 // The kustomizations render with kubectl's kustomize and the API server
 // accepts every object of the default one and of the scheduler's (a

@@ -35,7 +35,7 @@ func shipped() ([]admissionregistrationv1.MutatingWebhook, []admissionregistrati
 		return admissionregistrationv1.WebhookClientConfig{CABundle: []byte("ca"),
 			Service: &admissionregistrationv1.ServiceReference{Namespace: "sandbox-fleet-system", Name: "asrl-webhook", Path: ptr.To(path)}}
 	}
-	objects := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: SandboxPodLabel, Operator: metav1.LabelSelectorOpExists}}}
+	objects := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: policy.SandboxPodLabel, Operator: metav1.LabelSelectorOpExists}}}
 	return []admissionregistrationv1.MutatingWebhook{
 			{Name: PodWebhookName, ClientConfig: service(MutatePodsPath), NamespaceSelector: inert, ObjectSelector: objects, FailurePolicy: &fail},
 			{Name: "sandbox-templates.sandbox-fleet.io", ClientConfig: service(MutateTemplatesPath), NamespaceSelector: inert, FailurePolicy: &fail},

@@ -97,7 +97,7 @@ func TestWebhook(t *testing.T) {
 	// The policy is in force once the webhook's cache has it: a dry-run
 	// sandbox Pod comes back from the mirror.
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns, Labels: map[string]string{webhook.SandboxPodLabel: "probe"}},
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns, Labels: map[string]string{policy.SandboxPodLabel: "probe"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}}}
 		if err := c.Create(ctx, pod, client.DryRunAll); err != nil {
 			return false, nil
@@ -123,7 +123,7 @@ func TestWebhook(t *testing.T) {
 		}
 		pods := &corev1.PodList{}
 		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			err := c.List(ctx, pods, client.InNamespace(ns), client.HasLabels{webhook.SandboxPodLabel})
+			err := c.List(ctx, pods, client.InNamespace(ns), client.HasLabels{policy.SandboxPodLabel})
 			return err == nil && len(pods.Items) >= 2, err
 		})
 		if err != nil {
@@ -181,7 +181,7 @@ func TestWebhook(t *testing.T) {
 	})
 
 	t.Run("ephemeral containers are checked as they are added", func(t *testing.T) {
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "debugged", Namespace: ns, Labels: map[string]string{webhook.SandboxPodLabel: "debugged"}},
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "debugged", Namespace: ns, Labels: map[string]string{policy.SandboxPodLabel: "debugged"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}}}
 		if err := c.Create(ctx, pod); err != nil {
 			t.Fatal(err)
@@ -240,7 +240,7 @@ func TestWebhook(t *testing.T) {
 kind: Pod
 metadata: {name: dry, namespace: %s, labels: {%s: dry}}
 spec: {containers: [{name: sandbox, image: "busybox:1.36"}]}
-`, ns, webhook.SandboxPodLabel)
+`, ns, policy.SandboxPodLabel)
 		cmd := exec.Command(filepath.Join(bin, "kubectl"), "--kubeconfig", cluster.Kubeconfig(), "apply", "--dry-run=server", "-o", "json", "-f", "-")
 		cmd.Stdin = strings.NewReader(manifest)
 		out, err := cmd.Output()
@@ -262,7 +262,7 @@ spec: {containers: [{name: sandbox, image: "busybox:1.36"}]}
 		for i := range many {
 			many[i] = map[string]any{"name": fmt.Sprintf("c%d", i), "image": "busybox:1.36", "bogusField": true}
 		}
-		podWithMany, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{webhook.SandboxPodLabel: "x"}},
+		podWithMany, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{policy.SandboxPodLabel: "x"}},
 			"spec": map[string]any{"containers": many, "unknownField": 1}})
 		for _, tt := range []struct {
 			name, body, want string
@@ -288,7 +288,7 @@ spec: {containers: [{name: sandbox, image: "busybox:1.36"}]}
 	t.Run("policy status counts what it did", func(t *testing.T) {
 		// The pool's Pods came compliant from their template; a sandbox
 		// Pod written by hand is mutated.
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hand-written", Namespace: ns, Labels: map[string]string{webhook.SandboxPodLabel: "hand"}},
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hand-written", Namespace: ns, Labels: map[string]string{policy.SandboxPodLabel: "hand"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}}}
 		if err := c.Create(ctx, pod); err != nil {
 			t.Fatal(err)
@@ -359,7 +359,7 @@ spec: {containers: [{name: sandbox, image: "busybox:1.36"}]}
 	// comes back from the mirror at host.
 	mirrored := func(t *testing.T, ns, host string) bool {
 		t.Helper()
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns, Labels: map[string]string{webhook.SandboxPodLabel: "probe"}},
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns, Labels: map[string]string{policy.SandboxPodLabel: "probe"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}}}
 		if err := c.Create(ctx, pod, client.DryRunAll); err != nil {
 			t.Fatalf("creating a sandbox Pod in %s: %v", ns, err)
@@ -471,7 +471,7 @@ spec: {containers: [{name: sandbox, image: "busybox:1.36"}]}
 				t.Fatal(err)
 			}
 			i := slices.IndexFunc(m.Webhooks, func(w admissionregistrationv1.MutatingWebhook) bool { return w.Name == name })
-			if i < 0 || !webhook.IsTemplate(m.Webhooks[i].NamespaceSelector) || len(m.Webhooks[i].MatchConditions) != 0 {
+			if i < 0 || !webhook.IsTemplate(m.Webhooks[i].NamespaceSelector) || hasCallCondition(m.Webhooks[i]) {
 				t.Errorf("the shipped entry %s was changed: %+v", name, m.Webhooks)
 			}
 		}
@@ -492,7 +492,7 @@ spec: {containers: [{name: sandbox, image: "busybox:1.36"}]}
 			}
 			conditioned := 0
 			for _, w := range m.Webhooks {
-				if pod, _ := webhook.IsPodEntry(w.Name); pod && len(w.MatchConditions) > 0 {
+				if pod, _ := webhook.IsPodEntry(w.Name); pod && hasCallCondition(w) {
 					conditioned++
 				}
 			}
@@ -511,7 +511,7 @@ spec: {containers: [{name: sandbox, image: "busybox:1.36"}]}
 		}
 		sandbox := plain.DeepCopy()
 		sandbox.ResourceVersion = ""
-		sandbox.Name, sandbox.Labels = "sandbox-while-down", map[string]string{webhook.SandboxPodLabel: "x"}
+		sandbox.Name, sandbox.Labels = "sandbox-while-down", map[string]string{policy.SandboxPodLabel: "x"}
 		if err := c.Create(ctx, sandbox); err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
 			t.Errorf("a sandbox Pod with the webhook down (failurePolicy Fail): %v, want refused", err)
 		}
@@ -531,11 +531,17 @@ spec: {containers: [{name: sandbox, image: "busybox:1.36"}]}
 	})
 }
 
+// hasCallCondition reports whether the webhook gave entry w a policy's
+// call condition.
+func hasCallCondition(w admissionregistrationv1.MutatingWebhook) bool {
+	return slices.ContainsFunc(w.MatchConditions, func(c admissionregistrationv1.MatchCondition) bool { return c.Name == webhook.CallConditionName })
+}
+
 // fromTemplate is a sandbox Pod as made from tmpl.
 func fromTemplate(tmpl *extensionsv1beta1.SandboxTemplate, name string) *corev1.Pod {
 	pt := tmpl.Spec.PodTemplate
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: tmpl.Namespace,
-		Labels: map[string]string{webhook.SandboxPodLabel: name}, Annotations: pt.ObjectMeta.Annotations}, Spec: *pt.Spec.DeepCopy()}
+		Labels: map[string]string{policy.SandboxPodLabel: name}, Annotations: pt.ObjectMeta.Annotations}, Spec: *pt.Spec.DeepCopy()}
 	for k, v := range pt.ObjectMeta.Labels {
 		pod.Labels[k] = v
 	}

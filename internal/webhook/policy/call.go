@@ -39,6 +39,23 @@ var (
 // still changes: Docker Hub's aliases and its one-segment library images.
 const dockerHubShortForms = `index\.docker\.io/|registry-1\.docker\.io/|docker\.io/[^/]*$`
 
+// UpdateConditionName names UpdateCondition among a sandbox Pod entry's
+// matchConditions.
+const UpdateConditionName = "pod-update-needs-sandbox-policy"
+
+// UpdateCondition is a CEL expression, for the sandbox Pod webhook's
+// matchConditions whatever the policies, that sends an update of a Pod
+// itself (not of a subresource) only when it changes what MutateUpdate
+// judges: a container's image, or the sandbox label. The API server lets
+// an update change little else of a Pod, and nothing else the policies
+// constrain (AppArmor annotations are immutable), so the controllers'
+// label and annotation updates are not sent — and not refused while the
+// webhook is down. Creations and subresources are always sent.
+var UpdateCondition = "request.operation != 'UPDATE' || request.?subResource.orValue('') != '' || " +
+	fmt.Sprintf("!object.metadata.?labels[?%s].hasValue() || ", quote(SandboxPodLabel)) +
+	"object.spec.containers.map(c, c.image) != oldObject.spec.containers.map(c, c.image) || " +
+	"object.spec.?initContainers.orValue([]).map(c, c.image) != oldObject.spec.?initContainers.orValue([]).map(c, c.image)"
+
 // CallCondition is a CEL expression, for a mutating webhook's
 // matchConditions, over a sandbox Pod being created (object): it is false
 // only when Mutate under the set would neither change nor refuse the Pod
@@ -144,6 +161,9 @@ func CallCondition(set Set) string {
 		pod = append(pod, fmt.Sprintf("(%s != '' ? %s : (%s == '' || %s))",
 			label(ColocateLabel), term(ColocateLabel), label(TemplateRefHashLabel), term(TemplateRefHashLabel)))
 	}
+	// An update may not take the sandbox label away (MutateUpdate).
+	pod = append(pod, fmt.Sprintf("(request.operation != 'UPDATE' || !oldObject.metadata.?labels[?%s].hasValue() || object.metadata.?labels[?%s].hasValue())",
+		quote(SandboxPodLabel), quote(SandboxPodLabel)))
 	// The run id is looked up on the Pod's Sandbox and its owner, which
 	// CEL cannot read.
 	pod = append(pod, fmt.Sprintf("(object.metadata.?labels[?%s].orValue('') != '' || "+

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission"
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
@@ -47,10 +48,20 @@ func callMatcher(t testing.TB, expr string) matchconditions.Matcher {
 }
 
 func attributes(pod *corev1.Pod) *admission.VersionedAttributes {
+	return updateAttributes(nil, pod, "")
+}
+
+// updateAttributes are those of an update of old to pod, of subresource
+// if not "" (a creation of pod where old is nil).
+func updateAttributes(old, pod *corev1.Pod, subresource string) *admission.VersionedAttributes {
 	gvk := corev1.SchemeGroupVersion.WithKind("Pod")
-	attr := admission.NewAttributesRecord(pod, nil, gvk, pod.Namespace, pod.Name, corev1.SchemeGroupVersion.WithResource("pods"), "",
-		admission.Create, &metav1.CreateOptions{}, false, &user.DefaultInfo{Name: "system:serviceaccount:agent-sandbox-system:controller"})
-	return &admission.VersionedAttributes{Attributes: attr, VersionedObject: pod, VersionedKind: gvk}
+	op, opts, oldObject := admission.Create, runtime.Object(&metav1.CreateOptions{}), runtime.Object(nil)
+	if old != nil {
+		op, opts, oldObject = admission.Update, &metav1.UpdateOptions{}, old
+	}
+	attr := admission.NewAttributesRecord(pod, oldObject, gvk, pod.Namespace, pod.Name, corev1.SchemeGroupVersion.WithResource("pods"), subresource,
+		op, opts, false, &user.DefaultInfo{Name: "system:serviceaccount:agent-sandbox-system:controller"})
+	return &admission.VersionedAttributes{Attributes: attr, VersionedObject: pod, VersionedOldObject: oldObject, VersionedKind: gvk}
 }
 
 // calls reports whether the API server would call the webhook for pod.
@@ -323,6 +334,69 @@ func TestCallCondition(t *testing.T) {
 				t.Logf("called for a Pod the webhook leaves as it is (the condition errs toward calling)")
 			}
 		})
+	}
+}
+
+// TestUpdateConditions: an update of a Pod is sent when it changes an
+// image or takes the sandbox label away, and then only where the
+// policies' condition finds it needs them; subresources are always sent
+// to the policies' condition, which judges a resize by the caps.
+func TestUpdateConditions(t *testing.T) {
+	set := callSets()["mirror, caps"]
+	update, policies := callMatcher(t, UpdateCondition), callMatcher(t, CallCondition(set))
+	admitted := compliantPod(t, set)
+	edited := func(edit func(*corev1.Pod)) *corev1.Pod {
+		pod := admitted.DeepCopy()
+		edit(pod)
+		return pod
+	}
+	match := func(t *testing.T, m matchconditions.Matcher, attr *admission.VersionedAttributes) bool {
+		t.Helper()
+		r := m.Match(context.Background(), attr, nil, nil)
+		if r.Error != nil {
+			t.Fatalf("evaluating: %v", r.Error)
+		}
+		return r.Matches
+	}
+	for _, tt := range []struct {
+		name        string
+		pod         *corev1.Pod
+		subresource string
+		want        bool
+	}{
+		{"a label the controller adds", edited(func(p *corev1.Pod) { p.Labels["agents.x-k8s.io/claimed"] = "yes" }), "", false},
+		{"an annotation", edited(func(p *corev1.Pod) { p.Annotations = map[string]string{"note": "x"} }), "", false},
+		{"an image from elsewhere", edited(func(p *corev1.Pod) { p.Spec.Containers[0].Image = "evil.example/x:1" }), "", true},
+		{"an image the mirror would serve", edited(func(p *corev1.Pod) { p.Spec.Containers[0].Image = "docker.io/library/busybox:1" }), "", true},
+		{"an image from the mirror", edited(func(p *corev1.Pod) { p.Spec.Containers[0].Image = "mirror.example.com/hub/library/busybox:1" }), "", false},
+		{"the sandbox label taken away", edited(func(p *corev1.Pod) { delete(p.Labels, SandboxPodLabel) }), "", true},
+		{"a resize within the caps", edited(func(p *corev1.Pod) {
+			p.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("4Gi")
+		}), "resize", false},
+		{"a resize past the caps", edited(func(p *corev1.Pod) {
+			p.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("16Gi")
+		}), "resize", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			attr := updateAttributes(admitted, tt.pod, tt.subresource)
+			if got := match(t, update, attr) && match(t, policies, attr); got != tt.want {
+				t.Errorf("calls the webhook: %v, want %v", got, tt.want)
+			}
+			if tt.want {
+				return
+			}
+			// Not sent: the webhook would have changed and refused nothing.
+			if tt.subresource == "resize" {
+				if d := CheckResize(tt.pod, set); d != nil {
+					t.Errorf("not sent, but CheckResize refuses: %v", d)
+				}
+			} else if changes, err := MutateUpdate(admitted, tt.pod.DeepCopy(), set); err != nil || len(changes) > 0 {
+				t.Errorf("not sent, but MutateUpdate would change %v (%v)", changes, err)
+			}
+		})
+	}
+	if !match(t, update, attributes(admitted)) {
+		t.Error("the update condition keeps a creation from the webhook")
 	}
 }
 

@@ -26,6 +26,12 @@ import (
 	fleetlabels "github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
 
+// SandboxPodLabel is on every Pod the Agent Sandbox controller creates,
+// and only on those: the webhook configurations' objectSelector keys on
+// it, so no other Pod ever reaches the webhook — and a governed Pod may
+// not lose it (MutateUpdate).
+const SandboxPodLabel = "agents.x-k8s.io/sandbox-name-hash"
+
 // TemplateRefHashLabel is the label the Agent Sandbox controller puts on
 // the Pods of a template's sandboxes; colocation keeps Pods sharing its
 // value together.
@@ -496,12 +502,95 @@ func CheckEphemeral(pod *corev1.Pod, set Set, runID string) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	names := make([]string, len(set))
-	for i, p := range set {
-		names[i] = p.Name
-	}
 	field, _, _ := strings.Cut(missing[0], " ")
-	return &Denial{Policies: names, Field: field, Reason: "an ephemeral container must come as the policies make a container; set " + strings.Join(missing, ", ")}
+	return &Denial{Policies: set.names(), Field: field, Reason: "an ephemeral container must come as the policies make a container; set " + strings.Join(missing, ", ")}
+}
+
+// MutateUpdate applies the set to an update of a sandbox Pod from old to
+// pod, which the API server lets change few fields once the Pod exists:
+// of those the policies constrain its containers' images, so each image
+// the update changes is rewritten to the mirror (its original recorded)
+// and refused outside the allowed registries, as at creation; and it may
+// not take the Pod out of the webhook's sight by removing
+// SandboxPodLabel. It returns what it changed.
+func MutateUpdate(old, pod *corev1.Pod, set Set) ([]string, error) {
+	if len(set) == 0 {
+		return nil, nil
+	}
+	if _, had := old.Labels[SandboxPodLabel]; had {
+		if _, has := pod.Labels[SandboxPodLabel]; !has {
+			return nil, &Denial{Policies: set.names(), Field: "metadata.labels[" + SandboxPodLabel + "]",
+				Reason: "a sandbox Pod in a namespace a SandboxPolicy governs keeps the Agent Sandbox controller's label, by which the policies see it"}
+		}
+	}
+	before := map[string]string{}
+	for _, c := range containersOf(&old.Spec, "spec") {
+		before[c.c.Name] = c.c.Image
+	}
+	rules := set.rules()
+	var changes []string
+	for i, c := range containersOf(&pod.Spec, "spec") {
+		if image, ok := before[c.c.Name]; ok && image == c.c.Image {
+			continue
+		}
+		for _, p := range set {
+			deny := func(field, reason string) *Denial {
+				return &Denial{Policies: []string{p.Name}, Field: field, Reason: reason}
+			}
+			if d := checkImage(c.c.Image, c.path+".image", rules, p, deny); d != nil {
+				return nil, d
+			}
+		}
+		image, ok, err := images.Rewrite(rules, c.c.Image)
+		if err != nil {
+			return nil, &Denial{Policies: []string{set[0].Name}, Field: c.path + ".image", Reason: err.Error()}
+		}
+		if !ok || image == c.c.Image {
+			continue
+		}
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[containerImageKey(&pod.Spec, i)] = c.c.Image
+		changes = append(changes, fmt.Sprintf("%s.image %s → %s", c.path, c.c.Image, image))
+		c.c.Image = image
+	}
+	return changes, nil
+}
+
+// CheckResize refuses an in-place resize (pods/resize) of pod's
+// containers past the set's caps: a limit above one, a request above
+// one, or a capped limit taken away.
+func CheckResize(pod *corev1.Pod, set Set) *Denial {
+	for _, p := range set {
+		deny := func(field, reason string) *Denial {
+			return &Denial{Policies: []string{p.Name}, Field: field, Reason: reason}
+		}
+		for _, c := range containersOf(&pod.Spec, "spec") {
+			if c.ephemeral {
+				continue
+			}
+			for _, name := range slices.Sorted(maps.Keys(p.Spec.MaxLimits)) {
+				if _, ok := c.c.Resources.Limits[name]; !ok {
+					limit := p.Spec.MaxLimits[name]
+					return deny(fmt.Sprintf("%s.resources.limits.%s", c.path, name), fmt.Sprintf("a sandbox's limit may not be removed; the cap is %s (spec.maxLimits)", &limit))
+				}
+			}
+			if d := checkContainer(c, p, deny); d != nil {
+				return d
+			}
+		}
+	}
+	return nil
+}
+
+// names are the names of the set's policies, in merge order.
+func (s Set) names() []string {
+	out := make([]string, len(s))
+	for i, p := range s {
+		out[i] = p.Name
+	}
+	return out
 }
 
 // Mutate applies the set to a sandbox Pod in place: it refuses what the
@@ -560,11 +649,7 @@ func rewriteImages(pod *corev1.Pod, set Set, changed func(string, ...any)) error
 		return nil
 	}
 	for i, c := range containersOf(&pod.Spec, "spec") {
-		key := fleetlabels.OriginalImage
-		if i > 0 || len(pod.Spec.InitContainers) > 0 {
-			key = originalImageKey(c.c.Name)
-		}
-		if err := rewrite(&c.c.Image, c.path+".image", key); err != nil {
+		if err := rewrite(&c.c.Image, c.path+".image", containerImageKey(&pod.Spec, i)); err != nil {
 			return err
 		}
 	}
@@ -574,6 +659,16 @@ func rewriteImages(pod *corev1.Pod, set Set, changed func(string, ...any)) error
 		}
 	}
 	return nil
+}
+
+// containerImageKey is the annotation recording the original image of
+// the i-th of containersOf(spec): a Pod of one container has the plain
+// key, as the fleet writes it.
+func containerImageKey(spec *corev1.PodSpec, i int) string {
+	if i == 0 && len(spec.InitContainers) == 0 {
+		return fleetlabels.OriginalImage
+	}
+	return originalImageKey(containersOf(spec, "")[i].c.Name)
 }
 
 // originalImageKey is the annotation recording the original image of

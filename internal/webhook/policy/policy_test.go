@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -289,6 +290,82 @@ func TestCheckEphemeral(t *testing.T) {
 			err := CheckEphemeral(tt.pod, set, "run-1")
 			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
 				t.Errorf("CheckEphemeral = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// An update may change a Pod's images and labels: each new image is
+// rewritten and checked, the sandbox label kept.
+func TestMutateUpdate(t *testing.T) {
+	set := Set{policy("mirror", 0, mirror)}
+	admitted := sandboxPod()
+	if _, err := Mutate(admitted, set, "run-1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name    string
+		edit    func(*corev1.Pod)
+		changes []string
+		denied  string
+	}{
+		{"a label", func(p *corev1.Pod) { p.Labels["x"] = "y" }, nil, ""},
+		{"an image the mirror serves", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "busybox:1.36" },
+			[]string{"spec.containers[0].image busybox:1.36 → mirror.example.com/hub/library/busybox:1.36"}, ""},
+		{"an image from the mirror", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "mirror.example.com/hub/x:2" }, nil, ""},
+		{"an image from elsewhere", func(p *corev1.Pod) { p.Spec.Containers[0].Image = "evil.example/x:1" }, nil,
+			`denied by SandboxPolicy "mirror": spec.containers[0].image: image evil.example/x:1 is not from an allowed registry [mirror.example.com]`},
+		{"the sandbox label removed", func(p *corev1.Pod) { delete(p.Labels, SandboxPodLabel) }, nil,
+			`denied by SandboxPolicy "mirror": metadata.labels[agents.x-k8s.io/sandbox-name-hash]: a sandbox Pod in a namespace a SandboxPolicy governs keeps`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := admitted.DeepCopy()
+			tt.edit(pod)
+			changes, err := MutateUpdate(admitted, pod, set)
+			if tt.denied != "" {
+				if err == nil || !strings.HasPrefix(err.Error(), tt.denied) {
+					t.Fatalf("error %v, want a denial starting %q", err, tt.denied)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(changes, tt.changes) {
+				t.Fatalf("MutateUpdate = %q, %v; want %q", changes, err, tt.changes)
+			}
+			if len(changes) > 0 && pod.Annotations[fleetlabels.OriginalImage] != "busybox:1.36" {
+				t.Errorf("the original image is not recorded: %v", pod.Annotations)
+			}
+		})
+	}
+}
+
+// A resize keeps within the caps, and keeps the capped limits.
+func TestCheckResize(t *testing.T) {
+	set := Set{policy("caps", 0, func(s *v1alpha1.SandboxPolicySpec) {
+		s.MaxLimits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("8Gi")}
+	})}
+	admitted := sandboxPod()
+	if _, err := Mutate(admitted, set, "run-1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name   string
+		edit   func(*corev1.ResourceRequirements)
+		denied string
+	}{
+		{"within", func(r *corev1.ResourceRequirements) { r.Limits[corev1.ResourceMemory] = resource.MustParse("6Gi") }, ""},
+		{"past the cap", func(r *corev1.ResourceRequirements) { r.Limits[corev1.ResourceMemory] = resource.MustParse("9Gi") },
+			`denied by SandboxPolicy "caps": spec.containers[0].resources.limits.memory: 9Gi is above the cap of 8Gi (spec.maxLimits)`},
+		{"a request past the cap", func(r *corev1.ResourceRequirements) { r.Requests[corev1.ResourceMemory] = resource.MustParse("10Gi") },
+			`denied by SandboxPolicy "caps": spec.containers[0].resources.requests.memory: 10Gi is above the cap of 8Gi on limits`},
+		{"the limit taken away", func(r *corev1.ResourceRequirements) { delete(r.Limits, corev1.ResourceMemory) },
+			`denied by SandboxPolicy "caps": spec.containers[0].resources.limits.memory: a sandbox's limit may not be removed; the cap is 8Gi`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := admitted.DeepCopy()
+			tt.edit(&pod.Spec.Containers[0].Resources)
+			d := CheckResize(pod, set)
+			if tt.denied == "" && d != nil || tt.denied != "" && (d == nil || !strings.HasPrefix(d.Error(), tt.denied)) {
+				t.Errorf("CheckResize = %v, want %q", d, tt.denied)
 			}
 		})
 	}

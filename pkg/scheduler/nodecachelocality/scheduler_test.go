@@ -19,7 +19,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testregistry"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testscheduler"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testwebhook"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
 )
 
 var cluster *testcluster.Cluster
@@ -105,7 +105,7 @@ func TestNodeCacheLocality(t *testing.T) {
 			t.Fatal(err)
 		}
 		const stock = "default-scheduler"
-		place(t, ctx, ns, webhook.SandboxPodLabel, []step{
+		place(t, ctx, ns, policy.SandboxPodLabel, []step{
 			{"an image no node has: the stock choice", stock, "swebench/astropy-1:v1", "1", "node-0"},
 			{"the node that has the image", stock, "docker.io/swebench/django-1:v1", "1", "node-2"},
 			{"another image, another node", stock, "swebench/flask-1:v1", "1", "node-1"},
