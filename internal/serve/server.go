@@ -39,6 +39,8 @@ type Service struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 	closeErr  error
+	// callers binds client ids to their callers' keys.
+	callers callers
 }
 
 var _ fleetv1connect.FleetServiceHandler = (*Service)(nil)
@@ -423,7 +425,10 @@ func (v *Service) Status(ctx context.Context, _ *connect.Request[fleetv1.StatusR
 	return connect.NewResponse(out), nil
 }
 
-func (v *Service) Close(ctx context.Context, _ *connect.Request[fleetv1.CloseRequest]) (*connect.Response[fleetv1.CloseResponse], error) {
+func (v *Service) Close(ctx context.Context, req *connect.Request[fleetv1.CloseRequest]) (*connect.Response[fleetv1.CloseResponse], error) {
+	if err := v.callers.mayClose(req.Msg.ClientId); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), v.Session.Fleet().Config.ReadyTimeout.Duration)
 	defer cancel()
 	if err := v.Shutdown(ctx); err != nil {

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
 
+	fleetv1 "github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/session"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
@@ -41,19 +45,116 @@ func TestToConnect(t *testing.T) {
 	}
 }
 
-func TestListenRefusesAnUnguardedNetworkAddress(t *testing.T) {
-	if _, _, err := Listen(Access{Address: "0.0.0.0:0"}); err == nil {
-		t.Fatal("listening on every interface with no token was allowed")
+func TestListenRefusesUnguardedAddresses(t *testing.T) {
+	for _, a := range []Access{
+		{Address: "127.0.0.1:0"},                 // any user of the machine can reach it
+		{Address: "0.0.0.0:0", Token: "t"},       // the token would cross the network in the clear
+		{Address: "nonsense", Token: "t"},        // neither a socket path nor HOST:PORT
+		{Address: "/proc/no-such/dir/s.sock"},    // cannot be made
+		{Address: filepath.Join(shared(t), "s")}, // others may write the directory
+	} {
+		if l, _, err := Listen(a); err == nil {
+			l.Close()
+			t.Errorf("Listen(%+v) was allowed", a)
+		}
 	}
-	if _, _, err := Listen(Access{Address: "nonsense"}); err == nil {
-		t.Fatal("an address that is neither a socket path nor HOST:PORT was taken")
-	}
-	l, addr, err := Listen(Access{Address: "127.0.0.1:0"})
+	l, addr, err := Listen(Access{Address: "127.0.0.1:0", Token: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	l.Close()
 	if addr[:7] != "http://" {
 		t.Errorf("address %q", addr)
+	}
+	_, _, err = Listen(Access{Address: filepath.Join(shared(t), "s")})
+	if err == nil || !strings.Contains(err.Error(), "chmod 700") {
+		t.Errorf("a socket in a shared directory: %v, want a refusal saying what to do", err)
+	}
+	socket := filepath.Join(t.TempDir(), "private", "s.sock")
+	l, _, err = Listen(Access{Address: socket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if fi, err := os.Stat(socket); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the socket is %v (%v), want mode 0600", fi.Mode(), err)
+	}
+}
+
+// shared is a directory every user may write, as /tmp is.
+func shared(t *testing.T) string {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestResolveToken(t *testing.T) {
+	dir := t.TempDir()
+	// Over TCP without a file: a fresh token in a private file.
+	a := Access{Address: "127.0.0.1:0"}
+	file, cleanup, err := ResolveToken(&a, "")
+	if err != nil || len(a.Token) != 64 {
+		t.Fatalf("ResolveToken = %q, token %q, %v", file, a.Token, err)
+	}
+	if fi, err := os.Stat(file); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the generated token file is %v (%v), want 0600", fi, err)
+	}
+	cleanup()
+	if _, err := os.Stat(file); !os.IsNotExist(err) {
+		t.Errorf("the generated token file outlives the session: %v", err)
+	}
+	// A named file that does not exist is written; one that does is read.
+	named := filepath.Join(dir, "token")
+	a = Access{Address: "127.0.0.1:0"}
+	if _, _, err := ResolveToken(&a, named); err != nil {
+		t.Fatal(err)
+	}
+	b := Access{Address: "127.0.0.1:0"}
+	if _, _, err := ResolveToken(&b, named); err != nil || b.Token != a.Token {
+		t.Errorf("reading the written token: %q, %v; want %q", b.Token, err, a.Token)
+	}
+	// A unix socket needs none; a token others can read is refused.
+	u := Access{Address: filepath.Join(dir, "s.sock")}
+	if file, _, err := ResolveToken(&u, ""); err != nil || file != "" || u.Token != "" {
+		t.Errorf("a unix socket got token file %q, %q, %v", file, u.Token, err)
+	}
+	if err := os.Chmod(named, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ResolveToken(&b, named); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("a token file others can read: %v, want refused", err)
+	}
+}
+
+// Each client id is bound to the key of the first call naming it; the
+// first client owns the session.
+func TestCallers(t *testing.T) {
+	var c callers
+	acquire := func(id string) any { return &fleetv1.AcquireRequest{ClientId: id} }
+	for _, tc := range []struct {
+		msg  any
+		key  string
+		want bool
+	}{
+		{acquire("a"), "ka", true},
+		{acquire("a"), "ka", true},
+		{acquire("a"), "other", false},
+		{acquire("a"), "", false},
+		{acquire("b"), "", true},
+		{acquire("b"), "", true},
+		{acquire("b"), "kb", false},
+		{&fleetv1.StatusRequest{}, "anything", true},
+	} {
+		if err := c.check(tc.msg, tc.key); (err == nil) != tc.want {
+			t.Errorf("check(%v, %q) = %v, want allowed %v", tc.msg, tc.key, err, tc.want)
+		}
+	}
+	if err := c.mayClose("b"); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("Close by a client that is not the owner: %v", err)
+	}
+	if err := c.mayClose("a"); err != nil {
+		t.Errorf("Close by the owner: %v", err)
 	}
 }

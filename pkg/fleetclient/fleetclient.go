@@ -1,8 +1,9 @@
 // Package fleetclient connects a Go trainer to a fleet session that
 // `kubectl sandbox-fleet serve` serves: it returns the generated Connect
 // client of the fleet session API (api/fleet/v1), dialing the address serve
-// printed — a unix socket or http(s)://HOST:PORT — with the bearer token
-// serve was given, if any.
+// printed — a unix socket or http(s)://HOST:PORT — with serve's bearer
+// token, if any, and a key of the client's own (fleetv1.ClientKeyHeader)
+// that binds the client ids it names to it.
 //
 //	c, err := fleetclient.New("unix:///tmp/sandbox-fleet-run-1/serve.sock")
 //	resp, err := c.Acquire(ctx, connect.NewRequest(&fleetv1.AcquireRequest{
@@ -11,6 +12,8 @@ package fleetclient
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/http"
@@ -18,6 +21,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	fleetv1 "github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1"
 	"github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1/fleetv1connect"
 )
 
@@ -25,12 +29,17 @@ import (
 type Option func(*options)
 
 type options struct {
-	token string
-	http  *http.Client
+	token, key string
+	http       *http.Client
 }
 
 // WithToken sends token as the bearer token of every call.
 func WithToken(token string) Option { return func(o *options) { o.token = token } }
+
+// WithClientKey sends key as the client's key (fleetv1.ClientKeyHeader)
+// instead of a random one: clients sharing a key may act on each
+// other's sandboxes under one client id.
+func WithClientKey(key string) Option { return func(o *options) { o.key = key } }
 
 // WithHTTPClient uses c (e.g. with TLS settings) for http(s) addresses.
 func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.http = c } }
@@ -59,31 +68,44 @@ func New(address string, opts ...Option) (fleetv1connect.FleetServiceClient, err
 	if httpClient == nil {
 		httpClient = http.DefaultClient
 	}
-	var copts []connect.ClientOption
+	h := headers{}
 	if o.token != "" {
-		copts = append(copts, connect.WithInterceptors(bearer(o.token)))
+		h["Authorization"] = "Bearer " + o.token
 	}
-	return fleetv1connect.NewFleetServiceClient(httpClient, base, copts...), nil
+	if o.key == "" {
+		key := make([]byte, 16)
+		if _, err := rand.Read(key); err != nil {
+			return nil, err
+		}
+		o.key = hex.EncodeToString(key)
+	}
+	h[fleetv1.ClientKeyHeader] = o.key
+	return fleetv1connect.NewFleetServiceClient(httpClient, base, connect.WithInterceptors(h)), nil
 }
 
-// bearer adds the token to every call, unary and streaming.
-type bearer string
+// headers are set on every call, unary and streaming: the bearer token
+// and the client's key.
+type headers map[string]string
 
-func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+func (h headers) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		req.Header().Set("Authorization", "Bearer "+string(b))
+		for k, v := range h {
+			req.Header().Set(k, v)
+		}
 		return next(ctx, req)
 	}
 }
 
-func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+func (h headers) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
 		conn := next(ctx, spec)
-		conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
+		for k, v := range h {
+			conn.RequestHeader().Set(k, v)
+		}
 		return conn
 	}
 }
 
-func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+func (h headers) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return next
 }

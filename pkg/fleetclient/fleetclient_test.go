@@ -167,10 +167,30 @@ func TestSessionOverUnixSocket(t *testing.T) {
 	if err != nil || len(st.Msg.Handles) != 1 || st.Msg.Tasks != 3 {
 		t.Fatalf("bad requests changed the session: %v, %v", st, err)
 	}
+	// Another caller naming this client's id, without its key, is refused
+	// and changes nothing; nor may it close the session it does not own.
+	other, err := fleetclient.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Release(ctx, connect.NewRequest(&fleetv1.ReleaseRequest{Handle: ids[0], ClientId: "go"})); code(err) != connect.CodePermissionDenied {
+		t.Errorf("another caller's Release under this client's id: %v, want permission_denied", err)
+	}
+	if stream, err := other.Exec(ctx, connect.NewRequest(&fleetv1.ExecRequest{Handle: ids[0], ClientId: "go", Argv: []string{"true"}})); err != nil {
+		t.Fatal(err)
+	} else if stream.Receive() || code(stream.Err()) != connect.CodePermissionDenied {
+		t.Errorf("another caller's Exec under this client's id: %v, want permission_denied", stream.Err())
+	}
+	if _, err := other.Close(ctx, connect.NewRequest(&fleetv1.CloseRequest{ClientId: "someone-else"})); code(err) != connect.CodePermissionDenied {
+		t.Errorf("Close by a client that does not own the session: %v, want permission_denied", err)
+	}
+	if st, err := c.Status(ctx, connect.NewRequest(&fleetv1.StatusRequest{})); err != nil || len(st.Msg.Handles) != 1 {
+		t.Fatalf("another caller changed the session: %v, %v", st, err)
+	}
 	if _, err := c.Release(ctx, connect.NewRequest(&fleetv1.ReleaseRequest{Handle: ids[0], ClientId: "go"})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Close(ctx, connect.NewRequest(&fleetv1.CloseRequest{})); err != nil {
+	if _, err := c.Close(ctx, connect.NewRequest(&fleetv1.CloseRequest{ClientId: "go"})); err != nil {
 		t.Fatal(err)
 	}
 }

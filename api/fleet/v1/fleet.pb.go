@@ -2607,7 +2607,9 @@ func (x *Counts) GetQuarantined() int64 {
 }
 
 type CloseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ClientId must be the session's owner: the first client that called it.
+	ClientId      string `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2640,6 +2642,13 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
 	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *CloseRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
 }
 
 type CloseResponse struct {
@@ -3077,8 +3086,9 @@ const file_api_fleet_v1_fleet_proto_rawDesc = "" +
 	"\x06failed\x18\x04 \x01(\x03R\x06failed\x12\x14\n" +
 	"\x05execs\x18\x05 \x01(\x03R\x05execs\x12\x16\n" +
 	"\x06reused\x18\x06 \x01(\x03R\x06reused\x12 \n" +
-	"\vquarantined\x18\a \x01(\x03R\vquarantined\"\x0e\n" +
-	"\fCloseRequest\"\x0f\n" +
+	"\vquarantined\x18\a \x01(\x03R\vquarantined\"+\n" +
+	"\fCloseRequest\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\"\x0f\n" +
 	"\rCloseResponse\"]\n" +
 	"\x12PortForwardRequest\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x1b\n" +

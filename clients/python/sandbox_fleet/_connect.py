@@ -49,14 +49,21 @@ def unb64(text: str | None) -> bytes:
     return base64.b64decode(text) if text else b""
 
 
+# The header carrying a client's key (serve binds each client id to the
+# key of the first call naming it).
+CLIENT_KEY_HEADER = "Sandbox-Fleet-Client-Key"
+
+
 class Transport:
     """Calls one fleet session server. ``address`` is ``unix:///path``, a
     socket path, or ``http(s)://host:port``."""
 
-    def __init__(self, address: str, token: str | None = None, timeout: float | None = None):
+    def __init__(self, address: str, token: str | None = None, timeout: float | None = None,
+                 headers: dict[str, str] | None = None):
         self.address = address
         self.token = token
         self.timeout = timeout
+        self.headers = dict(headers or {})
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
         if address.startswith("unix://"):
@@ -81,6 +88,7 @@ class Transport:
         h = {"Content-Type": content_type, "Connect-Protocol-Version": "1"}
         if self.token:
             h["Authorization"] = "Bearer " + self.token
+        h.update(self.headers)
         h.update(tracecontext.headers())
         return h
 

@@ -236,7 +236,7 @@ class AsyncSandboxFleet:
 
     async def close(self) -> None:
         self.sync._stop.set()
-        await self._t.unary("Close", {}, timeout=None)
+        await self._t.unary("Close", {"clientId": self.client_id}, timeout=None)
         await self._t.close()
 
     def disconnect(self) -> None:

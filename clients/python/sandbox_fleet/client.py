@@ -6,13 +6,14 @@ import contextlib
 import inspect
 import io
 import os
+import secrets
 import tarfile
 import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from ._connect import Transport, b64, unb64
+from ._connect import CLIENT_KEY_HEADER, Transport, b64, unb64
 from .errors import FleetError, InfraError, TaskError
 
 
@@ -523,14 +524,24 @@ class SandboxFleet:
     """A client of one fleet session.
 
     ``address`` is what ``serve`` printed: ``unix:///path`` or
-    ``http://127.0.0.1:PORT``. Sandboxes acquired here are leased to this
-    client: a background thread renews the lease while any is held, so a
-    crashed trainer's sandboxes are released by the server.
+    ``http://127.0.0.1:PORT``; over TCP give the bearer token, or
+    ``token_file``, the file serve printed it is in. Sandboxes acquired
+    here are leased to this client and only it may use them: a background
+    thread renews the lease while any is held, so a crashed trainer's
+    sandboxes are released by the server. The first client to call a
+    session owns it: only that one may ``close`` it.
     """
 
     def __init__(self, address: str, token: str | None = None, client_id: str | None = None,
-                 timeout: float | None = 60.0, retries: int = 3):
-        self._t = Transport(address, token=token, timeout=timeout)
+                 timeout: float | None = 60.0, retries: int = 3, token_file: str | None = None):
+        if token_file is not None:
+            if token is not None:
+                raise ValueError("give token or token_file, not both")
+            with open(token_file) as f:
+                token = f.read().strip()
+        # The key binds client_id to this object at the server: no other
+        # caller can act on its sandboxes, whatever id it claims.
+        self._t = Transport(address, token=token, timeout=timeout, headers={CLIENT_KEY_HEADER: secrets.token_hex(16)})
         self.client_id = client_id or "py-" + uuid.uuid4().hex[:12]
         self.retries = retries
         self._held: set[str] = set()
@@ -636,7 +647,7 @@ class SandboxFleet:
         """Tears the whole session down (every sandbox and pool) and stops
         the server."""
         self._stop.set()
-        self._t.unary("Close", {}, timeout=None)
+        self._t.unary("Close", {"clientId": self.client_id}, timeout=None)
 
     def disconnect(self) -> None:
         """Stops renewing this client's leases without closing the session."""

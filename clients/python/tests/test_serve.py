@@ -4,6 +4,7 @@ response, leases of a killed client, teardown, on kwok nodes."""
 from __future__ import annotations
 
 import os
+import re
 import time
 import signal
 import socket
@@ -11,6 +12,8 @@ import subprocess
 import sys
 import textwrap
 import threading
+
+import pytest
 
 from conftest import BIN, NAMESPACE, gone, leftovers, needs_cluster, wait_for
 
@@ -252,6 +255,7 @@ def test_token_guards_tcp(server, tmp_path):
 
     token = tmp_path / "token"
     token.write_text("s3cret\n")
+    token.chmod(0o600)
     s = server("--listen", "127.0.0.1:0", "--token-file", str(token))
     assert s.address.startswith("http://127.0.0.1:"), s.address
     with_token = SandboxFleet(s.address, token="s3cret")
@@ -261,6 +265,39 @@ def test_token_guards_tcp(server, tmp_path):
         raise AssertionError("a call without the token went through")
     except FleetError as e:
         assert e.code == "unauthenticated", e
+
+
+def test_tcp_without_a_token_file_gets_one(server):
+    """TCP always takes a token: without --token-file serve writes one to a
+    private file and says where; the client reads it with token_file."""
+    from sandbox_fleet import FleetError
+
+    s = server("--listen", "127.0.0.1:0")
+    m = re.search(r"bearer token in (\S+)\)", s.logs())
+    assert m, s.logs()
+    assert os.stat(m.group(1)).st_mode & 0o077 == 0, oct(os.stat(m.group(1)).st_mode)
+    assert SandboxFleet(s.address, token_file=m.group(1)).status()["runId"] == s.run_id
+    with pytest.raises(FleetError) as e:
+        SandboxFleet(s.address).status()
+    assert e.value.code == "unauthenticated", e.value
+
+
+def test_another_caller_cannot_use_a_clients_sandboxes(server):
+    """A client id is bound to its client's key: a second caller naming it
+    is refused and changes nothing, and may not close the session."""
+    from sandbox_fleet import FleetError
+
+    s = server()
+    owner = s.client(client_id="trainer-0")
+    owner.add_tasks(TASKS)
+    h = owner.acquire("t0")
+    thief = s.client(client_id="trainer-0")
+    for call in (lambda: thief.release(h.id), lambda: thief._t.unary("Renew", {"clientId": "trainer-0"}), thief.close):
+        with pytest.raises(FleetError) as e:
+            call()
+        assert e.value.code == "permission_denied", e.value
+    assert [x["id"] for x in owner.status()["handles"]] == [h.id]
+    owner.release(h)
 
 
 def test_lookahead_warmer_async(server):

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -49,10 +48,18 @@ a sandbox, exec in it, move files in and out, release it. The Python client
 (clients/python, import sandbox_fleet) and the Go client (fleetv1connect) speak
 it; so does anything that can POST JSON.
 
-The API is served on a unix socket (mode 0600) by default, whose address is
-printed at start; --listen 127.0.0.1:PORT serves TCP on loopback, and any other
-address needs --token-file (every call then carries "Authorization: Bearer
-TOKEN"), best with --tls-cert-file and --tls-key-file.
+The API is served on a unix socket (mode 0600, in a directory only you may
+write) by default, whose address is printed at start. TCP always takes a bearer
+token (every call carries "Authorization: Bearer TOKEN"), since every user of
+the machine can reach a port: --token-file names the file holding it — serve
+writes a fresh one there (mode 0600) if it does not exist, and without the
+flag into a new private directory, printed at start. An address beyond loopback
+also needs TLS (--tls-cert-file and --tls-key-file).
+
+Each client names itself with a client id and a key of its own (the
+Sandbox-Fleet-Client-Key header; the Python client makes one up): the first
+call binds the id to the key, so no other caller can act on its sandboxes.
+Only the session's owner, the first client to call it, may Close it.
 
 Every sandbox is leased to the client that acquired it: a client that makes
 no call for --lease-ttl (the trainer crashed or was preempted) loses its
@@ -64,8 +71,8 @@ exits at once and prints how to reap what is left.`,
 		Example: `  # serve on a unix socket, with the tasks of a file in the plan
   kubectl sandbox-fleet serve -f fleet.yaml --tasks swebench.jsonl
 
-  # serve on loopback TCP for a trainer on this machine
-  kubectl sandbox-fleet serve -f fleet.yaml --listen 127.0.0.1:7070`,
+  # serve on loopback TCP for a trainer on this machine, the token in a file
+  kubectl sandbox-fleet serve -f fleet.yaml --listen 127.0.0.1:7070 --token-file ~/.sandbox-fleet-token`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, ts, err := o.inputs.Load(cmd.Flags(), o.streams.In)
@@ -74,15 +81,6 @@ exits at once and prints how to reap what is left.`,
 			}
 			if o.runID, err = run.RunID(o.runID); err != nil {
 				return err
-			}
-			if o.tokenFile != "" {
-				b, err := os.ReadFile(o.tokenFile)
-				if err != nil {
-					return usage.Errorf("--token-file: %w", err)
-				}
-				if o.access.Token = strings.TrimSpace(string(b)); o.access.Token == "" {
-					return usage.Errorf("--token-file %s is empty", o.tokenFile)
-				}
 			}
 			if (o.access.CertFile == "") != (o.access.KeyFile == "") {
 				return usage.Errorf("--tls-cert-file and --tls-key-file go together")
@@ -112,7 +110,7 @@ exits at once and prints how to reap what is left.`,
 	o.inputs.AddFlags(f)
 	f.StringVar(&o.runID, "run-id", "", "id labelling everything the session creates (default: generated)")
 	f.StringVar(&o.access.Address, "listen", "", "unix:///PATH or a socket path, or HOST:PORT (default: a unix socket in a new private temporary directory, printed at start)")
-	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token every call must carry; needed to listen beyond loopback")
+	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token every call must carry (mode 0600; written with a fresh token if it does not exist); TCP always has one")
 	f.StringVar(&o.access.CertFile, "tls-cert-file", "", "serve TLS with this certificate")
 	f.StringVar(&o.access.KeyFile, "tls-key-file", "", "the private key of --tls-cert-file")
 	f.DurationVar(&o.opts.LeaseTTL, "lease-ttl", session.DefaultLeaseTTL, "a client's sandboxes are released this long after its last call")
@@ -123,6 +121,11 @@ exits at once and prints how to reap what is left.`,
 
 func (o *options) run(parent context.Context, cfg config.Fleet, ts []tasks.Task) error {
 	// Listen first: a bad address must fail before anything is created.
+	tokenFile, removeToken, err := serve.ResolveToken(&o.access, o.tokenFile)
+	defer removeToken()
+	if err != nil {
+		return usage.Errorf("%w", err)
+	}
 	l, addr, err := serve.Listen(o.access)
 	if err != nil {
 		return usage.Errorf("%w", err)
@@ -143,7 +146,11 @@ func (o *options) run(parent context.Context, cfg config.Fleet, ts []tasks.Task)
 		return err
 	}
 	v := serve.NewService(s)
-	fmt.Fprintf(o.streams.ErrOut, "session %s: %d tasks, serving at %s\n", o.runID, s.TaskCount(), addr)
+	guard := ""
+	if tokenFile != "" {
+		guard = " (bearer token in " + tokenFile + ")"
+	}
+	fmt.Fprintf(o.streams.ErrOut, "session %s: %d tasks, serving at %s%s\n", o.runID, s.TaskCount(), addr, guard)
 	fmt.Fprintf(o.streams.Out, "%s\n", addr)
 	serveErr := serve.Serve(ctx, l, v, o.access)
 	tctx, tcancel := context.WithTimeout(context.Background(), cfg.ReadyTimeout.Duration)

@@ -126,15 +126,42 @@ func (s *Session) ReadFiles(ctx context.Context, id, client string, paths []stri
 // tar runs a tar command in the sandbox; its failure (a path that does not
 // exist, a full disk) is an ErrFailed with tar's own words.
 func (s *Session) tar(ctx context.Context, id, client string, argv []string, stdin io.Reader, stdout io.Writer) error {
-	var stderr strings.Builder
-	res, err := s.Exec(ctx, id, client, ExecRequest{Argv: argv, Stdin: stdin, Stdout: stdout, Stderr: &stderr})
+	stderr := &firstBytes{max: tarStderrKept}
+	res, err := s.Exec(ctx, id, client, ExecRequest{Argv: argv, Stdin: stdin, Stdout: stdout, Stderr: stderr})
 	if err != nil {
 		return err
 	}
 	if res.ExitCode != 0 {
-		return fmt.Errorf("%w: tar in sandbox %s exited %d: %s", ErrFailed, id, res.ExitCode, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("%w: tar in sandbox %s exited %d: %s", ErrFailed, id, res.ExitCode, stderr)
 	}
 	return nil
+}
+
+// tarStderrKept is how much of tar's complaints an error keeps: a tar
+// (or something in the image posing as it) writing without end must not
+// fill serve's memory.
+const tarStderrKept = 16 << 10
+
+// firstBytes keeps the first max bytes written to it and counts the rest.
+type firstBytes struct {
+	max     int
+	kept    []byte
+	dropped int64
+}
+
+func (f *firstBytes) Write(p []byte) (int, error) {
+	keep := min(len(p), f.max-len(f.kept))
+	f.kept = append(f.kept, p[:keep]...)
+	f.dropped += int64(len(p) - keep)
+	return len(p), nil
+}
+
+func (f *firstBytes) String() string {
+	s := strings.TrimSpace(string(f.kept))
+	if f.dropped > 0 {
+		s += fmt.Sprintf(" … (%d bytes more)", f.dropped)
+	}
+	return s
 }
 
 type counter struct {

@@ -37,3 +37,19 @@ func TestCommand(t *testing.T) {
 		})
 	}
 }
+
+// tar's complaints are kept to their start, however much it writes.
+func TestFirstBytes(t *testing.T) {
+	f := &firstBytes{max: 8}
+	for range 1000 {
+		if n, err := f.Write([]byte("tar: no such file\n")); n != 18 || err != nil {
+			t.Fatalf("Write = %d, %v", n, err)
+		}
+	}
+	if got, want := f.String(), "tar: no … (17992 bytes more)"; got != want {
+		t.Errorf("String = %q, want %q", got, want)
+	}
+	if len(f.kept) != 8 {
+		t.Errorf("kept %d bytes, want 8", len(f.kept))
+	}
+}
