@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -20,6 +21,11 @@ func main() {
 	flag.StringVar(&o.Host, "host", "", "address the TLS server listens on (default: all)")
 	flag.IntVar(&o.Port, "port", 9443, "port the TLS server listens on")
 	flag.StringVar(&o.CertDir, "cert-dir", "/certs", "directory of tls.crt and tls.key")
+	flag.StringVar(&o.ClientCAFile, "client-ca-file", "", "CA of the client certificate the API server presents to webhooks (its AdmissionConfiguration's kubeConfigFile); set, only callers with a certificate it signed are served")
+	flag.Func("client-names", "comma-separated common names the client certificate may have (default: any the --client-ca-file signed)", func(v string) error {
+		o.ClientNames = append(o.ClientNames, strings.Split(v, ",")...)
+		return nil
+	})
 	flag.StringVar(&o.MetricsAddr, "metrics-addr", ":8080", "address of /metrics; 0 turns it off")
 	flag.BoolVar(&o.MetricsSecure, "metrics-secure", true, "serve /metrics over TLS to tokens the API server authorises for it (nonResourceURLs /metrics, get); false serves plain HTTP to anyone reaching it, for a --metrics-addr on localhost")
 	flag.StringVar(&o.HealthAddr, "health-addr", ":8081", "address of /healthz and /readyz; 0 turns them off")

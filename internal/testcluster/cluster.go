@@ -223,7 +223,14 @@ func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error 
 	if err != nil {
 		return err
 	}
+	admission, err := c.webhookClientConfig()
+	if err != nil {
+		return err
+	}
 	p, err := c.run("kube-apiserver", []string{
+		// The API server presents WebhookClientName's certificate to
+		// admission webhooks, as docs/admin.md has an admin configure it.
+		"--admission-control-config-file=" + admission,
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(port),
 		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", etcdPort),
@@ -400,6 +407,49 @@ func httpOK(client *http.Client, url string) func(context.Context) error {
 		}
 		return nil
 	}
+}
+
+// WebhookClientName is the common name of the client certificate the
+// API server presents to admission webhooks.
+const WebhookClientName = "kube-apiserver-webhook-client"
+
+// WebhookClient is the client certificate and key the API server presents
+// to admission webhooks, and the CA that signed them.
+func (c *Cluster) WebhookClient() (certFile, keyFile, caFile string) {
+	kp := c.pki.pair("apiserver-webhook-client")
+	return kp.Cert, kp.Key, c.pki.CAFile()
+}
+
+// webhookClientConfig issues the API server's webhook client certificate
+// and writes the AdmissionConfiguration that has it presented to every
+// admission webhook, returning the configuration's path.
+func (c *Cluster) webhookClientConfig() (string, error) {
+	kp, err := c.pki.client("apiserver-webhook-client", WebhookClientName)
+	if err != nil {
+		return "", err
+	}
+	kubeconfig := filepath.Join(c.dir, "webhook-client.kubeconfig")
+	if err := os.WriteFile(kubeconfig, fmt.Appendf(nil, `apiVersion: v1
+kind: Config
+users:
+- name: "*"
+  user:
+    client-certificate: %s
+    client-key: %s
+`, kp.Cert, kp.Key), 0o600); err != nil {
+		return "", err
+	}
+	config := filepath.Join(c.dir, "admission.yaml")
+	plugin := func(name string) string {
+		return fmt.Sprintf(`- name: %s
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: %s
+`, name, kubeconfig)
+	}
+	return config, os.WriteFile(config, []byte("apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n"+
+		plugin("ValidatingAdmissionWebhook")+plugin("MutatingAdmissionWebhook")), 0o600)
 }
 
 // Kubeconfig is the path of an admin kubeconfig for the cluster.

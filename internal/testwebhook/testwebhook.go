@@ -50,6 +50,16 @@ type Server struct {
 	// clusterRBAC are the cluster-wide objects of shippedRBAC, which the
 	// test namespace's deletion does not take.
 	clusterRBAC []client.Object
+	// apiServer is the client certificate the API server presents to
+	// webhooks, the only one the webhook serves.
+	apiServer tls.Certificate
+}
+
+// AsAPIServer is an HTTP client presenting the API server's webhook
+// client certificate, for a test to send the webhook reviews of its own.
+func (s *Server) AsAPIServer() *http.Client {
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		InsecureSkipVerify: true, Certificates: []tls.Certificate{s.apiServer}}}}
 }
 
 // Start runs the built webhook bin (testcluster.BuildCommand) for
@@ -93,8 +103,14 @@ func Start(ctx context.Context, c *testcluster.Cluster, ns, bin string, cpus ...
 	if err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
+	cert, key, ca := c.WebhookClient()
+	s.apiServer, err = tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
 	s.Process, err = c.StartProcess(s.name, bin, []string{
 		"--kubeconfig", kubeconfig, "--host", "127.0.0.1", "--port", strconv.Itoa(ports[0]), "--cert-dir", dir,
+		"--client-ca-file", ca, "--client-names", testcluster.WebhookClientName,
 		"--metrics-addr", metrics, "--health-addr", health,
 		"--secret-namespace", ns, "--secret-name", s.renamed("asrl-webhook-cert"), "--dns-name", "localhost", "--write-cert-dir",
 		"--mutating-webhook-configuration", s.name, "--validating-webhook-configuration", s.name,
@@ -327,7 +343,7 @@ func (s *Server) Serve(ctx context.Context, ns string) error {
 // waitCallable waits until the CA is in both configurations and the
 // server answers.
 func (s *Server) waitCallable(ctx context.Context) error {
-	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: time.Second}
+	apiServer := s.AsAPIServer()
 	waiting := "the webhook"
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		select {
@@ -343,7 +359,7 @@ func (s *Server) waitCallable(ctx context.Context) error {
 			waiting = "the CA in the webhook configurations"
 			return false, nil
 		}
-		resp, err := insecure.Get(s.URL + webhook.MutatePodsPath)
+		resp, err := apiServer.Get(s.URL + webhook.MutatePodsPath)
 		if err != nil {
 			waiting = err.Error()
 			return false, nil

@@ -9,11 +9,14 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +55,14 @@ type Options struct {
 	// CertDir holds tls.crt and tls.key: written by the rotator, or
 	// mounted by cert-manager when ManageCerts is off.
 	CertDir string
+	// ClientCAFile, when set, is the CA of the client certificate the API
+	// server presents to webhooks (its AdmissionConfiguration's
+	// kubeConfigFile): a caller without a certificate it signed is
+	// refused at the handshake, so nothing but the API server can send
+	// the webhook a review. ClientNames, when set, are the common names
+	// such a certificate may have.
+	ClientCAFile string
+	ClientNames  []string
 	// MetricsAddr and HealthAddr serve /metrics and /healthz, /readyz;
 	// "0" turns one off.
 	MetricsAddr, HealthAddr string
@@ -114,7 +125,11 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
 	counts := &Counts{Client: mgr.GetClient(), Interval: o.StatusInterval}
-	srv := webhook.NewServer(webhook.Options{Host: o.Host, Port: o.Port, CertDir: o.CertDir})
+	tlsOpts, err := clientAuth(o.ClientCAFile, o.ClientNames)
+	if err != nil {
+		return err
+	}
+	srv := webhook.NewServer(webhook.Options{Host: o.Host, Port: o.Port, CertDir: o.CertDir, TLSOpts: tlsOpts})
 	// The nodes' caches are followed only once a policy asks for them: a
 	// cluster's worth of layer indexes is memory a webhook whose policies
 	// never use it should not hold.
@@ -269,6 +284,38 @@ func ensureSecret(ctx context.Context, mgr manager.Manager, key types.Namespaced
 func ServiceDNSNames(service, namespace string) (name string, extra []string) {
 	name = service + "." + namespace + ".svc"
 	return name, []string{service, service + "." + namespace, name + ".cluster.local"}
+}
+
+// clientAuth are the TLS options that let only callers with a client
+// certificate caFile signed, with one of names as its common name (any,
+// when names is empty), reach the webhook; none when caFile is "".
+func clientAuth(caFile string, names []string) ([]func(*tls.Config), error) {
+	if caFile == "" {
+		if len(names) > 0 {
+			return nil, errors.New("--client-names needs --client-ca-file: the names are those of certificates it signed")
+		}
+		return nil, nil
+	}
+	b, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--client-ca-file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("--client-ca-file %s holds no PEM certificate", caFile)
+	}
+	return []func(*tls.Config){func(cfg *tls.Config) {
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(names) == 0 {
+				return nil
+			}
+			if cn := cs.PeerCertificates[0].Subject.CommonName; !slices.Contains(names, cn) {
+				return fmt.Errorf("client certificate %q is none of --client-names %v", cn, names)
+			}
+			return nil
+		}
+	}}, nil
 }
 
 // writeCertDir keeps dir's tls.crt and tls.key equal to those of the Secret

@@ -256,8 +256,47 @@ spec: {containers: [{name: sandbox, image: "busybox:1.36"}]}
 		}
 	})
 
+	t.Run("only the API server may call it", func(t *testing.T) {
+		// A SandboxPolicy creation selecting every namespace, made up: were
+		// it admitted, it would be written as a pending entry.
+		forged, _ := json.Marshal(map[string]any{
+			"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+			"request": map[string]any{
+				"uid": "f0", "operation": "CREATE", "name": "forged",
+				"kind":     map[string]string{"group": "sandbox-fleet.io", "version": "v1alpha1", "kind": "SandboxPolicy"},
+				"resource": map[string]string{"group": "sandbox-fleet.io", "version": "v1alpha1", "resource": "sandboxpolicies"},
+				"object": map[string]any{"apiVersion": "sandbox-fleet.io/v1alpha1", "kind": "SandboxPolicy",
+					"metadata": map[string]any{"name": "forged", "uid": "f0", "generation": 1}, "spec": map[string]any{}},
+			},
+		})
+		pending := func() string {
+			m := &admissionregistrationv1.MutatingWebhookConfiguration{}
+			if err := c.Get(ctx, types.NamespacedName{Name: "asrl-webhook-" + ns + webhook.PoliciesSuffix}, m); err != nil {
+				t.Fatal(err)
+			}
+			return m.Annotations["sandbox-fleet.io/pending-policies"] + fmt.Sprint(len(m.Webhooks))
+		}
+		before := pending()
+		adminCert, adminKey := filepath.Join(cluster.Dir(), "pki", "admin.crt"), filepath.Join(cluster.Dir(), "pki", "admin.key")
+		admin, err := tls.LoadX509KeyPair(adminCert, adminKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, cert := range map[string][]tls.Certificate{"no certificate": nil, "another certificate of the cluster's CA": {admin}} {
+			caller := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true, Certificates: cert}}}
+			resp, err := caller.Post(s.URL+"/validate-sandbox-policies", "application/json", bytes.NewReader(forged))
+			if err == nil {
+				resp.Body.Close()
+				t.Errorf("a review from a caller with %s was answered %d", name, resp.StatusCode)
+			}
+		}
+		if after := pending(); after != before {
+			t.Errorf("refused reviews wrote pending entries: %s → %s", before, after)
+		}
+	})
+
 	t.Run("bad admission reviews get a clear answer", func(t *testing.T) {
-		insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: 5 * time.Second}
+		insecure := s.AsAPIServer()
 		many := make([]map[string]any, 300)
 		for i := range many {
 			many[i] = map[string]any{"name": fmt.Sprintf("c%d", i), "image": "busybox:1.36", "bogusField": true}
