@@ -17,15 +17,12 @@ import (
 
 func main() {
 	o := webhook.Options{}
-	var service, dnsName string
+	var service, dnsName, clientNames string
 	flag.StringVar(&o.Host, "host", "", "address the TLS server listens on (default: all)")
 	flag.IntVar(&o.Port, "port", 9443, "port the TLS server listens on")
 	flag.StringVar(&o.CertDir, "cert-dir", "/certs", "directory of tls.crt and tls.key")
 	flag.StringVar(&o.ClientCAFile, "client-ca-file", "", "CA of the client certificate the API server presents to webhooks (its AdmissionConfiguration's kubeConfigFile); set, only callers with a certificate it signed are served")
-	flag.Func("client-names", "comma-separated common names the client certificate may have (default: any the --client-ca-file signed)", func(v string) error {
-		o.ClientNames = append(o.ClientNames, strings.Split(v, ",")...)
-		return nil
-	})
+	flag.StringVar(&clientNames, "client-names", "", "comma-separated common names the client certificate may have (default: any the --client-ca-file signed)")
 	flag.StringVar(&o.MetricsAddr, "metrics-addr", ":8080", "address of /metrics; 0 turns it off")
 	flag.BoolVar(&o.MetricsSecure, "metrics-secure", true, "serve /metrics over TLS to tokens the API server authorises for it (nonResourceURLs /metrics, get); false serves plain HTTP to anyone reaching it, for a --metrics-addr on localhost")
 	flag.StringVar(&o.HealthAddr, "health-addr", ":8081", "address of /healthz and /readyz; 0 turns them off")
@@ -44,6 +41,9 @@ func main() {
 	klog.InitFlags(nil)
 	flag.Parse()
 
+	if clientNames != "" {
+		o.ClientNames = strings.Split(clientNames, ",")
+	}
 	o.DNSName, o.ExtraDNSNames = webhook.ServiceDNSNames(service, o.SecretNamespace)
 	if dnsName != "" {
 		o.DNSName, o.ExtraDNSNames = dnsName, nil
