@@ -48,9 +48,17 @@ type PodMutator struct {
 	// nodeCache; nil turns that off. It is called when such a policy is
 	// first met, and the affinity is left out until they are listed.
 	NodeCaches func() *informer.Caches
-	// Unlisted gives the layers of images no node lists, without waiting
-	// (a registry.Layers' Known); nil leaves such images out.
-	Unlisted func(ref string) ([]v1alpha1.Layer, bool)
+	// Registry gives the layers of images no node lists, without waiting;
+	// nil leaves such images out.
+	Registry Registry
+}
+
+// Registry is what the webhook reads of images no node lists: Known
+// starts a read of what it does not have (a registry.Layers), Cached
+// never does.
+type Registry interface {
+	Known(ref string) ([]v1alpha1.Layer, bool)
+	Cached(ref string) ([]v1alpha1.Layer, bool)
 }
 
 // Handle implements admission.Handler.
@@ -125,7 +133,7 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	if resp, result, done := refused(m.Counts, err, dryRun); done {
 		return resp, result
 	}
-	if weight, ok := set.NodeCacheWeight(); ok && m.preferCachingNodes(pod, weight) {
+	if weight, ok := set.NodeCacheWeight(); ok && m.preferCachingNodes(pod, set, weight, dryRun) {
 		changes = append(changes, "spec.affinity.nodeAffinity: prefer the nodes holding the image")
 	}
 	return m.patched(req, pod, set, changes, dryRun)
@@ -176,8 +184,11 @@ func refused(counts *Counts, err error, dryRun bool) (resp admission.Response, r
 
 // preferCachingNodes adds node affinity toward the nodes holding most of
 // the Pod's images (as the policies rewrote them), and reports whether it
-// did.
-func (m *PodMutator) preferCachingNodes(pod *corev1.Pod, weight int32) bool {
+// did. An image no node lists is read from its registry only when the
+// set allows its registry — a tenant names any host it likes, the
+// webhook's own network included — and never for a dry run, which a
+// tenant may send as often as it likes.
+func (m *PodMutator) preferCachingNodes(pod *corev1.Pod, set policy.Set, weight int32, dryRun bool) bool {
 	if m.NodeCaches == nil {
 		return false
 	}
@@ -185,10 +196,23 @@ func (m *PodMutator) preferCachingNodes(pod *corev1.Pod, weight int32) bool {
 	if caches == nil || !caches.Synced() {
 		return false
 	}
+	unlisted := func(string) ([]v1alpha1.Layer, bool) { return nil, false }
+	if m.Registry != nil {
+		unlisted = m.Registry.Known
+		if dryRun {
+			unlisted = m.Registry.Cached
+		}
+	}
+	lookup := func(ref string) ([]v1alpha1.Layer, bool) {
+		if !set.AllowsRegistryOf(ref) {
+			return nil, false
+		}
+		return unlisted(ref)
+	}
 	var missing map[string]int64
 	var total int64
 	caches.Read(func(x *nodecache.Index) {
-		layers := x.PodLayers(images.OfPod(&pod.Spec), m.Unlisted)
+		layers := x.PodLayers(images.OfPod(&pod.Spec), lookup)
 		total, missing = nodecache.Size(layers), x.Lacking(layers)
 	})
 	return policy.AddNodeCacheAffinity(pod, weight, missing, total)

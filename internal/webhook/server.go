@@ -152,7 +152,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	// Each handler is served at its path, and under it at the paths of
 	// the policies' entries, which name the policy they stand for.
 	for path, h := range map[string]admission.Handler{
-		MutatePodsPath:        &PodMutator{View: view, Counts: counts, NodeCaches: nodeCaches, Unlisted: unlisted.Known},
+		MutatePodsPath:        &PodMutator{View: view, Counts: counts, NodeCaches: nodeCaches, Registry: unlisted},
 		MutateTemplatesPath:   &TemplateMutator{View: view},
 		ValidateTemplatesPath: &TemplateValidator{View: view, Counts: counts},
 	} {

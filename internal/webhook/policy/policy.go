@@ -584,6 +584,24 @@ func CheckResize(pod *corev1.Pod, set Set) *Denial {
 	return nil
 }
 
+// AllowsRegistryOf reports whether image is within the allowed registries
+// of every policy of the set that lists some, and some policy lists them:
+// the registries the webhook may read from for it. A set that allows any
+// registry names none the webhook may trust a tenant's image to.
+func (s Set) AllowsRegistryOf(image string) bool {
+	listed := false
+	for _, p := range s {
+		if p.Spec.Images == nil || len(p.Spec.Images.AllowedRegistries) == 0 {
+			continue
+		}
+		listed = true
+		if !slices.ContainsFunc(p.Spec.Images.AllowedRegistries, func(r string) bool { ok, _ := images.Within(image, r); return ok }) {
+			return false
+		}
+	}
+	return listed
+}
+
 // names are the names of the set's policies, in merge order.
 func (s Set) names() []string {
 	out := make([]string, len(s))

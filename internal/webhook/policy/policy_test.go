@@ -597,3 +597,26 @@ func TestExamplePolicy(t *testing.T) {
 		}
 	}
 }
+
+// The webhook reads a registry for a Pod only where every policy that
+// lists registries allows it, and some policy does.
+func TestAllowsRegistryOf(t *testing.T) {
+	allow := func(name string, registries ...string) v1alpha1.SandboxPolicy {
+		return policy(name, 0, func(s *v1alpha1.SandboxPolicySpec) { s.Images = &v1alpha1.ImagePolicy{AllowedRegistries: registries} })
+	}
+	for _, tt := range []struct {
+		set   Set
+		image string
+		want  bool
+	}{
+		{Set{allow("a", "mirror.example.com")}, "mirror.example.com/hub/x:1", true},
+		{Set{allow("a", "mirror.example.com")}, "10.0.0.5:5000/x:1", false},
+		{Set{allow("a", "mirror.example.com"), allow("b", "mirror.example.com/hub")}, "mirror.example.com/other/x:1", false},
+		{Set{allow("a", "mirror.example.com"), policy("open", 0)}, "mirror.example.com/x:1", true},
+		{Set{policy("open", 0)}, "mirror.example.com/x:1", false},
+	} {
+		if got := tt.set.AllowsRegistryOf(tt.image); got != tt.want {
+			t.Errorf("%v: AllowsRegistryOf(%s) = %v, want %v", tt.set.names(), tt.image, got, tt.want)
+		}
+	}
+}

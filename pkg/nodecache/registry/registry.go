@@ -4,6 +4,7 @@
 package registry
 
 import (
+	"container/list"
 	"context"
 	"fmt"
 	"sync"
@@ -19,9 +20,10 @@ import (
 )
 
 // Layers reads images' layers from their registries and keeps what it
-// read: a manifest is fetched once per reference, so a tag moved to
-// another image is not seen until the process restarts (task images are
-// not retagged).
+// read: a manifest is fetched once per reference while it stays among
+// the cacheSize most recently used, so a tag moved to another image is not
+// seen until it drops out or the process restarts (task images are not
+// retagged).
 type Layers struct {
 	// Platform is the nodes' platform, whose manifest an index resolves
 	// to (linux/amd64 if empty).
@@ -32,41 +34,55 @@ type Layers struct {
 	Failed func(ref string, err error)
 
 	mu    sync.Mutex
-	cache map[string][]v1alpha1.Layer
-	// reading holds the references Known is reading (the zero time) or
-	// failed to read (when it may try again).
-	reading map[string]time.Time
-	slots   chan struct{}
+	cache lru[[]v1alpha1.Layer]
+	// failed holds when each reference that failed to read may be tried
+	// again.
+	failed lru[time.Time]
+	// queued are the references waiting for, or being read by, one of
+	// the knownReads readers, which take them from queue.
+	queued map[string]bool
+	queue  chan string
 }
 
-// Known's reads: how many at once, how long each may take, how long
-// after a failure the image is read again.
+// Known's reads: how many at once, how many may wait, how long each may
+// take, how long after a failure the image is read again, and how many
+// images' layers and failures are kept. A reference is the caller's
+// choice — a tenant's Pod names any image it likes — so none of it may
+// grow without bound: past the queue a reference is not read, only asked
+// for again later, and the oldest entries make way for new ones.
 const (
 	knownReads      = 4
+	knownQueue      = 256
 	knownTimeout    = 30 * time.Second
 	knownRetryAfter = 5 * time.Minute
+	cacheSize       = 4096
 )
 
 // Known returns the layers of image ref if they have been read, without
-// waiting: otherwise it starts reading them in the background (unless a
-// read is under way, or failed within the last five minutes) and reports
-// false. A scheduler's or an admission webhook's hot path takes the image
-// as unknown until then.
+// waiting: otherwise it queues ref for a reader (unless it is queued
+// already, failed within the last five minutes, or the queue is full) and
+// reports false. A scheduler's or an admission webhook's hot path takes
+// the image as unknown until then.
 func (l *Layers) Known(ref string) ([]v1alpha1.Layer, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if layers, ok := l.cache[ref]; ok {
+	if layers, ok := l.cache.get(ref); ok {
 		return layers, true
 	}
-	if at, ok := l.reading[ref]; ok && (at.IsZero() || time.Now().Before(at)) {
+	if again, ok := l.failed.get(ref); l.queued[ref] || ok && time.Now().Before(again) {
 		return nil, false
 	}
-	if l.reading == nil {
-		l.reading = map[string]time.Time{}
-		l.slots = make(chan struct{}, knownReads)
+	if l.queue == nil {
+		l.queued, l.queue = map[string]bool{}, make(chan string, knownQueue)
+		for range knownReads {
+			go l.reader()
+		}
 	}
-	l.reading[ref] = time.Time{}
-	go l.readInBackground(ref)
+	select {
+	case l.queue <- ref:
+		l.queued[ref] = true
+	default:
+	}
 	return nil, false
 }
 
@@ -75,29 +91,77 @@ func (l *Layers) Known(ref string) ([]v1alpha1.Layer, bool) {
 func (l *Layers) Cached(ref string) ([]v1alpha1.Layer, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	layers, ok := l.cache[ref]
-	return layers, ok
+	return l.cache.get(ref)
 }
 
-// readInBackground reads ref's layers for Known.
-func (l *Layers) readInBackground(ref string) {
-	l.slots <- struct{}{}
-	defer func() { <-l.slots }()
-	ctx, cancel := context.WithTimeout(context.Background(), knownTimeout)
-	defer cancel()
-	_, err := l.Get(ctx, ref)
+// Pending is how many references wait for or are being read by Known's
+// readers.
+func (l *Layers) Pending() int {
 	l.mu.Lock()
-	if err == nil {
-		delete(l.reading, ref)
-	} else {
-		l.reading[ref] = time.Now().Add(knownRetryAfter)
-	}
-	failed := l.Failed
-	l.mu.Unlock()
-	if err != nil && failed != nil {
-		failed(ref, err)
+	defer l.mu.Unlock()
+	return len(l.queued)
+}
+
+// reader reads the references Known queues, for as long as the process
+// runs: there are knownReads of them.
+func (l *Layers) reader() {
+	for ref := range l.queue {
+		ctx, cancel := context.WithTimeout(context.Background(), knownTimeout)
+		_, err := l.Get(ctx, ref)
+		cancel()
+		l.mu.Lock()
+		delete(l.queued, ref)
+		if err != nil {
+			l.failed.put(ref, time.Now().Add(knownRetryAfter))
+		}
+		failed := l.Failed
+		l.mu.Unlock()
+		if err != nil && failed != nil {
+			failed(ref, err)
+		}
 	}
 }
+
+// lru is a map of at most cacheSize entries that drops the least recently
+// used when full. Its zero value is empty; its user locks it.
+type lru[V any] struct {
+	entries map[string]*list.Element
+	order   list.List // of *lruEntry[V], most recently used first
+}
+
+type lruEntry[V any] struct {
+	key   string
+	value V
+}
+
+func (c *lru[V]) get(key string) (V, bool) {
+	e, ok := c.entries[key]
+	if !ok {
+		var zero V
+		return zero, false
+	}
+	c.order.MoveToFront(e)
+	return e.Value.(*lruEntry[V]).value, true
+}
+
+func (c *lru[V]) put(key string, value V) {
+	if e, ok := c.entries[key]; ok {
+		e.Value.(*lruEntry[V]).value = value
+		c.order.MoveToFront(e)
+		return
+	}
+	if c.entries == nil {
+		c.entries = map[string]*list.Element{}
+	}
+	c.entries[key] = c.order.PushFront(&lruEntry[V]{key, value})
+	if c.order.Len() > cacheSize {
+		oldest := c.order.Back()
+		c.order.Remove(oldest)
+		delete(c.entries, oldest.Value.(*lruEntry[V]).key)
+	}
+}
+
+func (c *lru[V]) len() int { return c.order.Len() }
 
 // Read is what GetAll read: the layers of the images read, an error for
 // each that could not be, and the images not read at all.
@@ -205,9 +269,6 @@ func (l *Layers) Get(ctx context.Context, ref string) ([]v1alpha1.Layer, error) 
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.cache == nil {
-		l.cache = map[string][]v1alpha1.Layer{}
-	}
-	l.cache[ref] = layers
+	l.cache.put(ref, layers)
 	return layers, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -166,5 +167,50 @@ func TestKnown(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if n := r.Manifests.Load(); n != 0 {
 		t.Errorf("a failed image was read again at once (%d manifest requests)", n)
+	}
+}
+
+// A registry that never answers costs Known a bounded number of
+// goroutines and references, however many images are asked for.
+func TestKnownBounded(t *testing.T) {
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		silent.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	before := runtime.NumGoroutine()
+	l := &registry.Layers{}
+	for i := range 10000 {
+		if _, ok := l.Known(fmt.Sprintf("%s/swebench/task:%d", silent.Addr(), i)); ok {
+			t.Fatal("Known has layers from a registry that never answers")
+		}
+	}
+	// The readers' connections add a few goroutines each.
+	if grown := runtime.NumGoroutine() - before; grown > 40 {
+		t.Errorf("10000 images of a silent registry grew %d goroutines, want at most 40", grown)
+	}
+	// The queue's 256 and the 4 being read.
+	if n := l.Pending(); n > 260 {
+		t.Errorf("%d references wait to be read, want at most 260", n)
 	}
 }
