@@ -149,8 +149,7 @@ func prepullJobs(t *testing.T, ctx context.Context, n *sandboxNode) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		over, _ := nodecache.OverBudget(fs, 1)
-		if !over {
+		if nodecache.Admit(fs, 1, nodecache.Reservations{}).Decision != nodecache.Stop {
 			t.Skipf("the image filesystem is under 1%% full: %+v", fs)
 		}
 		c, _ := n.pushNewImage(t, ctx, "prepull-c")

@@ -11,21 +11,57 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 )
 
-// OverBudget reports whether an image filesystem is at or past a
-// PrepullJob's high-water mark, with why. A filesystem whose size the
-// agent cannot see is never over: the message then says the budget is
-// not enforced.
-func OverBudget(fs v1alpha1.ImageFilesystem, highWaterPercent int32) (bool, string) {
+// Reservations are the pulls of a job under way on a node: how many,
+// and the bytes they are expected to add (Estimate each, 0 when no pull
+// of the job has finished to tell).
+type Reservations struct {
+	InFlight int
+	Estimate int64
+}
+
+// Decision is what a pull waiting for the disk budget does.
+type Decision int
+
+const (
+	// Start the pull.
+	Start Decision = iota
+	// Wait for a pull under way to finish, then ask again.
+	Wait
+	// Stop: no more pulls for the job on this node.
+	Stop
+)
+
+// Admission is a Decision and why.
+type Admission struct {
+	Decision Decision
+	Why      string
+}
+
+// Admit decides whether one more of a job's images may start pulling on
+// a node whose image filesystem is fs, with r under way: the pulls under
+// way count as the bytes they will add, so parallel pulls stop within one
+// image of the high-water mark, not one per puller. A pull starts beside
+// others only when its estimate fits under the mark; with nothing under
+// way, one starts whenever the filesystem is below it. A filesystem whose
+// size the agent cannot see stops every pull.
+func Admit(fs v1alpha1.ImageFilesystem, highWaterPercent int32, r Reservations) Admission {
 	if fs.CapacityBytes <= 0 {
-		return false, "the disk budget is not enforced: the agent cannot see the image filesystem's size"
+		return Admission{Stop, "the disk budget cannot be checked: the agent cannot see the image filesystem's size (give the agent --image-fs-path, a directory on the filesystem the runtime keeps images on); no pulls"}
 	}
 	used := fs.CapacityBytes - fs.AvailableBytes
-	percent := float64(used) * 100 / float64(fs.CapacityBytes)
-	if percent < float64(highWaterPercent) {
-		return false, ""
+	mark := fs.CapacityBytes * int64(highWaterPercent) / 100
+	committed := used + int64(r.InFlight)*r.Estimate
+	switch {
+	case committed >= mark && r.InFlight > 0:
+		return Admission{Wait, ""}
+	case committed >= mark:
+		percent := float64(used) * 100 / float64(fs.CapacityBytes)
+		return Admission{Stop, fmt.Sprintf("the image filesystem is %.0f%% full (%s of %s), at or past the high-water mark of %d%% (the job's, within the agent's --max-high-water); no more pulls",
+			percent, quantity(used), quantity(fs.CapacityBytes), highWaterPercent)}
+	case r.InFlight > 0 && (r.Estimate == 0 || committed+r.Estimate > mark):
+		return Admission{Wait, ""}
 	}
-	return true, fmt.Sprintf("the image filesystem is %.0f%% full (%s of %s), at or past the high-water mark of %d%% (the job's, within the agent's --max-high-water); no more pulls",
-		percent, quantity(used), quantity(fs.CapacityBytes), highWaterPercent)
+	return Admission{Start, ""}
 }
 
 func quantity(bytes int64) string {
@@ -53,8 +89,6 @@ type NodeProgress struct {
 	failures []v1alpha1.ImagePullFailure
 	// stopped says why the node stopped pulling, if it did.
 	stopped string
-	// note is said while nothing is wrong (a budget not enforced).
-	note string
 }
 
 // NewNodeProgress is a node's progress on images, each once, all pending.
@@ -84,9 +118,6 @@ func (p *NodeProgress) Stop(why string) { p.stopped = why }
 // Stopped reports whether the node stopped pulling.
 func (p *NodeProgress) Stopped() bool { return p.stopped != "" }
 
-// Note records what to say while nothing is wrong.
-func (p *NodeProgress) Note(note string) { p.note = note }
-
 // Fail records that image failed to pull, and why.
 func (p *NodeProgress) Fail(image, msg string) {
 	p.state[image] = stateFailed
@@ -114,12 +145,12 @@ func (p *NodeProgress) Status(node string, now time.Time) v1alpha1.NodePrepullSt
 	case p.stopped != "":
 		s.Phase, s.Message = v1alpha1.PrepullStopped, p.stopped
 	case s.Pending > 0:
-		s.Phase, s.Message = v1alpha1.PrepullPulling, p.note
+		s.Phase = v1alpha1.PrepullPulling
 	case s.Failed > 0:
 		s.Phase = v1alpha1.PrepullFailed
 		s.Message = fmt.Sprintf("%d of %d images failed to pull", s.Failed, len(p.images))
 	default:
-		s.Phase, s.Message = v1alpha1.PrepullSucceeded, p.note
+		s.Phase = v1alpha1.PrepullSucceeded
 	}
 	return s
 }

@@ -11,22 +11,32 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 )
 
-func TestOverBudget(t *testing.T) {
+func TestAdmit(t *testing.T) {
 	const gi = 1 << 30
+	fs := func(availableGi int64) v1alpha1.ImageFilesystem {
+		return v1alpha1.ImageFilesystem{CapacityBytes: 100 * gi, AvailableBytes: availableGi * gi}
+	}
 	for _, tt := range []struct {
+		name      string
 		fs        v1alpha1.ImageFilesystem
 		highWater int32
-		over      bool
+		r         Reservations
+		want      Decision
 		says      string
 	}{
-		{v1alpha1.ImageFilesystem{CapacityBytes: 100 * gi, AvailableBytes: 30 * gi}, 80, false, ""},
-		{v1alpha1.ImageFilesystem{CapacityBytes: 100 * gi, AvailableBytes: 20 * gi}, 80, true, "80% full (80Gi of 100Gi), at or past the high-water mark of 80% (the job's, within the agent's --max-high-water)"},
-		{v1alpha1.ImageFilesystem{CapacityBytes: 100 * gi, AvailableBytes: 0}, 100, true, "100% full"},
-		{v1alpha1.ImageFilesystem{UsedBytes: 50 * gi}, 1, false, "not enforced: the agent cannot see the image filesystem's size"},
+		{"under the mark", fs(30), 80, Reservations{}, Start, ""},
+		{"at the mark", fs(20), 80, Reservations{}, Stop, "80% full (80Gi of 100Gi), at or past the high-water mark of 80% (the job's, within the agent's --max-high-water)"},
+		{"full", fs(0), 100, Reservations{}, Stop, "100% full"},
+		{"size unseen", v1alpha1.ImageFilesystem{UsedBytes: 50 * gi}, 99, Reservations{}, Stop, "cannot be checked: the agent cannot see the image filesystem's size (give the agent --image-fs-path"},
+		{"beside a pull of unknown size", fs(30), 80, Reservations{InFlight: 1}, Wait, ""},
+		{"beside pulls that fit", fs(30), 80, Reservations{InFlight: 2, Estimate: 3 * gi}, Start, ""},
+		{"beside pulls that would pass the mark", fs(30), 80, Reservations{InFlight: 2, Estimate: 4 * gi}, Wait, ""},
+		{"pulls under way reach the mark", fs(30), 80, Reservations{InFlight: 2, Estimate: 5 * gi}, Wait, ""},
+		{"the last image alone may pass the mark", fs(21), 80, Reservations{Estimate: 5 * gi}, Start, ""},
 	} {
-		over, msg := OverBudget(tt.fs, tt.highWater)
-		if over != tt.over || !strings.Contains(msg, tt.says) || (tt.says == "") != (msg == "") {
-			t.Errorf("OverBudget(%+v, %d) = %v %q, want %v saying %q", tt.fs, tt.highWater, over, msg, tt.over, tt.says)
+		a := Admit(tt.fs, tt.highWater, tt.r)
+		if a.Decision != tt.want || !strings.Contains(a.Why, tt.says) || (tt.says == "") != (a.Why == "") {
+			t.Errorf("%s: Admit = %+v, want %v saying %q", tt.name, a, tt.want, tt.says)
 		}
 	}
 }
@@ -54,10 +64,6 @@ func TestProgressStatus(t *testing.T) {
 			p.state["a"] = statePulled
 			p.stopped = "the image filesystem is 90% full"
 		}, v1alpha1.PrepullStopped, [4]int32{1, 0, 0, 2}, "90% full"},
-		{"a budget not enforced is said", func(p *NodeProgress) {
-			p.state["a"], p.state["b"], p.state["c"] = statePulled, statePulled, statePulled
-			p.note = "the disk budget is not enforced"
-		}, v1alpha1.PrepullSucceeded, [4]int32{3, 0, 0, 0}, "not enforced"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p := NewNodeProgress([]string{"a", "b", "c", "a"})

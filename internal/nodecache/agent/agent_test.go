@@ -57,6 +57,9 @@ func startAgent(t *testing.T, cfg *rest.Config, node, endpoint string, edit ...f
 	if err != nil {
 		t.Fatal(err)
 	}
+	// As the DaemonSet gives it: a directory on the image filesystem (the
+	// fake runtime's mountpoint is nowhere).
+	rt.ImageFSPath = t.TempDir()
 	c, err := agent.NewClient(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -283,7 +286,8 @@ func TestAgentWithoutARuntime(t *testing.T) {
 }
 
 // An agent in a Pod sees the image filesystem through a directory of its
-// own on it; without one, the size is unknown and the disk budget says so.
+// own on it; without one, reading it fails naming the path to give, and
+// the disk budget stops every pull.
 func TestImageFSPath(t *testing.T) {
 	srv, err := testcri.Start(t.TempDir())
 	if err != nil {
@@ -296,11 +300,11 @@ func TestImageFSPath(t *testing.T) {
 	}
 	defer rt.Close()
 	fs, err := rt.Filesystem(context.Background())
-	if err != nil || fs.CapacityBytes != 0 {
+	if err == nil || !strings.Contains(err.Error(), "is not visible to the agent") || !strings.Contains(err.Error(), "--image-fs-path") {
 		t.Fatalf("the fake runtime's mountpoint is not visible, yet: %+v %v", fs, err)
 	}
-	if _, msg := nodecache.OverBudget(fs, 80); !strings.Contains(msg, "not enforced") {
-		t.Errorf("a budget on an unseen filesystem: %q", msg)
+	if a := nodecache.Admit(fs, 80, nodecache.Reservations{}); a.Decision != nodecache.Stop || !strings.Contains(a.Why, "cannot be checked") {
+		t.Errorf("a budget on an unseen filesystem: %+v", a)
 	}
 	rt.ImageFSPath = t.TempDir()
 	if fs, err = rt.Filesystem(context.Background()); err != nil || fs.CapacityBytes <= 0 || fs.AvailableBytes <= 0 {

@@ -281,10 +281,11 @@ func (j *jobs) prepull(ctx context.Context, run *jobRun) {
 	parallelism := max(int(job.Spec.PerNodeParallelism), 1)
 	work := make(chan string)
 	results := make(chan pullResult)
+	b := newBudget(a.Limits.HighWater(job.Spec.DiskHighWaterPercent), a.Runtime.Filesystem)
 	for range parallelism {
 		go func() {
 			for img := range work {
-				results <- a.pullOne(ctx, img, a.Limits.HighWater(job.Spec.DiskHighWaterPercent))
+				results <- a.pullOne(ctx, img, b)
 			}
 		}()
 	}
@@ -336,9 +337,6 @@ func (j *jobs) prepull(ctx context.Context, run *jobRun) {
 					}
 				}
 			}
-			if r.note != "" {
-				p.Note(r.note)
-			}
 		case <-ticker.C:
 			if dirty {
 				report()
@@ -357,13 +355,11 @@ type pullResult struct {
 	present bool
 	// err says why the pull failed, stop why it was not started.
 	err, stop string
-	// note is said about the node while nothing is wrong.
-	note string
 }
 
 // pullOne pulls img unless the agent's limits refuse it, the node has it
-// or its image filesystem is past the high-water mark.
-func (a *Agent) pullOne(ctx context.Context, img string, highWaterPercent int32) pullResult {
+// or the job's budget b stops it.
+func (a *Agent) pullOne(ctx context.Context, img string, b *budget) pullResult {
 	r := pullResult{image: img}
 	if refusal := a.Limits.Refusal(img); refusal != "" {
 		r.err = refusal
@@ -378,19 +374,24 @@ func (a *Agent) pullOne(ctx context.Context, img string, highWaterPercent int32)
 		r.present = true
 		return r
 	}
-	fs, err := a.Runtime.Filesystem(ctx)
-	if err != nil {
-		r.err = "reading the image filesystem before pulling: " + err.Error()
+	release, stop, err := b.reserve(ctx)
+	switch {
+	case err != nil:
+		// The budget cannot be checked: no pull of the job here can be.
+		r.stop = "the disk budget cannot be checked: " + err.Error()
+		return r
+	case stop != "":
+		r.stop = stop
 		return r
 	}
-	over, msg := nodecache.OverBudget(fs, highWaterPercent)
-	if over {
-		r.stop = msg
-		return r
-	}
-	r.note = msg
+	var size int64
+	defer func() { release(size) }()
 	if err := a.Runtime.Pull(ctx, img); err != nil {
 		r.err = err.Error()
+		return r
+	}
+	if size, err = a.Runtime.ImageSize(ctx, img); err != nil {
+		size = 0
 	}
 	return r
 }

@@ -199,23 +199,35 @@ func (r *Runtime) Filesystem(ctx context.Context) (v1alpha1.ImageFilesystem, err
 			mount = r.ImageFSPath
 		}
 		var st unix.Statfs_t
-		if unix.Statfs(mount, &st) == nil {
-			fs.CapacityBytes += int64(st.Blocks) * st.Bsize
-			fs.AvailableBytes += int64(st.Bavail) * st.Bsize
+		if err := unix.Statfs(mount, &st); err != nil {
+			return fs, fmt.Errorf("the image filesystem at %s is not visible to the agent (%v): mount it into the agent's container, or give --image-fs-path, a directory on it the agent sees", mount, err)
 		}
+		fs.CapacityBytes += int64(st.Blocks) * st.Bsize
+		fs.AvailableBytes += int64(st.Bavail) * st.Bsize
 	}
 	return fs, nil
 }
 
 // ImageID is the ID of image ref on the runtime, "" if it has none.
 func (r *Runtime) ImageID(ctx context.Context, ref string) (string, error) {
+	img, err := r.imageStatus(ctx, ref)
+	return img.GetId(), err
+}
+
+// ImageSize is the size the runtime gives image ref, 0 if it has none.
+func (r *Runtime) ImageSize(ctx context.Context, ref string) (int64, error) {
+	img, err := r.imageStatus(ctx, ref)
+	return int64(img.GetSize()), err
+}
+
+func (r *Runtime) imageStatus(ctx context.Context, ref string) (*criapi.Image, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	resp, err := r.cri.ImageStatus(ctx, &criapi.ImageStatusRequest{Image: &criapi.ImageSpec{Image: ref}})
 	if err != nil {
-		return "", fmt.Errorf("image status of %s through CRI: %w", ref, err)
+		return nil, fmt.Errorf("image status of %s through CRI: %w", ref, err)
 	}
-	return resp.GetImage().GetId(), nil
+	return resp.GetImage(), nil
 }
 
 // ImagesInUse are the IDs of the images the runtime's containers run.
