@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -73,17 +74,27 @@ var (
 	appliedErr error
 )
 
+// shipped is the agent as manifests/prepull-agent installs it.
+var shipped = install{agentNamespace, agentAccount}
+
+// install is where an agent's DaemonSet and ServiceAccount are.
+type install struct{ namespace, account string }
+
 // agentConfig is a client configuration with the token of the DaemonSet's
 // Pod on node, as the agent there has it: bound to that Pod, so naming
 // its node.
 func agentConfig(t *testing.T, admin client.Client, node string) *rest.Config {
+	return shipped.agentConfig(t, admin, node)
+}
+
+func (in install) agentConfig(t *testing.T, admin client.Client, node string) *rest.Config {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var pod *corev1.Pod
 	for pod == nil {
 		pods := &corev1.PodList{}
-		if err := admin.List(ctx, pods, client.InNamespace(agentNamespace)); err != nil {
+		if err := admin.List(ctx, pods, client.InNamespace(in.namespace)); err != nil {
 			t.Fatal(err)
 		}
 		for i := range pods.Items {
@@ -100,14 +111,18 @@ func agentConfig(t *testing.T, admin client.Client, node string) *rest.Config {
 	}
 	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: new(int64(600)),
 		BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}}}
-	return tokenConfig(t, admin, req)
+	return in.tokenConfig(t, admin, req)
 }
 
 // tokenConfig is a client configuration with a token of the agent's
 // service account.
 func tokenConfig(t *testing.T, admin client.Client, req *authenticationv1.TokenRequest) *rest.Config {
+	return shipped.tokenConfig(t, admin, req)
+}
+
+func (in install) tokenConfig(t *testing.T, admin client.Client, req *authenticationv1.TokenRequest) *rest.Config {
 	t.Helper()
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: agentNamespace, Name: agentAccount}}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: in.namespace, Name: in.account}}
 	if err := admin.SubResource("token").Create(context.Background(), sa, req); err != nil {
 		t.Fatal(err)
 	}
@@ -242,6 +257,70 @@ func TestAgentWritesOnlyItsNode(t *testing.T) {
 	current.AgentVersion = "forged"
 	if err := unbound.Update(ctx, current); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "this token names no node") {
 		t.Errorf("updating with a token bound to no Pod: %v, want it forbidden", err)
+	}
+}
+
+// Installed by an overlay under another namespace (and name prefix, to
+// stand beside the shipped install), the agent's admission policies
+// follow it: its agent still writes only its own node's object.
+func TestAgentUnderAnotherNamespace(t *testing.T) {
+	admin := clusterClient(t)
+	nodes := []string{"kwok-node-0", "kwok-node-1"}
+	applyAgentManifests(t, admin, nodes...)
+	moved := install{"moved-agent", "moved-asrl-prepull-agent"}
+	overlay := t.TempDir()
+	abs, err := filepath.Abs("../../../manifests/prepull-agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := filepath.Rel(overlay, abs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"),
+		fmt.Appendf(nil, "namespace: %s\nnamePrefix: moved-\nresources: [%s]\n", moved.namespace, base), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := testcluster.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectl := func(args ...string) error {
+		out, err := exec.Command(filepath.Join(bin, "kubectl"), append([]string{"--kubeconfig", cluster.Kubeconfig()}, args...)...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("kubectl %s: %w\n%s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	if err := kubectl("apply", "-k", overlay); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := kubectl("delete", "-k", overlay, "--wait=false"); err != nil {
+			t.Error(err)
+		}
+	})
+	for _, n := range nodes {
+		t.Cleanup(func() {
+			_ = admin.Delete(context.Background(), &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: n}})
+		})
+	}
+	agent := asClient(t, moved.agentConfig(t, admin, nodes[0]))
+	ctx := context.Background()
+	other := &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: nodes[1]}}
+	var last error
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		last = agent.Create(ctx, other.DeepCopy(), client.DryRunAll)
+		if apierrors.IsForbidden(last) && strings.Contains(last.Error(), "the asrl-prepull-agent of node kwok-node-0 may write only NodeImageCache kwok-node-0, not kwok-node-1") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the moved agent creating another node's object: %v after 30 s, want it forbidden by the own-node policy", last)
+		}
+	}
+	own := &v1alpha1.NodeImageCache{ObjectMeta: metav1.ObjectMeta{Name: nodes[0]}}
+	if err := agent.Create(ctx, own, client.DryRunAll); err != nil {
+		t.Errorf("the moved agent creating its own node's object: %v", err)
 	}
 }
 
