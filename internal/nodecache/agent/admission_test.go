@@ -383,7 +383,7 @@ func TestPrepullJobLimits(t *testing.T) {
 
 	allowRegistries(t, admin, "mirror.example.com, docker.io/swebench/", job(85, "mirror.example.com/swebench/django:1", "docker.io/swebench/astropy:2"))
 	refused("an image of another registry", job(0, "mirror.example.com/a:1", "ghcr.io/private/model:1"),
-		"PrepullJob limits: ghcr.io/private/model:1 is from none of the registries asrl-prepull-agent may pull from (mirror.example.com, docker.io/swebench/, ConfigMap sandbox-fleet-agent/asrl-prepull-agent); name images in full, registry first")
+		"PrepullJob limits: ghcr.io/private/model:1 is from none of the registries asrl-prepull-agent may pull from (mirror.example.com, docker.io/swebench/, ConfigMap sandbox-fleet-agent/asrl-prepull-agent), or is not named in full; name images in full: registry first, lower case, with a tag or digest")
 	refused("another repository of an allowed registry", job(0, "docker.io/library/busybox:1.36"), "docker.io/library/busybox:1.36 is from none")
 	refused("a host whose name extends an allowed one", job(0, "mirror.example.com.evil.io/a:1"), "mirror.example.com.evil.io/a:1 is from none")
 	refused("a disk high water above the cap", job(95, "mirror.example.com/a:1"),

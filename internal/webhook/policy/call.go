@@ -18,7 +18,7 @@ import (
 // CanonicalImage matches valid image references with an explicit
 // registry host, a lower-case path and a tag or a digest: stricter than
 // the reference grammar, so Mutate never refuses one as invalid. Apart
-// from dockerHubShortForms, each is already in the form images.Normalize
+// from DockerHubShortForms, each is already in the form images.Normalize
 // gives it.
 const CanonicalImage = `^(?:` + canonicalHost + `)/` + canonicalComponent + `(?:/` + canonicalComponent + `)*` + canonicalTagOrDigest + `$`
 
@@ -35,9 +35,9 @@ var (
 	canonicalRepository = regexp.MustCompile(`^(?:` + canonicalHost + `)(?:/` + canonicalComponent + `)+$`)
 )
 
-// dockerHubShortForms are the canonical-looking references Normalize
+// DockerHubShortForms are the canonical-looking references Normalize
 // still changes: Docker Hub's aliases and its one-segment library images.
-const dockerHubShortForms = `index\.docker\.io/|registry-1\.docker\.io/|docker\.io/[^/]*$`
+const DockerHubShortForms = `index\.docker\.io/|registry-1\.docker\.io/|docker\.io/[^/]*$`
 
 // UpdateConditionName names UpdateCondition among a sandbox Pod entry's
 // matchConditions.
@@ -278,7 +278,7 @@ func (c imageCheck) cel(image string) string {
 	return not + image + ".matches(" + quote(c.pattern) + ")"
 }
 
-// dockerHubPrefixes are the literal prefixes of dockerHubShortForms.
+// dockerHubPrefixes are the literal prefixes of DockerHubShortForms.
 var dockerHubPrefixes = []string{"index.docker.io/", "registry-1.docker.io/", "docker.io/"}
 
 // imageChecks are the checks that an image is valid, in the form
@@ -333,7 +333,7 @@ func imageChecks(allowed [][]string, froms []string) []imageCheck {
 		checks = append(checks, imageCheck{under(within), true})
 	}
 	if !folded || overlaps {
-		sources := dockerHubShortForms
+		sources := DockerHubShortForms
 		if len(froms) > 0 {
 			sources += "|" + strings.TrimPrefix(under(froms), "^")
 		}

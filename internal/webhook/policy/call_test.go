@@ -660,7 +660,7 @@ func FuzzCanonicalImage(f *testing.F) {
 	for _, s := range []string{"mirror.example.com/hub/a/b:1", "localhost:5000/a:latest", "a.b/c@sha256:" + sha, "docker.io/x/y:z", "a-b.c-d.e:1/f_g__h-i:J.k-l"} {
 		f.Add(s)
 	}
-	re, short := regexp.MustCompile(CanonicalImage), regexp.MustCompile("^(?:"+dockerHubShortForms+")")
+	re, short := regexp.MustCompile(CanonicalImage), regexp.MustCompile("^(?:"+DockerHubShortForms+")")
 	f.Fuzz(func(t *testing.T, s string) {
 		if !re.MatchString(s) {
 			return
