@@ -170,6 +170,12 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 	if cfg.Placement == "image-affinity" && len(f.Clusters) > 1 {
 		f.readNodeCaches(ctx)
 	}
+	// A ctx that ended meanwhile stopped the trackers: a fleet without
+	// them would wait for nothing.
+	if err := context.Cause(ctx); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("opening the fleet: %w", err)
+	}
 	return f, nil
 }
 

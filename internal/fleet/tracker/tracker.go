@@ -12,6 +12,7 @@ package tracker
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,6 +62,9 @@ type Tracker struct {
 // Start begins watching the warm pools, claims and Pods of run runID in namespace
 // and returns once the first listing is in. It stops when ctx ends.
 func Start(ctx context.Context, cfg *rest.Config, namespace, runID string) (*Tracker, error) {
+	if err := canList(ctx, cfg, namespace, runID); err != nil {
+		return nil, err
+	}
 	c, err := cache.New(cfg, cache.Options{
 		Scheme:               kube.Scheme,
 		DefaultNamespaces:    map[string]cache.Config{namespace: {}},
@@ -109,11 +113,36 @@ func Start(ctx context.Context, cfg *rest.Config, namespace, runID string) (*Tra
 		}
 	}
 	go func() { _ = c.Start(ctx) }()
-	if !c.WaitForCacheSync(ctx) {
-		return nil, fmt.Errorf("listing the run's objects in namespace %s: %w", namespace, context.Cause(ctx))
+	sctx, cancel := context.WithTimeout(ctx, syncTimeout)
+	defer cancel()
+	if !c.WaitForCacheSync(sctx) {
+		return nil, fmt.Errorf("listing the run's objects in namespace %s: %w", namespace, context.Cause(sctx))
 	}
 	t.watchCaches = func() toolscache.Store { return watchPulling(ctx, cfg) }
 	return t, nil
+}
+
+// syncTimeout bounds the wait for the watches' first lists: an informer
+// that cannot list retries for ever, silently.
+const syncTimeout = 2 * time.Minute
+
+// canList lists each kind the tracker watches once, plainly: a caller
+// without the right to gets the API server's refusal at once, naming the
+// kind, rather than a watch that waits for ever.
+func canList(ctx context.Context, cfg *rest.Config, namespace, runID string) error {
+	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		return err
+	}
+	for _, list := range []client.ObjectList{&extensionsv1beta1.SandboxWarmPoolList{}, &extensionsv1beta1.SandboxClaimList{}, &corev1.PodList{}} {
+		err := c.List(ctx, list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: labels.RunSelector(runID)}, client.Limit(1))
+		if err != nil {
+			kind := strings.TrimSuffix(fmt.Sprintf("%T", list), "List")
+			return fmt.Errorf("listing %ss in namespace %s: %w (a run lists and watches its warm pools, claims and Pods in its namespace)",
+				kind[strings.LastIndex(kind, ".")+1:], namespace, err)
+		}
+	}
+	return nil
 }
 
 // sandboxIndex indexes Pods by the name of their controlling Sandbox,

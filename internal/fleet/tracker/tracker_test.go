@@ -7,7 +7,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
@@ -228,5 +230,44 @@ func TestPulling(t *testing.T) {
 			t.Fatalf("Pulling with no Pod waiting = %+v", got)
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+}
+
+// A caller that may not list Pods gets the API server's refusal at once,
+// naming them, rather than a watch that waits for ever.
+func TestStartWithoutTheRightToListPods(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns := cluster.NewNamespace(t)
+	clients, err := cluster.Clients(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "no-pods"}}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "no-pods"}, Rules: []rbacv1.PolicyRule{{
+		APIGroups: []string{"extensions.agents.x-k8s.io"}, Resources: []string{"sandboxwarmpools", "sandboxclaims"}, Verbs: []string{"list", "watch"}}}}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "no-pods"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa.Name}}}
+	for _, obj := range []client.Object{sa, role, binding} {
+		if err := clients.Client.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kubeconfig, err := cluster.ServiceAccountKubeconfig(ctx, ns, sa.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = tracker.Start(ctx, cfg, ns, "run-mine")
+	if err == nil || !strings.Contains(err.Error(), "listing Pods in namespace "+ns) || !strings.Contains(err.Error(), "forbidden") {
+		t.Fatalf("Start without list on Pods: %v, want a refusal naming them", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("the refusal took %v", took)
 	}
 }
