@@ -3,10 +3,12 @@
 package teardown
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -78,6 +80,9 @@ func tearDown(ctx context.Context, c client.Client, tr *tracker.Tracker, namespa
 		if left.empty() {
 			return nil
 		}
+		if stuck := left.stuck(time.Now()); len(stuck) > 0 {
+			return &StuckError{Objects: stuck}
+		}
 		if err := left.delete(ctx, c); err != nil {
 			return fmt.Errorf("run %s: %w", runID, err)
 		}
@@ -114,6 +119,62 @@ const (
 	// recheckAfter spaces the looks at the API server.
 	recheckAfter = 250 * time.Millisecond
 )
+
+// StuckGrace is how long past its deletion deadline (its deletion
+// timestamp, which holds its grace period) a Pod may take to go before
+// teardown stops waiting for it: a Pod on a node that was lost stays
+// Terminating until its node is deleted or the Pod is force-deleted,
+// which is not teardown's to decide (its containers may still run, on
+// the other side of a partition).
+const StuckGrace = 30 * time.Second
+
+// StuckError is a teardown that ended with nothing left of the run but
+// objects that are not going: being deleted, long past their deadline.
+type StuckError struct {
+	Objects []client.Object
+}
+
+func (e *StuckError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d objects stay being deleted, past their grace period by more than %v:", len(e.Objects), StuckGrace)
+	for _, o := range e.Objects {
+		kind := fmt.Sprintf("%T", o)
+		kind = kind[strings.LastIndex(kind, ".")+1:]
+		where := ""
+		if p, ok := o.(*corev1.Pod); ok {
+			where = ", node " + cmp.Or(p.Spec.NodeName, "none")
+		}
+		fmt.Fprintf(&b, " %s %s/%s (deleting since %s%s)", kind, o.GetNamespace(), o.GetName(), o.GetDeletionTimestamp().Format(time.RFC3339), where)
+	}
+	b.WriteString("; a Pod's node may be lost: once it is gone for good, delete the node (kubectl delete node) or force-delete its Pods (kubectl delete pod --force --grace-period=0)")
+	return b.String()
+}
+
+// stuck lists what is left when all of it is being deleted more than
+// StuckGrace past its deadline at now; nil while anything may still go.
+func (r *remains) stuck(now time.Time) []client.Object {
+	var all []client.Object
+	all = append(all, r.makers...)
+	all = append(all, r.templates...)
+	for _, sb := range r.sandboxes {
+		all = append(all, sb)
+	}
+	for _, ps := range r.pods {
+		for _, p := range ps {
+			all = append(all, p)
+		}
+	}
+	for _, p := range r.strays {
+		all = append(all, p)
+	}
+	for _, o := range all {
+		if at := o.GetDeletionTimestamp(); at == nil || now.Before(at.Add(StuckGrace)) {
+			return nil
+		}
+	}
+	slices.SortFunc(all, func(a, b client.Object) int { return strings.Compare(a.GetName(), b.GetName()) })
+	return all
+}
 
 // remains is what one look found of a run.
 type remains struct {

@@ -2,6 +2,7 @@ package teardown_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"slices"
@@ -317,5 +318,39 @@ func TestReap(t *testing.T) {
 	}
 	if left, err := teardown.Leftovers(ctx, clients.Client, clients.Namespace, "abandoned"); err != nil || len(left) > 0 {
 		t.Errorf("reaped run left %v (%v)", left, err)
+	}
+}
+
+// A Pod that stays Terminating — as on a lost node, here held by a
+// finalizer — ends a reap within StuckGrace of its deadline, naming it,
+// rather than holding the reap for ever.
+func TestReapReportsAPodStuckTerminating(t *testing.T) {
+	ctx, clients := setup(t)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "on-a-lost-node", Namespace: clients.Namespace, Labels: labels.ForRun("stuck"),
+			Finalizers: []string{"sandbox-fleet.io/test-hold"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}},
+	}
+	if err := clients.Client.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		patch := client.RawPatch(types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`))
+		if err := clients.Client.Patch(context.Background(), pod, patch); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := clients.Client.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err := teardown.Reap(ctx, clients, "stuck")
+	var stuck *teardown.StuckError
+	if !errors.As(err, &stuck) || len(stuck.Objects) != 1 || stuck.Objects[0].GetName() != pod.Name ||
+		!strings.Contains(err.Error(), "Pod "+clients.Namespace+"/on-a-lost-node") {
+		t.Fatalf("reaping a run whose Pod stays Terminating: %v, want a StuckError naming it", err)
+	}
+	if took := time.Since(start); took > teardown.StuckGrace+20*time.Second {
+		t.Errorf("the reap took %v", took)
 	}
 }
