@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"strings"
 	"sync"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
@@ -43,7 +42,7 @@ func Read(path string) ([]fleet.Result, error) {
 		}
 		var r fleet.Result
 		err := json.Unmarshal(sc.Bytes(), &r)
-		if torn(err) {
+		if torn(err, sc.Bytes()) {
 			continue
 		}
 		if err != nil || r.ID == "" {
@@ -75,17 +74,31 @@ func Done(path string) (map[Key]bool, error) {
 	return done, nil
 }
 
-// torn reports whether a line failed to decode only because it ends early.
-func torn(err error) bool {
+// torn reports whether line failed to decode only because it ends early:
+// the syntax error is at its end (mid-value, or mid-literal, which the
+// decoder finds one byte past it).
+func torn(err error, line []byte) bool {
 	var syntax *json.SyntaxError
-	return errors.As(err, &syntax) && syntax.Offset > 0 && strings.HasPrefix(syntax.Error(), "unexpected end of JSON input")
+	return errors.As(err, &syntax) && syntax.Offset > 0 && syntax.Offset >= int64(len(line))
 }
 
 // Writer appends results to a file.
 type Writer struct {
 	mu   sync.Mutex
-	file *os.File
-	enc  *json.Encoder
+	file appendFile
+	// size is how much of the file holds whole lines; torn is set when a
+	// failed write may have left part of a line past it.
+	size int64
+	torn bool
+}
+
+// appendFile is the results file as Writer uses it (an *os.File opened
+// to append).
+type appendFile interface {
+	Write([]byte) (int, error)
+	Truncate(size int64) error
+	Sync() error
+	Close() error
 }
 
 // Create opens path for appending results, creating it if need be.
@@ -94,24 +107,47 @@ func Create(path string) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening the results file: %w", err)
 	}
+	w := &Writer{file: f}
 	// A torn last line from a killed run would glue onto the next result.
 	if st, err := f.Stat(); err == nil && st.Size() > 0 {
+		w.size = st.Size()
 		last := make([]byte, 1)
 		if r, err := os.Open(path); err == nil {
-			if _, err := r.ReadAt(last, st.Size()-1); err == nil && last[0] != '\n' {
-				_, _ = f.Write([]byte("\n"))
-			}
+			w.torn = func() bool { _, err := r.ReadAt(last, st.Size()-1); return err == nil && last[0] != '\n' }()
 			r.Close()
 		}
 	}
-	return &Writer{file: f, enc: json.NewEncoder(f)}, nil
+	return w, nil
 }
 
-// Write appends one result as a line.
+// Write appends one result as a line. A write that fails part-way (a
+// full disk) is cut off the file, or, if that fails too, ended as a line
+// of its own before the next result, which Read then skips: the file
+// never holds a result glued to a fragment.
 func (w *Writer) Write(r fleet.Result) error {
+	line, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	line = append(line, '\n')
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.enc.Encode(r)
+	if w.torn {
+		if _, err := w.file.Write([]byte("\n")); err != nil {
+			return fmt.Errorf("writing the results file: %w", err)
+		}
+		w.torn = false
+		w.size++
+	}
+	n, err := w.file.Write(line)
+	if err != nil {
+		if n > 0 {
+			w.torn = w.file.Truncate(w.size) != nil
+		}
+		return fmt.Errorf("writing the results file: %w", err)
+	}
+	w.size += int64(n)
+	return nil
 }
 
 // Close flushes the file to disk and closes it.
