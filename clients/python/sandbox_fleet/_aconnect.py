@@ -6,6 +6,7 @@ at once use as many connections."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import ssl
 import struct
@@ -177,8 +178,11 @@ class AsyncTransport:
 
     async def server_stream(self, method: str, msg: dict) -> AsyncIterator[dict]:
         resp = await self._send(method, "application/connect+json", body=_envelope(json.dumps(msg).encode()))
-        async for m in self._read_stream(method, resp):
-            yield m
+        # Closed with this stream, so a caller that stops reading closes
+        # the connection now, which stops the call at the server.
+        async with contextlib.aclosing(self._read_stream(method, resp)) as stream:
+            async for m in stream:
+                yield m
 
     async def client_stream(self, method: str, msgs: Iterable[dict]) -> dict:
         resp = await self._send(method, "application/connect+json", chunks=(_envelope(json.dumps(m).encode()) for m in msgs))

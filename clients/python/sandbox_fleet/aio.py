@@ -6,11 +6,12 @@ renewed by the synchronous client's one background thread."""
 from __future__ import annotations
 
 import contextlib
+import io
 from collections.abc import AsyncIterator, Iterable, Mapping
 
 from ._aconnect import AsyncTransport
-from .client import (_LIST, ExecResult, Handle, SandboxFleet, Shell, _acquire_msg, _collect, _events_of, _failed,
-                     _file_of, _files_of, _handle, _listed, _lookahead_msg, _release_msg, _removed, _seconds, _signal_name,
+from .client import (_LIST, MAX_OUTPUT, MAX_TAR, ExecResult, Handle, SandboxFleet, Shell, _acquire_msg, _Capped, _events_of, _failed,
+                     _file_of, _files_of, _handle, _listed, _Output, _lookahead_msg, _release_msg, _removed, _seconds, _signal_name,
                      _split_file, _tar_messages, _tar_of, _tar_tree, _tasks_msg, _untar_tree, b64, unb64)
 from .errors import InfraError, TaskError
 
@@ -38,13 +39,14 @@ class AsyncHandle:
             msg["stdin"] = b64(stdin.encode() if isinstance(stdin, str) else stdin)
         if timeout:
             msg["timeout"] = _seconds(timeout)
-        async for m in self._t.server_stream("Exec", msg):
-            for e in _events_of(m):
-                yield e
+        async with contextlib.aclosing(self._t.server_stream("Exec", msg)) as stream:
+            async for m in stream:
+                for e in _events_of(m):
+                    yield e
 
-    async def exec(self, argv: list[str], check: bool = False, **kw) -> ExecResult:
+    async def exec(self, argv: list[str], check: bool = False, max_output: int = MAX_OUTPUT, **kw) -> ExecResult:
         """As ``Handle.exec``: a timeout is a result (``timed_out``, 124)."""
-        result = _collect([e async for e in self.exec_stream(argv, **kw)])
+        result = await _acollect(self.exec_stream(argv, **kw), max_output)
         if check and not result.ok:
             raise TaskError(f"{argv[0]} {_failed(result)} in sandbox {self.id}", result.exit_code, result.stdout, result.stderr)
         return result
@@ -85,9 +87,23 @@ class AsyncHandle:
         directory, name = _split_file(path)
         return await self.write_files(directory, {name: data}, mode)
 
-    async def read_tar(self, paths: Iterable[str]) -> bytes:
+    async def read_tar(self, paths: Iterable[str], max_bytes: int = MAX_TAR) -> bytes:
+        buf = io.BytesIO()
+        await self.read_tar_into(paths, _Capped(buf, max_bytes, "ReadFiles"))
+        return buf.getvalue()
+
+    async def read_tar_into(self, paths: Iterable[str], out) -> int:
         msg = self.handle._ref(paths=list(paths))
-        return b"".join([unb64(m.get("tar")) async for m in self._t.server_stream("ReadFiles", msg)])
+        n = 0
+        stream = self._t.server_stream("ReadFiles", msg)
+        try:
+            async for m in stream:
+                chunk = unb64(m.get("tar"))
+                out.write(chunk)
+                n += len(chunk)
+        finally:
+            await stream.aclose()
+        return n
 
     async def read_files(self, paths: Iterable[str]) -> dict[str, bytes]:
         return _files_of(await self.read_tar(paths))
@@ -129,12 +145,14 @@ class AsyncShell:
         self._sync = Shell(handle.handle, name)
 
     async def run_stream(self, script: str, timeout: float | None = None, merge_stderr: bool = False) -> AsyncIterator[_Event]:
-        async for m in self.handle._t.server_stream("ShellRun", self._sync._run_msg(script, timeout, merge_stderr)):
-            for e in _events_of(m):
-                yield e
+        async with contextlib.aclosing(self.handle._t.server_stream("ShellRun", self._sync._run_msg(script, timeout, merge_stderr))) as stream:
+            async for m in stream:
+                for e in _events_of(m):
+                    yield e
 
-    async def run(self, script: str, timeout: float | None = None, merge_stderr: bool = False, check: bool = False) -> ExecResult:
-        result = _collect([e async for e in self.run_stream(script, timeout=timeout, merge_stderr=merge_stderr)])
+    async def run(self, script: str, timeout: float | None = None, merge_stderr: bool = False, check: bool = False,
+                  max_output: int = MAX_OUTPUT) -> ExecResult:
+        result = await _acollect(self.run_stream(script, timeout=timeout, merge_stderr=merge_stderr), max_output)
         return self._sync._checked(result, script, check)
 
     async def interrupt(self) -> None:
@@ -241,3 +259,14 @@ class AsyncSandboxFleet:
 
     def disconnect(self) -> None:
         self.sync.disconnect()
+
+
+async def _acollect(events: AsyncIterator[_Event], limit: int) -> ExecResult:
+    """As ``_collect``, for an asyncio stream of events."""
+    o = _Output(limit)
+    try:
+        async for kind, data in events:
+            o.add(kind, data)
+    finally:
+        await events.aclose()
+    return o.result()

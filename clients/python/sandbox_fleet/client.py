@@ -14,7 +14,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from ._connect import CLIENT_KEY_HEADER, Transport, b64, unb64
-from .errors import FleetError, InfraError, TaskError
+from .errors import FleetError, InfraError, OutputTooLarge, TaskError
+
+# The most a call keeps in memory unless its caller says otherwise: a
+# command's stdout and stderr (exec, Shell.run), and a read's tar archive.
+# A sandbox printing without end must not take the trainer's memory.
+MAX_OUTPUT = 64 << 20
+MAX_TAR = 1 << 30
 
 
 def _seconds(t: float) -> str:
@@ -87,14 +93,15 @@ class Handle:
 
     def exec(self, argv: list[str], stdin: bytes | str | None = None, timeout: float | None = None,
              env: Mapping[str, str] | None = None, cwd: str | None = None, container: str | None = None,
-             check: bool = False) -> ExecResult:
+             check: bool = False, max_output: int = MAX_OUTPUT) -> ExecResult:
         """Runs argv in the sandbox and returns its exit code and output
         (bytes). A non-zero exit is a result, or a TaskError with
         ``check=True``; so is a command past ``timeout`` (seconds), which is
         killed in the sandbox with what it started and returned with
         ``timed_out`` and exit code 124. A sandbox that was lost raises
-        SandboxLostError."""
-        result = _collect(self.exec_stream(argv, stdin=stdin, timeout=timeout, env=env, cwd=cwd, container=container))
+        SandboxLostError. Past ``max_output`` bytes of stdout and stderr
+        the command is stopped and OutputTooLarge raised."""
+        result = _collect(self.exec_stream(argv, stdin=stdin, timeout=timeout, env=env, cwd=cwd, container=container), max_output)
         if check and not result.ok:
             raise TaskError(f"{argv[0]} {_failed(result)} in sandbox {self.id}", result.exit_code, result.stdout, result.stderr)
         return result
@@ -163,10 +170,28 @@ class Handle:
         msgs = _tar_messages(self.id, self.fleet.client_id, directory, archive, chunk)
         return int(self.fleet._t.client_stream("WriteFiles", msgs, timeout=None).get("bytes", 0))
 
-    def read_tar(self, paths: Iterable[str]) -> bytes:
-        """A tar archive of files or directories (names relative to /)."""
+    def read_tar(self, paths: Iterable[str], max_bytes: int = MAX_TAR) -> bytes:
+        """A tar archive of files or directories (names relative to /), of
+        at most ``max_bytes`` (else OutputTooLarge: read a larger tree with
+        ``read_tar_into``)."""
+        buf = io.BytesIO()
+        self.read_tar_into(paths, _Capped(buf, max_bytes, "ReadFiles"))
+        return buf.getvalue()
+
+    def read_tar_into(self, paths: Iterable[str], out) -> int:
+        """Writes a tar archive of paths into ``out`` (a binary file) as it
+        comes, and returns its size: for trees too large to hold."""
         msg = self._ref(paths=list(paths))
-        return b"".join(unb64(m.get("tar")) for m in self.fleet._t.server_stream("ReadFiles", msg, timeout=None))
+        n = 0
+        stream = self.fleet._t.server_stream("ReadFiles", msg, timeout=None)
+        try:
+            for m in stream:
+                chunk = unb64(m.get("tar"))
+                out.write(chunk)
+                n += len(chunk)
+        finally:
+            stream.close()
+        return n
 
     def read_files(self, paths: Iterable[str]) -> dict[str, bytes]:
         """The regular files under paths, by absolute path."""
@@ -336,20 +361,60 @@ def _output(messages: Iterable[dict]) -> Iterator[tuple[str, bytes | int | bool]
         yield from _events_of(m)
 
 
-def _collect(events: Iterable[tuple[str, bytes | int | bool]]) -> ExecResult:
-    out, err, code, timed_out = [], [], None, False
-    for kind, data in events:
-        if kind == "stdout":
-            out.append(data)
-        elif kind == "stderr":
-            err.append(data)
+class _Output:
+    """A command's output as it comes, up to limit bytes in all."""
+
+    def __init__(self, limit: int):
+        self.limit, self.size = limit, 0
+        self.out: list[bytes] = []
+        self.err: list[bytes] = []
+        self.code: int | None = None
+        self.timed_out = False
+
+    def add(self, kind: str, data) -> None:
+        if kind in ("stdout", "stderr"):
+            self.size += len(data)
+            if self.size > self.limit:
+                raise OutputTooLarge(f"the command wrote more than {self.limit} bytes: it was stopped; pass a larger max_output, "
+                                     "or read its output as it comes (exec_stream, Shell.run_stream, Handle.start)")
+            (self.out if kind == "stdout" else self.err).append(data)
         elif kind == "timed_out":
-            timed_out = True
+            self.timed_out = True
         else:
-            code = data
-    if code is None:
-        raise InfraError("the stream ended without an exit code", "unavailable", "exec")
-    return ExecResult(code, b"".join(out), b"".join(err), timed_out)
+            self.code = data
+
+    def result(self) -> ExecResult:
+        if self.code is None:
+            raise InfraError("the stream ended without an exit code", "unavailable", "exec")
+        return ExecResult(self.code, b"".join(self.out), b"".join(self.err), self.timed_out)
+
+
+def _collect(events: Iterator[tuple[str, bytes | int | bool]], limit: int = MAX_OUTPUT) -> ExecResult:
+    """The result of a command's events; past limit bytes of output the
+    stream is closed, which stops the command, and OutputTooLarge raised."""
+    o = _Output(limit)
+    try:
+        for kind, data in events:
+            o.add(kind, data)
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
+    return o.result()
+
+
+class _Capped:
+    """A binary file that takes at most limit bytes, for a read's archive."""
+
+    def __init__(self, out, limit: int, method: str):
+        self.out, self.limit, self.method, self.size = out, limit, method, 0
+
+    def write(self, data: bytes) -> int:
+        self.size += len(data)
+        if self.size > self.limit:
+            raise OutputTooLarge(f"{self.method}: the archive is larger than {self.limit} bytes: pass a larger max_bytes, "
+                                 "or write it to a file as it comes with read_tar_into")
+        return self.out.write(data)
 
 
 def _failed(r: ExecResult) -> str:
@@ -382,13 +447,15 @@ class Shell:
         yield from _output(self.handle.fleet._t.server_stream("ShellRun", msg, timeout=None))
 
     def run(self, script: str, timeout: float | None = None, merge_stderr: bool = False,
-            check: bool = False) -> ExecResult:
+            check: bool = False, max_output: int = MAX_OUTPUT) -> ExecResult:
         """Runs script (shell text) in the shell. Past ``timeout`` seconds it
         is interrupted, then killed, and returned with ``timed_out`` and exit
         code 124; the shell stays usable. ``merge_stderr`` interleaves stderr
         into stdout as written. A script that runs ``exit`` closes the shell.
+        Past ``max_output`` bytes of output it is stopped and OutputTooLarge
+        raised.
         """
-        return self._checked(_collect(self.run_stream(script, timeout=timeout, merge_stderr=merge_stderr)), script, check)
+        return self._checked(_collect(self.run_stream(script, timeout=timeout, merge_stderr=merge_stderr), max_output), script, check)
 
     def _checked(self, result: ExecResult, script: str, check: bool) -> ExecResult:
         if check and not result.ok:

@@ -64,3 +64,14 @@ def from_connect(code: str, message: str, meta: dict[str, str]) -> FleetError:
         # The server could not be reached or answer in time.
         return InfraError(message, code, "api")
     return FleetError(message, code, reason)
+
+
+class OutputTooLarge(FleetError):
+    """A command wrote, or a read returned, more than the caller's cap
+    (``max_output``, ``max_bytes``): the client stopped reading, and the
+    command was stopped with the call. Read more with a larger cap, or as
+    it comes (``exec_stream``, ``Shell.run_stream``, ``Handle.start``,
+    ``read_tar_into``)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, "resource_exhausted")

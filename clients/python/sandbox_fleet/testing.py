@@ -9,16 +9,18 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import queue
 import shutil
 import signal
 import subprocess
 import tarfile
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 
-from .client import ExecResult, Handle, Process, Shell, _signal_name
+from .client import MAX_OUTPUT, MAX_TAR, ExecResult, Handle, Process, Shell, _Capped, _Output, _signal_name
 from .errors import FleetError, InfraError, SandboxLostError, SandboxStartError
 
 
@@ -94,7 +96,8 @@ class FakeShell(Shell):
             yield "timed_out", True
         yield "exit", r.exit_code
 
-    def run(self, script: str, timeout: float | None = None, merge_stderr: bool = False, check: bool = False) -> ExecResult:
+    def run(self, script: str, timeout: float | None = None, merge_stderr: bool = False, check: bool = False,
+            max_output: int = MAX_OUTPUT) -> ExecResult:
         h = self.handle
         h.fleet._check(h.id)
         if self.closed:
@@ -133,9 +136,9 @@ class FakeShell(Shell):
             # The script ended the shell.
             self.closed = True
             rc = self._p.wait()
-            return ExecResult(rc if rc >= 0 else 128 - rc, b"".join(out), b"".join(err))
+            return _capped(ExecResult(rc if rc >= 0 else 128 - rc, b"".join(out), b"".join(err)), max_output)
         result = ExecResult(124 if timed_out else int(tails["out"]), b"".join(out), b"".join(err), timed_out)
-        return self._checked(result, script, check)
+        return self._checked(_capped(result, max_output), script, check)
 
     def interrupt(self) -> None:
         self.handle.fleet._check(self.handle.id)
@@ -255,19 +258,62 @@ class FakeHandle(Handle):
             yield "stderr", str(e).encode()
             yield "exit", 127
             return
-        timed_out = False
+        # Output streams as it comes, as from the sandbox: a caller that
+        # stops reading (past its max_output) stops the command.
+        events: queue.Queue = queue.Queue(maxsize=64)
+        stop = threading.Event()
+
+        def pump(stream, kind: str) -> None:
+            try:
+                while chunk := stream.read1(1 << 16):
+                    while not stop.is_set():
+                        try:
+                            events.put((kind, chunk), timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+            except (OSError, ValueError):
+                pass
+            with contextlib.suppress(queue.Full):
+                events.put((kind, None), timeout=0.1)
+
+        def feed() -> None:
+            with contextlib.suppress(OSError, ValueError):
+                p.stdin.write(data or b"")
+            with contextlib.suppress(OSError, ValueError):
+                p.stdin.close()
+
+        threads = [threading.Thread(target=pump, args=(p.stdout, "stdout"), daemon=True),
+                   threading.Thread(target=pump, args=(p.stderr, "stderr"), daemon=True),
+                   threading.Thread(target=feed, daemon=True)]
+        for t in threads:
+            t.start()
+        deadline = None if not timeout else time.monotonic() + timeout
+        timed_out, open_streams = False, 2
         try:
-            out, err = p.communicate(data if data is not None else b"", timeout=timeout)
-        except subprocess.TimeoutExpired:
-            # As in the sandbox: the command and what it started are killed.
-            _kill_group(p)
-            out, err = p.communicate()
-            timed_out = True
+            while open_streams:
+                try:
+                    kind, chunk = events.get(timeout=None if deadline is None or timed_out else max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    # As in the sandbox: the command and what it started are killed.
+                    _kill_group(p)
+                    timed_out = True
+                    continue
+                if chunk is None:
+                    open_streams -= 1
+                    continue
+                yield kind, chunk
+            p.wait()
+        finally:
+            stop.set()
+            if p.poll() is None:
+                _kill_group(p)
+                p.wait()
+            for t in threads:
+                t.join(5)
+            for f in (p.stdout, p.stderr):
+                f.close()
         self.fleet._check(self.id)
-        if out:
-            yield "stdout", out
-        if err:
-            yield "stderr", err
         if timed_out:
             yield "timed_out", True
             yield "exit", 124
@@ -351,7 +397,17 @@ class FakeHandle(Handle):
             tar.extractall(dest)
         return len(archive)
 
-    def read_tar(self, paths: Iterable[str]) -> bytes:
+    def read_tar(self, paths: Iterable[str], max_bytes: int = MAX_TAR) -> bytes:
+        archive = self._tar(paths)
+        _Capped(io.BytesIO(), max_bytes, "ReadFiles").write(archive)
+        return archive
+
+    def read_tar_into(self, paths: Iterable[str], out) -> int:
+        archive = self._tar(paths)
+        out.write(archive)
+        return len(archive)
+
+    def _tar(self, paths: Iterable[str]) -> bytes:
         self.fleet._check(self.id)
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -361,6 +417,15 @@ class FakeHandle(Handle):
                     raise FleetError(f"ReadFiles: tar: {p}: No such file or directory", "failed_precondition")
                 tar.add(local, arcname=p.lstrip("/"))
         return buf.getvalue()
+
+
+def _capped(r: ExecResult, limit: int) -> ExecResult:
+    """r, or OutputTooLarge when its output is past limit, as a shell's
+    run gives it."""
+    o = _Output(limit)
+    o.add("stdout", r.stdout)
+    o.add("stderr", r.stderr)
+    return r
 
 
 class FakeFleet:

@@ -4,6 +4,7 @@ the fake must behave as the cluster does."""
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -169,3 +170,34 @@ def files(h, tmp_path) -> None:
         raise AssertionError("listed what is not there")
     except Exception as e:  # noqa: BLE001
         assert "not a directory" in str(e), e
+
+
+def output_caps(h, tmp_path) -> None:
+    """A command printing without end is stopped at the client's cap with a
+    clear error, and the sandbox goes on; a read past its cap too, and the
+    streaming read takes the whole."""
+    from sandbox_fleet import OutputTooLarge
+
+    started = time.monotonic()
+    try:
+        h.exec(["sh", "-c", "while :; do echo yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy; done"], max_output=1 << 20)
+        raise AssertionError("an endless output was kept")
+    except OutputTooLarge as e:
+        assert "more than 1048576 bytes" in str(e) and "exec_stream" in str(e), e
+    assert time.monotonic() - started < 30, time.monotonic() - started
+    sh = h.shell("caps")
+    try:
+        sh.run("head -c 3000000 /dev/zero", max_output=1 << 20)
+        raise AssertionError("a shell's endless output was kept")
+    except OutputTooLarge:
+        pass
+    sh.close()
+    assert h.exec(["echo", "still"]).stdout == b"still\n"
+    h.write_file("/tmp/caps/big", os.urandom(2_000_000))
+    try:
+        h.read_tar(["/tmp/caps"], max_bytes=1 << 20)
+        raise AssertionError("a tar past max_bytes was kept")
+    except OutputTooLarge as e:
+        assert "read_tar_into" in str(e), e
+    with open(tmp_path / "caps.tar", "wb") as f:
+        assert h.read_tar_into(["/tmp/caps"], f) > 2000000

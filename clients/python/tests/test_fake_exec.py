@@ -62,6 +62,10 @@ def test_files(handle, tmp_path):
     agent_checks.files(handle, tmp_path)
 
 
+def test_output_caps(handle, tmp_path):
+    agent_checks.output_caps(handle, tmp_path)
+
+
 def test_miniswe_environment(handle):
     os.makedirs(os.path.join(handle.root, "testbed"))
     adapter_checks.miniswe(handle, "/testbed")

@@ -120,6 +120,11 @@ def test_files(session, tmp_path):
         agent_checks.files(h, tmp_path)
 
 
+def test_output_caps(session, tmp_path):
+    with session.acquire("swe") as h:
+        agent_checks.output_caps(h, tmp_path)
+
+
 def test_port_forward(session):
     with session.acquire("swe") as h:
         agent_checks.port_forward(h, 8000)
