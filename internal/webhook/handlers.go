@@ -63,6 +63,8 @@ type Registry interface {
 
 // Handle implements admission.Handler.
 func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	ctx, cancel := withBudget(ctx)
+	defer cancel()
 	return timed("Pod", func() (admission.Response, string) { return m.handle(ctx, req) })
 }
 
@@ -262,6 +264,8 @@ type TemplateMutator struct {
 
 // Handle implements admission.Handler.
 func (m *TemplateMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	ctx, cancel := withBudget(ctx)
+	defer cancel()
 	return timed("SandboxTemplate", func() (admission.Response, string) { return m.handle(ctx, req) })
 }
 
@@ -320,6 +324,8 @@ type TemplateValidator struct {
 
 // Handle implements admission.Handler.
 func (v *TemplateValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	ctx, cancel := withBudget(ctx)
+	defer cancel()
 	return timed("SandboxTemplate", func() (admission.Response, string) { return v.handle(ctx, req) })
 }
 

@@ -68,20 +68,40 @@ func (a *PolicyAdmitter) handle(ctx context.Context, req admission.Request) (adm
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("SandboxPolicy %q has no UID: the API server assigns one before validating admission", p.Name)), resultErrored
 	}
 	admitted := Pending{PolicyRef: refOf(*p), Admitted: time.Now()}
+	full := false
 	_, err := a.configurations.write(ctx, nil, true, func(recorded []Pending) []Pending {
-		out := recorded[:0]
-		for _, r := range recorded {
-			if r.Name != p.Name {
-				out = append(out, r)
-			}
-		}
-		return append(out, admitted)
+		var out []Pending
+		out, full = withPending(recorded, admitted)
+		return out
 	})
+	if full {
+		return admission.Errored(http.StatusTooManyRequests, fmt.Errorf("SandboxPolicy %q: %d other policy changes are being put in force; try again in a moment", p.Name, MaxPending)), resultErrored
+	}
 	if err != nil {
 		return admission.Errored(http.StatusServiceUnavailable, fmt.Errorf("SandboxPolicy %q cannot be put in force, so it is not stored: %w; try again", p.Name, err)), resultErrored
 	}
 	return admission.Allowed("in force: the API server calls asrl-webhook for the namespaces it selects"), resultAllowed
 }
+
+// withPending is recorded with admitted in place of any earlier change of
+// its policy, or recorded as it is and full when MaxPending other changes
+// are pending.
+func withPending(recorded []Pending, admitted Pending) (out []Pending, full bool) {
+	for _, r := range recorded {
+		if r.Name != admitted.Name {
+			out = append(out, r)
+		}
+	}
+	if len(out) >= MaxPending {
+		return recorded, true
+	}
+	return append(out, admitted), false
+}
+
+// MaxPending bounds the policy changes pending at once, each an entry in
+// the webhook configuration: the elected replica resolves them within
+// moments, and the configuration must stay small enough to be written.
+const MaxPending = 16
 
 // freshWait bounds how long an admission waits for the policy whose
 // entry called it to reach this replica's cache: the moments between a
@@ -155,11 +175,25 @@ func (v *policyView) fresh(ctx context.Context) error {
 	return err
 }
 
+// admissionBudget bounds all of one admission's waits for the cache
+// together — the policy, the namespace, the Pod's Sandbox and its owner,
+// each up to freshWait — within the webhook configurations' 5 s timeout,
+// so the API server hears the webhook's answer, not its own timeout.
+const admissionBudget = 4 * time.Second
+
+// withBudget is ctx bounded by admissionBudget.
+func withBudget(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, admissionBudget)
+}
+
 // await calls done every 10 ms until it reports true or fails, for at
-// most freshWait (then it reports false): what the cache has not seen yet
-// it sees within moments.
+// most freshWait and no later than just before ctx's deadline (then it
+// reports false): what the cache has not seen yet it sees within moments.
 func await(ctx context.Context, done func() (bool, error)) (bool, error) {
 	deadline := time.Now().Add(freshWait)
+	if d, ok := ctx.Deadline(); ok && d.Add(-50*time.Millisecond).Before(deadline) {
+		deadline = d.Add(-50 * time.Millisecond)
+	}
 	for {
 		ok, err := done()
 		if ok || err != nil || time.Now().After(deadline) {

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -287,5 +288,30 @@ func TestPendingAnnotation(t *testing.T) {
 	cfg.Annotations = map[string]string{pendingAnnotation: "{"}
 	if _, err := ReadPending(cfg); err == nil || !strings.Contains(err.Error(), "asrl-webhook-policies") {
 		t.Errorf("a bad annotation: %v", err)
+	}
+}
+
+// At most MaxPending policy changes are pending at once; a policy's new
+// change takes the place of its last.
+func TestWithPending(t *testing.T) {
+	change := func(name string) Pending {
+		return Pending{PolicyRef: PolicyRef{Name: name, UID: "u-" + types.UID(name), Generation: 1}}
+	}
+	var recorded []Pending
+	for i := range MaxPending {
+		var full bool
+		if recorded, full = withPending(recorded, change(fmt.Sprint("p", i))); full {
+			t.Fatalf("change %d refused", i)
+		}
+	}
+	again := change("p3")
+	again.Generation = 2
+	out, full := withPending(recorded, again)
+	if full || len(out) != MaxPending || out[len(out)-1].Generation != 2 {
+		t.Errorf("a pending policy's next change: %d pending, full %v", len(out), full)
+	}
+	out, full = withPending(recorded, change("one-too-many"))
+	if !full || len(out) != MaxPending || slices.ContainsFunc(out, func(p Pending) bool { return p.Name == "one-too-many" }) {
+		t.Errorf("a change past MaxPending: %d pending, full %v", len(out), full)
 	}
 }
