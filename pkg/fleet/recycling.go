@@ -213,14 +213,25 @@ func (f *Fleet) releaseClean(ctx context.Context, images []string) error {
 		delete(rc.free, img)
 	}
 	rc.mu.Unlock()
-	var errs []error
-	for _, s := range out {
-		if err := f.Release(ctx, s); err != nil {
-			errs = append(errs, err)
-		}
+	// Released side by side: one at a time, a hundred claims are a
+	// hundred round trips.
+	errs := make([]error, len(out))
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, parallelReleases)
+	for i, s := range out {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			errs[i] = f.Release(ctx, s)
+		})
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// parallelReleases bounds the releases in flight, well within the
+// client's burst (kube.Limits).
+const parallelReleases = 16
 
 // forgetClean drops the clean sandboxes kept, whose objects teardown
 // deletes. They hold no shell: their reset closed it.

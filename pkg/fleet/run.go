@@ -136,9 +136,13 @@ func (f *Fleet) Run(ctx context.Context, o RunOptions) (rep report.Report, err e
 		for _, p := range f.Plan.Pools {
 			images = append(images, p.Image)
 		}
-		if rerr := f.releaseClean(context.WithoutCancel(ctx), images); rerr != nil {
+		// The run's own context may have ended; the releases still need a
+		// deadline of their own.
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), f.Config.ReadyTimeout.Duration)
+		if rerr := f.releaseClean(rctx, images); rerr != nil {
 			klog.Warningf("%v", rerr)
 		}
+		rcancel()
 	}
 	if err != nil || !f.Config.KeepWarm {
 		// The run's own context may be what ended; teardown must still run.
