@@ -109,9 +109,13 @@ const MaxPending = 16
 const freshWait = 2 * time.Second
 
 // policyView serves admissions the policies and namespaces they are
-// decided on, from the manager's cache: never a read of the API server.
+// decided on, from the manager's cache; the API server is read only to
+// tell a lagging cache from an entry no policy stands behind.
 type policyView struct {
 	Reader client.Reader
+	// Live reads the API server, once, for a policy an entry stands for
+	// that the cache does not show in time (fresh).
+	Live client.Reader
 
 	mu sync.Mutex
 	// deleted are the UIDs of policies deleted while the webhook ran, so
@@ -137,25 +141,58 @@ func (v *policyView) OnDelete(obj any) {
 
 type policyRefKey struct{}
 
+// entryRef is the policy an entry's call stands for, and when it is a
+// pending change's, when that was admitted.
+type entryRef struct {
+	PolicyRef
+	admitted time.Time
+}
+
 // withPolicyRef is an admission.Webhook's WithContextFunc for the
 // policies' entries, whose paths extend base (PolicyWebhooks): it carries
 // the policy an entry's call stands for.
 func withPolicyRef(base string) func(context.Context, *http.Request) context.Context {
 	return func(ctx context.Context, r *http.Request) context.Context {
-		if ref, ok := ParsePolicyPath(strings.TrimPrefix(r.URL.Path, base)); ok {
-			return context.WithValue(ctx, policyRefKey{}, ref)
+		if ref, admitted, ok := ParsePolicyPath(strings.TrimPrefix(r.URL.Path, base)); ok {
+			return context.WithValue(ctx, policyRefKey{}, entryRef{ref, admitted})
 		}
 		return ctx
 	}
 }
 
+// storageLag is how long after its admission a policy change may still
+// not be stored: the API server stores an object moments after its
+// validating webhooks allow it.
+const storageLag = 10 * time.Second
+
+// mayBeUnbacked reports whether no policy may stand behind the entry:
+// a policy's own entry is written once its policy is stored, a pending
+// change's only storageLag after its admission.
+func (e entryRef) mayBeUnbacked(now time.Time) bool {
+	return e.admitted.IsZero() || now.Sub(e.admitted) > storageLag
+}
+
+// unbacked reports whether the API server's answer to a read of ref's
+// name (live, err) shows that no policy stands behind ref's entry: the
+// name is not found, is another policy's, or is still at an older
+// generation (the change was refused after this webhook allowed it).
+func unbacked(ref PolicyRef, live *v1alpha1.SandboxPolicy, err error) bool {
+	return apierrors.IsNotFound(err) || err == nil && (live.UID != ref.UID || live.Generation < ref.Generation)
+}
+
 // fresh waits until the cache holds the policy whose entry made the call
-// at its generation or a newer one, or knows it deleted.
+// at its generation or a newer one, or knows it deleted. When it does not
+// in time, one read of the API server tells a cache that lags from an
+// entry no policy stands behind — a pending change admitted longer than
+// storageLag ago and never stored (its write failed, or the review was
+// made up), or a policy's own entry after its deletion: that entry is
+// then ignored, rather than every sandbox Pod it selects refused.
 func (v *policyView) fresh(ctx context.Context) error {
-	ref, ok := ctx.Value(policyRefKey{}).(PolicyRef)
+	e, ok := ctx.Value(policyRefKey{}).(entryRef)
 	if !ok {
 		return nil
 	}
+	ref := e.PolicyRef
 	found, err := await(ctx, func() (bool, error) {
 		p := &v1alpha1.SandboxPolicy{}
 		err := v.Reader.Get(ctx, types.NamespacedName{Name: ref.Name}, p)
@@ -170,6 +207,12 @@ func (v *policyView) fresh(ctx context.Context) error {
 		return v.deleted[ref.UID], nil
 	})
 	if err == nil && !found {
+		if v.Live != nil && e.mayBeUnbacked(time.Now()) {
+			p := &v1alpha1.SandboxPolicy{}
+			if unbacked(ref, p, v.Live.Get(ctx, types.NamespacedName{Name: ref.Name}, p)) {
+				return nil
+			}
+		}
 		err = fmt.Errorf("SandboxPolicy %q generation %d is not in this webhook replica's cache yet; retry", ref.Name, ref.Generation)
 	}
 	return err
@@ -216,7 +259,8 @@ func (v *policyView) policies(ctx context.Context, namespace string) (policy.Set
 	if err := v.fresh(ctx); err != nil {
 		return nil, err
 	}
-	ref, byPolicy := ctx.Value(policyRefKey{}).(PolicyRef)
+	e, byPolicy := ctx.Value(policyRefKey{}).(entryRef)
+	ref := e.PolicyRef
 	var set policy.Set
 	seen, err := await(ctx, func() (bool, error) {
 		ns := metadataOf(corev1.SchemeGroupVersion.WithKind("Namespace"))

@@ -165,9 +165,14 @@ func (s *policySync) Start(ctx context.Context) error {
 	ticker := time.NewTicker(syncEvery)
 	defer ticker.Stop()
 	for {
-		if err := s.sync(ctx); err != nil && ctx.Err() == nil {
+		pending, err := s.sync(ctx)
+		if err != nil && ctx.Err() == nil {
 			log.Error(err, "Keeping the SandboxPolicies' webhook entries as they are until it succeeds")
 			time.AfterFunc(time.Second, func() { notify(poke) })
+		} else if pending {
+			// A change never stored shows no event: look again once it
+			// may be found unstored.
+			time.AfterFunc(storageLag, func() { notify(poke) })
 		}
 		select {
 		case <-ctx.Done():
@@ -186,28 +191,47 @@ func notify(c chan struct{}) {
 	}
 }
 
-func (s *policySync) sync(ctx context.Context) error {
+// sync writes the entries of the policies in the cache and of the changes
+// still pending, and reports whether any are.
+func (s *policySync) sync(ctx context.Context) (pending bool, err error) {
 	policies := &v1alpha1.SandboxPolicyList{}
 	if err := s.Cache.List(ctx, policies); err != nil {
-		return err
+		return false, err
 	}
 	view := policies.Items
 	now := time.Now()
 	changed, err := s.write(ctx, view, false, func(recorded []Pending) []Pending {
-		return slices.DeleteFunc(recorded, func(p Pending) bool { return p.Resolved(view, now) })
+		left := slices.DeleteFunc(recorded, func(p Pending) bool { return p.Resolved(view) || s.unstored(ctx, p, now) })
+		pending = len(left) > 0
+		return left
 	})
 	if err != nil {
-		return err
+		return false, err
 	}
 	if changed {
 		klog.FromContext(ctx).V(2).Info("Updated the SandboxPolicies' webhook entries", "policies", len(view))
 	}
 	for _, p := range view {
 		if err := s.inForce(ctx, p); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return nil
+	return pending, nil
+}
+
+// unstored reports whether a pending change is one the API server never
+// stored (its write failed after admission, or a later webhook refused
+// it) or has since lost: past storageLag, one read of the API server
+// finds no policy standing behind it. A change stored but not yet in this
+// replica's cache stays pending, however long the cache lags, so its
+// namespaces are never left without an entry; so does one whose read
+// fails, until a later sync.
+func (s *policySync) unstored(ctx context.Context, p Pending, now time.Time) bool {
+	if !(entryRef{p.PolicyRef, p.Admitted}).mayBeUnbacked(now) {
+		return false
+	}
+	live := &v1alpha1.SandboxPolicy{}
+	return unbacked(p.PolicyRef, live, s.Reader.Get(ctx, types.NamespacedName{Name: p.Name}, live))
 }
 
 // inForce sets p's InForce condition for its generation, unless it is

@@ -82,43 +82,49 @@ type Pending struct {
 // PoliciesSuffix, the Pending changes as JSON.
 const pendingAnnotation = "sandbox-fleet.io/pending-policies"
 
-// PendingTTL is how long an admitted change stays pending when no policy
-// of its UID and generation shows up: its write failed after admission.
-const PendingTTL = time.Minute
-
 func refOf(p v1alpha1.SandboxPolicy) PolicyRef {
 	return PolicyRef{Name: p.Name, UID: p.UID, Generation: p.Generation, Selector: p.Spec.NamespaceSelector}
 }
 
 // Resolved reports whether view has the change or one after it: then the
 // policy's own entries stand for it.
-func (p Pending) Resolved(view []v1alpha1.SandboxPolicy, now time.Time) bool {
-	if now.Sub(p.Admitted) > PendingTTL {
-		return true
-	}
+func (p Pending) Resolved(view []v1alpha1.SandboxPolicy) bool {
 	i := slices.IndexFunc(view, func(q v1alpha1.SandboxPolicy) bool { return q.Name == p.Name })
 	return i >= 0 && (view[i].UID != p.UID || view[i].Generation >= p.Generation)
 }
 
 // policyPath is the path at which an entry for ref calls the webhook:
-// base/name/uid/generation.
-func policyPath(base string, ref PolicyRef) string {
-	return base + "/" + ref.Name + "/" + string(ref.UID) + "/" + strconv.FormatInt(ref.Generation, 10)
+// base/name/uid/generation, and for a pending change the Unix second it
+// was admitted.
+func policyPath(base string, ref PolicyRef, admitted time.Time) string {
+	path := base + "/" + ref.Name + "/" + string(ref.UID) + "/" + strconv.FormatInt(ref.Generation, 10)
+	if !admitted.IsZero() {
+		path += "/" + strconv.FormatInt(admitted.Unix(), 10)
+	}
+	return path
 }
 
 // ParsePolicyPath reads the policy an entry's call stands for from the
-// part of its path after the handler's base path; ok is false for a
-// call by no policy's entry.
-func ParsePolicyPath(rest string) (ref PolicyRef, ok bool) {
+// part of its path after the handler's base path, and when the entry is
+// a pending change's, when it was admitted; ok is false for a call by no
+// policy's entry.
+func ParsePolicyPath(rest string) (ref PolicyRef, admitted time.Time, ok bool) {
 	parts := strings.Split(strings.TrimPrefix(rest, "/"), "/")
-	if len(parts) != 3 || parts[0] == "" || parts[1] == "" {
-		return PolicyRef{}, false
+	if len(parts) != 3 && len(parts) != 4 || parts[0] == "" || parts[1] == "" {
+		return PolicyRef{}, time.Time{}, false
 	}
 	gen, err := strconv.ParseInt(parts[2], 10, 64)
 	if err != nil {
-		return PolicyRef{}, false
+		return PolicyRef{}, time.Time{}, false
 	}
-	return PolicyRef{Name: parts[0], UID: types.UID(parts[1]), Generation: gen}, true
+	if len(parts) == 4 {
+		at, err := strconv.ParseInt(parts[3], 10, 64)
+		if err != nil {
+			return PolicyRef{}, time.Time{}, false
+		}
+		admitted = time.Unix(at, 0)
+	}
+	return PolicyRef{Name: parts[0], UID: types.UID(parts[1]), Generation: gen}, admitted, true
 }
 
 // IsTemplate reports whether a shipped entry's namespace selector marks
@@ -180,10 +186,10 @@ type entry struct {
 func entries(name string, sel *metav1.LabelSelector, path string, view []v1alpha1.SandboxPolicy, pending []Pending, condition func(v1alpha1.SandboxPolicy) string) []entry {
 	var out []entry
 	for _, p := range view {
-		out = append(out, entry{entryName(name, p.Name, false), policySelector(sel, p.Spec.NamespaceSelector), policyPath(path, refOf(p)), condition(p)})
+		out = append(out, entry{entryName(name, p.Name, false), policySelector(sel, p.Spec.NamespaceSelector), policyPath(path, refOf(p), time.Time{}), condition(p)})
 	}
 	for _, p := range pending {
-		out = append(out, entry{entryName(name, p.Name, true), policySelector(sel, p.Selector), policyPath(path, p.PolicyRef), ""})
+		out = append(out, entry{entryName(name, p.Name, true), policySelector(sel, p.Selector), policyPath(path, p.PolicyRef, p.Admitted), ""})
 	}
 	slices.SortFunc(out, func(a, b entry) int { return strings.Compare(a.name, b.name) })
 	return out

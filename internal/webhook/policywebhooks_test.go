@@ -235,13 +235,15 @@ func TestIsPodEntry(t *testing.T) {
 
 func TestPolicyPath(t *testing.T) {
 	ref := PolicyRef{Name: "baseline", UID: "0c5f-11", Generation: 12}
-	path := policyPath(MutatePodsPath, ref)
-	got, ok := ParsePolicyPath(strings.TrimPrefix(path, MutatePodsPath))
-	if !ok || got != ref {
-		t.Errorf("%s parses as %+v (%v)", path, got, ok)
+	for _, admitted := range []time.Time{{}, time.Unix(1796000000, 0)} {
+		path := policyPath(MutatePodsPath, ref, admitted)
+		got, at, ok := ParsePolicyPath(strings.TrimPrefix(path, MutatePodsPath))
+		if !ok || got != ref || !at.Equal(admitted) {
+			t.Errorf("%s parses as %+v admitted %v (%v)", path, got, at, ok)
+		}
 	}
-	for _, rest := range []string{"", "/", "/baseline", "/baseline/uid", "/baseline/uid/x", "/a/b/1/extra", "//uid/1"} {
-		if _, ok := ParsePolicyPath(rest); ok {
+	for _, rest := range []string{"", "/", "/baseline", "/baseline/uid", "/baseline/uid/x", "/a/b/1/extra", "/a/b/1/2/3", "//uid/1"} {
+		if _, _, ok := ParsePolicyPath(rest); ok {
 			t.Errorf("%q parses as a policy's path", rest)
 		}
 	}
@@ -256,17 +258,15 @@ func TestPendingResolved(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		view []v1alpha1.SandboxPolicy
-		now  time.Time
 		want bool
 	}{
-		{"not seen yet", nil, now, false},
-		{"an older generation seen", at("uid-rl", 1), now, false},
-		{"its generation seen", at("uid-rl", 2), now, true},
-		{"a newer one seen", at("uid-rl", 3), now, true},
-		{"the policy made anew", at("uid-other", 1), now, true},
-		{"never stored", nil, now.Add(PendingTTL + time.Second), true},
+		{"not seen yet", nil, false},
+		{"an older generation seen", at("uid-rl", 1), false},
+		{"its generation seen", at("uid-rl", 2), true},
+		{"a newer one seen", at("uid-rl", 3), true},
+		{"the policy made anew", at("uid-other", 1), true},
 	} {
-		if got := p.Resolved(tt.view, tt.now); got != tt.want {
+		if got := p.Resolved(tt.view); got != tt.want {
 			t.Errorf("%s: resolved %v, want %v", tt.name, got, tt.want)
 		}
 	}

@@ -146,7 +146,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	unlisted := &registry.Layers{Failed: func(ref string, err error) {
 		klog.FromContext(ctx).Info("Reading an image's layers from its registry failed: no node-cache affinity for its Pods for now", "image", ref, "err", err)
 	}}
-	view := &policyView{Reader: mgr.GetCache()}
+	view := &policyView{Reader: mgr.GetCache(), Live: mgr.GetAPIReader()}
 	configurations := policyConfigurations{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(),
 		Mutating: o.MutatingWebhook, Validating: o.ValidatingWebhook, SkipCompliant: o.SkipCompliantPods}
 	// Each handler is served at its path, and under it at the paths of
