@@ -19,9 +19,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"sigs.k8s.io/yaml"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
@@ -42,9 +44,10 @@ const syncTimeout = 30 * time.Second
 // Plugin is NodeCacheLocality.
 type Plugin struct {
 	caches *informer.Caches
-	// registry reads the layers of images no node lists, with the
-	// scheduler's docker config (DOCKER_CONFIG) for credentials.
-	registry *registry.Layers
+	// registry reads the layers of images no node lists from the
+	// registries Args allows, with the scheduler's docker config
+	// (DOCKER_CONFIG) for credentials.
+	registry imageRegistry
 
 	// mu guards the nodes' queues: those used since rotated, and those
 	// used in the queueLifetime before.
@@ -59,17 +62,62 @@ var (
 	_ fwk.SignPlugin     = (*Plugin)(nil)
 )
 
+// Args are the plugin's arguments, its pluginConfig entry's args in a
+// KubeSchedulerConfiguration.
+type Args struct {
+	metav1.TypeMeta `json:",inline"`
+	// AllowedRegistries are the registries, or registry and repository
+	// prefixes, whose images the plugin may read from their registry when
+	// no node lists them; none (the default): it reads no registry. Pods
+	// name any host they like, and the scheduler reads what they name from
+	// inside the cluster's network with its credentials, so a cluster
+	// admin lists the registries sandbox images come from — those of the
+	// SandboxPolicies' allowedRegistries.
+	AllowedRegistries []string `json:"allowedRegistries,omitempty"`
+}
+
+// DecodeArgs reads the plugin's args as kube-scheduler hands them to New:
+// nil when the configuration has none, else their JSON. An unknown field
+// or a prefix that is not a registry is an error naming it.
+func DecodeArgs(obj runtime.Object) (Args, error) {
+	var args Args
+	if obj == nil {
+		return args, nil
+	}
+	raw, ok := obj.(*runtime.Unknown)
+	if !ok {
+		return args, fmt.Errorf("%s args: got %T, want their JSON", Name, obj)
+	}
+	if err := yaml.UnmarshalStrict(raw.Raw, &args); err != nil {
+		return args, fmt.Errorf("%s args in the scheduler's configuration: %w", Name, err)
+	}
+	for i, r := range args.AllowedRegistries {
+		one, err := nodecache.ParseRegistries(r)
+		if err == nil && len(one) != 1 {
+			err = fmt.Errorf("%q is not one registry or registry and repository prefix", r)
+		}
+		if err != nil {
+			return args, fmt.Errorf("%s args in the scheduler's configuration: allowedRegistries[%d]: %w", Name, i, err)
+		}
+	}
+	return args, nil
+}
+
 // New starts following NodeImageCaches and waits a while for them.
-func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	args, err := DecodeArgs(obj)
+	if err != nil {
+		return nil, err
+	}
 	clients, err := kube.ForConfig(h.KubeConfig(), "")
 	if err != nil {
 		return nil, err
 	}
 	log := klog.FromContext(ctx)
 	p := &Plugin{caches: informer.Start(ctx, clients.Client), queues: map[string]queue{}, rotated: time.Now(),
-		registry: &registry.Layers{Failed: func(ref string, err error) {
+		registry: allowedOnly{&registry.Layers{Failed: func(ref string, err error) {
 			log.Info("Reading an image's layers from its registry failed: Pods of it get no node-cache preference for now", "image", ref, "err", err)
-		}}}
+		}}, args.AllowedRegistries}}
 	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
 	if !p.caches.WaitForSync(syncCtx) {
@@ -193,6 +241,22 @@ type candidate struct {
 type imageRegistry interface {
 	Known(ref string) ([]v1alpha1.Layer, bool)
 	Cached(ref string) ([]v1alpha1.Layer, bool)
+}
+
+// allowedOnly is an imageRegistry that knows only the images within
+// prefixes: of others it reads nothing.
+type allowedOnly struct {
+	imageRegistry
+	prefixes []string
+}
+
+func (a allowedOnly) Known(ref string) ([]v1alpha1.Layer, bool) {
+	for _, p := range a.prefixes {
+		if ok, _ := images.Within(ref, p); ok {
+			return a.imageRegistry.Known(ref)
+		}
+	}
+	return nil, false
 }
 
 // score scores nodes for a Pod of images by what placing it there costs,

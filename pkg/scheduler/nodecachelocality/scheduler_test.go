@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	configv1 "k8s.io/kube-scheduler/config/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -63,10 +64,26 @@ func TestNodeCacheLocality(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = admin.Client.Delete(context.Background(), nc) })
 	}
+	// The registry the plugin may read, and one it may not.
+	allowed, other := testregistry.Start(t), testregistry.Start(t)
 	// The same binary with a profile that leaves the plugin out.
 	off := configv1.KubeSchedulerProfile{SchedulerName: ptr.To("without-node-cache")}
-	addOff := func(cfg *configv1.KubeSchedulerConfiguration) { cfg.Profiles = append(cfg.Profiles, off) }
-	if _, err := testscheduler.Start(ctx, cluster, schedulerBin, addOff); err != nil {
+	edit := func(cfg *configv1.KubeSchedulerConfiguration) {
+		set := false
+		for _, p := range cfg.Profiles {
+			for i, pc := range p.PluginConfig {
+				if pc.Name == Name {
+					p.PluginConfig[i].Args = runtime.RawExtension{Raw: fmt.Appendf(nil, `{"allowedRegistries":[%q]}`, allowed.Host)}
+					set = true
+				}
+			}
+		}
+		if !set {
+			t.Fatalf("the shipped configuration has no pluginConfig for %s", Name)
+		}
+		cfg.Profiles = append(cfg.Profiles, off)
+	}
+	if _, err := testscheduler.Start(ctx, cluster, schedulerBin, edit); err != nil {
 		t.Fatal(err)
 	}
 
@@ -114,9 +131,13 @@ func TestNodeCacheLocality(t *testing.T) {
 	})
 
 	t.Run("an image no node lists, from its registry", func(t *testing.T) {
-		ref, layers := testregistry.Start(t).PushRandom(t, "swebench/unlisted:v1")
+		ref, layers := allowed.PushRandom(t, "swebench/unlisted:v1")
+		// An image of a registry the plugin may not read, whose layers
+		// node-0 also holds.
+		notRead, otherLayers := other.PushRandom(t, "swebench/unlisted:v1")
+		pushed := other.Manifests.Load()
 		// node-0 holds two of its three layers, under another image's name.
-		sibling := testobjects.NodeImageCache("node-0", map[string][]v1alpha1.Layer{"swebench/sibling:v1": layers[:2]})
+		sibling := testobjects.NodeImageCache("node-0", map[string][]v1alpha1.Layer{"swebench/sibling:v1": layers[:2], "swebench/other:v1": otherLayers[:2]})
 		if err := admin.Client.Create(ctx, sibling); err != nil {
 			t.Fatal(err)
 		}
@@ -128,8 +149,9 @@ func TestNodeCacheLocality(t *testing.T) {
 		}
 		// The Pods prefer node-1; the first starts the registry read and
 		// goes there, a later one to node-0, which holds most of the image.
-		for i := 0; ; i++ {
-			p := pod(ns, fmt.Sprintf("unlisted-%d", i), testscheduler.SchedulerName, ref, "1")
+		// (The Pods of the image the plugin may not read all go to node-1.)
+		schedule := func(name, image string) string {
+			p := pod(ns, name, testscheduler.SchedulerName, image, "1")
 			p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
 				Weight: 100, Preference: corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{{
 					Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"node-1"}}}}}}}}
@@ -143,10 +165,20 @@ func TestNodeCacheLocality(t *testing.T) {
 			if err := clients.Client.Delete(ctx, p, client.GracePeriodSeconds(0)); err != nil {
 				t.Fatal(err)
 			}
+			return got
+		}
+		for i := 0; ; i++ {
+			if got := schedule(fmt.Sprintf("not-read-%d", i), notRead); got != "node-1" {
+				t.Fatalf("a Pod of %s, from a registry not in allowedRegistries, went to %s: want no preference (node-1)", notRead, got)
+			}
+			got := schedule(fmt.Sprintf("unlisted-%d", i), ref)
 			switch {
 			case i == 0 && got != "node-1":
 				t.Fatalf("the first Pod went to %s: before the registry answers, want no preference (node-1)", got)
 			case got == "node-0":
+				if n := other.Manifests.Load(); n != pushed {
+					t.Errorf("the registry not in allowedRegistries was asked %d times for manifests", n-pushed)
+				}
 				return
 			case i == 20:
 				t.Fatalf("20 Pods on, one still went to %s, not to node-0, which holds most of the image", got)
