@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -112,6 +113,7 @@ func TestInstalledAsShipped(t *testing.T) {
 		t.Run("the agent", func(t *testing.T) {
 			n.agent.Start(t, ctx)
 			t.Run("publishes the node's images", func(t *testing.T) { agentPublishesTheNodesImages(t, ctx, n) })
+			t.Run("measures the filesystem containerd keeps images on", func(t *testing.T) { measuresTheImageFilesystem(t, ctx, n) })
 			t.Run("pulls PrepullJobs", func(t *testing.T) { prepullJobs(t, ctx, n) })
 			t.Run("removes what it pulled across a restart", func(t *testing.T) { prepullAcrossAgentRestart(t, ctx, n) })
 			t.Run("shows a pull in progress", func(t *testing.T) { pullInProgress(t, ctx, n) })
@@ -181,5 +183,25 @@ func installOnTheRealNode(t *testing.T, ctx context.Context, kubectl string) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// measuresTheImageFilesystem: the shipped DaemonSet shows the agent
+// containerd's root at its own path, where the runtime says its images
+// are, so the disk budget has figures, and they are that filesystem's.
+func measuresTheImageFilesystem(t *testing.T, ctx context.Context, n *sandboxNode) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(local.ContainerdRoot(), &st); err != nil {
+		t.Fatal(err)
+	}
+	want := int64(st.Blocks) * st.Bsize
+	var fs v1alpha1.ImageFilesystem
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		fs, err = n.images.Filesystem(ctx)
+		return err == nil && fs.CapacityBytes > 0, nil
+	})
+	if err != nil || fs.CapacityBytes != want {
+		t.Errorf("the installed agent publishes an image filesystem of %d bytes (%v), want containerd's root's, %d", fs.CapacityBytes, err, want)
 	}
 }

@@ -60,6 +60,8 @@ type realNode struct {
 // CRISocket is the path of the real node's containerd socket.
 func (n *realNode) CRISocket() string { return filepath.Join(n.Dir, "containerd", "containerd.sock") }
 
+func (n *realNode) containerdRoot() string { return filepath.Join(n.Dir, "containerd", "root") }
+
 // RegistryAddr is host:port of the loopback registry every image reference
 // of the real node resolves to.
 func (c *Cluster) RegistryAddr() string { return c.node.Registry }
@@ -74,6 +76,10 @@ func (c *Cluster) RealNodeName() string {
 
 // CRISocket is the real node's container runtime socket.
 func (c *Cluster) CRISocket() string { return c.node.CRISocket() }
+
+// ContainerdRoot is the real node's containerd root, under which it keeps
+// its images.
+func (c *Cluster) ContainerdRoot() string { return c.node.containerdRoot() }
 
 func (c *Cluster) checkRealNodeHost() error {
 	if os.Geteuid() != 0 {
@@ -563,7 +569,7 @@ state = %[2]q
 
 [plugins.'io.containerd.internal.v1.opt']
   path = %[11]q
-`, filepath.Join(cd, "root"), filepath.Join(cd, "state"), n.CRISocket(), filepath.Join(cd, "ttrpc.sock"),
+`, n.containerdRoot(), filepath.Join(cd, "state"), n.CRISocket(), filepath.Join(cd, "ttrpc.sock"),
 		runcPath, filepath.Join(cd, "runc"), cniBinDir, cniDir, testimages.Pause,
 		filepath.Dir(certsDir), filepath.Join(cd, "opt"))
 	configPath := filepath.Join(cd, "config.toml")

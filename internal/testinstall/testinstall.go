@@ -211,8 +211,10 @@ const SandboxNodeLabel = "sandbox-fleet.io/sandbox-node"
 // OnRealNode installs the components in the local test cluster c, whose
 // real node it labels as a sandbox node (Uninstall takes the label off),
 // as the deploy test and `localcluster -install` do: the images pushed to
-// the node's registry, and the agent pointed at the node's runtime socket
-// and a state directory in the cluster's, not at the usual host paths.
+// the node's registry, and the agent pointed at the node's runtime socket,
+// containerd root (at its own path, where the runtime says its images
+// are) and a state directory in the cluster's, not at the usual host
+// paths.
 // The overlay is written in dir.
 func OnRealNode(ctx context.Context, c *testcluster.Cluster, kubectl, dir string) (*Installation, error) {
 	clients, err := c.Clients("")
@@ -233,12 +235,18 @@ metadata: {name: asrl-prepull-agent}
 spec:
   template:
     spec:
+      containers:
+      - name: agent
+        volumeMounts:
+        - {name: image-fs, mountPath: %[2]q, readOnly: true}
       volumes:
       - name: runtime-socket
-        hostPath: {path: %q, type: Socket}
+        hostPath: {path: %[1]q, type: Socket}
+      - name: image-fs
+        hostPath: {path: %[2]q, type: Directory}
       - name: agent-dir
-        hostPath: {path: %q, type: DirectoryOrCreate}
-`, c.CRISocket(), filepath.Join(c.Dir(), "prepull-agent"))
+        hostPath: {path: %[3]q, type: DirectoryOrCreate}
+`, c.CRISocket(), c.ContainerdRoot(), filepath.Join(c.Dir(), "prepull-agent"))
 	in, err := Install(ctx, Options{
 		Kubectl: kubectl, Kubeconfig: c.Kubeconfig(), Registry: c.RegistryAddr() + "/sandbox-fleet",
 		Patches: []Patch{{Kind: "DaemonSet", Name: "asrl-prepull-agent", Patch: agentPatch}},
