@@ -28,6 +28,7 @@ const (
 	MutatePodsPath        = "/mutate-sandbox-pods"
 	MutateTemplatesPath   = "/mutate-sandbox-templates"
 	ValidateTemplatesPath = "/validate-sandbox-templates"
+	ValidateSecretsPath   = "/validate-sandbox-secrets"
 )
 
 // Admission outcomes, as metrics label them.
@@ -345,4 +346,44 @@ func (v *TemplateValidator) handle(ctx context.Context, req admission.Request) (
 		return admission.Denied(d.Error()), resultDenied
 	}
 	return admission.Allowed(""), resultAllowed
+}
+
+// SecretValidator refuses, in the namespaces SandboxPolicies govern, the
+// service account token Secrets they do not allow (policy.CheckSecret).
+// Its entries' matchCondition sends only those Secrets' creations.
+type SecretValidator struct {
+	View   *policyView
+	Counts *Counts
+}
+
+// Handle implements admission.Handler.
+func (v *SecretValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	ctx, cancel := withBudget(ctx)
+	defer cancel()
+	return timed("Secret", func() (admission.Response, string) { return v.handle(ctx, req) })
+}
+
+func (v *SecretValidator) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
+	if req.Kind.Kind != "Secret" || len(req.Object.Raw) == 0 {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the review carries no Secret (kind %q): check the webhook configuration's rules", req.Kind.Kind)), resultErrored
+	}
+	// Only the type is decoded: the webhook keeps no Secret's data.
+	var secret struct {
+		Type corev1.SecretType `json:"type"`
+	}
+	if err := json.Unmarshal(req.Object.Raw, &secret); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the Secret: %w", err)), resultErrored
+	}
+	if secret.Type != corev1.SecretTypeServiceAccountToken {
+		return admission.Allowed("not a service account token Secret"), resultAllowed
+	}
+	set, err := v.View.policies(ctx, req.Namespace)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), resultErrored
+	}
+	if resp, result, done := refused(v.Counts, denialOrNil(policy.CheckSecret(secret.Type, set)), req.DryRun != nil && *req.DryRun); done {
+		resp.Result.Message = fmt.Sprintf("Secret %s/%s: %s", req.Namespace, req.Name, resp.Result.Message)
+		return resp, result
+	}
+	return admission.Allowed("the SandboxPolicies allow service account tokens"), resultAllowed
 }

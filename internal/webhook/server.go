@@ -155,6 +155,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		MutatePodsPath:        &PodMutator{View: view, Counts: counts, NodeCaches: nodeCaches, Registry: unlisted},
 		MutateTemplatesPath:   &TemplateMutator{View: view},
 		ValidateTemplatesPath: &TemplateValidator{View: view, Counts: counts},
+		ValidateSecretsPath:   &SecretValidator{View: view, Counts: counts},
 	} {
 		srv.Register(path, &webhook.Admission{Handler: h})
 		srv.Register(path+"/", &webhook.Admission{Handler: h, WithContextFunc: withPolicyRef(path)})

@@ -23,12 +23,13 @@ import (
 )
 
 // TestSideDoors: what a namespace's editor can do to a sandbox Pod after
-// its admission, or put in a template, is governed by the webhook as
-// shipped — an image patched in, a resize past the caps, the sandbox label
-// taken off, then a sysadmin debug container, a projected token — each
-// denied naming its field while the same operations on compliant values
-// pass; and with the webhook stopped each is refused (fail closed) while
-// the compliant ones still pass where they need nothing from it.
+// its admission, or put in a template or Secret, is governed by the
+// webhook as shipped — an image patched in, a resize past the caps, the
+// sandbox label taken off, then a sysadmin debug container, a projected
+// token, a service account token Secret — each denied naming its field
+// while the same operations on compliant values pass; and with the
+// webhook stopped each is refused (fail closed) while the compliant ones
+// still pass where they need nothing from it.
 func TestSideDoors(t *testing.T) {
 	ns := cluster.NewNamespace(t)
 	ctx := context.Background()
@@ -108,8 +109,16 @@ func TestSideDoors(t *testing.T) {
 		}))
 	}
 
+	secret := func(name string, typ corev1.SecretType) error {
+		meta := metav1.ObjectMeta{Name: name, Namespace: ns}
+		if typ == corev1.SecretTypeServiceAccountToken {
+			meta.Annotations = map[string]string{corev1.ServiceAccountNameKey: "default"}
+		}
+		return c.Create(ctx, &corev1.Secret{ObjectMeta: meta, Type: typ})
+	}
+
 	// Each door: the operation on a Pod (and its field in the denial), or
-	// a template's creation.
+	// a template's or Secret's creation.
 	doors := []struct {
 		name, field string
 		try         func(pod string) error
@@ -128,6 +137,9 @@ func TestSideDoors(t *testing.T) {
 		}},
 		{"a template projecting a token", "spec.podTemplate.spec.volumes[0].projected.sources[0].serviceAccountToken", func(pod string) error {
 			return tokenTemplate(pod + "-token")
+		}},
+		{"a Secret the token controller fills with the default account's token", "type: a kubernetes.io/service-account-token Secret", func(pod string) error {
+			return secret(pod+"-token", corev1.SecretTypeServiceAccountToken)
 		}},
 	}
 	// The same operations on compliant values.
@@ -161,6 +173,7 @@ func TestSideDoors(t *testing.T) {
 			return patch(pod, "", `[{"op":"add","path":"/metadata/labels/owner","value":"me"}]`)
 		}, false},
 		{"a restricted debug container", func(pod string) error { return debug(pod, "restricted") }, false},
+		{"an opaque Secret", func(pod string) error { return secret(pod+"-opaque", corev1.SecretTypeOpaque) }, false},
 	}
 
 	check := func(t *testing.T, pod string, down bool) {

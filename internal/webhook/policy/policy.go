@@ -275,6 +275,25 @@ func (s Set) tokensAllowed() bool {
 	return true
 }
 
+// CheckSecret refuses a Secret of type secretType in a namespace the set
+// governs when it would hand a sandbox API credentials the set does not
+// allow: the token controller fills a kubernetes.io/service-account-token
+// Secret with its account's token, which any Pod there may then mount as
+// a secret volume — and a Pod's secret volume does not say what it holds
+// (the webhook reads no Secrets), so such Secrets are refused instead.
+func CheckSecret(secretType corev1.SecretType, set Set) *Denial {
+	if secretType != corev1.SecretTypeServiceAccountToken {
+		return nil
+	}
+	for _, p := range set {
+		if !security(p).AllowServiceAccountToken {
+			return &Denial{Policies: []string{p.Name}, Field: "type",
+				Reason: "a kubernetes.io/service-account-token Secret gives whoever mounts it a service account's API credentials, and service account tokens are not allowed for sandboxes (spec.security.allowServiceAccountToken); keep such Secrets in a namespace no SandboxPolicy governs"}
+		}
+	}
+	return nil
+}
+
 // requiresNonRoot reports whether a policy of the set makes containers
 // run as a user other than root.
 func (s Set) requiresNonRoot() bool {

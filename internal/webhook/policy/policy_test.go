@@ -620,3 +620,31 @@ func TestAllowsRegistryOf(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckSecret(t *testing.T) {
+	allowsTokens := func(s *v1alpha1.SandboxPolicySpec) {
+		s.Security = &v1alpha1.SecurityPolicy{AllowServiceAccountToken: true}
+	}
+	for _, tt := range []struct {
+		name       string
+		secretType corev1.SecretType
+		set        Set
+		want       string // the refusing policy, "" for none
+	}{
+		{"an opaque Secret", corev1.SecretTypeOpaque, Set{policy("baseline", 0)}, ""},
+		{"a registry credential", corev1.SecretTypeDockerConfigJson, Set{policy("baseline", 0)}, ""},
+		{"a token Secret where tokens are not allowed", corev1.SecretTypeServiceAccountToken, Set{policy("baseline", 0)}, "baseline"},
+		{"a token Secret where they are", corev1.SecretTypeServiceAccountToken, Set{policy("baseline", 0, allowsTokens)}, ""},
+		{"a token Secret where one of two policies does not allow them", corev1.SecretTypeServiceAccountToken,
+			Set{policy("open", 10, allowsTokens), policy("strict", 0)}, "strict"},
+		{"no policy", corev1.SecretTypeServiceAccountToken, nil, ""},
+	} {
+		d := CheckSecret(tt.secretType, tt.set)
+		switch {
+		case tt.want == "" && d != nil:
+			t.Errorf("%s: refused: %v", tt.name, d)
+		case tt.want != "" && (d == nil || !slices.Equal(d.Policies, []string{tt.want}) || d.Field != "type" || !strings.Contains(d.Reason, "allowServiceAccountToken")):
+			t.Errorf("%s: %v, want a refusal of its type by %s naming allowServiceAccountToken", tt.name, d, tt.want)
+		}
+	}
+}
