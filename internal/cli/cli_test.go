@@ -248,14 +248,17 @@ func TestPrepullRejectsBadInput(t *testing.T) {
 	if err := clients.Client.List(context.Background(), jobs, client.InNamespace(ns)); err != nil || len(jobs.Items) != 0 {
 		t.Errorf("a rejected prepull left %d PrepullJobs (%v)", len(jobs.Items), err)
 	}
-	// A good one: --ttl is the job's ttlSecondsAfterFinished.
+	// A good one: --ttl is the job's ttlSecondsAfterFinished, and the
+	// images are named in full, as the PrepullJob admission policy
+	// judges them.
 	if code, out, stderr := execute("prepull", "-n", ns, "--tasks", images, "--name", "with-ttl", "--ttl", "1h"); code != 0 || out != "with-ttl\n" {
 		t.Fatalf("prepull --ttl 1h: exit %d, %q %s", code, out, stderr)
 	}
 	job := &v1alpha1.PrepullJob{}
 	if err := clients.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "with-ttl"}, job); err != nil ||
-		job.Spec.TTLSecondsAfterFinished == nil || *job.Spec.TTLSecondsAfterFinished != 3600 {
-		t.Errorf("prepull --ttl 1h made %+v (%v), want ttlSecondsAfterFinished 3600", job.Spec, err)
+		job.Spec.TTLSecondsAfterFinished == nil || *job.Spec.TTLSecondsAfterFinished != 3600 ||
+		!slices.Equal(job.Spec.Images, []string{"docker.io/library/busybox:1.36"}) {
+		t.Errorf("prepull --ttl 1h of busybox:1.36 made %+v (%v), want ttlSecondsAfterFinished 3600 and the image in full", job.Spec, err)
 	}
 	// A mirrored run's task file: prepull reads it as run does, the same
 	// fields and the same rewrite, so it pulls the images the run will use.

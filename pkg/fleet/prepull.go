@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/prepull"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
@@ -27,16 +28,20 @@ import (
 func (f *Fleet) Prepull(ctx context.Context, timeout time.Duration, highWater int32, warn func(string)) error {
 	start := time.Now()
 	defer func() { f.phase("prepull", "", time.Since(start)) }()
-	images := make([]string, 0, len(f.Plan.Pools))
+	refs := make([]string, 0, len(f.Plan.Pools))
 	for _, p := range f.Plan.Pools {
-		images = append(images, p.Image)
+		refs = append(refs, p.Image)
+	}
+	full, err := images.NormalizeAll(refs)
+	if err != nil {
+		return fmt.Errorf("prepull: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	errs := make([]error, len(f.Clusters))
 	var wg sync.WaitGroup
 	for i, c := range f.Clusters {
-		wg.Go(func() { errs[i] = f.prepullOn(ctx, c, images, highWater, warn) })
+		wg.Go(func() { errs[i] = f.prepullOn(ctx, c, full, highWater, warn) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)

@@ -5,6 +5,7 @@ package images
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -37,6 +38,24 @@ func Normalize(image string) (string, error) {
 		suffix = ":latest"
 	}
 	return host + "/" + repo + suffix, nil
+}
+
+// NormalizeAll is the distinct Normalize forms of refs, in the order
+// first met: the references a PrepullJob takes, since its admission
+// policy judges registries only for images named in full, and two names
+// of one image are one pull.
+func NormalizeAll(refs []string) ([]string, error) {
+	out := make([]string, 0, len(refs))
+	for _, ref := range refs {
+		full, err := Normalize(ref)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(out, full) {
+			out = append(out, full)
+		}
+	}
+	return out, nil
 }
 
 // Familiar is the shortest reference Normalize maps to the same image:

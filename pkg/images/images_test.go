@@ -3,6 +3,7 @@ package images
 import (
 	"encoding/json"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -30,6 +31,17 @@ func TestNormalize(t *testing.T) {
 		if err != nil || got != tt.want {
 			t.Errorf("Normalize(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
 		}
+	}
+}
+
+func TestNormalizeAll(t *testing.T) {
+	got, err := NormalizeAll([]string{"busybox", "docker.io/library/busybox:latest", "Docker.io/swebench/a:v1", "ghcr.io/org/img:v1", "swebench/a:v1"})
+	want := []string{"docker.io/library/busybox:latest", "docker.io/swebench/a:v1", "ghcr.io/org/img:v1"}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("NormalizeAll = %q, %v; want %q", got, err, want)
+	}
+	if _, err := NormalizeAll([]string{"busybox", "Not:An:Image"}); err == nil || !strings.Contains(err.Error(), `"Not:An:Image"`) {
+		t.Errorf("an invalid reference: %v, want an error naming it", err)
 	}
 }
 

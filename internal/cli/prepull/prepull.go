@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -26,6 +25,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/output"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/prepull"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
@@ -78,10 +78,12 @@ every image. Interrupting the wait leaves the job running.`,
 			if err != nil {
 				return err
 			}
-			for _, t := range loaded {
-				if !slices.Contains(o.spec.Images, t.Image) {
-					o.spec.Images = append(o.spec.Images, t.Image)
-				}
+			refs := make([]string, len(loaded))
+			for i, t := range loaded {
+				refs[i] = t.Image
+			}
+			if o.spec.Images, err = images.NormalizeAll(refs); err != nil {
+				return err
 			}
 			return o.run(cmd.Context())
 		},
