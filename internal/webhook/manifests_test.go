@@ -7,12 +7,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
@@ -116,6 +120,8 @@ func TestManifests(t *testing.T) {
 		t.Errorf("docs/admin.md's patch does not set the agent's registries:\n%s", patched)
 	}
 
+	networkPolicyOverlay(t, abs, bin, kubectl)
+
 	// Under an overlay's namePrefix, every reference to one of the
 	// manifests' objects follows it: no field but labels and the names
 	// of parts within an object still holds an unprefixed name.
@@ -207,4 +213,89 @@ func unprefixedReferences(t *testing.T, rendered, prefix string) []string {
 		walk(fmt.Sprint(obj["kind"], "/", meta["name"]), obj)
 	}
 	return found
+}
+
+// networkPolicyOverlay: manifests/webhook-network-policy, added to the
+// default set as its comment says, renders a NetworkPolicy the API server
+// accepts once the control plane's CIDR is set — and refuses, naming the
+// placeholder, while it is not — that selects the webhook's Pods and
+// names ports their containers have. (No network plugin of the test
+// cluster enforces it.)
+func networkPolicyOverlay(t *testing.T, defaultSet, bin string, kubectl func(stdin string, args ...string) string) {
+	t.Helper()
+	component, err := filepath.Abs("../../manifests/webhook-network-policy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay := func(patch string) string {
+		dir := t.TempDir()
+		set, err := filepath.Rel(dir, defaultSet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		comp, err := filepath.Rel(dir, component)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := "resources: [" + set + "]\ncomponents: [" + comp + "]\n" + patch
+		if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return kubectl("", "kustomize", dir)
+	}
+	rendered := overlay("patches:\n- target: {kind: NetworkPolicy, name: asrl-webhook}\n  patch: |-\n" +
+		"    - {op: replace, path: /spec/ingress/0/from/0/ipBlock/cidr, value: 10.0.0.0/28}\n")
+	if out := kubectl(rendered, "apply", "--dry-run=server", "-f", "-"); !strings.Contains(out, "networkpolicy.networking.k8s.io/asrl-webhook created (server dry run)") {
+		t.Errorf("the dry run of the default set with the NetworkPolicy lacks it:\n%s", out)
+	}
+	var np networkingv1.NetworkPolicy
+	var deployment appsv1.Deployment
+	for _, doc := range strings.Split(rendered, "\n---\n") {
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		switch meta.Kind {
+		case "NetworkPolicy":
+			err = yaml.Unmarshal([]byte(doc), &np)
+		case "Deployment":
+			err = yaml.Unmarshal([]byte(doc), &deployment)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if np.Namespace != deployment.Namespace || deployment.Name != "asrl-webhook" {
+		t.Fatalf("the NetworkPolicy is in %q, the webhook's Deployment %q in %q", np.Namespace, deployment.Name, deployment.Namespace)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	if err != nil || !sel.Matches(labels.Set(deployment.Spec.Template.Labels)) {
+		t.Errorf("the NetworkPolicy's podSelector %v does not select the webhook's Pods (%v)", np.Spec.PodSelector, err)
+	}
+	ports := map[string]bool{}
+	for _, c := range deployment.Spec.Template.Spec.Containers {
+		for _, p := range c.Ports {
+			ports[p.Name] = true
+		}
+	}
+	var allowed []string
+	for _, rule := range np.Spec.Ingress {
+		for _, p := range rule.Ports {
+			allowed = append(allowed, p.Port.String())
+			if !ports[p.Port.String()] {
+				t.Errorf("the NetworkPolicy lets in port %s, which no container of the webhook names", p.Port)
+			}
+		}
+	}
+	if !slices.Equal(allowed, []string{"webhook", "metrics"}) || np.Spec.Ingress[0].From[0].IPBlock == nil {
+		t.Errorf("the NetworkPolicy lets in %v (the first from %+v), want the webhook port from an ipBlock, then metrics", allowed, np.Spec.Ingress[0].From)
+	}
+
+	// Left unset, the placeholder is refused by name.
+	cmd := exec.Command(filepath.Join(bin, "kubectl"), "--kubeconfig", cluster.Kubeconfig(), "apply", "--dry-run=server", "-f", "-")
+	cmd.Stdin = strings.NewReader(overlay(""))
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "SET-TO-YOUR-CONTROL-PLANE-CIDR") {
+		t.Errorf("the NetworkPolicy with its placeholder: %v\n%s; want refused naming it", err, out)
+	}
 }
