@@ -14,8 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/testwebhook"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
 )
@@ -29,23 +27,7 @@ import (
 func TestAChangeNeverStoredLeavesNoEntry(t *testing.T) {
 	ns := cluster.NewNamespace(t)
 	ctx := context.Background()
-	bin, err := testcluster.BuildCommand(t.TempDir(), "asrl-webhook")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := testwebhook.Start(ctx, cluster, ns, bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	clients, err := cluster.Clients(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, clients := startWebhook(t, ns)
 	c := clients.Client
 
 	// The review the API server sends for a creation, which it then does

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testwebhook"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
@@ -29,23 +28,7 @@ func TestRegistryReadsBounded(t *testing.T) {
 	ns := cluster.NewNamespace(t)
 	ctx := context.Background()
 	silent := silentRegistry(t)
-	bin, err := testcluster.BuildCommand(t.TempDir(), "asrl-webhook")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := testwebhook.Start(ctx, cluster, ns, bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	clients, err := cluster.Clients(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, clients := startWebhook(t, ns)
 	pol := &v1alpha1.SandboxPolicy{ObjectMeta: metav1.ObjectMeta{Name: "silent-registry-" + ns}, Spec: v1alpha1.SandboxPolicySpec{
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
 		Images:            &v1alpha1.ImagePolicy{AllowedRegistries: []string{silent}},

@@ -18,7 +18,6 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/testwebhook"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
 )
 
@@ -33,23 +32,7 @@ import (
 func TestSideDoors(t *testing.T) {
 	ns := cluster.NewNamespace(t)
 	ctx := context.Background()
-	bin, err := testcluster.BuildCommand(t.TempDir(), "asrl-webhook")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := testwebhook.Start(ctx, cluster, ns, bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	clients, err := cluster.Clients(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, clients := startWebhook(t, ns)
 	c := clients.Client
 	pol := &v1alpha1.SandboxPolicy{ObjectMeta: metav1.ObjectMeta{Name: "side-doors-" + ns}, Spec: v1alpha1.SandboxPolicySpec{
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},

@@ -35,6 +35,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testwebhook"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
 
@@ -65,14 +66,16 @@ func sandboxTemplate(ns, name string, edit func(*corev1.PodSpec)) *extensionsv1b
 	return tmpl
 }
 
-func TestWebhook(t *testing.T) {
-	ns := cluster.NewNamespace(t)
-	ctx := context.Background()
+// startWebhook runs the built webhook for the tests of namespace ns as
+// its users run it (testwebhook.Start) until the test ends, and returns it
+// with clients of ns.
+func startWebhook(t *testing.T, ns string) (*testwebhook.Server, *kube.Clients) {
+	t.Helper()
 	bin, err := testcluster.BuildCommand(t.TempDir(), "asrl-webhook")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := testwebhook.Start(ctx, cluster, ns, bin)
+	s, err := testwebhook.Start(context.Background(), cluster, ns, bin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,6 +88,13 @@ func TestWebhook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, clients
+}
+
+func TestWebhook(t *testing.T) {
+	ns := cluster.NewNamespace(t)
+	ctx := context.Background()
+	s, clients := startWebhook(t, ns)
 	c := clients.Client
 	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "sandboxed-" + ns}, Handler: "runsc"}
 	pol := sandboxPolicy(ns)
@@ -96,7 +106,7 @@ func TestWebhook(t *testing.T) {
 	}
 	// The policy is in force once the webhook's cache has it: a dry-run
 	// sandbox Pod comes back from the mirror.
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns, Labels: map[string]string{policy.SandboxPodLabel: "probe"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}}}
 		if err := c.Create(ctx, pod, client.DryRunAll); err != nil {
