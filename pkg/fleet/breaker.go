@@ -51,7 +51,7 @@ func (f *Fleet) startBreaker(ctx context.Context, cancel context.CancelCauseFunc
 			}
 			entries := make([]liveEntry, len(f.Clusters))
 			for i, c := range f.Clusters {
-				names, err := c.Tracker.LivePods(ctx)
+				names, err := c.tracker.LivePods(ctx)
 				if err != nil {
 					klog.Warningf("runaway breaker: counting sandboxes on %s: %v", c.Name, err)
 				}

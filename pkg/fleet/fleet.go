@@ -70,8 +70,10 @@ type Target struct {
 type Cluster struct {
 	Name    string
 	Clients *kube.Clients
-	Tracker *tracker.Tracker
-	Claimer *claim.Claimer
+	// tracker follows the run's objects here; claimer claims its
+	// sandboxes.
+	tracker *tracker.Tracker
+	claimer *claim.Claimer
 	config  config.Cluster
 	spec    resources.PodSpec
 	// replicas and claims are the run's load here, for placement.
@@ -163,8 +165,8 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 		}
 		spec := podSpec(cfg, t.Config)
 		f.Clusters = append(f.Clusters, &Cluster{
-			Name: t.Config.Name, Clients: t.Clients, Tracker: tr, config: t.Config, spec: spec,
-			Claimer: &claim.Claimer{Client: t.Clients.Client, Tracker: tr, Grace: graces(cfg)},
+			Name: t.Config.Name, Clients: t.Clients, tracker: tr, config: t.Config, spec: spec,
+			claimer: &claim.Claimer{Client: t.Clients.Client, Tracker: tr, Grace: graces(cfg)},
 		})
 	}
 	if cfg.Placement == "image-affinity" && len(f.Clusters) > 1 {
@@ -393,7 +395,7 @@ func (f *Fleet) Warm(ctx context.Context, images []string, replicas func(image s
 	done := make(chan filled, len(byCluster))
 	for c, pools := range byCluster {
 		go func() {
-			filler := &warm.Filler{Client: c.Clients.Client, Tracker: c.Tracker, Budget: *f.Config.WarmCreateBudget,
+			filler := &warm.Filler{Client: c.Clients.Client, Tracker: c.tracker, Budget: *f.Config.WarmCreateBudget,
 				Observe: func(phase string, d time.Duration) { f.phase(phase, c.Name, d) },
 				Check:   f.poolCheck(ctx, c),
 				Settled: func(pool, why string) {
@@ -440,7 +442,7 @@ func (f *Fleet) poolCheck(ctx context.Context, c *Cluster) warm.Check {
 	var mu sync.Mutex
 	patience := map[string]*claim.PoolPatience{}
 	return func(pool string, want int32) (claim.PoolJudgement, error) {
-		pods, err := c.Tracker.PoolPods(ctx, pool)
+		pods, err := c.tracker.PoolPods(ctx, pool)
 		if err != nil {
 			return claim.PoolJudgement{}, err
 		}
@@ -506,7 +508,7 @@ func (f *Fleet) Acquire(ctx context.Context, t tasks.Task) (*Sandbox, error) {
 	defer cancel()
 	start := time.Now()
 	settled := f.pace(ctx, p, pool.Name)
-	h, err := p.cluster.Claimer.Acquire(ctx, pool, t.ID)
+	h, err := p.cluster.claimer.Acquire(ctx, pool, t.ID)
 	settled()
 	f.claimed(p.cluster.Name, err == nil, err == nil && h.Warm, time.Since(start))
 	if err != nil {
@@ -557,10 +559,10 @@ func (f *Fleet) pace(ctx context.Context, p *placed, pool string) (settled func(
 		wait = false
 	}
 	for {
-		changed := p.cluster.Tracker.PoolChanged(pool)
+		changed := p.cluster.tracker.PoolChanged(pool)
 		free := 1 // unknown: hold nothing back
 		if wait {
-			if pods, err := p.cluster.Tracker.PoolPods(ctx, pool); err == nil {
+			if pods, err := p.cluster.tracker.PoolPods(ctx, pool); err == nil {
 				free = f.freeSandboxes(p, pods)
 			}
 		}
@@ -615,7 +617,7 @@ func (f *Fleet) freeSandboxes(p *placed, pods []corev1.Pod) int {
 func (f *Fleet) Release(ctx context.Context, s *Sandbox) error {
 	s.closeShell()
 	start := time.Now()
-	err := s.cluster.Claimer.Release(ctx, s.Handle)
+	err := s.cluster.claimer.Release(ctx, s.Handle)
 	f.phase("release", s.cluster.Name, time.Since(start))
 	f.mu.Lock()
 	s.cluster.claims--
@@ -639,7 +641,7 @@ func (f *Fleet) Teardown(ctx context.Context) (err error) {
 	var wg sync.WaitGroup
 	for i, c := range f.Clusters {
 		wg.Go(func() {
-			if err := teardown.Run(ctx, c.Clients.Client, c.Tracker, c.Namespace(), f.RunID); err != nil {
+			if err := teardown.Run(ctx, c.Clients.Client, c.tracker, c.Namespace(), f.RunID); err != nil {
 				errs[i] = fmt.Errorf("cluster %s: %w", c.Name, err)
 			}
 		})

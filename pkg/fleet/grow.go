@@ -81,7 +81,7 @@ func (f *Fleet) PoolState(ctx context.Context, image string) (PoolState, error) 
 	if !ok {
 		return st, nil
 	}
-	pool, found, err := p.cluster.Tracker.WarmPool(ctx, st.Pool)
+	pool, found, err := p.cluster.tracker.WarmPool(ctx, st.Pool)
 	if err != nil || !found {
 		return st, err
 	}
@@ -93,7 +93,7 @@ func (f *Fleet) PoolState(ctx context.Context, image string) (PoolState, error) 
 // objects on any cluster.
 func (f *Fleet) Changed() <-chan struct{} {
 	if len(f.Clusters) == 1 {
-		return f.Clusters[0].Tracker.Changed()
+		return f.Clusters[0].tracker.Changed()
 	}
 	out := make(chan struct{})
 	var once sync.Once
@@ -104,7 +104,7 @@ func (f *Fleet) Changed() <-chan struct{} {
 				once.Do(func() { close(out) })
 			case <-out:
 			}
-		}(c.Tracker.Changed())
+		}(c.tracker.Changed())
 	}
 	return out
 }

@@ -33,7 +33,7 @@ func (f *Fleet) Progress() Progress {
 	p := Progress{Total: int(f.stats.total.Load()), Done: int(f.stats.done.Load()), Failed: int(f.stats.failed.Load()),
 		Warming: int(f.stats.warming.Load()), Running: int(f.stats.running.Load())}
 	for _, c := range f.Clusters {
-		p.Pulling = p.Pulling.Plus(c.Tracker.Pulling())
+		p.Pulling = p.Pulling.Plus(c.tracker.Pulling())
 	}
 	if s := f.stats.started.Load(); s != 0 {
 		p.Elapsed = time.Since(time.Unix(0, s))

@@ -159,7 +159,7 @@ func (f *Fleet) Run(ctx context.Context, o RunOptions) (rep report.Report, err e
 	rep.Environment = env
 	rep.Throttled = f.Throttled()
 	for _, c := range f.Clusters {
-		rep.SandboxesPeak += c.Tracker.Peak()
+		rep.SandboxesPeak += c.tracker.Peak()
 	}
 	return rep, err
 }

@@ -199,7 +199,7 @@ func (s *Sandbox) lost(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, lostWait)
 	defer cancel()
 	for {
-		changed := s.cluster.Tracker.Changed()
+		changed := s.cluster.tracker.Changed()
 		var lost *claim.LostError
 		if err := s.Alive(ctx); errors.As(err, &lost) {
 			return lost
@@ -214,7 +214,7 @@ func (s *Sandbox) lost(ctx context.Context) error {
 
 // Alive returns nil while the sandbox's Pod is up and a *claim.LostError
 // once it is gone or going.
-func (s *Sandbox) Alive(ctx context.Context) error { return s.cluster.Claimer.Alive(ctx, s.Handle) }
+func (s *Sandbox) Alive(ctx context.Context) error { return s.cluster.claimer.Alive(ctx, s.Handle) }
 
 // Output is what a task's work produced. TimedOut says the work was
 // stopped at the task's timeout (its exit code is then 124).
