@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/loadtest"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/loadtest"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
 )
 

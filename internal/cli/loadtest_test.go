@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/loadtest"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/loadtest"
 )
 
 // A load test of two strategies at two concurrencies does four whole runs

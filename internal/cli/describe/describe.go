@@ -20,8 +20,8 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/get"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/output"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/runid"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/inventory"
@@ -46,7 +46,7 @@ func NewCommand(configFlags *genericclioptions.ConfigFlags, streams genericioopt
 		Short:             "Show one run in detail: pools, claims, Pods in trouble, events",
 		Example:           `  kubectl sandbox-fleet describe run run-20261129-120000-a1b2c3`,
 		Args:              usage.Args(cobra.ExactArgs(1)),
-		ValidArgsFunction: get.CompleteRunIDs(configFlags),
+		ValidArgsFunction: runid.Complete(configFlags),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return run(cmd.Context(), configFlags, streams, args[0])
 		},
@@ -84,7 +84,7 @@ func Run(w io.Writer, r inventory.Run, inv *inventory.Inventory, events []corev1
 	s := r.Status
 	fmt.Fprintf(tw, "Name:\t%s\n", r.Name)
 	fmt.Fprintf(tw, "Namespace:\t%s\n", r.Namespace)
-	fmt.Fprintf(tw, "Created:\t%s (%s ago)\n", r.CreationTimestamp.UTC().Format(time.RFC3339), get.Age(r.CreationTimestamp, now))
+	fmt.Fprintf(tw, "Created:\t%s (%s ago)\n", r.CreationTimestamp.UTC().Format(time.RFC3339), output.Age(r.CreationTimestamp, now))
 	fmt.Fprintf(tw, "Templates:\t%d\n", s.Templates)
 	fmt.Fprintf(tw, "Warm pools:\t%d, asked to keep %d sandboxes\n", s.Pools, s.WarmReplicas)
 	fmt.Fprintf(tw, "Claims:\t%d, %d Ready\n", s.Claims, s.ReadyClaims)
@@ -103,7 +103,7 @@ func Run(w io.Writer, r inventory.Run, inv *inventory.Inventory, events []corev1
 	for i := range inv.Claims {
 		c := &inv.Claims[i]
 		claims = append(claims, []string{c.Name, output.OrNone(inventory.TaskOf(c)), inv.Status(c),
-			output.OrNone(inv.NodeOf(c)), get.Age(c.CreationTimestamp, now)})
+			output.OrNone(inv.NodeOf(c)), output.Age(c.CreationTimestamp, now)})
 	}
 	for i := range inv.Pods {
 		p := &inv.Pods[i]
@@ -115,7 +115,7 @@ func Run(w io.Writer, r inventory.Run, inv *inventory.Inventory, events []corev1
 		}
 	}
 	for _, e := range about(events, inv) {
-		happened = append(happened, []string{e.Type, e.Reason, get.Age(e.LastTimestamp, now),
+		happened = append(happened, []string{e.Type, e.Reason, output.Age(e.LastTimestamp, now),
 			strings.ToLower(e.InvolvedObject.Kind) + "/" + e.InvolvedObject.Name, oneLine(e.Message)})
 	}
 	for _, sec := range []struct {

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/output"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/runid"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/inventory"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
@@ -86,7 +87,7 @@ columns), the objects as JSON or YAML, or their names.`,
 	pf.StringVar(&o.runID, "run-id", "", "only this run's objects")
 	pf.BoolVarP(&o.print.AllNamespaces, "all-namespaces", "A", false, "list in every namespace")
 	pf.BoolVar(&o.print.NoHeaders, "no-headers", false, "print tables without their header")
-	_ = cmd.RegisterFlagCompletionFunc("run-id", CompleteRunIDs(configFlags))
+	_ = cmd.RegisterFlagCompletionFunc("run-id", runid.Complete(configFlags))
 	for _, k := range kinds {
 		cmd.AddCommand(&cobra.Command{
 			Use:     k.use,

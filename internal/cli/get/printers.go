@@ -9,7 +9,6 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/printers"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/output"
@@ -55,14 +54,6 @@ func Print(w io.Writer, list runtime.Object, table *metav1.Table, opts PrintOpti
 	return (&printers.OmitManagedFieldsPrinter{Delegate: p}).PrintObj(list, w)
 }
 
-// Age is kubectl's rendering of how long ago t was.
-func Age(t metav1.Time, now time.Time) string {
-	if t.IsZero() {
-		return "<unknown>"
-	}
-	return duration.HumanDuration(now.Sub(t.Time))
-}
-
 func ratio(ready, total int) string { return fmt.Sprintf("%d/%d", ready, total) }
 
 func row(obj runtime.Object, cells ...any) metav1.TableRow {
@@ -87,7 +78,7 @@ func RunsTable(runs *inventory.RunList, now time.Time) *metav1.Table {
 		r := &runs.Items[i]
 		s := r.Status
 		t.Rows = append(t.Rows, row(r, r.Name, s.Pools, ratio(s.ReadyClaims, s.Claims), ratio(s.ReadyPods, s.Pods),
-			Age(r.CreationTimestamp, now), s.WarmReplicas, output.OrNone(strings.Join(s.Images, ",")), output.OrNone(strings.Join(s.Nodes, ","))))
+			output.Age(r.CreationTimestamp, now), s.WarmReplicas, output.OrNone(strings.Join(s.Images, ",")), output.OrNone(strings.Join(s.Nodes, ","))))
 	}
 	return t
 }
@@ -110,7 +101,7 @@ func PoolsTable(inv *inventory.Inventory, now time.Time) *metav1.Table {
 		p := &inv.Pools[i]
 		pods := inv.PodsOf(p)
 		t.Rows = append(t.Rows, row(p, inventory.RunOf(p), p.Name, ratio(int(p.Status.ReadyReplicas), inventory.Depth(p)), inv.ImageOf(p),
-			Age(p.CreationTimestamp, now), p.Spec.TemplateRef.Name, len(pods), output.OrNone(inventory.Nodes(pods))))
+			output.Age(p.CreationTimestamp, now), p.Spec.TemplateRef.Name, len(pods), output.OrNone(inventory.Nodes(pods))))
 	}
 	return t
 }
@@ -141,7 +132,7 @@ func ClaimsTable(inv *inventory.Inventory, now time.Time) *metav1.Table {
 			ip = output.OrNone(pod.Status.PodIP)
 		}
 		t.Rows = append(t.Rows, row(c, inventory.RunOf(c), c.Name, output.OrNone(inventory.TaskOf(c)), inv.Status(c), node,
-			Age(c.CreationTimestamp, now), output.OrNone(c.Status.SandboxStatus.Name), podName, ip, c.Spec.WarmPoolRef.Name))
+			output.Age(c.CreationTimestamp, now), output.OrNone(c.Status.SandboxStatus.Name), podName, ip, c.Spec.WarmPoolRef.Name))
 	}
 	return t
 }

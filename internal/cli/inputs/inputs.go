@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
@@ -263,4 +265,17 @@ func (f *Flags) override(fs *pflag.FlagSet, cfg *config.Fleet) error {
 		cfg.Session = f.session
 	}
 	return nil
+}
+
+// Targets are the clusters of the configuration file, or the current
+// context's when there is none.
+func Targets(configFile string, flags *genericclioptions.ConfigFlags) ([]fleet.Target, error) {
+	cfg := config.Default()
+	if configFile != "" {
+		var err error
+		if cfg, err = config.Load(configFile); err != nil {
+			return nil, usage.Errorf("%w", err)
+		}
+	}
+	return fleet.Targets(cfg, flags)
 }

@@ -18,10 +18,10 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/inputs"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/interrupt"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/output"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/run"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/runid"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/loadtest"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/loadtest"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
@@ -155,7 +155,7 @@ func (o *options) complete(cmd *cobra.Command) error {
 		return usage.Errorf("%w", err)
 	}
 	if o.runID == "" {
-		o.runID = run.NewID("loadtest")
+		o.runID = runid.New("loadtest")
 	}
 	o.cells = loadtest.Cells(modes, o.concurrencies)
 	for i, c := range o.cells {
@@ -178,7 +178,7 @@ func (o *options) run(parent context.Context) error {
 	stopSignals := interrupt.Handle(o.streams.ErrOut, cancel, "stopping the load test and tearing down its run", func() string {
 		mu.Lock()
 		defer mu.Unlock()
-		return run.ReapHint(current, o.inputs.ConfigFile, targets)
+		return runid.ReapHint(current, o.inputs.ConfigFile, targets)
 	})
 	defer stopSignals()
 

@@ -8,7 +8,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
@@ -90,4 +93,12 @@ func Bytes(n int64) string {
 	}
 	s := strconv.FormatFloat(value, 'f', 1, 64)
 	return strings.TrimSuffix(s, ".0") + " " + "KMGTPE"[exp-1:exp] + "iB"
+}
+
+// Age is kubectl's rendering of how long ago t was.
+func Age(t metav1.Time, now time.Time) string {
+	if t.IsZero() {
+		return "<unknown>"
+	}
+	return duration.HumanDuration(now.Sub(t.Time))
 }

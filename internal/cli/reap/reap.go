@@ -18,13 +18,13 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/get"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/inputs"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/output"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/runid"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/inventory"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/teardown"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 )
 
@@ -76,7 +76,7 @@ fleet configuration is swept.`,
 			if o.minAge < 0 {
 				return usage.Errorf("--min-age %s: must not be negative", o.minAge)
 			}
-			targets, err := Targets(o.configFile, o.configFlags)
+			targets, err := inputs.Targets(o.configFile, o.configFlags)
 			if err != nil {
 				return err
 			}
@@ -86,26 +86,13 @@ fleet configuration is swept.`,
 	f := cmd.Flags()
 	f.StringVarP(&o.configFile, "config", "f", "", "fleet configuration whose clusters to sweep (default: the current context)")
 	f.StringSliceVar(&o.runIDs, "run-id", nil, "run to reap; repeatable or comma-separated")
-	_ = cmd.RegisterFlagCompletionFunc("run-id", get.CompleteRunIDs(configFlags))
+	_ = cmd.RegisterFlagCompletionFunc("run-id", runid.Complete(configFlags))
 	f.BoolVar(&o.orphans, "orphans", false, "reap every run not named by --alive-run-ids")
 	f.StringSliceVar(&o.alive, "alive-run-ids", nil, "runs still going, which --orphans keeps")
 	f.DurationVar(&o.minAge, "min-age", 5*time.Minute, "with --orphans, keep runs with no heartbeat Lease younger than this")
 	f.BoolVar(&o.dryRun, "dry-run", false, "list what would be reaped, delete nothing")
 	f.BoolVarP(&o.allNS, "all-namespaces", "A", false, "reap in every namespace, not only the current one")
 	return cmd
-}
-
-// Targets are the clusters of the configuration file, or the current
-// context's when there is none.
-func Targets(configFile string, flags *genericclioptions.ConfigFlags) ([]fleet.Target, error) {
-	cfg := config.Default()
-	if configFile != "" {
-		var err error
-		if cfg, err = config.Load(configFile); err != nil {
-			return nil, usage.Errorf("%w", err)
-		}
-	}
-	return fleet.Targets(cfg, flags)
 }
 
 func (o *options) run(ctx context.Context, targets []fleet.Target) error {
@@ -184,7 +171,7 @@ func printRows(w io.Writer, rows []row, now time.Time) error {
 	fmt.Fprintln(tw, "CLUSTER\tNAMESPACE\tRUN ID\tAGE\tOBJECTS\tACTION")
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.cluster, r.run.Namespace, r.run.Name,
-			get.Age(r.run.CreationTimestamp, now), objects(r.run.Status), r.action)
+			output.Age(r.run.CreationTimestamp, now), objects(r.run.Status), r.action)
 	}
 	return tw.Flush()
 }

@@ -3,8 +3,6 @@ package run
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,7 +12,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/cli-runtime/pkg/printers"
@@ -23,6 +20,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/interrupt"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/output"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/progress"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/runid"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
@@ -153,7 +151,7 @@ func (o *options) complete(cmd *cobra.Command, args []string) error {
 	if err := o.work(); err != nil {
 		return err
 	}
-	if o.runID, err = RunID(o.runID); err != nil {
+	if o.runID, err = runid.FromFlag(o.runID); err != nil {
 		return err
 	}
 	o.done = map[results.Key]bool{}
@@ -204,17 +202,6 @@ func (o *options) work() error {
 	return nil
 }
 
-// RunID checks a --run-id, or makes a new one when it is empty.
-func RunID(id string) (string, error) {
-	if id == "" {
-		return NewID("run"), nil
-	}
-	if msgs := validation.IsDNS1123Label(id); len(msgs) > 0 {
-		return "", usage.Errorf("--run-id %q: %s", id, strings.Join(msgs, "; "))
-	}
-	return id, nil
-}
-
 func (o *options) run(parent context.Context) error {
 	targets, err := fleet.Targets(o.cfg, o.configFlags)
 	if err != nil {
@@ -223,7 +210,7 @@ func (o *options) run(parent context.Context) error {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	stopSignals := interrupt.Handle(o.streams.ErrOut, cancel, fmt.Sprintf("stopping run %s and tearing it down", o.runID),
-		func() string { return ReapHint(o.runID, o.inputs.ConfigFile, targets) })
+		func() string { return runid.ReapHint(o.runID, o.inputs.ConfigFile, targets) })
 	defer stopSignals()
 
 	f, err := fleet.Open(ctx, o.runID, o.cfg, o.loaded, targets)
@@ -355,24 +342,4 @@ func (o *options) writeReport(rep report.Report) error {
 	default:
 		return rep.WriteTable(o.streams.Out)
 	}
-}
-
-// NewID makes a new id of a kind of run: the kind, the time in UTC and
-// six random hex digits, e.g. run-20261203-051449-1a2b3c.
-func NewID(kind string) string {
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	return kind + "-" + time.Now().UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b)
-}
-
-// ReapHint says how to remove what is left of runID, with the -f or -n
-// the run was given.
-func ReapHint(runID, configFile string, targets []fleet.Target) string {
-	where := ""
-	if configFile != "" {
-		where = " -f " + configFile
-	} else if len(targets) == 1 {
-		where = " -n " + targets[0].Clients.Namespace
-	}
-	return fmt.Sprintf("remove what is left with:\n  kubectl sandbox-fleet reap --run-id %s%s", runID, where)
 }

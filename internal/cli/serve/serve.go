@@ -14,7 +14,7 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/inputs"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/interrupt"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/run"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/runid"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/serve"
@@ -79,7 +79,7 @@ exits at once and prints how to reap what is left.`,
 			if err != nil {
 				return err
 			}
-			if o.runID, err = run.RunID(o.runID); err != nil {
+			if o.runID, err = runid.FromFlag(o.runID); err != nil {
 				return err
 			}
 			if (o.access.CertFile == "") != (o.access.KeyFile == "") {

@@ -11,8 +11,8 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/get"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/reap"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/inputs"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/runid"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/teardown"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
@@ -45,7 +45,7 @@ and exits 1 if there is.`,
 			if o.runID == "" {
 				return usage.Errorf("--run-id is required: the run to tear down")
 			}
-			targets, err := reap.Targets(o.configFile, o.configFlags)
+			targets, err := inputs.Targets(o.configFile, o.configFlags)
 			if err != nil {
 				return err
 			}
@@ -54,7 +54,7 @@ and exits 1 if there is.`,
 	}
 	cmd.Flags().StringVarP(&o.configFile, "config", "f", "", "fleet configuration whose clusters the run spans (default: the current context)")
 	cmd.Flags().StringVar(&o.runID, "run-id", "", "the run to tear down")
-	_ = cmd.RegisterFlagCompletionFunc("run-id", get.CompleteRunIDs(configFlags))
+	_ = cmd.RegisterFlagCompletionFunc("run-id", runid.Complete(configFlags))
 	cmd.Flags().BoolVar(&o.verify, "verify", false, "list anything of the run left afterwards, and fail if there is")
 	return cmd
 }

@@ -1,4 +1,4 @@
-package get
+package runid
 
 import (
 	"strings"
@@ -10,9 +10,9 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 )
 
-// CompleteRunIDs completes a run id — the one argument of a verb, or a
+// Complete completes a run id — the one argument of a verb, or a
 // --run-id flag — from the runs in the namespace the command's flags name.
-func CompleteRunIDs(configFlags *genericclioptions.ConfigFlags) cobra.CompletionFunc {
+func Complete(configFlags *genericclioptions.ConfigFlags) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		if len(args) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
