@@ -1,7 +1,8 @@
 // Package docs holds the user documentation. Its tests keep it true to
 // the code: the generated references current, every command shown with a
-// "$ " prompt one the plugin parses, every relative link resolving, and
-// every public Go package documented with a runnable example.
+// "$ " prompt one the plugin parses, every relative link resolving,
+// every public Go package documented with a runnable example, and
+// architecture.md's Layout naming every package where it is.
 package docs_test
 
 import (
