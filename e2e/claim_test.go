@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 )
 
 // A claim whose sandbox has an image the kubelet rejects fails at once,
@@ -21,7 +21,7 @@ func TestClaimOnBadImageFailsFast(t *testing.T) {
 	c := claimer(clients, tr)
 	start := time.Now()
 	_, err := c.Acquire(ctx, pool, "bad-1")
-	var claimErr *claim.Error
+	var claimErr *verdict.StartError
 	if !errors.As(err, &claimErr) || claimErr.Reason != "InvalidImageName" || !claimErr.Terminal {
 		t.Fatalf("Acquire = %v; want a terminal InvalidImageName claim error", err)
 	}

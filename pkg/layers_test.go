@@ -14,6 +14,7 @@ import (
 	"go/token"
 	"go/types"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -68,7 +69,7 @@ func packages(t *testing.T) ([]listed, types.Importer) {
 
 func TestPublicAPIHasNoInternalTypes(t *testing.T) {
 	own, imp := packages(t)
-	var leaks []string
+	leaks := map[string]string{}
 	for _, p := range own {
 		if !strings.HasPrefix(p.ImportPath, module+"/pkg/") {
 			continue
@@ -77,48 +78,47 @@ func TestPublicAPIHasNoInternalTypes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		leaks = append(leaks, internalTypes(pkg)...)
+		maps.Copy(leaks, internalTypes(pkg))
 	}
-	slices.Sort(leaks)
-	leaks = slices.Compact(leaks)
-	for _, l := range leaks {
-		if !slices.Contains(remaining, l) {
-			t.Errorf("%s: the public API hands out a type of an internal package", l)
+	for _, key := range slices.Sorted(maps.Keys(leaks)) {
+		if !slices.Contains(remaining, key) {
+			t.Errorf("%s (at %s): the public API hands out a type of an internal package", key, leaks[key])
 		}
 	}
-	for _, l := range remaining {
-		if !slices.Contains(leaks, l) {
-			t.Errorf("%s is gone from the public API: take it off remaining", l)
+	for _, key := range remaining {
+		if _, ok := leaks[key]; !ok {
+			t.Errorf("%s is gone from the public API: take it off remaining", key)
 		}
 	}
 }
 
-// remaining are the internal types the public API still hands out, each
-// to be replaced by a public type of its own (issue "One-way layers"): the
-// sandbox handle and its exec types, the plan's sizing and the probe's
-// capacity model. The list only shrinks.
+// remaining are the internal types public packages still hand out, as
+// "package: type", each to be replaced by a public type of its own (issue
+// "One-way layers"): the sandbox handle and its exec types, the plan's
+// sizing and the probe's capacity model. The list only shrinks.
 var remaining = []string{
-	"pkg/fleet.ExecWork.Exec: " + module + "/internal/fleet/exec.Request",
-	"pkg/fleet.ExecWork.Exec: " + module + "/internal/fleet/exec.Result",
-	"pkg/fleet.ExecWork.Handle: " + module + "/internal/fleet/claim.Handle",
-	"pkg/fleet.ExecWork.OpenShell: " + module + "/internal/fleet/exec.Shell",
-	"pkg/fleet.ExecWork.PortForward: " + module + "/internal/fleet/exec.Forward",
-	"pkg/fleet.ExecWork.Start: " + module + "/internal/fleet/exec.Process",
-	"pkg/fleet.Fleet.Plan.Plan: " + module + "/internal/fleet/sizing.Plan",
-	"pkg/fleet.Probe.Chosen.Estimate: " + module + "/internal/fleet/capacity.Estimate",
-	"pkg/fleet.Probe.Limits: " + module + "/internal/fleet/capacity.Limits",
-	"pkg/fleet.Probe.Pools: " + module + "/internal/fleet/capacity.Pool",
-	"pkg/fleet.Probe.Sandbox: " + module + "/internal/fleet/capacity.Sandbox",
-	"pkg/fleet.Probe.Totals: " + module + "/internal/fleet/capacity.Totals",
-	"pkg/fleet.Probe: " + module + "/internal/fleet/capacity.Model",
-	"pkg/fleet.Recommend: " + module + "/internal/fleet/capacity.Probe",
-	"pkg/fleet/session.Handle.Sandbox.Exec: " + module + "/internal/fleet/exec.Request",
-	"pkg/fleet/session.Handle.Sandbox.Exec: " + module + "/internal/fleet/exec.Result",
-	"pkg/fleet/session.Handle.Sandbox.Handle: " + module + "/internal/fleet/claim.Handle",
-	"pkg/fleet/session.Handle.Sandbox.OpenShell: " + module + "/internal/fleet/exec.Shell",
-	"pkg/fleet/session.Handle.Sandbox.PortForward: " + module + "/internal/fleet/exec.Forward",
-	"pkg/fleet/session.Handle.Sandbox.Start: " + module + "/internal/fleet/exec.Process",
-	"pkg/fleet/session.Open.Fleet.Plan.Plan: " + module + "/internal/fleet/sizing.Plan",
+	"pkg/fleet: internal/fleet/capacity.Estimate",
+	"pkg/fleet: internal/fleet/capacity.Limits",
+	"pkg/fleet: internal/fleet/capacity.Model",
+	"pkg/fleet: internal/fleet/capacity.Pool",
+	"pkg/fleet: internal/fleet/capacity.Probe",
+	"pkg/fleet: internal/fleet/capacity.Sandbox",
+	"pkg/fleet: internal/fleet/capacity.Totals",
+	"pkg/fleet: internal/fleet/claim.Handle",
+	"pkg/fleet: internal/fleet/exec.Forward",
+	"pkg/fleet: internal/fleet/exec.Process",
+	"pkg/fleet: internal/fleet/exec.Request",
+	"pkg/fleet: internal/fleet/exec.Result",
+	"pkg/fleet: internal/fleet/exec.Shell",
+	"pkg/fleet: internal/fleet/sizing.Plan",
+	"pkg/fleet/session: internal/fleet/claim.Handle",
+	"pkg/fleet/session: internal/fleet/exec.Event",
+	"pkg/fleet/session: internal/fleet/exec.Forward",
+	"pkg/fleet/session: internal/fleet/exec.Process",
+	"pkg/fleet/session: internal/fleet/exec.Request",
+	"pkg/fleet/session: internal/fleet/exec.Result",
+	"pkg/fleet/session: internal/fleet/exec.Shell",
+	"pkg/fleet/session: internal/fleet/sizing.Plan",
 }
 
 // The internal fleet packages are the public engine's parts and never
@@ -156,11 +156,13 @@ func TestDependenciesRunOneWay(t *testing.T) {
 	}
 }
 
-// internalTypes lists where pkg's exported API — its exported objects,
-// and what their types reach through exported fields, methods, parameters
-// and results — names a type of an internal package.
-func internalTypes(pkg *types.Package) []string {
-	var found []string
+// internalTypes are the internal types pkg's exported API names — in its
+// exported objects, and what their types reach through exported fields,
+// methods, parameters and results — as "package: type" (both without the
+// module's path), each with where it was first met.
+func internalTypes(pkg *types.Package) map[string]string {
+	found := map[string]string{}
+	short := func(path string) string { return strings.TrimPrefix(path, module+"/") }
 	seen := map[types.Type]bool{}
 	var walk func(at string, t types.Type)
 	walk = func(at string, t types.Type) {
@@ -169,13 +171,19 @@ func internalTypes(pkg *types.Package) []string {
 		}
 		seen[t] = true
 		switch t := t.(type) {
+		case *types.Alias:
+			// An alias hands out the type it names.
+			walk(at, types.Unalias(t))
 		case *types.Named:
 			obj := t.Obj()
 			if obj.Pkg() == nil {
 				return
 			}
 			if strings.Contains(obj.Pkg().Path(), "/internal/") {
-				found = append(found, fmt.Sprintf("%s: %s.%s", at, obj.Pkg().Path(), obj.Name()))
+				key := short(pkg.Path()) + ": " + short(obj.Pkg().Path()) + "." + obj.Name()
+				if _, ok := found[key]; !ok {
+					found[key] = at
+				}
 				return
 			}
 			if obj.Pkg().Path() != pkg.Path() && !strings.HasPrefix(obj.Pkg().Path(), module+"/") {
@@ -225,7 +233,7 @@ func internalTypes(pkg *types.Package) []string {
 	scope := pkg.Scope()
 	for _, name := range scope.Names() {
 		if obj := scope.Lookup(name); obj.Exported() {
-			walk(strings.TrimPrefix(pkg.Path(), module+"/")+"."+name, obj.Type())
+			walk(short(pkg.Path())+"."+name, obj.Type())
 		}
 	}
 	return found

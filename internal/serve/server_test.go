@@ -12,7 +12,6 @@ import (
 	"connectrpc.com/connect"
 
 	fleetv1 "github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/session"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 )
@@ -27,8 +26,8 @@ func TestToConnect(t *testing.T) {
 		{fmt.Errorf("%w: no handle", session.ErrNotFound), connect.CodeNotFound, "", ""},
 		{fmt.Errorf("%w: another's", session.ErrForeign), connect.CodePermissionDenied, "", ""},
 		{session.ErrClosed, connect.CodeFailedPrecondition, "", ""},
-		{verdict.Infrastructure(verdict.Start, &claim.Error{TaskID: "t"}), connect.CodeFailedPrecondition, verdict.Infra, verdict.Start},
-		{verdict.Infrastructure(verdict.Lost, &claim.LostError{TaskID: "t"}), connect.CodeAborted, verdict.Infra, verdict.Lost},
+		{verdict.Infrastructure(verdict.Start, &verdict.StartError{TaskID: "t"}), connect.CodeFailedPrecondition, verdict.Infra, verdict.Start},
+		{verdict.Infrastructure(verdict.Lost, &verdict.LostError{TaskID: "t"}), connect.CodeAborted, verdict.Infra, verdict.Lost},
 		{verdict.Infrastructure(verdict.Timeout, context.DeadlineExceeded), connect.CodeDeadlineExceeded, verdict.Infra, verdict.Timeout},
 		{verdict.Infrastructure(verdict.API, errors.New("conn refused")), connect.CodeUnavailable, verdict.Infra, verdict.API},
 		{verdict.Infrastructure(verdict.Exec, errors.New("no shell")), connect.CodeInternal, verdict.Infra, verdict.Exec},

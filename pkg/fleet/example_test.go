@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
@@ -33,4 +34,18 @@ func ExampleInterleave() {
 	}
 	fmt.Println()
 	// Output: a1 b1 a2 a3 b2 a4
+}
+
+// A command's error says when the sandbox went under it: a trainer masks
+// such a rollout out of the loss, or runs it again on another sandbox,
+// rather than scoring the policy for it.
+func ExampleLostError() {
+	// What Sandbox.Exec returns when the sandbox's Pod is deleted under
+	// the command, wrapped as a caller may wrap it.
+	err := fmt.Errorf("rollout 3: %w", &fleet.LostError{TaskID: "django-11099", Pod: "pool-abc12", Why: "it is being deleted"})
+	var lost *fleet.LostError
+	if errors.As(err, &lost) {
+		fmt.Printf("task %s: run it again on another sandbox (%s)\n", lost.TaskID, lost.Why)
+	}
+	// Output: task django-11099: run it again on another sandbox (it is being deleted)
 }

@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"k8s.io/klog/v2"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracing"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/warm"
@@ -467,7 +466,7 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.F
 	switch {
 	case err != nil:
 		// A failure to run work is most often the sandbox going away.
-		var lost *claim.LostError
+		var lost *LostError
 		if aerr := s.Alive(context.WithoutCancel(ctx)); errors.As(aerr, &lost) {
 			err = lost
 		} else if wctx.Err() != nil && ctx.Err() == nil {

@@ -49,7 +49,7 @@ type Sandbox struct {
 // and its result is TimedOut with exit code 124: the task's failure, not
 // the sandbox's. When the sandbox was lost under the command — its stream
 // broke, or it was killed by a signal as its Pod went — the error is a
-// *claim.LostError.
+// *LostError.
 func (s *Sandbox) Exec(ctx context.Context, r exec.Request) (exec.Result, error) {
 	if s.session && r.Container == "" {
 		return s.execInSession(ctx, r)
@@ -67,7 +67,7 @@ func (s *Sandbox) exec(ctx context.Context, r exec.Request) (exec.Result, error)
 // was killed by the fleet, so only a Pod already gone makes it lost.
 func (s *Sandbox) resultOrLost(ctx context.Context, res exec.Result, err error) (exec.Result, error) {
 	if res.TimedOut && err == nil {
-		var lost *claim.LostError
+		var lost *LostError
 		if aerr := s.Alive(context.WithoutCancel(ctx)); errors.As(aerr, &lost) {
 			return exec.Result{}, lost
 		}
@@ -78,7 +78,7 @@ func (s *Sandbox) resultOrLost(ctx context.Context, res exec.Result, err error) 
 }
 
 // orLost returns a command's code and error, or the sandbox's
-// *claim.LostError when the command broke off or died of a signal because
+// *LostError when the command broke off or died of a signal because
 // the sandbox went.
 func (s *Sandbox) orLost(ctx context.Context, code int, err error) (int, error) {
 	if err != nil || code > 128 {
@@ -193,14 +193,14 @@ func (s *Sandbox) shellBroken() bool {
 // kubelet notices a dead container on its next relist, each second.
 const lostWait = 5 * time.Second
 
-// lost returns the sandbox's *claim.LostError if it is lost within
+// lost returns the sandbox's *LostError if it is lost within
 // lostWait, nil otherwise.
 func (s *Sandbox) lost(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, lostWait)
 	defer cancel()
 	for {
 		changed := s.cluster.tracker.Changed()
-		var lost *claim.LostError
+		var lost *LostError
 		if err := s.Alive(ctx); errors.As(err, &lost) {
 			return lost
 		}
@@ -212,7 +212,7 @@ func (s *Sandbox) lost(ctx context.Context) error {
 	}
 }
 
-// Alive returns nil while the sandbox's Pod is up and a *claim.LostError
+// Alive returns nil while the sandbox's Pod is up and a *LostError
 // once it is gone or going.
 func (s *Sandbox) Alive(ctx context.Context) error { return s.cluster.claimer.Alive(ctx, s.Handle) }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracker"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
@@ -46,20 +47,6 @@ type Handle struct {
 	Warm bool `json:"warm,omitempty"`
 }
 
-// Error is a claim given up because its Pod cannot become Ready.
-type Error struct {
-	TaskID, Claim, Pod string
-	Trouble
-}
-
-func (e *Error) Error() string {
-	kind := "after the grace period"
-	if e.Terminal {
-		kind = "at once"
-	}
-	return fmt.Sprintf("task %s: claim %s failed %s: pod %s: %s: %s", e.TaskID, e.Claim, kind, e.Pod, e.Reason, e.Message)
-}
-
 // Claimer claims sandboxes of one run in one namespace.
 type Claimer struct {
 	Client  client.Client
@@ -71,7 +58,7 @@ type Claimer struct {
 // Acquire claims a sandbox of pool for task and waits until it is Ready.
 // When the claimed Pod cannot start — at once for terminal trouble, after
 // Grace for the rest — or ctx ends, the claim is deleted and an error
-// returned; an *Error says why the Pod failed, a *VanishedError that
+// returned; a *verdict.StartError says why the Pod failed, a *verdict.VanishedError that
 // someone else deleted the claim. Callers bound ctx.
 func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWarmPool, taskID string) (*Handle, error) {
 	claim := resources.Claim(pool, taskID)
@@ -88,7 +75,7 @@ func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWa
 			return nil, c.abandon(claim, err)
 		}
 		if seen && (!found || st.Claim.DeletionTimestamp != nil) {
-			return nil, &VanishedError{TaskID: taskID, Claim: claim.Name}
+			return nil, &verdict.VanishedError{TaskID: taskID, Claim: claim.Name}
 		}
 		seen = seen || found
 		var timer <-chan time.Time
@@ -103,7 +90,7 @@ func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWa
 			trouble := Classify(st.Pod)
 			giveUp, recheck := patience.Judge(trouble, time.Now())
 			if giveUp {
-				return nil, c.abandon(claim, &Error{TaskID: taskID, Claim: claim.Name, Pod: st.Pod.Name, Trouble: *trouble})
+				return nil, c.abandon(claim, &verdict.StartError{TaskID: taskID, Claim: claim.Name, Pod: st.Pod.Name, Reason: trouble.Reason, Message: trouble.Message, Terminal: trouble.Terminal})
 			}
 			if recheck > 0 {
 				// No event may come while a Pod backs off; wake up when
@@ -170,16 +157,6 @@ func (c *Claimer) create(ctx context.Context, pool *extensionsv1beta1.SandboxWar
 	}
 }
 
-// VanishedError says a claim was deleted — by another client, or the
-// namespace going — while its task waited for it.
-type VanishedError struct {
-	TaskID, Claim string
-}
-
-func (e *VanishedError) Error() string {
-	return fmt.Sprintf("task %s: claim %s was deleted while the task waited for it (by another client or with its namespace)", e.TaskID, e.Claim)
-}
-
 // abandon deletes a claim that will not be used and returns err.
 func (c *Claimer) abandon(claim *extensionsv1beta1.SandboxClaim, err error) error {
 	// The caller's context may be what ended; deletion must still happen.
@@ -198,18 +175,9 @@ func (h *Handle) Endpoint(port int) string {
 	return fmt.Sprintf("%s.%s:%d", h.Hostname, h.Namespace, port)
 }
 
-// LostError says a claimed sandbox's Pod is gone or going.
-type LostError struct {
-	TaskID, Pod, Why string
-}
-
-func (e *LostError) Error() string {
-	return fmt.Sprintf("task %s: sandbox pod %s was lost: %s", e.TaskID, e.Pod, e.Why)
-}
-
 // Alive returns nil while the handle's Pod — the one claimed, not a new
 // Pod of the same name — exists, is not being deleted and has not
-// finished, and a *LostError otherwise. It reads the tracker's
+// finished, and a *verdict.LostError otherwise. It reads the tracker's
 // cache, so it costs no API request.
 func (c *Claimer) Alive(ctx context.Context, h *Handle) error {
 	pod, found, err := c.Tracker.Pod(ctx, h.Pod)
@@ -217,17 +185,17 @@ func (c *Claimer) Alive(ctx context.Context, h *Handle) error {
 	case err != nil:
 		return err
 	case !found:
-		return &LostError{TaskID: h.TaskID, Pod: h.Pod, Why: "it no longer exists"}
+		return &verdict.LostError{TaskID: h.TaskID, Pod: h.Pod, Why: "it no longer exists"}
 	case pod.DeletionTimestamp != nil:
-		return &LostError{TaskID: h.TaskID, Pod: h.Pod, Why: "it is being deleted"}
+		return &verdict.LostError{TaskID: h.TaskID, Pod: h.Pod, Why: "it is being deleted"}
 	case h.PodUID != "" && pod.UID != h.PodUID:
-		return &LostError{TaskID: h.TaskID, Pod: h.Pod, Why: "it was deleted and replaced by a new Pod of the same name"}
+		return &verdict.LostError{TaskID: h.TaskID, Pod: h.Pod, Why: "it was deleted and replaced by a new Pod of the same name"}
 	}
 	if trouble := Classify(pod); trouble != nil && trouble.Terminal {
-		return &LostError{TaskID: h.TaskID, Pod: h.Pod, Why: trouble.Reason + ": " + trouble.Message}
+		return &verdict.LostError{TaskID: h.TaskID, Pod: h.Pod, Why: trouble.Reason + ": " + trouble.Message}
 	}
 	if restarts(pod) > h.Restarts {
-		return &LostError{TaskID: h.TaskID, Pod: h.Pod, Why: "a container of it was killed and restarted, losing what the task did in it"}
+		return &verdict.LostError{TaskID: h.TaskID, Pod: h.Pod, Why: "a container of it was killed and restarted, losing what the task did in it"}
 	}
 	return nil
 }

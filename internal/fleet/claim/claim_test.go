@@ -22,6 +22,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracker"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/warm"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
@@ -100,7 +101,7 @@ func TestAcquireAndRelease(t *testing.T) {
 	if err := clients.Client.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil {
 		t.Fatal(err)
 	}
-	var lost *claim.LostError
+	var lost *verdict.LostError
 	for {
 		changed := claimer.Tracker.Changed()
 		if err := claimer.Alive(ctx, h); errors.As(err, &lost) {
@@ -172,7 +173,7 @@ func TestUnschedulableFailsAfterGrace(t *testing.T) {
 
 	start := time.Now()
 	_, err := claimer.Acquire(ctx, pool, "task-1")
-	var claimErr *claim.Error
+	var claimErr *verdict.StartError
 	if !errors.As(err, &claimErr) || claimErr.Reason != "Unschedulable" || claimErr.Terminal {
 		t.Fatalf("Acquire = %v; want an Unschedulable claim error", err)
 	}
@@ -213,7 +214,7 @@ func TestClaimDeletedByAnotherClient(t *testing.T) {
 	}()
 	start := time.Now()
 	_, err := claimer.Acquire(ctx, pool, "task-1")
-	var vanished *claim.VanishedError
+	var vanished *verdict.VanishedError
 	if !errors.As(err, &vanished) {
 		t.Fatalf("Acquire = %v; want a VanishedError", err)
 	}

@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/exec"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 )
 
 // What an agent framework does in a sandbox beyond one command at a time:
@@ -319,7 +319,7 @@ func (s *Session) Alive(ctx context.Context, id, client string) (bool, string, e
 		return false, "", err
 	}
 	err = h.Sandbox.Alive(ctx)
-	var lost *claim.LostError
+	var lost *verdict.LostError
 	switch {
 	case err == nil:
 		return true, "", nil
@@ -333,7 +333,7 @@ func (s *Session) Alive(ctx context.Context, id, client string) (bool, string, e
 // failed is err, the end of a shell's or a process's stream, as the
 // infrastructure's verdict: the sandbox lost when its Pod went, else exec.
 func failed(ctx context.Context, h *Handle, err error) error {
-	var lost *claim.LostError
+	var lost *verdict.LostError
 	if errors.As(h.Sandbox.Alive(context.WithoutCancel(ctx)), &lost) {
 		return infraOf(lost)
 	}

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/exec"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 )
@@ -65,7 +64,7 @@ func (s *Session) Exec(ctx context.Context, id, client string, r ExecRequest) (E
 // infraOf is a sandbox's failure to run a command as the infrastructure's
 // verdict: lost, or exec.
 func infraOf(err error) error {
-	var lost *claim.LostError
+	var lost *verdict.LostError
 	if errors.As(err, &lost) {
 		return verdict.Infrastructure(verdict.Lost, err)
 	}

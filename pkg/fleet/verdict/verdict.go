@@ -7,8 +7,7 @@ package verdict
 import (
 	"context"
 	"errors"
-
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
+	"fmt"
 )
 
 const (
@@ -51,9 +50,9 @@ func Infrastructure(reason string, err error) error {
 // a lost sandbox, a deadline), else an API failure.
 func Reason(err error) string {
 	var e *Error
-	var start *claim.Error
-	var lost *claim.LostError
-	var vanished *claim.VanishedError
+	var start *StartError
+	var lost *LostError
+	var vanished *VanishedError
 	switch {
 	case errors.As(err, &e):
 		return e.Reason
@@ -66,4 +65,43 @@ func Reason(err error) string {
 	default:
 		return API
 	}
+}
+
+// StartError is a task's claim given up because its sandbox's Pod cannot
+// become Ready: at once for trouble that cannot clear up (Terminal: an
+// invalid image name, a finished Pod), after the run's grace for the rest
+// (image pull back-offs, Unschedulable). Reason and Message are the Pod's.
+type StartError struct {
+	TaskID, Claim, Pod string
+	Reason, Message    string
+	Terminal           bool
+}
+
+func (e *StartError) Error() string {
+	kind := "after the grace period"
+	if e.Terminal {
+		kind = "at once"
+	}
+	return fmt.Sprintf("task %s: claim %s failed %s: pod %s: %s: %s", e.TaskID, e.Claim, kind, e.Pod, e.Reason, e.Message)
+}
+
+// LostError says a claimed sandbox's Pod is gone or going — deleted,
+// evicted, its node lost, a container restarted — so what the task did in
+// it is lost with it. Why says which.
+type LostError struct {
+	TaskID, Pod, Why string
+}
+
+func (e *LostError) Error() string {
+	return fmt.Sprintf("task %s: sandbox pod %s was lost: %s", e.TaskID, e.Pod, e.Why)
+}
+
+// VanishedError says a task's claim was deleted — by another client, or
+// with its namespace — while the task waited for it.
+type VanishedError struct {
+	TaskID, Claim string
+}
+
+func (e *VanishedError) Error() string {
+	return fmt.Sprintf("task %s: claim %s was deleted while the task waited for it (by another client or with its namespace)", e.TaskID, e.Claim)
 }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"testing"
-
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
 )
 
 func TestReason(t *testing.T) {
@@ -15,13 +13,13 @@ func TestReason(t *testing.T) {
 		want string
 	}{
 		{Infrastructure(Exec, errors.New("no shell")), Exec},
-		{fmt.Errorf("task t: %w", &claim.Error{Trouble: claim.Trouble{Reason: "ErrImagePull"}}), Start},
-		{&claim.LostError{TaskID: "t"}, Lost},
-		{&claim.VanishedError{TaskID: "t"}, Lost},
+		{fmt.Errorf("task t: %w", &StartError{Reason: "ErrImagePull"}), Start},
+		{&LostError{TaskID: "t"}, Lost},
+		{&VanishedError{TaskID: "t"}, Lost},
 		{fmt.Errorf("waiting: %w", context.DeadlineExceeded), Timeout},
 		{errors.New("connection refused"), API},
 		// The reason given wins over what the wrapped error's type says.
-		{Infrastructure(Timeout, &claim.LostError{}), Timeout},
+		{Infrastructure(Timeout, &LostError{}), Timeout},
 	} {
 		if got := Reason(tc.err); got != tc.want {
 			t.Errorf("Reason(%v) = %q, want %q", tc.err, got, tc.want)

@@ -1,0 +1,20 @@
+package fleet
+
+import "github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
+
+// The errors the engine returns about a task's sandbox, which a caller
+// matches with errors.As. Package verdict defines them, so that the
+// engine's parts return them too, and says whose fault each is.
+type (
+	// StartError is a task's claim given up because its sandbox's Pod
+	// cannot become Ready (an image that cannot be pulled, no node with
+	// room): an infrastructure failure of reason start.
+	StartError = verdict.StartError
+	// LostError says a task's sandbox went — its Pod deleted or evicted,
+	// its node lost, a container restarted — under the task, which may be
+	// retried on another: an infrastructure failure of reason lost.
+	LostError = verdict.LostError
+	// VanishedError says a task's claim was deleted by someone else while
+	// the task waited for it: an infrastructure failure of reason lost.
+	VanishedError = verdict.VanishedError
+)
