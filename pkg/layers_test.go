@@ -94,8 +94,8 @@ func TestPublicAPIHasNoInternalTypes(t *testing.T) {
 
 // remaining are the internal types public packages still hand out, as
 // "package: type", each to be replaced by a public type of its own (issue
-// "One-way layers"): the sandbox handle and its exec types, the plan's
-// sizing and the probe's capacity model. The list only shrinks.
+// "One-way layers"): the sandbox handle and its exec types, and the
+// probe's capacity model. The list only shrinks.
 var remaining = []string{
 	"pkg/fleet: internal/fleet/capacity.Estimate",
 	"pkg/fleet: internal/fleet/capacity.Limits",
@@ -110,7 +110,6 @@ var remaining = []string{
 	"pkg/fleet: internal/fleet/exec.Request",
 	"pkg/fleet: internal/fleet/exec.Result",
 	"pkg/fleet: internal/fleet/exec.Shell",
-	"pkg/fleet: internal/fleet/sizing.Plan",
 	"pkg/fleet/session: internal/fleet/claim.Handle",
 	"pkg/fleet/session: internal/fleet/exec.Event",
 	"pkg/fleet/session: internal/fleet/exec.Forward",
@@ -118,7 +117,6 @@ var remaining = []string{
 	"pkg/fleet/session: internal/fleet/exec.Request",
 	"pkg/fleet/session: internal/fleet/exec.Result",
 	"pkg/fleet/session: internal/fleet/exec.Shell",
-	"pkg/fleet/session: internal/fleet/sizing.Plan",
 }
 
 // The internal fleet packages are the public engine's parts and never

@@ -17,11 +17,21 @@ import (
 // `kubectl sandbox-fleet plan` prints it; Run follows it; the runaway
 // breaker's expectation is its peak.
 type Plan struct {
-	sizing.Plan
-	Strategy    string `json:"strategy"`
-	Tasks       int    `json:"tasks"`
-	Epochs      int    `json:"epochs"`
-	Concurrency int    `json:"concurrency"`
+	// Pools are the warm pools, one per image, as the strategy warms them.
+	Pools []PoolPlan `json:"pools"`
+	// WarmFootprint is how many sandboxes are warm when every pool is:
+	// the naive strategy's peak.
+	WarmFootprint int `json:"warmFootprint"`
+	// SlidingWindow and PipelinedWindow are how many images the sliding
+	// and pipelined strategies warm together.
+	SlidingWindow   int `json:"slidingWindow"`
+	PipelinedWindow int `json:"pipelinedWindow"`
+	// Warnings say where the configuration works against itself.
+	Warnings    []string `json:"warnings,omitempty"`
+	Strategy    string   `json:"strategy"`
+	Tasks       int      `json:"tasks"`
+	Epochs      int      `json:"epochs"`
+	Concurrency int      `json:"concurrency"`
 	// Windows are the groups of images warm together, in run order. The
 	// pipelined strategy warms the next window while one runs.
 	Windows []Window `json:"windows"`
@@ -32,6 +42,14 @@ type Plan struct {
 	Claims  int  `json:"claims"`
 	Fresh   int  `json:"claimsWithoutRecycling,omitempty"`
 	Recycle bool `json:"recycle,omitempty"`
+}
+
+// PoolPlan is one image's warm pool: the image, its tasks and the
+// replicas warmed for them.
+type PoolPlan struct {
+	Image    string `json:"image"`
+	Tasks    int    `json:"tasks"`
+	Replicas int    `json:"replicas"`
 }
 
 // Window is a group of images warm together.
@@ -62,26 +80,28 @@ func NewPlan(cfg config.Fleet, ts []tasks.Task) Plan { return newPlan(cfg, ts, c
 // pools are sized as without recycling.
 func newPlan(cfg config.Fleet, ts []tasks.Task, serial bool) Plan {
 	images := imagesOf(ts)
+	sized := sizing.NewPlan(images, sizingParams(cfg), diskOf(cfg))
 	p := Plan{
-		Plan:        sizing.NewPlan(images, sizingParams(cfg), diskOf(cfg)),
-		Strategy:    cfg.Strategy,
-		Tasks:       len(ts),
-		Epochs:      cfg.Epochs,
-		Concurrency: concurrency(cfg),
+		SlidingWindow:   sized.SlidingWindow,
+		PipelinedWindow: sized.PipelinedWindow,
+		Warnings:        sized.Warnings,
+		Strategy:        cfg.Strategy,
+		Tasks:           len(ts),
+		Epochs:          cfg.Epochs,
+		Concurrency:     concurrency(cfg),
 	}
 	// The strategy may warm less than sizing asks: the plan says what is
 	// warmed.
-	p.WarmFootprint = 0
-	planned := map[string]sizing.Pool{}
-	names := make([]string, len(p.Pools))
-	for i := range p.Pools {
-		pool := &p.Pools[i]
-		pool.Replicas = depth(cfg, serial, pool.Replicas, pool.Tasks)
+	planned := map[string]PoolPlan{}
+	names := make([]string, len(sized.Pools))
+	for i, sp := range sized.Pools {
+		pool := PoolPlan{Image: sp.Image, Tasks: sp.Tasks, Replicas: depth(cfg, serial, sp.Replicas, sp.Tasks)}
+		p.Pools = append(p.Pools, pool)
 		p.WarmFootprint += pool.Replicas
-		planned[pool.Image] = *pool
+		planned[pool.Image] = pool
 		names[i] = pool.Image
 	}
-	for _, group := range chunk(names, windowSize(cfg, p.Plan, len(names))) {
+	for _, group := range chunk(names, windowSize(cfg, p, len(names))) {
 		w := Window{Images: group}
 		for _, img := range group {
 			w.Tasks += planned[img].Tasks
@@ -181,7 +201,7 @@ func concurrency(cfg config.Fleet) int {
 }
 
 // windowSize is how many of images a strategy keeps warm at once.
-func windowSize(cfg config.Fleet, plan sizing.Plan, images int) int {
+func windowSize(cfg config.Fleet, plan Plan, images int) int {
 	switch {
 	case cfg.Strategy == "naive":
 		return max(1, images)

@@ -185,7 +185,7 @@ func held(n int) string {
 func scenario(probe capacity.Probe, p Plan, cfg config.Fleet, ts []tasks.Task, m capacity.Model, limitedBy string) Scenario {
 	replicas := map[string]sizing.Pool{}
 	for _, pool := range p.Pools {
-		replicas[pool.Image] = pool
+		replicas[pool.Image] = sizing.Pool(pool)
 	}
 	shape := capacity.Shape{Strategy: p.Strategy, Concurrency: p.Concurrency, Colocate: cfg.Template.Colocate, Epochs: cfg.Epochs}
 	most := 0

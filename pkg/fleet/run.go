@@ -187,7 +187,7 @@ func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func
 	for i, img := range images {
 		names[i] = img.Name
 	}
-	windows := chunk(names, windowSize(f.Config, f.Plan.Plan, len(names)))
+	windows := chunk(names, windowSize(f.Config, f.Plan, len(names)))
 	tasksOf := func(window []string) []tasks.Task {
 		var out []tasks.Task
 		for _, img := range window {
