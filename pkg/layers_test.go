@@ -94,16 +94,9 @@ func TestPublicAPIHasNoInternalTypes(t *testing.T) {
 
 // remaining are the internal types public packages still hand out, as
 // "package: type", each to be replaced by a public type of its own (issue
-// "One-way layers"): the sandbox handle and its exec types, and the
-// probe's capacity model. The list only shrinks.
+// "One-way layers"): the sandbox handle and its exec types. The list
+// only shrinks.
 var remaining = []string{
-	"pkg/fleet: internal/fleet/capacity.Estimate",
-	"pkg/fleet: internal/fleet/capacity.Limits",
-	"pkg/fleet: internal/fleet/capacity.Model",
-	"pkg/fleet: internal/fleet/capacity.Pool",
-	"pkg/fleet: internal/fleet/capacity.Probe",
-	"pkg/fleet: internal/fleet/capacity.Sandbox",
-	"pkg/fleet: internal/fleet/capacity.Totals",
 	"pkg/fleet: internal/fleet/claim.Handle",
 	"pkg/fleet: internal/fleet/exec.Forward",
 	"pkg/fleet: internal/fleet/exec.Process",

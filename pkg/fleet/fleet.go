@@ -40,7 +40,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/capacity"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/placement"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/preflight"
@@ -50,6 +49,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracing"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracker"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/warm"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/capacity"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/metrics"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"

@@ -9,8 +9,8 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/capacity"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/sizing"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/capacity"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 )
@@ -183,14 +183,14 @@ func held(n int) string {
 // scenario is the model's estimate of plan p of ts at concurrency c, whose
 // concurrency the nodes' limitedBy holds down.
 func scenario(probe capacity.Probe, p Plan, cfg config.Fleet, ts []tasks.Task, m capacity.Model, limitedBy string) Scenario {
-	replicas := map[string]sizing.Pool{}
+	replicas := map[string]capacity.WarmPool{}
 	for _, pool := range p.Pools {
-		replicas[pool.Image] = sizing.Pool(pool)
+		replicas[pool.Image] = capacity.WarmPool(pool)
 	}
 	shape := capacity.Shape{Strategy: p.Strategy, Concurrency: p.Concurrency, Colocate: cfg.Template.Colocate, Epochs: cfg.Epochs}
 	most := 0
 	for _, w := range p.Windows {
-		var window []sizing.Pool
+		var window []capacity.WarmPool
 		for _, img := range w.Images {
 			window = append(window, replicas[img])
 		}

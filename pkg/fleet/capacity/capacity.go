@@ -28,7 +28,6 @@ import (
 	"time"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/sizing"
 )
 
 // GiB is how the configuration counts its GB.
@@ -225,6 +224,14 @@ func (l Limits) Fit() (int, string) {
 	return n, by
 }
 
+// WarmPool is one image's warm pool in a run's shape: its tasks and the
+// replicas warmed for them.
+type WarmPool struct {
+	Image    string
+	Tasks    int
+	Replicas int
+}
+
 // Shape is a candidate run: a strategy at a concurrency, and the windows
 // its plan warms the images in.
 type Shape struct {
@@ -232,7 +239,7 @@ type Shape struct {
 	Concurrency int
 	// Windows are the plan's windows: the images warm together, with the
 	// replicas of each.
-	Windows [][]sizing.Pool
+	Windows [][]WarmPool
 	// Colocate puts an image's replicas on one node.
 	Colocate bool
 	Epochs   int
@@ -266,7 +273,7 @@ func Predict(p Probe, s Shape, m Model) Estimate {
 	}
 	bandwidth := float64(max(1, m.PullBytesPerSecond))
 	next := 0
-	pullOf := func(window []sizing.Pool) time.Duration {
+	pullOf := func(window []WarmPool) time.Duration {
 		bytes := make([]int64, nodes)
 		for _, pool := range window {
 			spread := 1

@@ -5,8 +5,7 @@ import (
 	"time"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/capacity"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/sizing"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/capacity"
 )
 
 const gib = capacity.GiB
@@ -42,7 +41,7 @@ func TestPredict(t *testing.T) {
 		Images: []capacity.Image{{Name: "x", Tasks: 4, Layers: []v1alpha1.Layer{base, own}}, {Name: "y", Tasks: 4}},
 	}
 	m := capacity.Model{PullBytesPerSecond: gib / 8, TaskTime: time.Minute, ClaimsPerSecond: 1, ImageBytes: 3 * gib}
-	x, y := sizing.Pool{Image: "x", Tasks: 4, Replicas: 2}, sizing.Pool{Image: "y", Tasks: 4, Replicas: 2}
+	x, y := capacity.WarmPool{Image: "x", Tasks: 4, Replicas: 2}, capacity.WarmPool{Image: "y", Tasks: 4, Replicas: 2}
 	for _, tt := range []struct {
 		name  string
 		shape capacity.Shape
@@ -51,19 +50,19 @@ func TestPredict(t *testing.T) {
 		// x's replicas go to a (2 GiB) and b (10 GiB), y's to b and a
 		// (3 GiB each): b's 13 GiB at 1/8 GiB/s is 104 s. Two waves of
 		// 4: 2 min. 8 claims at 1/s: 8 s.
-		{"naive pulls then runs", capacity.Shape{Strategy: "naive", Concurrency: 4, Windows: [][]sizing.Pool{{x, y}}},
+		{"naive pulls then runs", capacity.Shape{Strategy: "naive", Concurrency: 4, Windows: [][]capacity.WarmPool{{x, y}}},
 			capacity.Estimate{Pull: 104 * time.Second, Tasks: 2 * time.Minute, Claims: 8 * time.Second, Wall: 224 * time.Second, Bound: "tasks"}},
 		// Colocated, x goes to a alone (2 GiB), y to b (3 GiB): 24 s.
-		{"colocated replicas pull once", capacity.Shape{Strategy: "naive", Concurrency: 8, Colocate: true, Windows: [][]sizing.Pool{{x, y}}},
+		{"colocated replicas pull once", capacity.Shape{Strategy: "naive", Concurrency: 8, Colocate: true, Windows: [][]capacity.WarmPool{{x, y}}},
 			capacity.Estimate{Pull: 24 * time.Second, Tasks: time.Minute, Claims: 8 * time.Second, Wall: 84 * time.Second, Bound: "tasks"}},
 		// Pipelined hides y's pull (24 s) behind x's window, after x's
 		// own (b's 10 GiB, 80 s).
-		{"pipelined hides later pulls", capacity.Shape{Strategy: "pipelined", Concurrency: 4, Windows: [][]sizing.Pool{{x}, {y}}},
+		{"pipelined hides later pulls", capacity.Shape{Strategy: "pipelined", Concurrency: 4, Windows: [][]capacity.WarmPool{{x}, {y}}},
 			capacity.Estimate{Pull: 104 * time.Second, Tasks: 2 * time.Minute, Claims: 8 * time.Second, Wall: 200 * time.Second, Bound: "tasks"}},
 		// A window of 4 tasks at a concurrency of 8 runs 4 at once.
-		{"a window's tasks bound its wave", capacity.Shape{Strategy: "sliding", Concurrency: 8, Windows: [][]sizing.Pool{{x}, {y}}},
+		{"a window's tasks bound its wave", capacity.Shape{Strategy: "sliding", Concurrency: 8, Windows: [][]capacity.WarmPool{{x}, {y}}},
 			capacity.Estimate{Pull: 104 * time.Second, Tasks: 2 * time.Minute, Claims: 8 * time.Second, Wall: 224 * time.Second, Bound: "tasks"}},
-		{"three epochs", capacity.Shape{Strategy: "naive", Concurrency: 8, Epochs: 3, Windows: [][]sizing.Pool{{x, y}}},
+		{"three epochs", capacity.Shape{Strategy: "naive", Concurrency: 8, Epochs: 3, Windows: [][]capacity.WarmPool{{x, y}}},
 			capacity.Estimate{Pull: 104 * time.Second, Tasks: 3 * time.Minute, Claims: 24 * time.Second, Wall: 284 * time.Second, Bound: "tasks"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,12 +74,12 @@ func TestPredict(t *testing.T) {
 
 	slowPull := m
 	slowPull.PullBytesPerSecond = gib / 128
-	if e := capacity.Predict(probe, capacity.Shape{Strategy: "naive", Concurrency: 8, Windows: [][]sizing.Pool{{x, y}}}, slowPull); e.Bound != "pull" {
+	if e := capacity.Predict(probe, capacity.Shape{Strategy: "naive", Concurrency: 8, Windows: [][]capacity.WarmPool{{x, y}}}, slowPull); e.Bound != "pull" {
 		t.Errorf("at 8 MiB/s the pulls should bound the run: %+v", e)
 	}
 	fastTasks := m
 	fastTasks.TaskTime, fastTasks.ClaimsPerSecond = time.Second, 0.05
-	if e := capacity.Predict(probe, capacity.Shape{Strategy: "naive", Concurrency: 8, Windows: [][]sizing.Pool{{x, y}}}, fastTasks); e.Bound != "control-plane" {
+	if e := capacity.Predict(probe, capacity.Shape{Strategy: "naive", Concurrency: 8, Windows: [][]capacity.WarmPool{{x, y}}}, fastTasks); e.Bound != "control-plane" {
 		t.Errorf("at a claim every 20 s the control plane should bound the run: %+v", e)
 	}
 }
