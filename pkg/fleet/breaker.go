@@ -51,11 +51,7 @@ func (f *Fleet) startBreaker(ctx context.Context, cancel context.CancelCauseFunc
 			}
 			entries := make([]liveEntry, len(f.Clusters))
 			for i, c := range f.Clusters {
-				names, err := c.tracker.LivePods(ctx)
-				if err != nil {
-					klog.Warningf("runaway breaker: counting sandboxes on %s: %v", c.Name, err)
-				}
-				entries[i] = liveEntry{where: c.Clients.Config.Host + "/" + c.Namespace(), live: names}
+				entries[i] = liveEntry{where: c.Clients.Config.Host + "/" + c.Namespace(), live: c.tracker.LivePods()}
 			}
 			f.mu.Lock()
 			// Release writes released under the lock; read it under it too.

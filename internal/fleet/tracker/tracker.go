@@ -12,6 +12,8 @@ package tracker
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -322,19 +324,13 @@ func (t *Tracker) PoolPods(ctx context.Context, pool string) ([]corev1.Pod, erro
 }
 
 // LivePods names the run's Pods that are neither finished nor being
-// deleted: the sandboxes the run holds on the cluster right now.
-func (t *Tracker) LivePods(ctx context.Context) ([]string, error) {
-	pods := &corev1.PodList{}
-	if err := t.cache.List(ctx, pods, client.InNamespace(t.namespace)); err != nil {
-		return nil, err
-	}
-	var names []string
-	for _, p := range pods.Items {
-		if live(&p) {
-			names = append(names, p.Name)
-		}
-	}
-	return names, nil
+// deleted: the sandboxes the run holds on the cluster right now, as the
+// watch's events have told the tracker — the same view Peak and Changed
+// follow, so a count read after a Changed wake-up agrees with Peak.
+func (t *Tracker) LivePods() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Sorted(maps.Keys(t.live))
 }
 
 // live reports whether pod is a sandbox the run holds: neither finished

@@ -133,10 +133,7 @@ func TestPeakLiveSandboxes(t *testing.T) {
 	waitLive := func(want int) {
 		for {
 			changed := tr.Changed()
-			names, err := tr.LivePods(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			names := tr.LivePods()
 			if len(names) == want {
 				return
 			}
@@ -152,11 +149,7 @@ func TestPeakLiveSandboxes(t *testing.T) {
 		t.Errorf("Peak with 3 live sandboxes = %d", p)
 	}
 	before := time.Now()
-	names, err := tr.LivePods(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range names {
+	for _, name := range tr.LivePods() {
 		for {
 			changed := tr.Changed()
 			if since, ok := tr.ReadySince(name); ok {
