@@ -151,6 +151,12 @@ func Within(image, prefix string) (bool, error) {
 	return ok, nil
 }
 
+// WithinAny reports whether image lies within one of prefixes (Within);
+// an image that does not parse lies within none.
+func WithinAny(image string, prefixes []string) bool {
+	return slices.ContainsFunc(prefixes, func(p string) bool { ok, _ := Within(image, p); return ok })
+}
+
 // Prefix is a registry prefix as Within and Rewrite compare it: without
 // a trailing slash, its host lower-cased.
 func Prefix(prefix string) string {

@@ -136,3 +136,23 @@ func TestWithin(t *testing.T) {
 		}
 	}
 }
+
+func TestWithinAny(t *testing.T) {
+	prefixes := []string{"mirror.example.com", "docker.io/swebench"}
+	for _, tt := range []struct {
+		image string
+		want  bool
+	}{
+		{"mirror.example.com/hub/busybox:1", true},
+		{"swebench/django:v1", true},
+		{"mirror.example.com:5000/x:1", false},
+		{"Not:An:Image", false},
+	} {
+		if got := WithinAny(tt.image, prefixes); got != tt.want {
+			t.Errorf("WithinAny(%q) = %v, want %v", tt.image, got, tt.want)
+		}
+	}
+	if WithinAny("mirror.example.com/x:1", nil) {
+		t.Error("an image lies within no prefixes")
+	}
+}

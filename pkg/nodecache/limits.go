@@ -27,10 +27,8 @@ func (l PullLimits) Refusal(image string) string {
 	if len(l.AllowedRegistries) == 0 {
 		return "this node's asrl-prepull-agent pulls from no registry: the cluster admin lists those it may in its --allowed-registries"
 	}
-	for _, r := range l.AllowedRegistries {
-		if ok, _ := images.Within(image, r); ok {
-			return ""
-		}
+	if images.WithinAny(image, l.AllowedRegistries) {
+		return ""
 	}
 	return fmt.Sprintf("%s is from none of the registries this node's asrl-prepull-agent may pull from (%s, its --allowed-registries)",
 		image, strings.Join(l.AllowedRegistries, ", "))

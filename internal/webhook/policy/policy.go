@@ -491,10 +491,8 @@ func checkImage(ref, field string, rules []images.Rule, p v1alpha1.SandboxPolicy
 	if err != nil {
 		return deny(field, err.Error())
 	}
-	for _, allowed := range p.Spec.Images.AllowedRegistries {
-		if ok, _ := images.Within(image, allowed); ok {
-			return nil
-		}
+	if images.WithinAny(image, p.Spec.Images.AllowedRegistries) {
+		return nil
 	}
 	return deny(field, fmt.Sprintf("image %s is not from an allowed registry %v (spec.images.allowedRegistries)", image, p.Spec.Images.AllowedRegistries))
 }
@@ -614,7 +612,7 @@ func (s Set) AllowsRegistryOf(image string) bool {
 			continue
 		}
 		listed = true
-		if !slices.ContainsFunc(p.Spec.Images.AllowedRegistries, func(r string) bool { ok, _ := images.Within(image, r); return ok }) {
+		if !images.WithinAny(image, p.Spec.Images.AllowedRegistries) {
 			return false
 		}
 	}

@@ -251,12 +251,10 @@ type allowedOnly struct {
 }
 
 func (a allowedOnly) Known(ref string) ([]v1alpha1.Layer, bool) {
-	for _, p := range a.prefixes {
-		if ok, _ := images.Within(ref, p); ok {
-			return a.imageRegistry.Known(ref)
-		}
+	if !images.WithinAny(ref, a.prefixes) {
+		return nil, false
 	}
-	return nil, false
+	return a.imageRegistry.Known(ref)
 }
 
 // score scores nodes for a Pod of images by what placing it there costs,
