@@ -200,19 +200,24 @@ func CallCondition(set Set) string {
 		container = append(container, list("c.?securityContext.?capabilities.?add")+".all(a, a in ["+strings.Join(addable, ", ")+"])")
 	}
 	caps := maxLimits(set)
+	var limited []string
 	for _, name := range slices.Sorted(maps.Keys(caps)) {
 		limit := caps[name]
 		r, q := quote(string(name)), quote(limit.String())
 		// A limit Mutate set is the cap as written: equal strings spare
 		// the two quantity parses. Ephemeral containers, which the API
-		// lets set no resources, get none.
+		// lets set no resources, get none, so only the others are held
+		// to a limit.
+		limited = append(limited,
+			fmt.Sprintf("(c.?resources.?limits[?%s].orValue('') == %s || c.?resources.?limits[?%s].hasValue() && quantity(c.resources.limits[%s]).compareTo(quantity(%s)) <= 0)", r, q, r, r, q))
 		container = append(container,
-			fmt.Sprintf("(c.?resources.?limits[?%s].orValue('') == %s || c.?resources.?limits[?%s].hasValue() && quantity(c.resources.limits[%s]).compareTo(quantity(%s)) <= 0 || "+
-				list("object.spec.?ephemeralContainers")+".exists(e, e.name == c.name))", r, q, r, r, q),
 			fmt.Sprintf("(!c.?resources.?requests[?%s].hasValue() || quantity(c.resources.requests[%s]).compareTo(quantity(%s)) <= 0)", r, r, q))
 	}
 	containers := "(object.spec.?containers.orValue([]) == null ? [] : object.spec.containers)"
 	pod = append(pod, "("+list("object.spec.?initContainers")+" + "+containers+" + "+list("object.spec.?ephemeralContainers")+").all(c, "+strings.Join(container, " && ")+")")
+	if len(limited) > 0 {
+		pod = append(pod, "("+list("object.spec.?initContainers")+" + "+containers+").all(c, "+strings.Join(limited, " && ")+")")
+	}
 	return "!(" + strings.Join(pod, " && ") + ")"
 }
 
