@@ -81,35 +81,8 @@ func TestPublicAPIHasNoInternalTypes(t *testing.T) {
 		maps.Copy(leaks, internalTypes(pkg))
 	}
 	for _, key := range slices.Sorted(maps.Keys(leaks)) {
-		if !slices.Contains(remaining, key) {
-			t.Errorf("%s (at %s): the public API hands out a type of an internal package", key, leaks[key])
-		}
+		t.Errorf("%s (at %s): the public API hands out a type of an internal package", key, leaks[key])
 	}
-	for _, key := range remaining {
-		if _, ok := leaks[key]; !ok {
-			t.Errorf("%s is gone from the public API: take it off remaining", key)
-		}
-	}
-}
-
-// remaining are the internal types public packages still hand out, as
-// "package: type", each to be replaced by a public type of its own (issue
-// "One-way layers"): the sandbox handle and its exec types. The list
-// only shrinks.
-var remaining = []string{
-	"pkg/fleet: internal/fleet/claim.Handle",
-	"pkg/fleet: internal/fleet/exec.Forward",
-	"pkg/fleet: internal/fleet/exec.Process",
-	"pkg/fleet: internal/fleet/exec.Request",
-	"pkg/fleet: internal/fleet/exec.Result",
-	"pkg/fleet: internal/fleet/exec.Shell",
-	"pkg/fleet/session: internal/fleet/claim.Handle",
-	"pkg/fleet/session: internal/fleet/exec.Event",
-	"pkg/fleet/session: internal/fleet/exec.Forward",
-	"pkg/fleet/session: internal/fleet/exec.Process",
-	"pkg/fleet/session: internal/fleet/exec.Request",
-	"pkg/fleet/session: internal/fleet/exec.Result",
-	"pkg/fleet/session: internal/fleet/exec.Shell",
 }
 
 // The internal fleet packages are the public engine's parts and never

@@ -34,11 +34,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/stats"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/exec"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 )
 

@@ -17,4 +17,8 @@ type (
 	// VanishedError says a task's claim was deleted by someone else while
 	// the task waited for it: an infrastructure failure of reason lost.
 	VanishedError = verdict.VanishedError
+	// WarmError lists the warm pools that could not become Ready, by pool
+	// name, with why: the tasks of their images cannot start, an
+	// infrastructure failure of reason start.
+	WarmError = verdict.WarmError
 )

@@ -348,7 +348,7 @@ func (f *Fleet) place(image string, replicas int) (*Cluster, error) {
 // filling each cluster's share in waves of the create budget, and returns
 // once all are Ready. Images already warm are grown if asked for more,
 // never shrunk. Pools that cannot become Ready are returned, from every
-// cluster, as one warm.Failed.
+// cluster, as one WarmError.
 func (f *Fleet) Warm(ctx context.Context, images []string, replicas func(image string) int) error {
 	byCluster := map[*Cluster][]warm.Pool{}
 	f.mu.Lock()
@@ -405,11 +405,11 @@ func (f *Fleet) Warm(ctx context.Context, images []string, replicas func(image s
 		}()
 	}
 	// Pool names are unique over the clusters, so their failures merge.
-	failed := warm.Failed{}
+	failed := WarmError{}
 	var hard []error
 	for range byCluster {
 		r := <-done
-		var some warm.Failed
+		var some WarmError
 		switch {
 		case errors.As(r.err, &some):
 			maps.Copy(failed, some)

@@ -11,9 +11,9 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/exec"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/recycle"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 )
 

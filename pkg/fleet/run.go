@@ -16,7 +16,6 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracing"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/warm"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
@@ -195,7 +194,7 @@ func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func
 		}
 		return Interleave(out)
 	}
-	process := func(ctx context.Context, window []string, failed warm.Failed) {
+	process := func(ctx context.Context, window []string, failed WarmError) {
 		f.process(ctx, epoch, tasksOf(window), failed, o, onResult)
 	}
 
@@ -214,7 +213,7 @@ func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func
 	case "pipelined":
 		// Each window's span holds the warming of the next, which goes on
 		// while its tasks run.
-		var failed warm.Failed
+		var failed WarmError
 		for n, window := range windows {
 			err := f.window(ctx, epoch, n, window, func(ctx context.Context) (err error) {
 				if n == 0 {
@@ -259,10 +258,10 @@ func (f *Fleet) window(ctx context.Context, epoch, n int, images []string, work 
 // and returns what the next window's warming gave up. It always waits for
 // that warming to end — cancelled when the step fails — so that no pool
 // is still being created when teardown runs.
-func (f *Fleet) pipelinedStep(ctx context.Context, window []string, rest [][]string, failed warm.Failed,
-	replicas func(string) int, process func(context.Context, []string, warm.Failed)) (warm.Failed, error) {
+func (f *Fleet) pipelinedStep(ctx context.Context, window []string, rest [][]string, failed WarmError,
+	replicas func(string) int, process func(context.Context, []string, WarmError)) (WarmError, error) {
 	type prefetched struct {
-		failed warm.Failed
+		failed WarmError
 		err    error
 	}
 	var next chan prefetched
@@ -337,7 +336,7 @@ func Interleave(ts []tasks.Task) []tasks.Task {
 // warmWindow warms images within the ready timeout. Pools that cannot
 // become Ready are returned, and removed, so their tasks fail while the
 // others run; other errors end the run.
-func (f *Fleet) warmWindow(ctx context.Context, images []string, replicas func(string) int) (_ warm.Failed, err error) {
+func (f *Fleet) warmWindow(ctx context.Context, images []string, replicas func(string) int) (_ WarmError, err error) {
 	ctx, span := tracing.Tracer().Start(ctx, "warm", trace.WithAttributes(attribute.StringSlice("sandbox_fleet.images", images)))
 	defer func() { tracing.End(span, err) }()
 	wctx, cancel := context.WithTimeout(ctx, f.Config.ReadyTimeout.Duration)
@@ -346,7 +345,7 @@ func (f *Fleet) warmWindow(ctx context.Context, images []string, replicas func(s
 	if ctx.Err() != nil {
 		return nil, context.Cause(ctx)
 	}
-	var failed warm.Failed
+	var failed WarmError
 	if !errors.As(err, &failed) {
 		return nil, err
 	}
@@ -369,7 +368,7 @@ func (f *Fleet) warmWindow(ctx context.Context, images []string, replicas func(s
 // task of an image at a time (see lanes). Tasks whose pool failed fail at
 // once. Tasks not started when ctx ends get no result, so that a resumed
 // run does them.
-func (f *Fleet) process(ctx context.Context, epoch int, ts []tasks.Task, failed warm.Failed, o RunOptions, onResult func(Result)) {
+func (f *Fleet) process(ctx context.Context, epoch int, ts []tasks.Task, failed WarmError, o RunOptions, onResult func(Result)) {
 	l, stop := newLanes(ctx, ts, f.Recycling())
 	defer stop()
 	workers := min(concurrency(f.Config), len(ts))
@@ -402,7 +401,7 @@ func (f *Fleet) process(ctx context.Context, epoch int, ts []tasks.Task, failed 
 // back (GiveBack), keeping it for the next task of the image when keep
 // says there is one. The result is named so that the deferred end time
 // lands in what is returned.
-func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed warm.Failed, o RunOptions, keep func() bool) (r Result) {
+func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed WarmError, o RunOptions, keep func() bool) (r Result) {
 	f.stats.running.Add(1)
 	defer f.stats.running.Add(-1)
 	r = Result{ID: t.ID, Image: t.Image, OriginalImage: t.OriginalImage, Epoch: epoch, Started: time.Now(), Phases: map[string]float64{}}

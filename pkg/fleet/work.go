@@ -16,16 +16,16 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/exec"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/recycle"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/sandbox"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 )
 
 // Sandbox is a claimed sandbox: its handle and the cluster it runs on.
 type Sandbox struct {
-	*claim.Handle
+	*sandbox.Handle
 	cluster *Cluster
 	image   string
 	// baseline is what the sandbox was at its first task, when it is
@@ -359,9 +359,9 @@ var Placeholders = []string{"id", "image", "original_image", "cluster", "namespa
 // Expand fills in the {placeholders} of command for task t in sandbox h. A
 // nil h checks the placeholders without a sandbox. An unknown placeholder,
 // or a metadata key t lacks, is an error naming the task's file and line.
-func Expand(command []string, t tasks.Task, h *claim.Handle) ([]string, error) {
+func Expand(command []string, t tasks.Task, h *sandbox.Handle) ([]string, error) {
 	if h == nil {
-		h = &claim.Handle{}
+		h = &sandbox.Handle{}
 	}
 	values := map[string]string{
 		"id": t.ID, "image": t.Image, "original_image": cmp.Or(t.OriginalImage, t.Image), "cluster": h.Cluster,

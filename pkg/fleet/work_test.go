@@ -11,17 +11,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/sandbox"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 )
 
 func TestExpand(t *testing.T) {
 	task := tasks.Task{ID: "django-1", Image: "mirror/django:1", OriginalImage: "docker.io/django:1", Source: "tasks.jsonl:7",
 		Metadata: map[string]any{"commit": "abc", "n": 3.0, "tags": []any{"x"}}}
-	h := &claim.Handle{Cluster: "gke-a", Namespace: "rl", Pod: "p-1", PodIP: "10.0.0.5", Sandbox: "s-1", Hostname: "s-1", Claim: "c-1", Node: "n-1"}
+	h := &sandbox.Handle{Cluster: "gke-a", Namespace: "rl", Pod: "p-1", PodIP: "10.0.0.5", Sandbox: "s-1", Hostname: "s-1", Claim: "c-1", Node: "n-1"}
 	for _, tt := range []struct {
 		args    []string
-		h       *claim.Handle
+		h       *sandbox.Handle
 		want    string
 		wantErr string
 	}{
@@ -68,7 +68,7 @@ func TestLocalWorkKillsItsProcessGroup(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	start := time.Now()
-	_, err := work(ctx, tasks.Task{ID: "t"}, &Sandbox{Handle: &claim.Handle{}})
+	_, err := work(ctx, tasks.Task{ID: "t"}, &Sandbox{Handle: &sandbox.Handle{}})
 	if took := time.Since(start); took > localWaitDelay+5*time.Second {
 		t.Errorf("the timed-out command held the task for %s", took)
 	}
@@ -94,7 +94,7 @@ func TestLocalWorkKillsItsProcessGroup(t *testing.T) {
 // TimedOut Output with exit code 124, what it wrote kept, no error.
 func TestLocalWorkTaskTimeout(t *testing.T) {
 	ctx := withTaskDeadline(t.Context(), time.Now().Add(300*time.Millisecond))
-	out, err := LocalWork([]string{"sh", "-c", "echo started; sleep 60"})(ctx, tasks.Task{ID: "t"}, &Sandbox{Handle: &claim.Handle{}})
+	out, err := LocalWork([]string{"sh", "-c", "echo started; sleep 60"})(ctx, tasks.Task{ID: "t"}, &Sandbox{Handle: &sandbox.Handle{}})
 	if err != nil || !out.TimedOut || out.ExitCode != 124 || out.Stdout != "started\n" {
 		t.Errorf("LocalWork past its task's deadline = %+v, %v; want timed out, 124 and the output so far", out, err)
 	}

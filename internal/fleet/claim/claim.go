@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
@@ -16,36 +15,11 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracker"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/sandbox"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
-
-// Handle is a claimed sandbox, ready for work.
-type Handle struct {
-	TaskID string `json:"taskId"`
-	// Cluster names the fleet cluster the sandbox runs on.
-	Cluster   string `json:"cluster,omitempty"`
-	Namespace string `json:"namespace"`
-	Claim     string `json:"claim"`
-	Sandbox   string `json:"sandbox"`
-	// Hostname is the sandbox's stable in-cluster DNS name: Agent Sandbox
-	// gives every Sandbox a headless Service of its own name.
-	Hostname string `json:"hostname"`
-	Pod      string `json:"pod"`
-	// PodUID tells the claimed Pod from one the Sandbox controller made
-	// again under the same name after it was lost.
-	PodUID types.UID `json:"podUID,omitempty"`
-	// Restarts counts the Pod's container restarts when it was claimed:
-	// one more means a container was killed and started afresh, and
-	// whatever a task had done in it is gone.
-	Restarts int32  `json:"restarts,omitempty"`
-	PodIP    string `json:"podIP"`
-	Node     string `json:"node"`
-	// Warm is true when the sandbox was Ready before it was claimed: the
-	// task did not wait for it to start.
-	Warm bool `json:"warm,omitempty"`
-}
 
 // Claimer claims sandboxes of one run in one namespace.
 type Claimer struct {
@@ -60,7 +34,7 @@ type Claimer struct {
 // Grace for the rest — or ctx ends, the claim is deleted and an error
 // returned; a *verdict.StartError says why the Pod failed, a *verdict.VanishedError that
 // someone else deleted the claim. Callers bound ctx.
-func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWarmPool, taskID string) (*Handle, error) {
+func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWarmPool, taskID string) (*sandbox.Handle, error) {
 	claim := resources.Claim(pool, taskID)
 	asked := time.Now()
 	if err := c.create(ctx, pool, claim); err != nil {
@@ -81,9 +55,9 @@ func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWa
 		var timer <-chan time.Time
 		if found {
 			if st.Ready() {
-				sandbox := st.Claim.Status.SandboxStatus.Name
-				return &Handle{TaskID: taskID, Namespace: claim.Namespace, Claim: claim.Name,
-					Sandbox: sandbox, Hostname: sandbox, Pod: st.Pod.Name, PodUID: st.Pod.UID, Restarts: restarts(st.Pod),
+				name := st.Claim.Status.SandboxStatus.Name
+				return &sandbox.Handle{TaskID: taskID, Namespace: claim.Namespace, Claim: claim.Name,
+					Sandbox: name, Hostname: name, Pod: st.Pod.Name, PodUID: st.Pod.UID, Restarts: restarts(st.Pod),
 					PodIP: st.Claim.Status.SandboxStatus.PodIPs[0], Node: st.Pod.Spec.NodeName,
 					Warm: c.warmHit(st.Pod.Name, asked)}, nil
 			}
@@ -168,18 +142,11 @@ func (c *Claimer) abandon(claim *extensionsv1beta1.SandboxClaim, err error) erro
 	return err
 }
 
-// Endpoint is the in-cluster address of port on the sandbox,
-// <hostname>.<namespace>:<port>, for callers that reach it over the
-// network rather than by exec.
-func (h *Handle) Endpoint(port int) string {
-	return fmt.Sprintf("%s.%s:%d", h.Hostname, h.Namespace, port)
-}
-
 // Alive returns nil while the handle's Pod — the one claimed, not a new
 // Pod of the same name — exists, is not being deleted and has not
 // finished, and a *verdict.LostError otherwise. It reads the tracker's
 // cache, so it costs no API request.
-func (c *Claimer) Alive(ctx context.Context, h *Handle) error {
+func (c *Claimer) Alive(ctx context.Context, h *sandbox.Handle) error {
 	pod, found, err := c.Tracker.Pod(ctx, h.Pod)
 	switch {
 	case err != nil:
@@ -214,7 +181,7 @@ func restarts(pod *corev1.Pod) int32 {
 const releaseTimeout = time.Minute
 
 // Release deletes the handle's claim, and with it the sandbox.
-func (c *Claimer) Release(ctx context.Context, h *Handle) error {
+func (c *Claimer) Release(ctx context.Context, h *sandbox.Handle) error {
 	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
 	defer cancel()
 	claim := &extensionsv1beta1.SandboxClaim{}

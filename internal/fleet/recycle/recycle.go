@@ -24,7 +24,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/exec"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
 )
 
 // Spec says how the sandboxes of an image are reset and checked.

@@ -30,6 +30,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracker"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/warm"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/sandbox"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
@@ -51,7 +52,7 @@ func setup(t *testing.T) (context.Context, *kube.Clients) {
 }
 
 // run warms two pools of 2 for runID and claims one sandbox.
-func run(t *testing.T, ctx context.Context, clients *kube.Clients, runID string) (*tracker.Tracker, *claim.Handle) {
+func run(t *testing.T, ctx context.Context, clients *kube.Clients, runID string) (*tracker.Tracker, *sandbox.Handle) {
 	t.Helper()
 	tr, err := tracker.Start(ctx, clients.Config, clients.Namespace, runID)
 	if err != nil {

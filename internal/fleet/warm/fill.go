@@ -3,9 +3,6 @@ package warm
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
-	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -16,6 +13,7 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracker"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 )
 
 // Pool is one image's template and warm pool, at its final size.
@@ -45,27 +43,16 @@ type Filler struct {
 // Ready, or wait — at most Recheck when that is not 0.
 type Check func(pool string, want int32) (claim.PoolJudgement, error)
 
-// Failed lists the pools a fill gave up, with why.
-type Failed map[string]error
-
-func (f Failed) Error() string {
-	msgs := make([]string, 0, len(f))
-	for _, name := range slices.Sorted(maps.Keys(f)) {
-		msgs = append(msgs, f[name].Error())
-	}
-	return strings.Join(msgs, "; ")
-}
-
 // Fill creates each template and warm pool and grows the pools wave by wave
 // (see Waves), returning once every pool has all its replicas Ready. A
 // pool is created at its first wave's size, then patched up. Pools that
 // already exist (kept warm by an earlier pass or run) are grown, never
 // shrunk. Pools that Check gives up, or that have no sandbox Ready when
-// ctx ends, are returned as Failed while the others fill on; a pool that
+// ctx ends, are returned as a verdict.WarmError while the others fill on; a pool that
 // Check settles, or that has some sandboxes Ready when ctx ends, serves
 // with those and grows no further. Any other error ends the fill.
 func (f *Filler) Fill(ctx context.Context, pools []Pool) error {
-	failed := Failed{}
+	failed := verdict.WarmError{}
 	settled := map[string]bool{}
 	replicas := make([]int32, len(pools))
 	for i, p := range pools {

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/exec"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 )
 

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/exec"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 )
 

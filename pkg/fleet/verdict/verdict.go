@@ -8,6 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 )
 
 const (
@@ -53,12 +56,13 @@ func Reason(err error) string {
 	var start *StartError
 	var lost *LostError
 	var vanished *VanishedError
+	var warm WarmError
 	switch {
 	case errors.As(err, &e):
 		return e.Reason
 	case errors.As(err, &lost), errors.As(err, &vanished):
 		return Lost
-	case errors.As(err, &start):
+	case errors.As(err, &start), errors.As(err, &warm):
 		return Start
 	case errors.Is(err, context.DeadlineExceeded):
 		return Timeout
@@ -104,4 +108,18 @@ type VanishedError struct {
 
 func (e *VanishedError) Error() string {
 	return fmt.Sprintf("task %s: claim %s was deleted while the task waited for it (by another client or with its namespace)", e.TaskID, e.Claim)
+}
+
+// WarmError lists the warm pools that could not become Ready, by pool
+// name, with why: an image that cannot be pulled, no node with room. The
+// tasks of their images cannot start, an infrastructure failure of reason
+// start.
+type WarmError map[string]error
+
+func (e WarmError) Error() string {
+	msgs := make([]string, 0, len(e))
+	for _, name := range slices.Sorted(maps.Keys(e)) {
+		msgs = append(msgs, e[name].Error())
+	}
+	return strings.Join(msgs, "; ")
 }

@@ -14,6 +14,7 @@ func TestReason(t *testing.T) {
 	}{
 		{Infrastructure(Exec, errors.New("no shell")), Exec},
 		{fmt.Errorf("task t: %w", &StartError{Reason: "ErrImagePull"}), Start},
+		{fmt.Errorf("warming: %w", WarmError{"pool-a": errors.New("no node has room")}), Start},
 		{&LostError{TaskID: "t"}, Lost},
 		{&VanishedError{TaskID: "t"}, Lost},
 		{fmt.Errorf("waiting: %w", context.DeadlineExceeded), Timeout},

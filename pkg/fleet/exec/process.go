@@ -14,10 +14,10 @@ import (
 // start, by any number of readers), its stdin written to, signals sent to
 // it, its end waited for.
 type Process struct {
-	run       func(context.Context, Request) (int, error)
+	run       Runner
 	container string
 	stdin     *io.PipeWriter
-	pids      *PIDReader
+	pids      *pidReader
 	cancel    context.CancelFunc
 
 	mu      sync.Mutex
@@ -46,12 +46,12 @@ type Event struct {
 const MaxKept = 16 << 20
 
 // StartProcess starts r's command through run, in r's container.
-func StartProcess(ctx context.Context, run func(context.Context, Request) (int, error), r Request) *Process {
+func StartProcess(ctx context.Context, run Runner, r Request) *Process {
 	inR, inW := io.Pipe()
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p := &Process{run: run, container: r.Container, stdin: inW, cancel: cancel, changed: make(chan struct{})}
-	p.pids = NewPIDReader(p.writer("stderr"))
-	r.Command, r.Stdin, r.Stdout, r.Stderr = Announced(r.Command), inR, p.writer("stdout"), p.pids
+	p.pids = newPIDReader(p.writer("stderr"))
+	r.Command, r.Stdin, r.Stdout, r.Stderr = announced(r.Command), inR, p.writer("stdout"), p.pids
 	go func() {
 		code, err := run(ctx, r)
 		_ = p.pids.Flush()

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/exec"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
 )
 
 // gone waits until pid has exited (and been reaped, or is a zombie).

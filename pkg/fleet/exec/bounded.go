@@ -12,13 +12,13 @@ import (
 // ctx ends first the command is killed the same way and ctx's error
 // returned. A timeout of 0 runs r as it is. An error is a failure to run
 // the command, never the command's own end.
-func Bounded(ctx context.Context, run func(context.Context, Request) (int, error), r Request, timeout time.Duration) (Result, error) {
+func Bounded(ctx context.Context, run Runner, r Request, timeout time.Duration) (Result, error) {
 	if timeout <= 0 {
 		code, err := run(ctx, r)
 		return Result{ExitCode: code}, err
 	}
-	pids := NewPIDReader(r.Stderr)
-	r.Command, r.Stderr = Announced(r.Command), pids
+	pids := newPIDReader(r.Stderr)
+	r.Command, r.Stderr = announced(r.Command), pids
 	// The stream outlives ctx by the moment it takes to stop the command:
 	// a caller that gives up must not leave it running.
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -51,7 +51,7 @@ func Bounded(ctx context.Context, run func(context.Context, Request) (int, error
 // moment for its stream to end, then cuts it: a process outside the tree
 // (one that escaped with setsid, or took the output with it) may hold it
 // open. It returns the stream's end, if it came, and the signal's error.
-func stop(ctx context.Context, run func(context.Context, Request) (int, error), container string, pids *PIDReader, done <-chan exchanged, cancel context.CancelFunc) (exchanged, error) {
+func stop(ctx context.Context, run Runner, container string, pids *pidReader, done <-chan exchanged, cancel context.CancelFunc) (exchanged, error) {
 	kctx, kcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer kcancel()
 	pid, _ := pids.PID(kctx)

@@ -80,7 +80,7 @@ const (
 // a sandbox's Exec) in the Pod and container of r — its Command and
 // streams are the Shell's — and returns the Shell. Its commands are
 // signalled by commands run the same way. Close ends it.
-func OpenShell(ctx context.Context, run func(context.Context, Request) (int, error), r Request, program string) *Shell {
+func OpenShell(ctx context.Context, run Runner, r Request, program string) *Shell {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	errR, errW := io.Pipe()

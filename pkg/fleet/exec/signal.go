@@ -17,15 +17,15 @@ import (
 // before the command runs, so the command cannot forge it.
 const pidPrefix = "sandbox-fleet-pid "
 
-// Announced is argv run so that its PID comes first on its stderr; read it
-// with a PIDReader.
-func Announced(argv []string) []string {
+// announced is argv run so that its PID comes first on its stderr; read it
+// with a pidReader.
+func announced(argv []string) []string {
 	return append([]string{"sh", "-c", `printf '` + pidPrefix + `%s\n' "$$" >&2; exec "$@"`, "sh"}, argv...)
 }
 
-// PIDReader is the stderr of an Announced command: it takes the PID line
+// pidReader is the stderr of an announced command: it takes the PID line
 // off the front and passes the rest on.
-type PIDReader struct {
+type pidReader struct {
 	w    io.Writer
 	mu   sync.Mutex
 	head []byte
@@ -36,12 +36,12 @@ type PIDReader struct {
 	once  sync.Once
 }
 
-// NewPIDReader passes a command's stderr on to w.
-func NewPIDReader(w io.Writer) *PIDReader {
-	return &PIDReader{w: orDiscard(w), known: make(chan struct{})}
+// newPIDReader passes a command's stderr on to w.
+func newPIDReader(w io.Writer) *pidReader {
+	return &pidReader{w: orDiscard(w), known: make(chan struct{})}
 }
 
-func (p *PIDReader) Write(b []byte) (int, error) {
+func (p *pidReader) Write(b []byte) (int, error) {
 	p.mu.Lock()
 	if p.done {
 		p.mu.Unlock()
@@ -74,7 +74,7 @@ func (p *PIDReader) Write(b []byte) (int, error) {
 
 // Flush passes on what is held back, once the stream ended without a
 // whole first line.
-func (p *PIDReader) Flush() error {
+func (p *pidReader) Flush() error {
 	p.mu.Lock()
 	rest := p.head
 	p.head, p.done = nil, true
@@ -88,7 +88,7 @@ func (p *PIDReader) Flush() error {
 }
 
 // PID waits for the command's PID; 0 when the stream ended without it.
-func (p *PIDReader) PID(ctx context.Context) (int, error) {
+func (p *pidReader) PID(ctx context.Context) (int, error) {
 	select {
 	case <-p.known:
 	case <-ctx.Done():
@@ -186,8 +186,8 @@ else
 fi
 exit 0`
 
-// SignalCommand is the command that sends sig to whom of pid's tree.
-func SignalCommand(sig string, pid int, whom Whom) []string {
+// signalCommand is the command that sends sig to whom of pid's tree.
+func signalCommand(sig string, pid int, whom Whom) []string {
 	w := "tree"
 	if whom == Children {
 		w = "children"
@@ -197,12 +197,12 @@ func SignalCommand(sig string, pid int, whom Whom) []string {
 
 // Signal sends sig to whom of pid's tree, running the signalling command
 // through run in the same container.
-func Signal(ctx context.Context, run func(context.Context, Request) (int, error), container string, sig string, pid int, whom Whom) error {
+func Signal(ctx context.Context, run Runner, container string, sig string, pid int, whom Whom) error {
 	if pid <= 1 {
 		return fmt.Errorf("no process to signal (pid %d)", pid)
 	}
 	var stderr bytes.Buffer
-	code, err := run(ctx, Request{Container: container, Command: SignalCommand(sig, pid, whom), Stderr: &stderr})
+	code, err := run(ctx, Request{Container: container, Command: signalCommand(sig, pid, whom), Stderr: &stderr})
 	if err != nil {
 		return fmt.Errorf("sending SIG%s to process %d: %w", sig, pid, err)
 	}

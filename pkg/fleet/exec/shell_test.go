@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/exec"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
 )
 
 // localShell is a Shell over sh on this machine, run with the Request's

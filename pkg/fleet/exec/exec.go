@@ -1,7 +1,3 @@
-// Package exec runs commands in sandbox Pods through the API server, the
-// way `kubectl exec` does: over WebSocket, falling back to SPDY for API
-// servers or proxies that do not upgrade WebSockets. No sandbox router and no
-// in-sandbox agent are needed.
 package exec
 
 import (
@@ -44,6 +40,13 @@ type Request struct {
 	// itself ignores it.
 	Timeout time.Duration
 }
+
+// Runner runs a request in a sandbox and returns its exit code, as Run
+// does through the API server. Bounded, OpenShell, StartProcess and Signal
+// take one, so that what they build on an exec — timeouts, shells,
+// processes, signals — runs over any runner: a sandbox's, or local
+// processes in tests.
+type Runner func(ctx context.Context, r Request) (int, error)
 
 // Run runs the command and returns its exit code. A command that ran and
 // exited non-zero is not an error; failing to run it is.
