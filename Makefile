@@ -41,9 +41,9 @@ prebuild: ## build what tests build as they ship (the release archives, asrl-sch
 .PHONY: test
 test: testbin node-deps lint prebuild ## run every test: unit, integration on a local control plane, e2e on a real node
 	go test -race -count=1 -timeout 30m ./...
-	go test -run '^$$' -fuzz '^FuzzMutate$$' -fuzztime 30s ./internal/webhook/policy/
-	go test -run '^$$' -fuzz '^FuzzCallCondition$$' -fuzztime 30s ./internal/webhook/policy/
-	go test -run '^$$' -fuzz '^FuzzCallConditionImage$$' -fuzztime 30s ./internal/webhook/policy/
+	go test -run '^$$' -fuzz '^FuzzMutate$$' -fuzztime 30s ./pkg/webhook/
+	go test -run '^$$' -fuzz '^FuzzCallCondition$$' -fuzztime 30s ./pkg/webhook/
+	go test -run '^$$' -fuzz '^FuzzCallConditionImage$$' -fuzztime 30s ./pkg/webhook/
 	hack/check-leftovers.sh
 
 .PHONY: e2e

@@ -20,7 +20,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testinstall"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
+	policy "github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
 )
 
 // The components as an admin installs them — images published under a

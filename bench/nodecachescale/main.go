@@ -48,8 +48,8 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testscheduler"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testwebhook"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
+	policy "github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
 )
 
 type params struct {

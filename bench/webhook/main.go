@@ -64,8 +64,8 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testwebhook"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
+	policy "github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
 )
 
 func main() {

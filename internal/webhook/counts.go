@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
+	policy "github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
 )
 
 // Counts gathers, per policy, the Pods mutated and denied, and adds them

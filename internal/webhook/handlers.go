@@ -16,11 +16,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/informer"
+	policy "github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
 )
 
 // Paths the handlers are served at.

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
+	policy "github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
 )
 
 // TestAChangeNeverStoredLeavesNoEntry: a SandboxPolicy creation the

@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
+	policy "github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
 )
 
 // ValidatePoliciesPath is where PolicyAdmitter is served.

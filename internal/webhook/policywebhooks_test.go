@@ -15,7 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
+	policy "github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
 )
 
 func selecting(name string, matchLabels map[string]string, edit ...func(*v1alpha1.SandboxPolicySpec)) v1alpha1.SandboxPolicy {

@@ -17,7 +17,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testwebhook"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
+	policy "github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
 )
 
 // TestRegistryReadsBounded: a tenant choosing images of a registry that

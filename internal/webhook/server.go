@@ -1,7 +1,7 @@
 // Package webhook is asrl-webhook: an admission webhook that applies the
 // cluster's SandboxPolicies to sandbox Pods as they are created, whichever
 // client started the sandbox, and refuses SandboxTemplates whose Pods the
-// policies would refuse. The decisions are internal/webhook/policy's; this
+// policies would refuse. The decisions are pkg/webhook's; this
 // package serves them over TLS with self-managed certificates, counts them
 // in each policy's status and in Prometheus metrics.
 package webhook

@@ -18,7 +18,7 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
+	policy "github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
 )
 
 // TestSideDoors: what a namespace's editor can do to a sandbox Pod after

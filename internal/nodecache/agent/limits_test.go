@@ -12,8 +12,8 @@ import (
 	"k8s.io/apiserver/pkg/cel/environment"
 	"sigs.k8s.io/yaml"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
+	policy "github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
 )
 
 // The asrl-prepull-jobs policy judges registries as images.Within does —

@@ -20,7 +20,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testregistry"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testscheduler"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testwebhook"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/webhook/policy"
+	policy "github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
 )
 
 var cluster *testcluster.Cluster

@@ -1,4 +1,4 @@
-package policy
+package webhook
 
 import (
 	"context"
@@ -469,7 +469,7 @@ func TestCanonicalImage(t *testing.T) {
 // image, normalised, lies within the allowed prefix needs no call; one
 // outside is always sent.
 func TestCallConditionWithin(t *testing.T) {
-	data, err := os.ReadFile("../../../pkg/images/testdata/within.json")
+	data, err := os.ReadFile("../images/testdata/within.json")
 	if err != nil {
 		t.Fatal(err)
 	}

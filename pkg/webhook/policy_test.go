@@ -1,4 +1,4 @@
-package policy
+package webhook
 
 import (
 	"encoding/json"
@@ -557,7 +557,7 @@ func TestMutateTemplate(t *testing.T) {
 // The sample policy of examples/ governs only the namespaces labelled for
 // it, and there does what its comments say.
 func TestExamplePolicy(t *testing.T) {
-	b, err := os.ReadFile("../../../examples/sandboxpolicy.yaml")
+	b, err := os.ReadFile("../../examples/sandboxpolicy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
