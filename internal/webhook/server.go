@@ -105,6 +105,54 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if o.MutatingWebhook == "" || o.ValidatingWebhook == "" {
 		return errors.New("the webhook configurations' names are needed: the policies' entries are made from theirs")
 	}
+	mgr, err := newManager(cfg, o)
+	if err != nil {
+		return err
+	}
+	tlsOpts, err := clientAuth(o.ClientCAFile, o.ClientNames)
+	if err != nil {
+		return err
+	}
+	srv := webhook.NewServer(webhook.Options{Host: o.Host, Port: o.Port, CertDir: o.CertDir, TLSOpts: tlsOpts})
+	counts := &Counts{Client: mgr.GetClient(), Interval: o.StatusInterval}
+	view := &policyView{Reader: mgr.GetCache(), Live: mgr.GetAPIReader()}
+	configurations := policyConfigurations{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(),
+		Mutating: o.MutatingWebhook, Validating: o.ValidatingWebhook, SkipCompliant: o.SkipCompliantPods}
+	register(ctx, cfg, srv, view, counts, &configurations)
+	certsReady, err := manageCerts(ctx, mgr, o)
+	if err != nil {
+		return err
+	}
+	// The TLS server starts once its certificate is on disk; until then
+	// the readiness check fails.
+	go func() {
+		select {
+		case <-certsReady:
+			if err := mgr.Add(srv); err != nil {
+				klog.ErrorS(err, "starting the webhook server")
+			}
+		case <-ctx.Done():
+		}
+	}()
+	if err := addChecks(mgr, srv, certsReady); err != nil {
+		return err
+	}
+	if err := mgr.Add(counts); err != nil {
+		return err
+	}
+	if err := mgr.Add(&policySync{policyConfigurations: configurations, Cache: mgr.GetCache()}); err != nil {
+		return err
+	}
+	if err := follow(ctx, mgr, view); err != nil {
+		return err
+	}
+	return mgr.Start(ctx)
+}
+
+// newManager is the webhook's controller manager: its metrics and probes,
+// leader election (the elected replica keeps the policies' entries and
+// counts), a cache without managed fields.
+func newManager(cfg *rest.Config, o Options) (manager.Manager, error) {
 	metrics := metricsserver.Options{BindAddress: o.MetricsAddr}
 	if o.MetricsSecure {
 		metrics.SecureServing, metrics.FilterProvider = true, filters.WithAuthenticationAndAuthorization
@@ -122,14 +170,15 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("creating the manager: %w", err)
+		return nil, fmt.Errorf("creating the manager: %w", err)
 	}
-	counts := &Counts{Client: mgr.GetClient(), Interval: o.StatusInterval}
-	tlsOpts, err := clientAuth(o.ClientCAFile, o.ClientNames)
-	if err != nil {
-		return err
-	}
-	srv := webhook.NewServer(webhook.Options{Host: o.Host, Port: o.Port, CertDir: o.CertDir, TLSOpts: tlsOpts})
+	return mgr, nil
+}
+
+// register serves each admission handler at its path, and under it at
+// the paths of the policies' entries, which name the policy they stand
+// for.
+func register(ctx context.Context, cfg *rest.Config, srv webhook.Server, view *policyView, counts *Counts, configurations *policyConfigurations) {
 	// The nodes' caches are followed only once a policy asks for them: a
 	// cluster's worth of layer indexes is memory a webhook whose policies
 	// never use it should not hold.
@@ -146,11 +195,6 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	unlisted := &registry.Layers{Failed: func(ref string, err error) {
 		klog.FromContext(ctx).Info("Reading an image's layers from its registry failed: no node-cache affinity for its Pods for now", "image", ref, "err", err)
 	}}
-	view := &policyView{Reader: mgr.GetCache(), Live: mgr.GetAPIReader()}
-	configurations := policyConfigurations{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(),
-		Mutating: o.MutatingWebhook, Validating: o.ValidatingWebhook, SkipCompliant: o.SkipCompliantPods}
-	// Each handler is served at its path, and under it at the paths of
-	// the policies' entries, which name the policy they stand for.
 	for path, h := range map[string]admission.Handler{
 		MutatePodsPath:        &PodMutator{View: view, Counts: counts, NodeCaches: nodeCaches, Registry: unlisted},
 		MutateTemplatesPath:   &TemplateMutator{View: view},
@@ -160,55 +204,53 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 		srv.Register(path, &webhook.Admission{Handler: h})
 		srv.Register(path+"/", &webhook.Admission{Handler: h, WithContextFunc: withPolicyRef(path)})
 	}
-	srv.Register(ValidatePoliciesPath, &webhook.Admission{Handler: &PolicyAdmitter{configurations: &configurations}})
+	srv.Register(ValidatePoliciesPath, &webhook.Admission{Handler: &PolicyAdmitter{configurations: configurations}})
+}
 
+// manageCerts has the rotator keep the serving certificate when o asks
+// for it, and returns a channel closed once the certificate is ready.
+func manageCerts(ctx context.Context, mgr manager.Manager, o Options) (<-chan struct{}, error) {
 	certsReady := make(chan struct{})
-	if o.ManageCerts {
-		key := types.NamespacedName{Namespace: o.SecretNamespace, Name: o.SecretName}
-		if err := ensureSecret(ctx, mgr, key); err != nil {
-			return err
-		}
-		if err := rotator.AddRotator(mgr, &rotator.CertRotator{
-			SecretKey:      key,
-			CertDir:        o.CertDir,
-			CAName:         "asrl-webhook-ca",
-			CAOrganization: "sandbox-fleet",
-			DNSName:        o.DNSName,
-			ExtraDNSNames:  o.ExtraDNSNames,
-			IsReady:        certsReady,
-			Webhooks: []rotator.WebhookInfo{
-				{Name: o.MutatingWebhook, Type: rotator.Mutating},
-				{Name: o.ValidatingWebhook, Type: rotator.Validating},
-			},
-		}); err != nil {
-			return fmt.Errorf("setting up certificate rotation: %w", err)
-		}
-		if o.WriteCertDir {
-			if err := mgr.Add(everywhere(func(ctx context.Context) error {
-				return writeCertDir(ctx, mgr.GetAPIReader(), key, o.CertDir)
-			})); err != nil {
-				return err
-			}
-		}
-	} else {
+	if !o.ManageCerts {
 		close(certsReady)
+		return certsReady, nil
 	}
-	// The TLS server starts once its certificate is on disk; until then
-	// the readiness check fails.
-	go func() {
-		select {
-		case <-certsReady:
-			if err := mgr.Add(srv); err != nil {
-				klog.ErrorS(err, "starting the webhook server")
-			}
-		case <-ctx.Done():
+	key := types.NamespacedName{Namespace: o.SecretNamespace, Name: o.SecretName}
+	if err := ensureSecret(ctx, mgr, key); err != nil {
+		return nil, err
+	}
+	if err := rotator.AddRotator(mgr, &rotator.CertRotator{
+		SecretKey:      key,
+		CertDir:        o.CertDir,
+		CAName:         "asrl-webhook-ca",
+		CAOrganization: "sandbox-fleet",
+		DNSName:        o.DNSName,
+		ExtraDNSNames:  o.ExtraDNSNames,
+		IsReady:        certsReady,
+		Webhooks: []rotator.WebhookInfo{
+			{Name: o.MutatingWebhook, Type: rotator.Mutating},
+			{Name: o.ValidatingWebhook, Type: rotator.Validating},
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("setting up certificate rotation: %w", err)
+	}
+	if o.WriteCertDir {
+		if err := mgr.Add(everywhere(func(ctx context.Context) error {
+			return writeCertDir(ctx, mgr.GetAPIReader(), key, o.CertDir)
+		})); err != nil {
+			return nil, err
 		}
-	}()
+	}
+	return certsReady, nil
+}
+
+// addChecks adds the probes: healthy while the process runs; ready once
+// the certificate is served and the cache holds what admissions read —
+// before, a replica would refuse or wait.
+func addChecks(mgr manager.Manager, srv webhook.Server, certsReady <-chan struct{}) error {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
-	// Ready once the certificate is served and the cache holds what
-	// admissions read: before, a replica would refuse or wait.
 	var synced atomic.Bool
 	if err := mgr.Add(everywhere(func(ctx context.Context) error {
 		synced.Store(mgr.GetCache().WaitForCacheSync(ctx))
@@ -216,7 +258,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	})); err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("webhook", func(req *http.Request) error {
+	return mgr.AddReadyzCheck("webhook", func(req *http.Request) error {
 		select {
 		case <-certsReady:
 		default:
@@ -226,18 +268,13 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 			return errors.New("the cache of policies, namespaces and sandboxes is not synced yet")
 		}
 		return srv.StartedChecker()(req)
-	}); err != nil {
-		return err
-	}
-	if err := mgr.Add(counts); err != nil {
-		return err
-	}
-	if err := mgr.Add(&policySync{policyConfigurations: configurations, Cache: mgr.GetCache()}); err != nil {
-		return err
-	}
-	// Admissions read these from the cache; have it follow them from the
-	// start. Namespaces and sandboxes only for labels and owners: their
-	// metadata alone.
+	})
+}
+
+// follow has the cache follow what admissions read from the start:
+// SandboxPolicies (and their deletions, which the view forgets), and only
+// the metadata of namespaces and sandboxes, for labels and owners.
+func follow(ctx context.Context, mgr manager.Manager, view *policyView) error {
 	inf, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.SandboxPolicy{}, cache.BlockUntilSynced(false))
 	if err != nil {
 		return fmt.Errorf("following SandboxPolicies: %w", err)
@@ -251,7 +288,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 			return fmt.Errorf("following %s: %w", gvk.Kind, err)
 		}
 	}
-	return mgr.Start(ctx)
+	return nil
 }
 
 // everywhere is a runnable every replica runs, elected or not.

@@ -425,33 +425,54 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed WarmEr
 		return r
 	}
 
+	s := f.claimFor(ctx, t, &r)
+	if s == nil {
+		return r
+	}
+	cluster = s.Cluster
+	err := f.runWork(ctx, t, s, o, &r)
+	// A sandbox whose work could not run may be lost or wedged: it is
+	// not reused.
+	f.releaseTask(ctx, s, err == nil && ctx.Err() == nil && keep(), &r)
+	return r
+}
+
+// claimFor takes a clean sandbox kept for t's image, or claims one, and
+// records it in r; on failure it records that and returns nil.
+func (f *Fleet) claimFor(ctx context.Context, t tasks.Task, r *Result) *Sandbox {
 	start := time.Now()
-	cctx, claimSpan := tracing.Tracer().Start(ctx, "claim")
+	ctx, span := tracing.Tracer().Start(ctx, "claim")
 	s := f.TakeClean(t)
 	if s == nil {
 		var err error
-		if s, err = f.Acquire(cctx, t); err != nil {
+		if s, err = f.Acquire(ctx, t); err != nil {
 			r.Phases["claim"] = time.Since(start).Seconds()
 			r.Error = err.Error()
 			r.Verdict, r.Reason = verdict.Infra, verdict.Reason(err)
-			tracing.End(claimSpan, err)
-			return r
+			tracing.End(span, err)
+			return nil
 		}
-		f.Record(cctx, s)
+		f.Record(ctx, s)
 	}
-	claimSpan.SetAttributes(tracing.Sandbox.String(s.Sandbox), tracing.Warm.Bool(s.Warm || s.Resets > 0))
-	claimSpan.End()
+	span.SetAttributes(tracing.Sandbox.String(s.Sandbox), tracing.Warm.Bool(s.Warm || s.Resets > 0))
+	span.End()
 	r.Phases["claim"] = time.Since(start).Seconds()
 	r.Reused, r.Resets = s.Resets > 0, s.Resets
 	r.Warm = s.Warm || r.Reused
 	if r.Reused {
 		f.rec.Reused()
 	}
-	cluster = s.Cluster
 	r.Cluster, r.Node, r.Sandbox, r.Pod = s.Cluster, s.Node, s.Sandbox, s.Pod
+	return s
+}
 
-	start = time.Now()
-	pctx, processSpan := tracing.Tracer().Start(ctx, "process")
+// runWork runs o's work for t in s, within the task's timeout, and
+// records its outcome in r: the work's exit code (the task's verdict),
+// or the failure to run it (infra: the sandbox lost, the work timed out,
+// the exec failed), which it returns.
+func (f *Fleet) runWork(ctx context.Context, t tasks.Task, s *Sandbox, o RunOptions, r *Result) error {
+	start := time.Now()
+	pctx, span := tracing.Tracer().Start(ctx, "process")
 	wctx, cancel := pctx, context.CancelFunc(func() {})
 	if o.TaskTimeout > 0 {
 		deadline := time.Now().Add(o.TaskTimeout)
@@ -459,11 +480,11 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed WarmEr
 	}
 	out, err := o.Work(wctx, t, s)
 	cancel()
-	tracing.End(processSpan, err)
+	tracing.End(span, err)
 	r.Phases["process"] = time.Since(start).Seconds()
 	f.phase("process", s.Cluster, time.Since(start))
-	switch {
-	case err != nil:
+	r.Stdout, r.Stderr = out.Stdout, out.Stderr
+	if err != nil {
 		// A failure to run work is most often the sandbox going away.
 		var lost *LostError
 		if aerr := s.Alive(context.WithoutCancel(ctx)); errors.As(aerr, &lost) {
@@ -475,31 +496,32 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed WarmEr
 		}
 		r.Error = err.Error()
 		r.Verdict, r.Reason = verdict.Infra, verdict.Reason(err)
-	default:
-		r.ExitCode = &out.ExitCode
-		r.OK = out.ExitCode == 0 && !out.TimedOut
-		r.TimedOut = out.TimedOut
-		switch {
-		case out.TimedOut:
-			r.Error = fmt.Sprintf("timed out after %s: stopped, with what it started", o.TaskTimeout)
-			r.Verdict = verdict.Task
-		case !r.OK:
-			r.Error = fmt.Sprintf("exit code %d", out.ExitCode)
-			r.Verdict = verdict.Task
-		}
+		return err
 	}
-	r.Stdout, r.Stderr = out.Stdout, out.Stderr
+	r.ExitCode = &out.ExitCode
+	r.OK = out.ExitCode == 0 && !out.TimedOut
+	r.TimedOut = out.TimedOut
+	switch {
+	case out.TimedOut:
+		r.Error = fmt.Sprintf("timed out after %s: stopped, with what it started", o.TaskTimeout)
+		r.Verdict = verdict.Task
+	case !r.OK:
+		r.Error = fmt.Sprintf("exit code %d", out.ExitCode)
+		r.Verdict = verdict.Task
+	}
+	return nil
+}
 
-	// A sandbox whose work could not run may be lost or wedged: it is
-	// not reused.
-	start = time.Now()
-	rctx, releaseSpan := tracing.Tracer().Start(context.WithoutCancel(ctx), "release")
-	outcome, gerr := f.GiveBack(rctx, s, err == nil && ctx.Err() == nil && keep())
-	if gerr != nil {
-		klog.Warningf("%v", gerr)
+// releaseTask gives s back — kept clean for its image's next task when keep,
+// else deleted — and records how long that took in r.
+func (f *Fleet) releaseTask(ctx context.Context, s *Sandbox, keep bool, r *Result) {
+	start := time.Now()
+	ctx, span := tracing.Tracer().Start(context.WithoutCancel(ctx), "release")
+	outcome, err := f.GiveBack(ctx, s, keep)
+	if err != nil {
+		klog.Warningf("%v", err)
 	}
-	releaseSpan.SetAttributes(tracing.Outcome.String(string(outcome)))
-	tracing.End(releaseSpan, gerr)
+	span.SetAttributes(tracing.Outcome.String(string(outcome)))
+	tracing.End(span, err)
 	r.Phases["release"] = time.Since(start).Seconds()
-	return r
 }

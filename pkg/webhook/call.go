@@ -70,86 +70,136 @@ func CallCondition(set Set) string {
 	if len(set) == 0 {
 		return "false"
 	}
-	if _, ok := set.NodeCacheWeight(); ok {
+	a, ok := allowancesOf(set)
+	if !ok {
 		return "true"
+	}
+	var c conditions
+	c.security(set, a)
+	c.placement(set, a)
+	c.identity()
+	c.images(set, a.registries)
+	c.privilege(set, a)
+	c.limits(set)
+	return c.expression()
+}
+
+// allowances are what every policy of a set allows — a Pod must satisfy
+// them all — and the single-valued settings the set resolves to.
+type allowances struct {
+	token, hostNamespaces, hostPath, privileged, unconfined, hostPorts bool
+	// capabilities counts the policies allowing each capability.
+	capabilities map[corev1.Capability]int
+	// registries are the allowed registries of each policy naming some.
+	registries              [][]string
+	runtimeClass, scheduler string
+}
+
+// allowancesOf merges set's allowances; false when a Pod could not be
+// judged by a condition (node-cache affinity, policies that conflict).
+func allowancesOf(set Set) (allowances, bool) {
+	if _, ok := set.NodeCacheWeight(); ok {
+		return allowances{}, false
 	}
 	runtimeClass, d1 := set.single("spec.runtimeClassName", func(s v1alpha1.SandboxPolicySpec) string { return s.RuntimeClassName })
 	scheduler, d2 := set.single("spec.schedulerName", func(s v1alpha1.SandboxPolicySpec) string { return s.SchedulerName })
 	if d1 != nil || d2 != nil {
-		return "true"
+		return allowances{}, false
 	}
-	// The checks of the Pod and of each container c.
-	var pod, container []string
-	// allowed are the registries each policy that names some allows.
-	var allowed [][]string
-	allowToken, allowHostNamespaces, allowHostPath, allowPrivileged := true, true, true, true
-	allowUnconfined, allowHostPorts := true, true
-	allowedCaps := map[corev1.Capability]int{}
+	a := allowances{token: true, hostNamespaces: true, hostPath: true, privileged: true, unconfined: true, hostPorts: true,
+		capabilities: map[corev1.Capability]int{}, runtimeClass: runtimeClass.value, scheduler: scheduler.value}
 	for _, p := range set {
 		sec := security(p)
-		allowToken = allowToken && sec.AllowServiceAccountToken
-		allowHostNamespaces = allowHostNamespaces && sec.AllowHostNamespaces
-		allowHostPath = allowHostPath && sec.AllowHostPath
-		allowPrivileged = allowPrivileged && sec.AllowPrivileged
-		allowUnconfined = allowUnconfined && sec.AllowUnconfined
-		allowHostPorts = allowHostPorts && sec.AllowHostPorts
+		a.token = a.token && sec.AllowServiceAccountToken
+		a.hostNamespaces = a.hostNamespaces && sec.AllowHostNamespaces
+		a.hostPath = a.hostPath && sec.AllowHostPath
+		a.privileged = a.privileged && sec.AllowPrivileged
+		a.unconfined = a.unconfined && sec.AllowUnconfined
+		a.hostPorts = a.hostPorts && sec.AllowHostPorts
 		for _, c := range sec.AllowedCapabilities {
-			allowedCaps[c]++
+			a.capabilities[c]++
 		}
 		// Check refuses a runtime class other than any policy's.
-		if want := p.Spec.RuntimeClassName; want != "" && want != runtimeClass.value {
-			return "true"
+		if want := p.Spec.RuntimeClassName; want != "" && want != a.runtimeClass {
+			return allowances{}, false
 		}
 		if p.Spec.Images != nil && len(p.Spec.Images.AllowedRegistries) > 0 {
 			var within []string
 			for _, r := range p.Spec.Images.AllowedRegistries {
 				within = append(within, images.Prefix(r))
 			}
-			allowed = append(allowed, within)
+			a.registries = append(a.registries, within)
 		}
 	}
+	return a, true
+}
 
-	if !allowToken {
-		pod = append(pod, "object.spec.?automountServiceAccountToken.orValue(true) == false",
+// conditions are the checks a compliant Pod passes: of the Pod, of each
+// of its containers c, and of each container but the ephemeral ones
+// (limits).
+type conditions struct {
+	pod, container, limited []string
+}
+
+// expression is true when a check fails: the Pod needs the webhook.
+func (c *conditions) expression() string {
+	containers := "(object.spec.?containers.orValue([]) == null ? [] : object.spec.containers)"
+	pod := append(slices.Clone(c.pod), "("+list("object.spec.?initContainers")+" + "+containers+" + "+list("object.spec.?ephemeralContainers")+").all(c, "+strings.Join(c.container, " && ")+")")
+	if len(c.limited) > 0 {
+		pod = append(pod, "("+list("object.spec.?initContainers")+" + "+containers+").all(c, "+strings.Join(c.limited, " && ")+")")
+	}
+	return "!(" + strings.Join(pod, " && ") + ")"
+}
+
+// security adds the checks of what Check refuses and the security
+// defaults Mutate sets.
+func (c *conditions) security(set Set, a allowances) {
+	if !a.token {
+		c.pod = append(c.pod, "object.spec.?automountServiceAccountToken.orValue(true) == false",
 			"object.spec.?serviceAccountName.orValue('') in ['', 'default']",
 			list("object.spec.?volumes")+".all(v, !has(v.projected) || "+list("v.projected.?sources")+".all(s, !has(s.serviceAccountToken)))")
 	}
-	if !allowPrivileged {
-		pod = append(pod, "!object.spec.?securityContext.?windowsOptions.?hostProcess.orValue(false)")
-		container = append(container, "!c.?securityContext.?windowsOptions.?hostProcess.orValue(false)")
+	if !a.privileged {
+		c.pod = append(c.pod, "!object.spec.?securityContext.?windowsOptions.?hostProcess.orValue(false)")
+		c.container = append(c.container, "!c.?securityContext.?windowsOptions.?hostProcess.orValue(false)")
 	}
 	if set.requiresNonRoot() {
-		pod = append(pod, "object.spec.?securityContext.?runAsNonRoot.orValue(false)", "object.spec.?securityContext.?runAsUser.orValue(1) != 0")
-		container = append(container, "c.?securityContext.?runAsNonRoot.orValue(true)", "c.?securityContext.?runAsUser.orValue(1) != 0")
+		c.pod = append(c.pod, "object.spec.?securityContext.?runAsNonRoot.orValue(false)", "object.spec.?securityContext.?runAsUser.orValue(1) != 0")
+		c.container = append(c.container, "c.?securityContext.?runAsNonRoot.orValue(true)", "c.?securityContext.?runAsUser.orValue(1) != 0")
 	}
-	pod = append(pod, sysctlChecks(set)...)
-	pod = append(pod, "!object.spec.?shareProcessNamespace.orValue(false)",
+	c.pod = append(c.pod, sysctlChecks(set)...)
+	c.pod = append(c.pod, "!object.spec.?shareProcessNamespace.orValue(false)",
 		"object.spec.?securityContext.?seccompProfile.hasValue()")
-	if !allowHostNamespaces {
-		pod = append(pod, "!object.spec.?hostNetwork.orValue(false)", "!object.spec.?hostPID.orValue(false)", "!object.spec.?hostIPC.orValue(false)")
+	if !a.hostNamespaces {
+		c.pod = append(c.pod, "!object.spec.?hostNetwork.orValue(false)", "!object.spec.?hostPID.orValue(false)", "!object.spec.?hostIPC.orValue(false)")
 	}
-	if !allowHostPath {
-		pod = append(pod, list("object.spec.?volumes")+".all(v, !has(v.hostPath))")
+	if !a.hostPath {
+		c.pod = append(c.pod, list("object.spec.?volumes")+".all(v, !has(v.hostPath))")
 	}
-	if !allowUnconfined {
-		pod = append(pod, "object.spec.?securityContext.?seccompProfile.?type.orValue('') != 'Unconfined'",
+	if !a.unconfined {
+		c.pod = append(c.pod, "object.spec.?securityContext.?seccompProfile.?type.orValue('') != 'Unconfined'",
 			"object.spec.?securityContext.?appArmorProfile.?type.orValue('') != 'Unconfined'",
 			fmt.Sprintf("object.metadata.?annotations.orValue({}).all(k, !k.startsWith(%s) || object.metadata.annotations[k] != 'unconfined')", quote(appArmorAnnotation)))
-		container = append(container, "c.?securityContext.?seccompProfile.?type.orValue('') != 'Unconfined'",
+		c.container = append(c.container, "c.?securityContext.?seccompProfile.?type.orValue('') != 'Unconfined'",
 			"c.?securityContext.?appArmorProfile.?type.orValue('') != 'Unconfined'",
 			"c.?securityContext.?procMount.orValue('') != 'Unmasked'",
 			"c.?securityContext.?seLinuxOptions.?type.orValue('') in "+selinuxTypes)
-		pod = append(pod, "object.spec.?securityContext.?seLinuxOptions.?type.orValue('') in "+selinuxTypes)
+		c.pod = append(c.pod, "object.spec.?securityContext.?seLinuxOptions.?type.orValue('') in "+selinuxTypes)
 	}
-	if !allowHostPorts {
-		container = append(container, list("c.?ports")+".all(p, p.?hostPort.orValue(0) == 0)")
+	if !a.hostPorts {
+		c.container = append(c.container, list("c.?ports")+".all(p, p.?hostPort.orValue(0) == 0)")
 	}
-	if runtimeClass.value != "" {
-		pod = append(pod, "object.spec.?runtimeClassName.orValue('') == "+quote(runtimeClass.value))
+}
+
+// placement adds the checks of the runtime class, scheduler and
+// colocation Mutate sets.
+func (c *conditions) placement(set Set, a allowances) {
+	if a.runtimeClass != "" {
+		c.pod = append(c.pod, "object.spec.?runtimeClassName.orValue('') == "+quote(a.runtimeClass))
 	}
-	if scheduler.value != "" {
-		pod = append(pod, fmt.Sprintf("!(object.spec.?schedulerName.orValue('') in ['', %s] && object.spec.?schedulerName.orValue('') != %s)",
-			quote(corev1.DefaultSchedulerName), quote(scheduler.value)))
+	if a.scheduler != "" {
+		c.pod = append(c.pod, fmt.Sprintf("!(object.spec.?schedulerName.orValue('') in ['', %s] && object.spec.?schedulerName.orValue('') != %s)",
+			quote(corev1.DefaultSchedulerName), quote(a.scheduler)))
 	}
 	if set.Colocates() {
 		label := func(key string) string { return fmt.Sprintf("object.metadata.?labels[?%s].orValue('')", quote(key)) }
@@ -158,49 +208,61 @@ func CallCondition(set Set) string {
 				"t.?podAffinityTerm.?topologyKey.orValue('') == %s && t.?podAffinityTerm.?labelSelector.?matchLabels[?%s].orValue('') == %s)",
 				quote(corev1.LabelHostname), quote(key), label(key))
 		}
-		pod = append(pod, fmt.Sprintf("(%s != '' ? %s : (%s == '' || %s))",
+		c.pod = append(c.pod, fmt.Sprintf("(%s != '' ? %s : (%s == '' || %s))",
 			label(ColocateLabel), term(ColocateLabel), label(TemplateRefHashLabel), term(TemplateRefHashLabel)))
 	}
-	// An update may not take the sandbox label away (MutateUpdate).
-	pod = append(pod, fmt.Sprintf("(request.operation != 'UPDATE' || !oldObject.metadata.?labels[?%s].hasValue() || object.metadata.?labels[?%s].hasValue())",
-		quote(SandboxPodLabel), quote(SandboxPodLabel)))
-	// The run id is looked up on the Pod's Sandbox and its owner, which
-	// CEL cannot read.
-	pod = append(pod, fmt.Sprintf("(object.metadata.?labels[?%s].orValue('') != '' || "+
-		"!"+list("object.metadata.?ownerReferences")+".exists(o, o.?controller.orValue(false) && o.?kind.orValue('') == 'Sandbox'))", quote(fleetlabels.RunID)))
+}
 
-	// Every image is checked: one that is not valid is refused, one that
-	// Normalize would change or a rule matches is rewritten.
+// identity adds the checks of the labels: an update may not take the
+// sandbox label away (MutateUpdate), and the run id is looked up on the
+// Pod's Sandbox and its owner, which CEL cannot read.
+func (c *conditions) identity() {
+	c.pod = append(c.pod, fmt.Sprintf("(request.operation != 'UPDATE' || !oldObject.metadata.?labels[?%s].hasValue() || object.metadata.?labels[?%s].hasValue())",
+		quote(SandboxPodLabel), quote(SandboxPodLabel)))
+	c.pod = append(c.pod, fmt.Sprintf("(object.metadata.?labels[?%s].orValue('') != '' || "+
+		"!"+list("object.metadata.?ownerReferences")+".exists(o, o.?controller.orValue(false) && o.?kind.orValue('') == 'Sandbox'))", quote(fleetlabels.RunID)))
+}
+
+// images adds the checks of every image, a container's or an image
+// volume's: one that is not valid is refused, one that Normalize would
+// change or a rule matches is rewritten.
+func (c *conditions) images(set Set, allowed [][]string) {
 	var froms []string
 	for _, r := range set.rules() {
 		froms = append(froms, r.Source())
 	}
 	image := imageChecks(allowed, froms)
-	container = append(container, allCEL(image, "c.?image.orValue('')"))
-	pod = append(pod, list("object.spec.?volumes")+".all(v, !has(v.image) || "+allCEL(image, "v.image.?reference.orValue('')")+")")
-	// Mutate forbids privilege escalation to all but privileged
-	// containers, and those only where privilege is allowed.
-	if allowPrivileged {
-		container = append(container, "(c.?securityContext.?privileged.orValue(false) || c.?securityContext.?allowPrivilegeEscalation.orValue(true) == false)")
+	c.container = append(c.container, allCEL(image, "c.?image.orValue('')"))
+	c.pod = append(c.pod, list("object.spec.?volumes")+".all(v, !has(v.image) || "+allCEL(image, "v.image.?reference.orValue('')")+")")
+}
+
+// privilege adds the checks of privilege and capabilities. Mutate
+// forbids privilege escalation to all but privileged containers, and
+// those only where privilege is allowed; each policy allows its own
+// capabilities, so a container may add those every policy allows.
+func (c *conditions) privilege(set Set, a allowances) {
+	if a.privileged {
+		c.container = append(c.container, "(c.?securityContext.?privileged.orValue(false) || c.?securityContext.?allowPrivilegeEscalation.orValue(true) == false)")
 	} else {
-		container = append(container, "!c.?securityContext.?privileged.orValue(false)", "c.?securityContext.?allowPrivilegeEscalation.orValue(true) == false")
+		c.container = append(c.container, "!c.?securityContext.?privileged.orValue(false)", "c.?securityContext.?allowPrivilegeEscalation.orValue(true) == false")
 	}
-	container = append(container, "'ALL' in "+list("c.?securityContext.?capabilities.?drop"))
-	// Each policy allows its own capabilities: a container may add those
-	// every policy allows.
+	c.container = append(c.container, "'ALL' in "+list("c.?securityContext.?capabilities.?drop"))
 	var addable []string
-	for _, c := range slices.Sorted(maps.Keys(allowedCaps)) {
-		if allowedCaps[c] == len(set) {
-			addable = append(addable, quote(string(c)))
+	for _, cap := range slices.Sorted(maps.Keys(a.capabilities)) {
+		if a.capabilities[cap] == len(set) {
+			addable = append(addable, quote(string(cap)))
 		}
 	}
 	if len(addable) == 0 {
-		container = append(container, list("c.?securityContext.?capabilities.?add")+".size() == 0")
+		c.container = append(c.container, list("c.?securityContext.?capabilities.?add")+".size() == 0")
 	} else {
-		container = append(container, list("c.?securityContext.?capabilities.?add")+".all(a, a in ["+strings.Join(addable, ", ")+"])")
+		c.container = append(c.container, list("c.?securityContext.?capabilities.?add")+".all(a, a in ["+strings.Join(addable, ", ")+"])")
 	}
+}
+
+// limits adds the checks of the caps on limits and requests.
+func (c *conditions) limits(set Set) {
 	caps := maxLimits(set)
-	var limited []string
 	for _, name := range slices.Sorted(maps.Keys(caps)) {
 		limit := caps[name]
 		r, q := quote(string(name)), quote(limit.String())
@@ -208,17 +270,11 @@ func CallCondition(set Set) string {
 		// the two quantity parses. Ephemeral containers, which the API
 		// lets set no resources, get none, so only the others are held
 		// to a limit.
-		limited = append(limited,
+		c.limited = append(c.limited,
 			fmt.Sprintf("(c.?resources.?limits[?%s].orValue('') == %s || c.?resources.?limits[?%s].hasValue() && quantity(c.resources.limits[%s]).compareTo(quantity(%s)) <= 0)", r, q, r, r, q))
-		container = append(container,
+		c.container = append(c.container,
 			fmt.Sprintf("(!c.?resources.?requests[?%s].hasValue() || quantity(c.resources.requests[%s]).compareTo(quantity(%s)) <= 0)", r, r, q))
 	}
-	containers := "(object.spec.?containers.orValue([]) == null ? [] : object.spec.containers)"
-	pod = append(pod, "("+list("object.spec.?initContainers")+" + "+containers+" + "+list("object.spec.?ephemeralContainers")+").all(c, "+strings.Join(container, " && ")+")")
-	if len(limited) > 0 {
-		pod = append(pod, "("+list("object.spec.?initContainers")+" + "+containers+").all(c, "+strings.Join(limited, " && ")+")")
-	}
-	return "!(" + strings.Join(pod, " && ") + ")"
 }
 
 // selinuxTypes is containerSELinuxTypes as a CEL list.

@@ -1,0 +1,157 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
+
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracker"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+)
+
+// Acquire claims a sandbox of t's image from its warm pool and waits until
+// it is Ready, for readyTimeout at most. The pool must be warm.
+func (f *Fleet) Acquire(ctx context.Context, t tasks.Task) (*Sandbox, error) {
+	f.mu.Lock()
+	p, ok := f.warm[t.Image]
+	var pool *extensionsv1beta1.SandboxWarmPool
+	if ok {
+		p.cluster.claims++
+		// Warm replaces p.pool when it grows the pool; take this one.
+		pool = p.pool
+	}
+	f.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("task %s: no warm pool for %s", t.ID, t.Image)
+	}
+	// A claim the controller never makes Ready (it is down, or the claim
+	// is stuck) must not hold its task for ever: readyTimeout bounds it.
+	ctx, cancel := context.WithTimeout(ctx, f.Config.ReadyTimeout.Duration)
+	defer cancel()
+	start := time.Now()
+	settled := f.pace(ctx, p, pool.Name)
+	h, err := p.cluster.claimer.Acquire(ctx, pool, t.ID)
+	settled()
+	f.claimed(p.cluster.Name, err == nil, err == nil && h.Warm, time.Since(start))
+	if err != nil {
+		f.mu.Lock()
+		p.cluster.claims--
+		f.mu.Unlock()
+		return nil, err
+	}
+	h.Cluster = p.cluster.Name
+	if f.paced() {
+		f.mu.Lock()
+		p.held[h.Pod] = true
+		f.mu.Unlock()
+	}
+	return &Sandbox{Handle: h, cluster: p.cluster, image: t.Image, session: f.Config.Session}, nil
+}
+
+// paced reports whether claims wait for a warm sandbox. Under the none
+// strategy pools hold one sandbox and claims are meant to start cold.
+func (f *Fleet) paced() bool {
+	return f.Config.ClaimPacing == "warm" && f.Config.Strategy != "none"
+}
+
+// paceLimit bounds the wait for a warm sandbox: a pool that cannot refill
+// (its Pods failing, the cluster full) must not stall its tasks for ever;
+// after it they claim at once and may start cold.
+const paceLimit = time.Minute
+
+// pace holds a claim back, under warm claim pacing, until p's pool has a
+// Ready sandbox that no other claim of the run holds or is about to take:
+// a claim made on an exhausted pool makes the controller cold-start a
+// sandbox while the pool also refills, which doubles the work of a control
+// plane already behind. Free sandboxes are counted from the pool's Pods in
+// the tracker's cache rather than from the pool's status, which lags
+// adoptions. The returned func settles the claim once it has been made.
+func (f *Fleet) pace(ctx context.Context, p *placed, pool string) (settled func()) {
+	if !f.paced() {
+		return func() {}
+	}
+	wait := true
+	limit := time.After(paceLimit)
+	select {
+	case p.gate <- struct{}{}:
+		defer func() { <-p.gate }()
+	case <-limit:
+		wait = false
+	case <-ctx.Done():
+		wait = false
+	}
+	for {
+		changed := p.cluster.tracker.PoolChanged(pool)
+		free := 1 // unknown: hold nothing back
+		if wait {
+			if pods, err := p.cluster.tracker.PoolPods(ctx, pool); err == nil {
+				free = f.freeSandboxes(p, pods)
+			}
+		}
+		f.mu.Lock()
+		if free > 0 {
+			p.pending++
+			f.mu.Unlock()
+			return func() {
+				f.mu.Lock()
+				p.pending--
+				f.mu.Unlock()
+			}
+		}
+		f.mu.Unlock()
+		select {
+		case <-changed:
+		case <-limit:
+			wait = false
+		case <-ctx.Done():
+			wait = false
+		}
+	}
+}
+
+// freeSandboxes counts the pool's Ready Pods that no claim of the run holds
+// or is about to take, and forgets held Pods that are gone or going.
+func (f *Fleet) freeSandboxes(p *placed, pods []corev1.Pod) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	live := make(map[string]bool, len(pods))
+	free := 0
+	for i := range pods {
+		pod := &pods[i]
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		live[pod.Name] = true
+		if !p.held[pod.Name] && tracker.PodReady(pod) {
+			free++
+		}
+	}
+	for name := range p.held {
+		if !live[name] {
+			delete(p.held, name)
+		}
+	}
+	return free - p.pending
+}
+
+// Release gives a sandbox back: its claim, and with it the sandbox, is
+// deleted.
+func (f *Fleet) Release(ctx context.Context, s *Sandbox) error {
+	s.closeShell()
+	start := time.Now()
+	err := s.cluster.claimer.Release(ctx, s.Handle)
+	f.phase("release", s.cluster.Name, time.Since(start))
+	f.mu.Lock()
+	s.cluster.claims--
+	if err == nil && s.Handle.Pod != "" {
+		if s.cluster.released == nil {
+			s.cluster.released = map[string]bool{}
+		}
+		s.cluster.released[s.Handle.Pod] = true
+	}
+	f.mu.Unlock()
+	return err
+}

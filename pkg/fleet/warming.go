@@ -1,0 +1,178 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/placement"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/warm"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+)
+
+// place chooses a cluster for image's pool of replicas and counts them
+// there. Callers hold f.mu.
+func (f *Fleet) place(image string, replicas int) (*Cluster, error) {
+	targets := make([]placement.Target, len(f.Clusters))
+	for i, c := range f.Clusters {
+		targets[i] = placement.Target{Name: c.Name, Weight: c.config.Weight, MaxReplicas: c.config.MaxReplicas,
+			Replicas: c.replicas, Claims: c.claims, Lacking: c.lacking}
+	}
+	i, err := f.policy.Choose(image, replicas, targets)
+	if err != nil {
+		return nil, fmt.Errorf("placing the pool of %s: %w", image, err)
+	}
+	return f.Clusters[i], nil
+}
+
+// Warm makes the pools of images warm with replicas(image) sandboxes each,
+// filling each cluster's share in waves of the create budget, and returns
+// once all are Ready. Images already warm are grown if asked for more,
+// never shrunk. Pools that cannot become Ready are returned, from every
+// cluster, as one WarmError.
+func (f *Fleet) Warm(ctx context.Context, images []string, replicas func(image string) int) error {
+	byCluster := map[*Cluster][]warm.Pool{}
+	f.mu.Lock()
+	for _, img := range images {
+		want := replicas(img)
+		p, ok := f.warm[img]
+		if ok && p.replicas >= want {
+			byCluster[p.cluster] = append(byCluster[p.cluster], warm.Pool{Template: p.template, Pool: p.pool})
+			continue
+		}
+		if !ok {
+			c, err := f.place(img, want)
+			if err != nil {
+				f.mu.Unlock()
+				return err
+			}
+			spec := c.spec
+			spec.OriginalImage = f.originals[img]
+			tmpl, err := resources.Template(c.Namespace(), f.RunID, img, spec)
+			if err != nil {
+				f.mu.Unlock()
+				return err
+			}
+			p = &placed{cluster: c, template: tmpl}
+			if f.paced() {
+				p.held, p.gate = map[string]bool{}, make(chan struct{}, 1)
+			}
+			f.warm[img] = p
+		}
+		p.pool = resources.WarmPool(p.template, int32(want))
+		p.cluster.replicas += want - p.replicas
+		f.warmed(p.cluster.Name, want-p.replicas)
+		p.replicas = want
+		byCluster[p.cluster] = append(byCluster[p.cluster], warm.Pool{Template: p.template, Pool: p.pool})
+	}
+	f.mu.Unlock()
+
+	f.stats.warming.Add(int64(len(images)))
+	defer f.stats.warming.Add(-int64(len(images)))
+	type filled struct {
+		cluster *Cluster
+		err     error
+	}
+	done := make(chan filled, len(byCluster))
+	for c, pools := range byCluster {
+		go func() {
+			filler := &warm.Filler{Client: c.Clients.Client, Tracker: c.tracker, Budget: *f.Config.WarmCreateBudget,
+				Observe: func(phase string, d time.Duration) { f.phase(phase, c.Name, d) },
+				Check:   f.poolCheck(ctx, c),
+				Settled: func(pool, why string) {
+					klog.Warningf("pool %s serves with fewer sandboxes than planned: %s", pool, why)
+				}}
+			done <- filled{c, filler.Fill(ctx, pools)}
+		}()
+	}
+	// Pool names are unique over the clusters, so their failures merge.
+	failed := WarmError{}
+	var hard []error
+	for range byCluster {
+		r := <-done
+		var some WarmError
+		switch {
+		case errors.As(r.err, &some):
+			maps.Copy(failed, some)
+		case r.err != nil:
+			hard = append(hard, fmt.Errorf("cluster %s: %w", r.cluster.Name, r.err))
+		}
+	}
+	if len(hard) > 0 {
+		return errors.Join(hard...)
+	}
+	if len(failed) > 0 {
+		return failed
+	}
+	return nil
+}
+
+// graces is how long sandboxes may be in trouble that can clear up before
+// they are given up: for as long as readyTimeout allows when fail-fast is
+// off.
+func graces(cfg config.Fleet) claim.Grace {
+	if cfg.FailFast != nil && !*cfg.FailFast {
+		return claim.Grace{}
+	}
+	return claim.Grace{Backoff: cfg.ClaimGrace.Duration, Unschedulable: cfg.UnschedulableGrace.Duration}
+}
+
+// poolCheck judges a pool that is not Ready replica by replica (see
+// claim.PoolPatience): it is given up only when none of it can serve.
+func (f *Fleet) poolCheck(ctx context.Context, c *Cluster) warm.Check {
+	var mu sync.Mutex
+	patience := map[string]*claim.PoolPatience{}
+	return func(pool string, want int32) (claim.PoolJudgement, error) {
+		pods, err := c.tracker.PoolPods(ctx, pool)
+		if err != nil {
+			return claim.PoolJudgement{}, err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		p := patience[pool]
+		if p == nil {
+			p = &claim.PoolPatience{Grace: graces(f.Config)}
+			patience[pool] = p
+		}
+		return p.Judge(pods, int(want), time.Now()), nil
+	}
+}
+
+// Unwarm deletes the pools and templates of images, and releases the
+// clean sandboxes kept for them. It does not wait for their sandboxes to
+// go; teardown does.
+func (f *Fleet) Unwarm(ctx context.Context, images []string) error {
+	errs := []error{f.releaseClean(ctx, images)}
+	for _, img := range images {
+		f.mu.Lock()
+		p, ok := f.warm[img]
+		delete(f.warm, img)
+		var objs []client.Object
+		if ok {
+			p.cluster.replicas -= p.replicas
+			f.warmed(p.cluster.Name, -p.replicas)
+			objs = []client.Object{p.pool.DeepCopy(), p.template.DeepCopy()}
+		}
+		f.mu.Unlock()
+		if !ok {
+			continue
+		}
+		c := p.cluster.Clients.Client
+		background := client.PropagationPolicy(metav1.DeletePropagationBackground)
+		for _, obj := range objs {
+			if err := client.IgnoreNotFound(c.Delete(ctx, obj, background)); err != nil {
+				errs = append(errs, fmt.Errorf("cluster %s: deleting %s: %w", p.cluster.Name, obj.GetName(), err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
