@@ -3,8 +3,6 @@ package fleet
 import (
 	"context"
 	"time"
-
-	"k8s.io/klog/v2"
 )
 
 // Expected is how many live sandboxes the run means to hold at its peak.
@@ -65,7 +63,7 @@ func (f *Fleet) startBreaker(ctx context.Context, cancel context.CancelCauseFunc
 				continue
 			}
 			breaches++
-			klog.Warningf("runaway breaker: %d live sandboxes over the ceiling of %d (%d/%d)", live, ceiling, breaches, f.Config.BreakerPolls)
+			f.logf("runaway breaker: %d live sandboxes over the ceiling of %d (%d/%d)", live, ceiling, breaches, f.Config.BreakerPolls)
 			if breaches >= f.Config.BreakerPolls {
 				err := &OvercommitError{Live: live, Ceiling: ceiling, Expected: f.Expected()}
 				cancel(err)

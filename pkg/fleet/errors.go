@@ -1,6 +1,10 @@
 package fleet
 
-import "github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
+import (
+	"fmt"
+
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
+)
 
 // The errors the engine returns about a task's sandbox, which a caller
 // matches with errors.As. Package verdict defines them, so that the
@@ -22,3 +26,14 @@ type (
 	// infrastructure failure of reason start.
 	WarmError = verdict.WarmError
 )
+
+// TeardownError says what is left of a run could not be removed when it
+// ended: its objects may still be on the cluster, which `reap --run-id`
+// (or Teardown again) removes.
+type TeardownError struct {
+	RunID string
+	Err   error
+}
+
+func (e *TeardownError) Error() string { return fmt.Sprintf("tearing down run %s: %v", e.RunID, e.Err) }
+func (e *TeardownError) Unwrap() error { return e.Err }

@@ -37,6 +37,7 @@ import (
 	"k8s.io/klog/v2"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 
+	"github.com/go-logr/logr"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/placement"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/preflight"
@@ -92,6 +93,8 @@ type Fleet struct {
 	// Metrics, when set, receive the run's figures as they happen.
 	Metrics *metrics.Metrics
 
+	// log is the logger of the context Open was given.
+	log    logr.Logger
 	policy placement.Policy
 	// recycler keeps clean sandboxes for reuse; nil when the run does not
 	// recycle.
@@ -138,7 +141,7 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 	// that ends while Open runs stops them too.
 	watchCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer context.AfterFunc(ctx, stop)()
-	f := &Fleet{RunID: runID, Config: cfg, Tasks: ts, policy: policy, stop: stop,
+	f := &Fleet{RunID: runID, Config: cfg, Tasks: ts, policy: policy, stop: stop, log: klog.FromContext(ctx),
 		rec: report.New(cfg.Strategy), warm: map[string]*placed{}, originals: map[string]string{}, recycler: newRecycler(cfg)}
 	start := time.Now()
 	f.Plan = NewPlan(cfg, ts)
@@ -188,7 +191,7 @@ func (f *Fleet) Preflight(ctx context.Context) error {
 				Namespace: c.Namespace(), RuntimeClass: c.spec.RuntimeClassName, ImagePullSecret: c.spec.ImagePullSecret,
 			})
 			for _, w := range rep.Warnings() {
-				klog.Warningf("preflight on cluster %s: %s: %s", c.Name, w.Name, w.Detail)
+				f.logf("preflight on cluster %s: %s: %s", c.Name, w.Name, w.Detail)
 			}
 			var failed []error
 			for _, fail := range rep.Failures() {
@@ -319,4 +322,14 @@ func labelValues(nodes []corev1.Node, keys ...string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// logf tells what a run's driver should know but that stops nothing — a
+// pool serving with fewer sandboxes, a sandbox quarantined, the breaker
+// counting, the epoch begun — through the logger of the context Open was
+// given: a caller chooses where the engine's words go as with
+// controller-runtime (logr.NewContext, klog.NewContext), and without one
+// they go to klog's.
+func (f *Fleet) logf(format string, args ...any) {
+	f.log.Info(fmt.Sprintf(format, args...))
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +19,8 @@ import (
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/placement"
@@ -418,10 +422,15 @@ func TestPoolServesWithWhatIsReady(t *testing.T) {
 	cfg.UnschedulableGrace.Duration = 2 * time.Second
 	cfg.Template.NodeSelector = map[string]string{"tight": "true"}
 	cfg.Template.Tolerations = []corev1.Toleration{{Key: taint.Key, Operator: corev1.TolerationOpExists}}
+	ctx, said := captureLog(ctx)
 	f := open(t, ctx, "short", cfg, ts, cluster)
 
 	if err := f.Warm(ctx, []string{"example.com/img:v1"}, func(string) int { return 3 }); err != nil {
 		t.Fatalf("Warm of a pool with two of three replicas Ready = %v; want it to serve with those", err)
+	}
+	// The engine says so through the logger its caller gave it.
+	if !slices.ContainsFunc(said(), func(line string) bool { return strings.Contains(line, "serves with fewer sandboxes than planned") }) {
+		t.Errorf("the caller's logger was not told the pool serves with fewer sandboxes: %q", said())
 	}
 	collect(t, ctx, f)
 	assertEmpty(t, ctx, f)
@@ -450,5 +459,22 @@ func TestStartHeartbeatsDefault(t *testing.T) {
 	}
 	if _, err := c.Clients.Kube.CoordinationV1().Leases(c.Namespace()).Get(ctx, heartbeat.Name(f.RunID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the Lease after stop: %v, want it gone", err)
+	}
+}
+
+// captureLog gives ctx a logger that keeps what it is told, as a caller
+// of the engine chooses where its words go.
+func captureLog(ctx context.Context) (context.Context, func() []string) {
+	var mu sync.Mutex
+	var lines []string
+	log := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, args)
+	}, funcr.Options{})
+	return logr.NewContext(ctx, log), func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(lines)
 	}
 }

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
@@ -36,7 +35,7 @@ func (f *Fleet) readNodeCaches(ctx context.Context) {
 			indexes[i], err = informer.Snapshot(ctx, c.Clients.Client, nodes[i])
 		}
 		if err != nil {
-			klog.Warningf("image-affinity on cluster %s: reading its nodes' image caches: %v; placing without them", c.Name, err)
+			f.logf("image-affinity on cluster %s: reading its nodes' image caches: %v; placing without them", c.Name, err)
 			indexes[i] = nil
 		}
 	}
@@ -56,7 +55,7 @@ func (f *Fleet) readNodeCaches(ctx context.Context) {
 			unlisted = append(unlisted, p.Image)
 		}
 	}
-	maps.Copy(layers, readRegistries(ctx, unlisted))
+	maps.Copy(layers, f.readRegistries(ctx, unlisted))
 	for _, p := range f.Plan.Pools {
 		if len(layers[p.Image]) == 0 {
 			continue
@@ -78,16 +77,16 @@ func (f *Fleet) readNodeCaches(ctx context.Context) {
 // is placed where its base already is. Start-up waits for this at most a
 // minute, each image 30 s; an image not read then is placed without its
 // layers, and the failures and skips are warned about at once.
-func readRegistries(ctx context.Context, images []string) map[string][]v1alpha1.Layer {
+func (f *Fleet) readRegistries(ctx context.Context, images []string) map[string][]v1alpha1.Layer {
 	ctx, cancel := context.WithTimeout(ctx, registryBudget)
 	defer cancel()
 	r := (&registry.Layers{}).GetAll(ctx, images, 30*time.Second)
 	if len(r.Failed) > 0 {
-		klog.Warningf("image-affinity: %d of %d images no node holds could not be read from their registries, and are placed without their layers; the first: %v",
+		f.logf("image-affinity: %d of %d images no node holds could not be read from their registries, and are placed without their layers; the first: %v",
 			len(r.Failed), len(images), r.Failed[0])
 	}
 	if len(r.Skipped) > 0 {
-		klog.Warningf("image-affinity: %d of %d images no node holds were not read (their registry did not answer, or start-up's %s for reading ran out), and are placed without their layers; the first: %s",
+		f.logf("image-affinity: %d of %d images no node holds were not read (their registry did not answer, or start-up's %s for reading ran out), and are placed without their layers; the first: %s",
 			len(r.Skipped), len(images), registryBudget, r.Skipped[0])
 	}
 	return r.Found

@@ -22,10 +22,10 @@ import (
 // labelled with the run, for the nodes the cluster's node selector picks
 // that run asrl-prepull-agent. It waits up to timeout. What keeps a node
 // from pulling everything — no agent, the disk budget, an image that
-// fails — is told to warn and does not stop the run: the sandboxes then
+// fails — is told through the fleet's logger and does not stop the run: the sandboxes then
 // pull for themselves. The jobs stay until Unprepull deletes them. A node
 // starts no pull once its image filesystem is highWater percent full.
-func (f *Fleet) Prepull(ctx context.Context, timeout time.Duration, highWater int32, warn func(string)) error {
+func (f *Fleet) Prepull(ctx context.Context, timeout time.Duration, highWater int32) error {
 	start := time.Now()
 	defer func() { f.phase("prepull", "", time.Since(start)) }()
 	refs := make([]string, 0, len(f.Plan.Pools))
@@ -41,19 +41,19 @@ func (f *Fleet) Prepull(ctx context.Context, timeout time.Duration, highWater in
 	errs := make([]error, len(f.Clusters))
 	var wg sync.WaitGroup
 	for i, c := range f.Clusters {
-		wg.Go(func() { errs[i] = f.prepullOn(ctx, c, full, highWater, warn) })
+		wg.Go(func() { errs[i] = f.prepullOn(ctx, c, full, highWater) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
-func (f *Fleet) prepullOn(ctx context.Context, c *Cluster, images []string, highWater int32, warn func(string)) error {
+func (f *Fleet) prepullOn(ctx context.Context, c *Cluster, images []string, highWater int32) error {
 	targets, without, err := prepull.Targets(ctx, c.Clients.Client, c.spec.NodeSelector)
 	if err != nil {
 		return fmt.Errorf("prepull on cluster %s: %w", c.Name, err)
 	}
 	if len(without) > 0 {
-		warn(fmt.Sprintf("prepull on cluster %s: %d nodes run no asrl-prepull-agent and will pull as sandboxes land", c.Name, len(without)))
+		f.logf("prepull on cluster %s: %d nodes run no asrl-prepull-agent and will pull as sandboxes land", c.Name, len(without))
 	}
 	if len(targets) == 0 {
 		return nil
@@ -68,7 +68,7 @@ func (f *Fleet) prepullOn(ctx context.Context, c *Cluster, images []string, high
 	}
 	p, err := prepull.Wait(ctx, c.Clients.Client, job, targets, time.Second, func(nodecache.JobProgress) {})
 	if errors.Is(err, context.DeadlineExceeded) {
-		warn(fmt.Sprintf("prepull on cluster %s: %d of %d nodes not done in time; the run goes on", c.Name, len(p.Nodes)-p.Done, len(p.Nodes)))
+		f.logf("prepull on cluster %s: %d of %d nodes not done in time; the run goes on", c.Name, len(p.Nodes)-p.Done, len(p.Nodes))
 		return nil
 	}
 	if err != nil {
@@ -76,7 +76,7 @@ func (f *Fleet) prepullOn(ctx context.Context, c *Cluster, images []string, high
 	}
 	for _, n := range p.Nodes {
 		if n.Phase != v1alpha1.PrepullSucceeded {
-			warn(fmt.Sprintf("prepull on cluster %s: node %s %s: %s", c.Name, n.Node, n.Phase, n.Message))
+			f.logf("prepull on cluster %s: node %s %s: %s", c.Name, n.Node, n.Phase, n.Message)
 		}
 	}
 	return nil

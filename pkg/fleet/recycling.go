@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/klog/v2"
-
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/recycle"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
@@ -95,14 +93,14 @@ func (f *Fleet) Record(ctx context.Context, s *Sandbox) {
 	}
 	switch {
 	case err != nil:
-		klog.Warningf("sandbox %s of %s will not be recycled: %v", s.Sandbox, s.image, err)
+		f.logf("sandbox %s of %s will not be recycled: %v", s.Sandbox, s.image, err)
 	case !b.Recyclable:
 		rc.mu.Lock()
 		said := rc.unrecyclable[s.image]
 		rc.unrecyclable[s.image] = true
 		rc.mu.Unlock()
 		if !said {
-			klog.Warningf("%s is not recycled: %s; its tasks take a fresh sandbox each", s.image, b.Reason)
+			f.logf("%s is not recycled: %s; its tasks take a fresh sandbox each", s.image, b.Reason)
 		}
 	default:
 		s.baseline = &b
@@ -140,13 +138,13 @@ func (f *Fleet) GiveBack(ctx context.Context, s *Sandbox, keep bool) (Outcome, e
 	case rc == nil || !keep || s.baseline == nil:
 		return Released, f.Release(ctx, s)
 	case s.shellBroken():
-		klog.Warningf("quarantining sandbox %s of %s: its command session broke twice", s.Sandbox, s.image)
+		f.logf("quarantining sandbox %s of %s: its command session broke twice", s.Sandbox, s.image)
 		return Quarantined, f.releaseAs(ctx, s, "quarantine", start)
 	case s.Resets >= rc.maxReuses:
 		return Rotated, f.releaseAs(ctx, s, "rotate", start)
 	}
 	if err := f.reset(ctx, s); err != nil {
-		klog.Warningf("quarantining sandbox %s of %s: %v", s.Sandbox, s.image, err)
+		f.logf("quarantining sandbox %s of %s: %v", s.Sandbox, s.image, err)
 		// The failed reset is part of what the quarantine cost.
 		return Quarantined, f.releaseAs(ctx, s, "quarantine", start)
 	}

@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-	"k8s.io/klog/v2"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracing"
@@ -117,7 +116,7 @@ func (f *Fleet) Run(ctx context.Context, o RunOptions) (rep report.Report, err e
 	}
 	for epoch := 1; epoch <= f.Config.Epochs && err == nil; epoch++ {
 		if f.Config.Epochs > 1 {
-			klog.Infof("epoch %d/%d", epoch, f.Config.Epochs)
+			f.logf("epoch %d/%d", epoch, f.Config.Epochs)
 		}
 		err = f.pass(runCtx, epoch, o, onResult)
 	}
@@ -138,7 +137,7 @@ func (f *Fleet) Run(ctx context.Context, o RunOptions) (rep report.Report, err e
 		// deadline of their own.
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), f.Config.ReadyTimeout.Duration)
 		if rerr := f.releaseClean(rctx, images); rerr != nil {
-			klog.Warningf("%v", rerr)
+			f.logf("%v", rerr)
 		}
 		rcancel()
 	}
@@ -147,7 +146,7 @@ func (f *Fleet) Run(ctx context.Context, o RunOptions) (rep report.Report, err e
 		tctx, tcancel := context.WithTimeout(context.WithoutCancel(ctx), f.Config.ReadyTimeout.Duration)
 		defer tcancel()
 		if terr := f.Teardown(tctx); terr != nil {
-			err = errors.Join(err, fmt.Errorf("tearing down run %s: %w (run `kubectl sandbox-fleet reap --run-id %s` to retry)", f.RunID, terr, f.RunID))
+			err = errors.Join(err, &TeardownError{RunID: f.RunID, Err: terr})
 		}
 	}
 	if f.Metrics != nil {
@@ -354,7 +353,7 @@ func (f *Fleet) warmWindow(ctx context.Context, images []string, replicas func(s
 		for _, img := range images {
 			if err := failed[resources.PoolName(f.RunID, img)]; err != nil {
 				gone = append(gone, img)
-				klog.Warningf("giving up the pool of %s: %v", img, err)
+				f.logf("giving up the pool of %s: %v", img, err)
 			}
 		}
 		if err := f.Unwarm(ctx, gone); err != nil {
@@ -519,7 +518,7 @@ func (f *Fleet) releaseTask(ctx context.Context, s *Sandbox, keep bool, r *Resul
 	ctx, span := tracing.Tracer().Start(context.WithoutCancel(ctx), "release")
 	outcome, err := f.GiveBack(ctx, s, keep)
 	if err != nil {
-		klog.Warningf("%v", err)
+		f.logf("%v", err)
 	}
 	span.SetAttributes(tracing.Outcome.String(string(outcome)))
 	tracing.End(span, err)

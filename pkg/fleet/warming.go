@@ -9,7 +9,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
@@ -89,7 +88,7 @@ func (f *Fleet) Warm(ctx context.Context, images []string, replicas func(image s
 				Observe: func(phase string, d time.Duration) { f.phase(phase, c.Name, d) },
 				Check:   f.poolCheck(ctx, c),
 				Settled: func(pool, why string) {
-					klog.Warningf("pool %s serves with fewer sandboxes than planned: %s", pool, why)
+					f.logf("pool %s serves with fewer sandboxes than planned: %s", pool, why)
 				}}
 			done <- filled{c, filler.Fill(ctx, pools)}
 		}()

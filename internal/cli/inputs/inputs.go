@@ -5,6 +5,7 @@
 package inputs
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -107,30 +108,32 @@ func (f *Flags) AddConfigFlags(fs *pflag.FlagSet, except ...string) {
 }
 
 func (f *Flags) addConfigFlags(fs *pflag.FlagSet) {
+	// Help shows the defaults the configuration has, written once there.
+	def := config.Default()
 	fs.StringVarP(&f.ConfigFile, "config", "f", "", "fleet configuration file (see examples/fleet.yaml); flags override it")
-	fs.StringVar(&f.strategy, "strategy", "", "when pools are warm: "+strings.Join(config.Strategies, ", ")+" (default naive)")
-	fs.StringVar(&f.placement, "placement", "", "how pools spread over clusters: "+strings.Join(config.Placements, ", "))
+	fs.StringVar(&f.strategy, "strategy", "", fmt.Sprintf("when pools are warm: %s (default %s)", strings.Join(config.Strategies, ", "), def.Strategy))
+	fs.StringVar(&f.placement, "placement", "", fmt.Sprintf("how pools spread over clusters: %s (default %s)", strings.Join(config.Placements, ", "), def.Placement))
 	fs.IntVar(&f.concurrency, "concurrency", 0, "tasks at once (default: --max-concurrent)")
 	fs.IntVar(&f.maxConcurrent, "max-concurrent", 0, "concurrency budget that sizes the warm pools (default: --concurrency, else 1)")
-	fs.IntVar(&f.maxWarmPoolSize, "max-warmpool-size", 0, "cap on any one pool (default 8)")
+	fs.IntVar(&f.maxWarmPoolSize, "max-warmpool-size", 0, fmt.Sprintf("cap on any one pool (default %d)", def.MaxWarmPoolSize))
 	fs.BoolVar(&f.warmPerTask, "warm-per-task", false, "warm one sandbox per task, up to the cap, for instant claims")
 	fs.BoolVar(&f.colocate, "colocate", false, "prefer one node for all replicas of a pool, so that one node pulls its image")
 	fs.IntVar(&f.windowSize, "window-size", 0, "images warm at once for sliding and pipelined (default: sized from the budget and disk)")
-	fs.IntVar(&f.epochs, "epochs", 0, "passes over the tasks, pools kept warm between them (default 1)")
+	fs.IntVar(&f.epochs, "epochs", 0, fmt.Sprintf("passes over the tasks, pools kept warm between them (default %d)", def.Epochs))
 	fs.BoolVar(&f.keepWarm, "keep-warm", false, "leave the pools warm at the end; tear them down with: teardown --run-id ID")
-	fs.IntVar(&f.warmCreateBudget, "warm-create-budget", 0, "fill pools in waves of at most this many creates; 0 = all at once (default 1000)")
-	fs.DurationVar(&f.readyTimeout, "ready-timeout", 0, "how long a pool may take to be ready (default 15m)")
-	fs.StringVar(&f.claimPacing, "claim-pacing", "", "none: claim at once; warm: claim only while the pool has a free Ready sandbox (default none)")
-	fs.DurationVar(&f.claimGrace, "claim-grace", 0, "how long a sandbox may back off (image pull, crash loop) before it is given up (default 2m)")
-	fs.DurationVar(&f.unschedulableGrace, "unschedulable-grace", 0, "how long a sandbox may wait for a node with room before it is given up (default 10m)")
-	fs.BoolVar(&f.failFast, "fail-fast", true, "give up sandboxes in trouble after the graces; false waits out --ready-timeout")
-	fs.Float64Var(&f.overcommitFactor, "overcommit-factor", 0, "runaway breaker: tear down above expected × this; 0 = off (default 1.5)")
+	fs.IntVar(&f.warmCreateBudget, "warm-create-budget", 0, fmt.Sprintf("fill pools in waves of at most this many creates; 0 = all at once (default %d)", *def.WarmCreateBudget))
+	fs.DurationVar(&f.readyTimeout, "ready-timeout", 0, fmt.Sprintf("how long a pool may take to be ready (default %s)", def.ReadyTimeout.Duration))
+	fs.StringVar(&f.claimPacing, "claim-pacing", "", fmt.Sprintf("none: claim at once; warm: claim only while the pool has a free Ready sandbox (default %s)", def.ClaimPacing))
+	fs.DurationVar(&f.claimGrace, "claim-grace", 0, fmt.Sprintf("how long a sandbox may back off (image pull, crash loop) before it is given up (default %s)", def.ClaimGrace.Duration))
+	fs.DurationVar(&f.unschedulableGrace, "unschedulable-grace", 0, fmt.Sprintf("how long a sandbox may wait for a node with room before it is given up (default %s)", def.UnschedulableGrace.Duration))
+	fs.BoolVar(&f.failFast, "fail-fast", *def.FailFast, "give up sandboxes in trouble after the graces; false waits out --ready-timeout")
+	fs.Float64Var(&f.overcommitFactor, "overcommit-factor", 0, fmt.Sprintf("runaway breaker: tear down above expected × this; 0 = off (default %g)", *def.OvercommitFactor))
 	fs.IntVar(&f.maxLiveSandboxes, "max-live-sandboxes", 0, "runaway breaker: absolute ceiling of live sandboxes")
 	fs.Float32Var(&f.kubeAPIQPS, "kube-api-qps", 0, fmt.Sprintf("requests a second to each API server, on average (default %d)", kube.DefaultQPS))
 	fs.IntVar(&f.kubeAPIBurst, "kube-api-burst", 0, fmt.Sprintf("requests to each API server at once (default %d)", kube.DefaultBurst))
 	fs.BoolVar(&f.recycle, "recycle", false, "reset a sandbox in place after a task and run the next task of its image in it, instead of a fresh claim per task")
-	fs.IntVar(&f.maxReuses, "max-reuses", 0, "with --recycle, resets a sandbox takes before a fresh one replaces it (default 32)")
-	fs.DurationVar(&f.resetTimeout, "reset-timeout", 0, "with --recycle, bound on a reset; a slower one quarantines the sandbox (default 1m)")
+	fs.IntVar(&f.maxReuses, "max-reuses", 0, fmt.Sprintf("with --recycle, resets a sandbox takes before a fresh one replaces it (default %d)", def.Recycle.MaxReuses))
+	fs.DurationVar(&f.resetTimeout, "reset-timeout", 0, fmt.Sprintf("with --recycle, bound on a reset; a slower one quarantines the sandbox (default %s)", def.Recycle.ResetTimeout.Duration))
 	fs.BoolVar(&f.checkEnv, "check-env", false, "with --recycle, check after each reset that the environment is as at first use")
 	fs.StringVar(&f.canary, "canary", "", "with --recycle, a shell command run after each reset whose output must match its first run's")
 	fs.BoolVar(&f.session, "session", false, "run each sandbox's commands over one long-lived shell instead of an exec each")
@@ -162,109 +165,71 @@ func (f *Flags) Load(fs *pflag.FlagSet, stdin io.Reader) (config.Fleet, []tasks.
 	return cfg, loaded, nil
 }
 
-// override applies the flags given on the command line over cfg.
+// binding is a flag that sets a field of the configuration, at path in
+// the file.
+type binding struct {
+	flag, path string
+	set        func(*config.Fleet)
+}
+
+// bindings are the flags that override the configuration. They only set
+// fields: the configuration's own Validate judges the values.
+func (f *Flags) bindings() []binding {
+	return []binding{
+		{"strategy", "strategy", func(c *config.Fleet) { c.Strategy = f.strategy }},
+		{"placement", "placement", func(c *config.Fleet) { c.Placement = f.placement }},
+		{"concurrency", "concurrency", func(c *config.Fleet) { c.Concurrency = f.concurrency }},
+		{"max-concurrent", "maxConcurrent", func(c *config.Fleet) { c.MaxConcurrent = f.maxConcurrent }},
+		{"max-warmpool-size", "maxWarmPoolSize", func(c *config.Fleet) { c.MaxWarmPoolSize = f.maxWarmPoolSize }},
+		{"window-size", "windowSize", func(c *config.Fleet) { c.WindowSize = f.windowSize }},
+		{"epochs", "epochs", func(c *config.Fleet) { c.Epochs = f.epochs }},
+		{"max-live-sandboxes", "maxLiveSandboxes", func(c *config.Fleet) { c.MaxLiveSandboxes = f.maxLiveSandboxes }},
+		{"kube-api-qps", "kubeAPIQPS", func(c *config.Fleet) { c.KubeAPIQPS = f.kubeAPIQPS }},
+		{"kube-api-burst", "kubeAPIBurst", func(c *config.Fleet) { c.KubeAPIBurst = f.kubeAPIBurst }},
+		{"warm-create-budget", "warmCreateBudget", func(c *config.Fleet) { c.WarmCreateBudget = &f.warmCreateBudget }},
+		{"overcommit-factor", "overcommitFactor", func(c *config.Fleet) { c.OvercommitFactor = &f.overcommitFactor }},
+		{"ready-timeout", "readyTimeout", func(c *config.Fleet) { c.ReadyTimeout.Duration = f.readyTimeout }},
+		{"claim-grace", "claimGrace", func(c *config.Fleet) { c.ClaimGrace.Duration = f.claimGrace }},
+		{"unschedulable-grace", "unschedulableGrace", func(c *config.Fleet) { c.UnschedulableGrace.Duration = f.unschedulableGrace }},
+		{"claim-pacing", "claimPacing", func(c *config.Fleet) { c.ClaimPacing = f.claimPacing }},
+		{"warm-per-task", "warmPerTask", func(c *config.Fleet) { c.WarmPerTask = f.warmPerTask }},
+		{"colocate", "template.colocate", func(c *config.Fleet) { c.Template.Colocate = f.colocate }},
+		{"keep-warm", "keepWarm", func(c *config.Fleet) { c.KeepWarm = f.keepWarm }},
+		{"fail-fast", "failFast", func(c *config.Fleet) { c.FailFast = &f.failFast }},
+		{"recycle", "recycle.enabled", func(c *config.Fleet) { c.Recycle.Enabled = f.recycle }},
+		{"max-reuses", "recycle.maxReuses", func(c *config.Fleet) { c.Recycle.MaxReuses = f.maxReuses }},
+		{"reset-timeout", "recycle.resetTimeout", func(c *config.Fleet) { c.Recycle.ResetTimeout.Duration = f.resetTimeout }},
+		{"check-env", "recycle.checkEnv", func(c *config.Fleet) { c.Recycle.CheckEnv = f.checkEnv }},
+		{"canary", "recycle.canary", func(c *config.Fleet) { c.Recycle.Canary = f.canary }},
+		{"session", "session", func(c *config.Fleet) { c.Session = f.session }},
+	}
+}
+
+// override sets the fields of cfg that flags given on fs name, then
+// validates the configuration once, naming the flag behind each refused
+// value.
 func (f *Flags) override(fs *pflag.FlagSet, cfg *config.Fleet) error {
-	set := fs.Changed
-	if set("strategy") {
-		if !slices.Contains(config.Strategies, f.strategy) {
-			return usage.Errorf("--strategy %q: use one of %s", f.strategy, strings.Join(config.Strategies, ", "))
+	flagOf := map[string]string{}
+	for _, b := range f.bindings() {
+		if fs.Changed(b.flag) {
+			b.set(cfg)
+			flagOf[b.path] = b.flag
 		}
-		cfg.Strategy = f.strategy
 	}
-	if set("placement") {
-		if !slices.Contains(config.Placements, f.placement) {
-			return usage.Errorf("--placement %q: use one of %s", f.placement, strings.Join(config.Placements, ", "))
+	err := cfg.Validate()
+	if err == nil {
+		return nil
+	}
+	var msgs []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var fe *config.FieldError
+		if errors.As(e, &fe) && flagOf[fe.Path] != "" {
+			name := flagOf[fe.Path]
+			e = fmt.Errorf("--%s %s: %s", name, fs.Lookup(name).Value, fe.Message)
 		}
-		cfg.Placement = f.placement
+		msgs = append(msgs, e.Error())
 	}
-	ints := []struct {
-		flag   string
-		value  int
-		target *int
-		least  int
-	}{
-		{"concurrency", f.concurrency, &cfg.Concurrency, 0},
-		{"max-concurrent", f.maxConcurrent, &cfg.MaxConcurrent, 1},
-		{"max-warmpool-size", f.maxWarmPoolSize, &cfg.MaxWarmPoolSize, 1},
-		{"window-size", f.windowSize, &cfg.WindowSize, 0},
-		{"epochs", f.epochs, &cfg.Epochs, 1},
-		{"max-live-sandboxes", f.maxLiveSandboxes, &cfg.MaxLiveSandboxes, 0},
-		{"kube-api-burst", f.kubeAPIBurst, &cfg.KubeAPIBurst, 1},
-		{"max-reuses", f.maxReuses, &cfg.Recycle.MaxReuses, 1},
-	}
-	for _, i := range ints {
-		if !set(i.flag) {
-			continue
-		}
-		if i.value < i.least {
-			return usage.Errorf("--%s %d: must be at least %d", i.flag, i.value, i.least)
-		}
-		*i.target = i.value
-	}
-	if set("kube-api-qps") {
-		if f.kubeAPIQPS <= 0 {
-			return usage.Errorf("--kube-api-qps %g: must be positive", f.kubeAPIQPS)
-		}
-		cfg.KubeAPIQPS = f.kubeAPIQPS
-	}
-	if set("warm-create-budget") {
-		if f.warmCreateBudget < 0 {
-			return usage.Errorf("--warm-create-budget %d: must not be negative (0 fills every pool at once)", f.warmCreateBudget)
-		}
-		cfg.WarmCreateBudget = &f.warmCreateBudget
-	}
-	if set("overcommit-factor") {
-		if f.overcommitFactor != 0 && f.overcommitFactor < 1 {
-			return usage.Errorf("--overcommit-factor %g: must be at least 1, or 0 to turn the breaker off", f.overcommitFactor)
-		}
-		cfg.OvercommitFactor = &f.overcommitFactor
-	}
-	for _, d := range []struct {
-		flag   string
-		value  time.Duration
-		target *time.Duration
-	}{{"ready-timeout", f.readyTimeout, &cfg.ReadyTimeout.Duration}, {"claim-grace", f.claimGrace, &cfg.ClaimGrace.Duration},
-		{"unschedulable-grace", f.unschedulableGrace, &cfg.UnschedulableGrace.Duration},
-		{"reset-timeout", f.resetTimeout, &cfg.Recycle.ResetTimeout.Duration}} {
-		if !set(d.flag) {
-			continue
-		}
-		if d.value <= 0 {
-			return usage.Errorf("--%s %s: must be positive", d.flag, d.value)
-		}
-		*d.target = d.value
-	}
-	if set("claim-pacing") {
-		if f.claimPacing != "warm" && f.claimPacing != "none" {
-			return usage.Errorf("--claim-pacing %q: use warm or none", f.claimPacing)
-		}
-		cfg.ClaimPacing = f.claimPacing
-	}
-	if set("warm-per-task") {
-		cfg.WarmPerTask = f.warmPerTask
-	}
-	if set("colocate") {
-		cfg.Template.Colocate = f.colocate
-	}
-	if set("keep-warm") {
-		cfg.KeepWarm = f.keepWarm
-	}
-	if set("fail-fast") {
-		cfg.FailFast = &f.failFast
-	}
-	if set("recycle") {
-		cfg.Recycle.Enabled = f.recycle
-	}
-	if set("check-env") {
-		cfg.Recycle.CheckEnv = f.checkEnv
-	}
-	if set("canary") {
-		cfg.Recycle.Canary = f.canary
-	}
-	if set("session") {
-		cfg.Session = f.session
-	}
-	return nil
+	return usage.Errorf("%s", strings.Join(msgs, "\n"))
 }
 
 // Targets are the clusters of the configuration file, or the current

@@ -243,8 +243,7 @@ func (o *options) run(parent context.Context) error {
 			}
 		}()
 		fmt.Fprintf(o.streams.ErrOut, "run %s: pre-pulling %s\n", o.runID, output.Count(len(f.Plan.Pools), "image"))
-		warn := func(msg string) { fmt.Fprintf(o.streams.ErrOut, "Warning: %s\n", msg) }
-		if err := f.Prepull(ctx, o.cfg.ReadyTimeout.Duration, o.prepullHighWater, warn); err != nil {
+		if err := f.Prepull(ctx, o.cfg.ReadyTimeout.Duration, o.prepullHighWater); err != nil {
 			return fmt.Errorf("run %s: %w", o.runID, err)
 		}
 	}
@@ -287,6 +286,9 @@ func (o *options) run(parent context.Context) error {
 	}
 	if err := o.writeReport(rep); err != nil {
 		return errors.Join(runErr, err)
+	}
+	if te := (*fleet.TeardownError)(nil); errors.As(runErr, &te) {
+		return fmt.Errorf("run %s: %w\n%s", o.runID, runErr, runid.ReapHint(o.runID, o.inputs.ConfigFile, targets))
 	}
 	if runErr != nil {
 		return fmt.Errorf("run %s: %w", o.runID, runErr)

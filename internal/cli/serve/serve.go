@@ -3,6 +3,7 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -138,7 +139,7 @@ func (o *options) run(parent context.Context, cfg config.Fleet, ts []tasks.Task)
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	stopSignals := interrupt.Handle(o.streams.ErrOut, cancel, fmt.Sprintf("closing session %s and tearing it down", o.runID),
-		func() string { return reapHint(o.runID) })
+		func() string { return runid.ReapHint(o.runID, o.inputs.ConfigFile, targets) })
 	defer stopSignals()
 
 	s, err := session.Open(ctx, o.runID, cfg, ts, targets, o.opts)
@@ -156,6 +157,9 @@ func (o *options) run(parent context.Context, cfg config.Fleet, ts []tasks.Task)
 	tctx, tcancel := context.WithTimeout(context.Background(), cfg.ReadyTimeout.Duration)
 	defer tcancel()
 	if err := v.Shutdown(tctx); err != nil {
+		if te := (*fleet.TeardownError)(nil); errors.As(err, &te) {
+			return fmt.Errorf("session %s: %w\n%s", o.runID, err, runid.ReapHint(o.runID, o.inputs.ConfigFile, targets))
+		}
 		return fmt.Errorf("session %s: %w", o.runID, err)
 	}
 	if serveErr != nil {
@@ -163,8 +167,4 @@ func (o *options) run(parent context.Context, cfg config.Fleet, ts []tasks.Task)
 	}
 	fmt.Fprintf(o.streams.ErrOut, "session %s: closed, everything of it removed\n", o.runID)
 	return nil
-}
-
-func reapHint(runID string) string {
-	return "remove what is left with:\n  kubectl sandbox-fleet reap --run-id " + runID
 }

@@ -38,6 +38,9 @@ var Strategies = []string{"none", "naive", "sliding", "pipelined"}
 // Placements are the ways pools are spread over clusters.
 var Placements = []string{"round-robin", "least-loaded", "capacity-weighted", "image-affinity"}
 
+// ClaimPacings are the ways a run paces its claims.
+var ClaimPacings = []string{"none", "warm"}
+
 // Fleet is the whole configuration.
 type Fleet struct {
 	// APIVersion is sandbox-fleet.io/v1alpha1 and Kind FleetConfig: they
@@ -390,12 +393,33 @@ func Parse(file string, data []byte) (Fleet, error) {
 	fail := func(path, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s: %s", at(path), path, fmt.Sprintf(format, args...)))
 	}
+	f.applyDefaults()
 	f.validate(fail)
 	if len(errs) > 0 {
 		return Fleet{}, errors.Join(errs...)
 	}
-	f.applyDefaults()
 	return f, nil
+}
+
+// FieldError is a field of a configuration whose value is not allowed.
+type FieldError struct {
+	// Path is the field's path in the file, e.g. recycle.maxReuses.
+	Path    string
+	Message string
+}
+
+func (e *FieldError) Error() string { return e.Path + ": " + e.Message }
+
+// Validate checks a configuration with its defaults filled in — as Default
+// and Parse return it, then changed by a caller (command-line flags) — by
+// the rules Parse checks a file by. The error joins a *FieldError for
+// each field that is not allowed.
+func (f *Fleet) Validate() error {
+	var errs []error
+	f.validate(func(path, format string, args ...any) {
+		errs = append(errs, &FieldError{Path: path, Message: fmt.Sprintf(format, args...)})
+	})
+	return errors.Join(errs...)
 }
 
 // validate reports every value out of range through fail, by field path.
@@ -403,21 +427,34 @@ func (f *Fleet) validate(fail func(path, format string, args ...any)) {
 	if f.APIVersion != APIVersion || f.Kind != Kind {
 		fail("apiVersion", "want apiVersion %s and kind %s, got %q and %q", APIVersion, Kind, f.APIVersion, f.Kind)
 	}
-	if f.Strategy != "" && !slices.Contains(Strategies, f.Strategy) {
+	if !slices.Contains(Strategies, f.Strategy) {
 		fail("strategy", "unknown strategy %q: use one of %s", f.Strategy, strings.Join(Strategies, ", "))
 	}
-	if f.ClaimPacing != "" && f.ClaimPacing != "warm" && f.ClaimPacing != "none" {
-		fail("claimPacing", "unknown claim pacing %q: use warm or none", f.ClaimPacing)
+	if !slices.Contains(ClaimPacings, f.ClaimPacing) {
+		fail("claimPacing", "unknown claim pacing %q: use one of %s", f.ClaimPacing, strings.Join(ClaimPacings, ", "))
 	}
-	if f.Placement != "" && !slices.Contains(Placements, f.Placement) {
+	if !slices.Contains(Placements, f.Placement) {
 		fail("placement", "unknown placement %q: use one of %s", f.Placement, strings.Join(Placements, ", "))
 	}
-	for path, v := range map[string]int{"maxConcurrent": f.MaxConcurrent, "maxWarmPoolSize": f.MaxWarmPoolSize,
-		"windowSize": f.WindowSize, "maxLiveSandboxes": f.MaxLiveSandboxes, "disk.nodes": f.Disk.Nodes,
-		"concurrency": f.Concurrency, "epochs": f.Epochs, "breakerPolls": f.BreakerPolls, "kubeAPIBurst": f.KubeAPIBurst,
-		"recycle.maxReuses": f.Recycle.MaxReuses} {
-		if v < 0 {
-			fail(path, "must not be negative, got %d", v)
+	// Fields with a default must be positive once it is filled in (a
+	// file's 0 means the default; a flag's 0 is refused); the others may
+	// be 0, which means none or unset, as their documentation says.
+	for _, v := range []struct {
+		path  string
+		value int
+		least int
+	}{
+		{"maxConcurrent", f.MaxConcurrent, 0}, {"concurrency", f.Concurrency, 0}, {"windowSize", f.WindowSize, 0},
+		{"maxLiveSandboxes", f.MaxLiveSandboxes, 0}, {"disk.nodes", f.Disk.Nodes, 0}, {"kubeAPIBurst", f.KubeAPIBurst, 0},
+		{"maxWarmPoolSize", f.MaxWarmPoolSize, 1}, {"epochs", f.Epochs, 1}, {"breakerPolls", f.BreakerPolls, 1},
+		{"recycle.maxReuses", f.Recycle.MaxReuses, 1},
+	} {
+		switch {
+		case v.value >= v.least:
+		case v.least == 0:
+			fail(v.path, "must not be negative, got %d", v.value)
+		default:
+			fail(v.path, "must be at least %d, got %d", v.least, v.value)
 		}
 	}
 	if f.KubeAPIQPS < 0 {
@@ -429,14 +466,19 @@ func (f *Fleet) validate(fail func(path, format string, args ...any)) {
 	if f.OvercommitFactor != nil && *f.OvercommitFactor != 0 && *f.OvercommitFactor < 1 {
 		fail("overcommitFactor", "must be at least 1 (or 0 to turn the breaker off), got %g", *f.OvercommitFactor)
 	}
-	for path, d := range map[string]time.Duration{"readyTimeout": f.ReadyTimeout.Duration,
-		"breakerInterval": f.BreakerInterval.Duration, "claimGrace": f.ClaimGrace.Duration,
-		"unschedulableGrace": f.UnschedulableGrace.Duration, "recycle.resetTimeout": f.Recycle.ResetTimeout.Duration} {
-		if d < 0 {
-			fail(path, "must not be negative, got %s", d)
+	for _, d := range []struct {
+		path  string
+		value time.Duration
+	}{
+		{"readyTimeout", f.ReadyTimeout.Duration}, {"breakerInterval", f.BreakerInterval.Duration},
+		{"claimGrace", f.ClaimGrace.Duration}, {"unschedulableGrace", f.UnschedulableGrace.Duration},
+		{"recycle.resetTimeout", f.Recycle.ResetTimeout.Duration},
+	} {
+		if d.value <= 0 {
+			fail(d.path, "must be positive, got %s", d.value)
 		}
 	}
-	if r := f.Recycle.Reset; r != "" && !slices.Contains(Resets, r) {
+	if r := f.Recycle.Reset; !slices.Contains(Resets, r) {
 		fail("recycle.reset", "unknown reset %q: use %s", r, strings.Join(Resets, ", "))
 	}
 	if w := f.Recycle.Workdir; w != "" && !strings.HasPrefix(w, "/") {

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -72,7 +73,7 @@ func TestParseRejects(t *testing.T) {
 		{"unknown top-level field", "maxConcurrency: 4\n", "fleet.yaml:3: maxConcurrency: unknown field"},
 		{"unknown reset", "recycle:\n  enabled: true\n  reset: overlay\n", `fleet.yaml:5: recycle.reset: unknown reset "overlay": use git`},
 		{"relative workdir", "recycle:\n  workdir: testbed\n", `fleet.yaml:4: recycle.workdir: "testbed" is not an absolute path`},
-		{"negative maxReuses", "recycle:\n  maxReuses: -1\n", "fleet.yaml:4: recycle.maxReuses: must not be negative"},
+		{"negative maxReuses", "recycle:\n  maxReuses: -1\n", "fleet.yaml:4: recycle.maxReuses: must be at least 1, got -1"},
 		{"unknown nested field", "template:\n  resources: {}\n  comand: [sh]\n", "fleet.yaml:5: template.comand: unknown field"},
 		{"unknown field in a cluster", "clusters:\n- name: a\n- name: b\n  wieght: 2\n", "fleet.yaml:6: clusters[1].wieght: unknown field"},
 		{"unknown field in a toleration", "template:\n  tolerations:\n  - key: a\n    efect: NoSchedule\n", "fleet.yaml:6: template.tolerations[0].efect: unknown field"},
@@ -107,5 +108,43 @@ func TestParseRejects(t *testing.T) {
 	}
 	if _, err := Load("no-such-file.yaml"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+// Validate judges a configuration changed after its defaults were filled
+// in, as the flags change it, by the rules a file is judged by.
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(*Fleet)
+		paths  []string
+	}{
+		{"defaults", func(*Fleet) {}, nil},
+		{"zero where a default stood", func(f *Fleet) { f.MaxWarmPoolSize, f.Epochs, f.ReadyTimeout.Duration = 0, 0, 0 },
+			[]string{"maxWarmPoolSize", "epochs", "readyTimeout"}},
+		{"zero where none is meant", func(f *Fleet) { f.Concurrency, f.MaxLiveSandboxes, f.KubeAPIQPS = 0, 0, 0 }, nil},
+		{"unknown names", func(f *Fleet) { f.Strategy, f.Placement, f.ClaimPacing = "eager", "random", "later" },
+			[]string{"strategy", "placement", "claimPacing"}},
+		{"negative", func(f *Fleet) { f.WindowSize, f.WarmCreateBudget = -1, new(-5) }, []string{"windowSize", "warmCreateBudget"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := Default()
+			tc.change(&f)
+			var got []string
+			if err := f.Validate(); err != nil {
+				for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+					var fe *FieldError
+					if !errors.As(e, &fe) {
+						t.Fatalf("%v is not a *FieldError", e)
+					}
+					got = append(got, fe.Path)
+				}
+			}
+			slices.Sort(got)
+			want := slices.Sorted(slices.Values(tc.paths))
+			if !slices.Equal(got, want) {
+				t.Errorf("Validate refused %v, want %v", got, want)
+			}
+		})
 	}
 }

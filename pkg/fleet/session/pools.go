@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/klog/v2"
-
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
@@ -139,9 +137,9 @@ func (s *Session) warmLocked(img string, p *pool) {
 			err := s.fleet.Warm(ctx, []string{img}, func(string) int { return want })
 			cancel()
 			if err != nil && s.ctx.Err() == nil {
-				klog.Warningf("giving up the pool of %s: %v", img, err)
+				s.logf("giving up the pool of %s: %v", img, err)
 				if uerr := s.fleet.Unwarm(context.WithoutCancel(s.ctx), []string{img}); uerr != nil {
-					klog.Warningf("%v", uerr)
+					s.logf("%v", uerr)
 				}
 			}
 			s.mu.Lock()

@@ -20,12 +20,12 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/klog/v2"
-
+	"github.com/go-logr/logr"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+	"k8s.io/klog/v2"
 )
 
 // Options tune a session.
@@ -79,6 +79,9 @@ type Session struct {
 	counts   Counts
 	// acquiring counts the acquires in flight per image.
 	acquiring map[string]int
+
+	// log is the logger of the context Open was given, the engine's too.
+	log logr.Logger
 }
 
 // pool is what the session knows of an image's pool beyond the fleet.
@@ -125,7 +128,7 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 		f.Close()
 		return nil, fmt.Errorf("%w\nNothing was created", err)
 	}
-	s := &Session{fleet: f, opts: opts, tasks: map[string]tasks.Task{}, seen: map[string]string{},
+	s := &Session{fleet: f, opts: opts, log: klog.FromContext(ctx), tasks: map[string]tasks.Task{}, seen: map[string]string{},
 		pools: map[string]*pool{}, handles: map[string]*Handle{}, requests: map[string]*request{}, clients: map[string]time.Time{}, acquiring: map[string]int{}}
 	if s.stopBeats, err = f.StartHeartbeats(ctx, "serve", opts.Heartbeat); err != nil {
 		f.Close()
@@ -204,15 +207,15 @@ func (s *Session) sweep() {
 		}
 		s.mu.Unlock()
 		for _, h := range expired {
-			klog.Infof("the lease of client %s ran out: releasing sandbox %s", h.Client, h.Claim)
+			s.logf("the lease of client %s ran out: releasing sandbox %s", h.Client, h.Claim)
 			if _, err := s.release(s.ctx, h, true, false); err != nil {
-				klog.Warningf("%v", err)
+				s.logf("%v", err)
 			}
 		}
 		if len(cold) > 0 {
-			klog.Infof("no one asked for %s for %s: removing their pools", cold, s.opts.WarmTTL)
+			s.logf("no one asked for %s for %s: removing their pools", cold, s.opts.WarmTTL)
 			if err := s.fleet.Unwarm(s.ctx, cold); err != nil {
-				klog.Warningf("%v", err)
+				s.logf("%v", err)
 			}
 		}
 	}
@@ -237,9 +240,16 @@ func (s *Session) Close(ctx context.Context) error {
 	s.wg.Wait()
 	err := s.fleet.Teardown(ctx)
 	if err != nil {
-		err = fmt.Errorf("tearing down run %s: %w (run `kubectl sandbox-fleet reap --run-id %s` to retry)", s.RunID(), err, s.RunID())
+		err = &fleet.TeardownError{RunID: s.RunID(), Err: err}
 	}
 	err = errors.Join(err, s.stopBeats(ctx))
 	s.fleet.Close()
 	return err
+}
+
+// logf tells what the session's driver should know but that stops
+// nothing — a lease run out, cold pools removed — as the engine does
+// (fleet.Fleet's words go to the same logger).
+func (s *Session) logf(format string, args ...any) {
+	s.log.Info(fmt.Sprintf(format, args...))
 }
