@@ -38,6 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/benchcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/proc"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcri"
@@ -60,24 +61,19 @@ func main() {
 }
 
 func run(ctx context.Context, images, changes int, idle time.Duration, memLimit string) error {
-	dir, err := os.MkdirTemp("", "bench-nodecache-")
+	var bin string
+	b, err := benchcluster.Start(ctx, "nodecache", benchcluster.Options{
+		Build: func(dir string) (err error) {
+			bin, err = testcluster.BuildCommand(dir, "asrl-prepull-agent")
+			return err
+		},
+		Cluster: []testcluster.Option{testcluster.WithNodes()},
+	})
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	bin, err := testcluster.BuildCommand(dir, "asrl-prepull-agent")
-	if err != nil {
-		return err
-	}
-	cluster, err := testcluster.Start(ctx, testcluster.WithNodes())
-	if err != nil {
-		return err
-	}
-	defer cluster.Stop(false)
-	clients, err := cluster.Clients("")
-	if err != nil {
-		return err
-	}
+	defer b.Stop()
+	cluster, clients, dir := b.Cluster, b.Clients, b.Dir
 
 	empty, err := measure(ctx, cluster, clients, bin, filepath.Join(dir, "empty"), nil, 0, 0, memLimit)
 	if err != nil {

@@ -42,13 +42,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/benchcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/proc"
 	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/swebench"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/nodecache/agent"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testscheduler"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testwebhook"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	policy "github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
 )
 
@@ -79,36 +79,26 @@ func main() {
 const family = "swebench"
 
 func run(ctx context.Context, p params) error {
-	dir, err := os.MkdirTemp("", "bench-nodecachescale-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	schedulerBin, err := testscheduler.Build(dir)
-	if err != nil {
-		return err
-	}
-	webhookBin, err := testcluster.BuildCommand(dir, "asrl-webhook")
-	if err != nil {
-		return err
-	}
-	if err := testcluster.PinThisProcess(0); err != nil {
-		return err
-	}
+	var schedulerBin, webhookBin string
 	capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("128Gi"),
 		corev1.ResourcePods: resource.MustParse("110")}
-	fmt.Fprintf(os.Stderr, "starting a cluster of %d kwok nodes\n", p.nodes)
-	cluster, err := testcluster.Start(ctx, testcluster.WithNodes(testcluster.FakeNodes("node", p.nodes, capacity, nil)...), testcluster.WithCPUs(0))
+	b, err := benchcluster.Start(ctx, "nodecachescale", benchcluster.Options{
+		Build: func(dir string) (err error) {
+			if schedulerBin, err = testscheduler.Build(dir); err != nil {
+				return err
+			}
+			webhookBin, err = testcluster.BuildCommand(dir, "asrl-webhook")
+			return err
+		},
+		Pin:     true,
+		Cluster: []testcluster.Option{testcluster.WithNodes(testcluster.FakeNodes("node", p.nodes, capacity, nil)...)},
+		QPS:     1000, Burst: 2000,
+	})
 	if err != nil {
 		return err
 	}
-	defer cluster.Stop(false)
-	cfg := cluster.RESTConfig()
-	cfg.QPS, cfg.Burst = 1000, 2000
-	clients, err := kube.ForConfig(cfg, "")
-	if err != nil {
-		return err
-	}
+	defer b.Stop()
+	cluster, clients := b.Cluster, b.Clients
 	c := clients.Client
 
 	// The readers, started before any cache exists: their memory then

@@ -59,6 +59,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/benchcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/swebench"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testscheduler"
@@ -104,34 +105,22 @@ var profiles = []struct{ name, about string }{
 }
 
 func run(ctx context.Context, p params) error {
-	dir, err := os.MkdirTemp("", "bench-scheduler-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	bin, err := testscheduler.Build(dir)
-	if err != nil {
-		return err
-	}
+	var bin string
 	capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("128Gi"),
 		corev1.ResourcePods: resource.MustParse("110")}
 	// This process (the creators, the watch) stays on CPU 0 with the
 	// control plane: CPU 1 is the scheduler's alone.
-	if err := testcluster.PinThisProcess(0); err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "starting a cluster of %d kwok nodes\n", p.nodes)
-	cluster, err := testcluster.Start(ctx, testcluster.WithNodes(testcluster.FakeNodes("node", p.nodes, capacity, nil)...), testcluster.WithCPUs(0))
+	b, err := benchcluster.Start(ctx, "scheduler", benchcluster.Options{
+		Build:   func(dir string) (err error) { bin, err = testscheduler.Build(dir); return err },
+		Pin:     true,
+		Cluster: []testcluster.Option{testcluster.WithNodes(testcluster.FakeNodes("node", p.nodes, capacity, nil)...)},
+		QPS:     2000, Burst: 4000,
+	})
 	if err != nil {
 		return err
 	}
-	defer cluster.Stop(false)
-	cfg := cluster.RESTConfig()
-	cfg.QPS, cfg.Burst = 2000, 4000
-	clients, err := kube.ForConfig(cfg, "")
-	if err != nil {
-		return err
-	}
+	defer b.Stop()
+	cluster, clients := b.Cluster, b.Clients
 
 	// Each node holds images of a few repositories; the index is what
 	// the placements are judged by.

@@ -56,6 +56,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/benchcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/swebench"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testscheduler"
@@ -108,32 +109,24 @@ var placements = []placement{
 }
 
 func run(ctx context.Context, p params) error {
-	dir, err := os.MkdirTemp("", "bench-sweep-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	schedulerBin, err := testscheduler.Build(dir)
-	if err != nil {
-		return err
-	}
-	webhookBin, err := testcluster.BuildCommand(dir, "asrl-webhook")
-	if err != nil {
-		return err
-	}
+	var schedulerBin, webhookBin string
 	capacity := corev1.ResourceList{corev1.ResourceCPU: *resource.NewQuantity(int64(p.cpus), resource.DecimalSI),
 		corev1.ResourceMemory: resource.MustParse("64Gi"), corev1.ResourcePods: resource.MustParse("110")}
-	fmt.Fprintf(os.Stderr, "starting a cluster of %d kwok nodes\n", p.nodes)
-	cluster, err := testcluster.Start(ctx, testcluster.WithNodes(testcluster.FakeNodes("node", p.nodes, capacity, nil)...),
-		testcluster.WithPullDelays())
+	b, err := benchcluster.Start(ctx, "sweep", benchcluster.Options{
+		Build: func(dir string) (err error) {
+			if schedulerBin, err = testscheduler.Build(dir); err != nil {
+				return err
+			}
+			webhookBin, err = testcluster.BuildCommand(dir, "asrl-webhook")
+			return err
+		},
+		Cluster: []testcluster.Option{testcluster.WithNodes(testcluster.FakeNodes("node", p.nodes, capacity, nil)...), testcluster.WithPullDelays()},
+	})
 	if err != nil {
 		return err
 	}
-	defer cluster.Stop(false)
-	clients, err := cluster.Clients("")
-	if err != nil {
-		return err
-	}
+	defer b.Stop()
+	cluster, clients := b.Cluster, b.Clients
 	sim := &simulator{clients: clients, bandwidth: p.bandwidth, nodes: map[string]*node{}}
 	if err := sim.warm(ctx, p); err != nil {
 		return err

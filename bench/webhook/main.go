@@ -60,6 +60,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/benchcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/stats"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testwebhook"
@@ -117,32 +118,25 @@ type figures struct {
 }
 
 func run(ctx context.Context, rounds, pods, rate, concurrency int, split bool, profile string, poolSize int) error {
-	dir, err := os.MkdirTemp("", "bench-webhook-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	bin, err := testcluster.BuildCommand(dir, "asrl-webhook")
-	if err != nil {
-		return err
-	}
+	var bin string
 	opts := []testcluster.Option{testcluster.WithNodes(testcluster.FakeNodes("kwok-node", 4, testcluster.DefaultCapacity(), nil)...)}
 	var workerCPUs []int
 	if split {
+		var err error
 		if workerCPUs, err = keepOffCPU0(); err != nil {
 			return err
 		}
 		opts = append(opts, testcluster.WithCPUs(0))
 	}
-	cluster, err := testcluster.Start(ctx, opts...)
+	b, err := benchcluster.Start(ctx, "webhook", benchcluster.Options{
+		Build:   func(dir string) (err error) { bin, err = testcluster.BuildCommand(dir, "asrl-webhook"); return err },
+		Cluster: opts,
+	})
 	if err != nil {
 		return err
 	}
-	defer cluster.Stop(false)
-	clients, err := cluster.Clients("")
-	if err != nil {
-		return err
-	}
+	defer b.Stop()
+	cluster, clients := b.Cluster, b.Clients
 	// One namespace no webhook sees, one the webhook serves, where the
 	// policy is created for the policied trials and deleted for the bare.
 	namespaces := map[string]string{}

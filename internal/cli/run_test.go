@@ -182,7 +182,7 @@ func TestRunBadInput(t *testing.T) {
 		{"YAML syntax", map[string]string{"t.jsonl": good, "f.yaml": "apiVersion: sandbox-fleet.io/v1alpha1\nkind: FleetConfig\nmaxConcurrent: 1\n  strategy: naive\n"}, nil, "f.yaml:4: mapping values are not allowed"},
 		{"bad rewrite in the config", map[string]string{"t.jsonl": good, "f.yaml": "apiVersion: sandbox-fleet.io/v1alpha1\nkind: FleetConfig\nrewrite:\n- from: docker.io\n  to: ''\n"}, nil, "f.yaml:4: rewrite[0]"},
 		{"garbled results file", map[string]string{"t.jsonl": good, "r.jsonl": "{\"id\": \"a\", \"exitCode\": 0}\nhello\n"}, []string{"--results", "r.jsonl"}, "r.jsonl:2: not a result line"},
-		{"unknown strategy flag", map[string]string{"t.jsonl": good}, []string{"--strategy", "eager"}, `--strategy "eager": use one of none, naive, sliding, pipelined`},
+		{"unknown strategy flag", map[string]string{"t.jsonl": good}, []string{"--strategy", "eager"}, `--strategy eager: unknown strategy "eager": use one of none, naive, sliding, pipelined`},
 		{"local without a command", map[string]string{"t.jsonl": good}, []string{"--process", "local"}, "--process local needs a command"},
 		{"nothing to run", map[string]string{"t.jsonl": good}, []string{"--process", "exec"}, "nothing to run"},
 		{"bad rewrite flag", map[string]string{"t.jsonl": good}, []string{"--rewrite", "docker.io"}, `--rewrite "docker.io"`},

@@ -7,6 +7,10 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 )
 
@@ -112,4 +116,47 @@ func BinDir() (string, error) {
 		return "", err
 	}
 	return filepath.Join(b.dir, "bin"), nil
+}
+
+// ShippedRBAC reads the ServiceAccounts and RBAC objects of the manifest
+// file at path (from the checkout's root), each decoded strictly into its
+// type, so that a harness runs a component with the rights its manifests
+// give it and no more. A kind it does not know is an error, for a harness
+// must not leave out what an admin would apply.
+func ShippedRBAC(path string) ([]client.Object, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(filepath.Join(root, path))
+	if err != nil {
+		return nil, err
+	}
+	var objs []client.Object
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		var typ metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &typ); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		var obj client.Object
+		switch typ.Kind {
+		case "ServiceAccount":
+			obj = &corev1.ServiceAccount{}
+		case "ClusterRole":
+			obj = &rbacv1.ClusterRole{}
+		case "ClusterRoleBinding":
+			obj = &rbacv1.ClusterRoleBinding{}
+		case "Role":
+			obj = &rbacv1.Role{}
+		case "RoleBinding":
+			obj = &rbacv1.RoleBinding{}
+		default:
+			return nil, fmt.Errorf("%s: a %s, which is neither a ServiceAccount nor RBAC", path, typ.Kind)
+		}
+		if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", path, typ.Kind, err)
+		}
+		objs = append(objs, obj)
+	}
+	return objs, nil
 }

@@ -13,13 +13,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	configv1 "k8s.io/kube-scheduler/config/v1"
 	"k8s.io/utils/ptr"
@@ -115,12 +113,8 @@ func Start(ctx context.Context, c *testcluster.Cluster, bin string, edit func(*c
 // scheduler's ServiceAccount: it runs with the rights the manifests give
 // it and no more.
 func shippedRBAC(ctx context.Context, c *testcluster.Cluster) (string, error) {
-	root, err := testcluster.RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(root, "manifests", "scheduler", "rbac.yaml")
-	b, err := os.ReadFile(path)
+	const path = "manifests/scheduler/rbac.yaml"
+	objs, err := testcluster.ShippedRBAC(path)
 	if err != nil {
 		return "", err
 	}
@@ -128,20 +122,16 @@ func shippedRBAC(ctx context.Context, c *testcluster.Cluster) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	for _, doc := range strings.Split(string(b), "\n---\n") {
-		obj := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal([]byte(doc), &obj.Object); err != nil {
-			return "", fmt.Errorf("%s: %w", path, err)
-		}
+	for _, obj := range objs {
 		namespaced, err := clients.Client.IsObjectNamespaced(obj)
 		if err != nil {
-			return "", fmt.Errorf("%s: %s %s: %w", path, obj.GetKind(), obj.GetName(), err)
+			return "", fmt.Errorf("%s: %s: %w", path, obj.GetName(), err)
 		}
 		if namespaced {
 			obj.SetNamespace(metav1.NamespaceSystem)
 		}
 		if err := clients.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			return "", fmt.Errorf("%s: creating %s %s: %w", path, obj.GetKind(), obj.GetName(), err)
+			return "", fmt.Errorf("%s: creating %s: %w", path, obj.GetName(), err)
 		}
 	}
 	return c.ServiceAccountKubeconfig(ctx, metav1.NamespaceSystem, "asrl-scheduler")

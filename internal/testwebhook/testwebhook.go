@@ -196,40 +196,13 @@ func (s *Server) renamed(name string) string {
 // manifests give it and no more. A ServiceAccount of ns bound to the
 // metrics reader's role gives the token Metrics reads with.
 func (s *Server) shippedRBAC(ctx context.Context, c *testcluster.Cluster, ns string) (string, error) {
-	root, err := testcluster.RepoRoot()
+	const path = "manifests/webhook/rbac.yaml"
+	objs, err := testcluster.ShippedRBAC(path)
 	if err != nil {
 		return "", err
 	}
-	path := filepath.Join(root, "manifests", "webhook", "rbac.yaml")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	var objs []client.Object
 	var webhookSA, metricsRole string
-	for _, doc := range strings.Split(string(b), "\n---\n") {
-		var typ metav1.TypeMeta
-		if err := yaml.Unmarshal([]byte(doc), &typ); err != nil {
-			return "", fmt.Errorf("%s: %w", path, err)
-		}
-		var obj client.Object
-		switch typ.Kind {
-		case "ServiceAccount":
-			obj = &corev1.ServiceAccount{}
-		case "ClusterRole":
-			obj = &rbacv1.ClusterRole{}
-		case "ClusterRoleBinding":
-			obj = &rbacv1.ClusterRoleBinding{}
-		case "Role":
-			obj = &rbacv1.Role{}
-		case "RoleBinding":
-			obj = &rbacv1.RoleBinding{}
-		default:
-			return "", fmt.Errorf("%s: a %s, which the harness does not know how to rename", path, typ.Kind)
-		}
-		if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
-			return "", fmt.Errorf("%s: %w", path, err)
-		}
+	for _, obj := range objs {
 		obj.SetName(s.renamed(obj.GetName()))
 		switch o := obj.(type) {
 		case *corev1.ServiceAccount:
@@ -248,7 +221,6 @@ func (s *Server) shippedRBAC(ctx context.Context, c *testcluster.Cluster, ns str
 			o.Namespace = ns
 			s.renameBinding(&o.RoleRef, o.Subjects, ns)
 		}
-		objs = append(objs, obj)
 	}
 	if webhookSA == "" || metricsRole == "" {
 		return "", fmt.Errorf("%s: want the webhook's ServiceAccount and the metrics reader's ClusterRole", path)
