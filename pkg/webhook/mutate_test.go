@@ -3,7 +3,6 @@ package webhook
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	"sigs.k8s.io/yaml"
 
@@ -250,51 +248,6 @@ func TestMutate(t *testing.T) {
 	}
 }
 
-// An ephemeral container is not mutated: one the set would change or
-// refuse is denied, saying what to set; one that comes as the set makes a
-// container passes, whatever the rest of the Pod.
-func TestCheckEphemeral(t *testing.T) {
-	// The caps give containers limits, which ephemeral ones may not have.
-	set := Set{policy("mirror", 0, mirror, func(s *v1alpha1.SandboxPolicySpec) {
-		s.MaxLimits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("8Gi")}
-	})}
-	admitted := sandboxPod()
-	if _, err := Mutate(admitted, set, "run-1"); err != nil {
-		t.Fatal(err)
-	}
-	debug := func(edit func(*corev1.EphemeralContainer)) *corev1.Pod {
-		pod := admitted.DeepCopy()
-		e := corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon(*pod.Spec.Containers[0].DeepCopy())}
-		e.Name, e.Resources = "debug", corev1.ResourceRequirements{}
-		if edit != nil {
-			edit(&e)
-		}
-		pod.Spec.EphemeralContainers = append(pod.Spec.EphemeralContainers, e)
-		return pod
-	}
-	for _, tt := range []struct {
-		name string
-		pod  *corev1.Pod
-		want string
-	}{
-		{"as the policies make a container", debug(nil), ""},
-		{"no ephemeral container", admitted, ""},
-		{"keeping its capabilities", debug(func(e *corev1.EphemeralContainer) { e.SecurityContext.Capabilities = nil }),
-			`denied by SandboxPolicy "mirror": spec.ephemeralContainers[0].securityContext.capabilities.drop: an ephemeral container must come as the policies make a container; set spec.ephemeralContainers[0].securityContext.capabilities.drop ALL`},
-		{"an image the mirror serves", debug(func(e *corev1.EphemeralContainer) { e.Image = "docker.io/library/busybox:1.36" }),
-			`set spec.ephemeralContainers[0].image docker.io/library/busybox:1.36 → mirror.example.com/hub/library/busybox:1.36`},
-		{"privileged", debug(func(e *corev1.EphemeralContainer) { e.SecurityContext.Privileged = ptr(true) }),
-			`denied by SandboxPolicy "mirror": spec.ephemeralContainers[0].securityContext.privileged: privileged containers are not allowed`},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			err := CheckEphemeral(tt.pod, set, "run-1")
-			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
-				t.Errorf("CheckEphemeral = %v, want %q", err, tt.want)
-			}
-		})
-	}
-}
-
 // An update may change a Pod's images and labels: each new image is
 // rewritten and checked, the sandbox label kept.
 func TestMutateUpdate(t *testing.T) {
@@ -335,86 +288,6 @@ func TestMutateUpdate(t *testing.T) {
 				t.Errorf("the original image is not recorded: %v", pod.Annotations)
 			}
 		})
-	}
-}
-
-// A resize keeps within the caps, and keeps the capped limits.
-func TestCheckResize(t *testing.T) {
-	set := Set{policy("caps", 0, func(s *v1alpha1.SandboxPolicySpec) {
-		s.MaxLimits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("8Gi")}
-	})}
-	admitted := sandboxPod()
-	if _, err := Mutate(admitted, set, "run-1"); err != nil {
-		t.Fatal(err)
-	}
-	for _, tt := range []struct {
-		name   string
-		edit   func(*corev1.ResourceRequirements)
-		denied string
-	}{
-		{"within", func(r *corev1.ResourceRequirements) { r.Limits[corev1.ResourceMemory] = resource.MustParse("6Gi") }, ""},
-		{"past the cap", func(r *corev1.ResourceRequirements) { r.Limits[corev1.ResourceMemory] = resource.MustParse("9Gi") },
-			`denied by SandboxPolicy "caps": spec.containers[0].resources.limits.memory: 9Gi is above the cap of 8Gi (spec.maxLimits)`},
-		{"a request past the cap", func(r *corev1.ResourceRequirements) { r.Requests[corev1.ResourceMemory] = resource.MustParse("10Gi") },
-			`denied by SandboxPolicy "caps": spec.containers[0].resources.requests.memory: 10Gi is above the cap of 8Gi on limits`},
-		{"the limit taken away", func(r *corev1.ResourceRequirements) { delete(r.Limits, corev1.ResourceMemory) },
-			`denied by SandboxPolicy "caps": spec.containers[0].resources.limits.memory: a sandbox's limit may not be removed; the cap is 8Gi`},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			pod := admitted.DeepCopy()
-			tt.edit(&pod.Spec.Containers[0].Resources)
-			d := CheckResize(pod, set)
-			if tt.denied == "" && d != nil || tt.denied != "" && (d == nil || !strings.HasPrefix(d.Error(), tt.denied)) {
-				t.Errorf("CheckResize = %v, want %q", d, tt.denied)
-			}
-		})
-	}
-}
-
-func TestColocateValue(t *testing.T) {
-	long := strings.Repeat("swe-bench-django-", 10)
-	for _, name := range []string{"swe-django", strings.Repeat("a", 63), long, long + "x"} {
-		v := ColocateValue(name)
-		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
-			t.Errorf("%s: %q is not a label value: %v", name, v, errs)
-		}
-		if len(name) <= 63 && v != name {
-			t.Errorf("%s: %q, want the name", name, v)
-		}
-	}
-	if ColocateValue(long) == ColocateValue(long+"x") {
-		t.Errorf("two long names share a value")
-	}
-}
-
-func TestSelect(t *testing.T) {
-	all := []v1alpha1.SandboxPolicy{
-		policy("everywhere", 0),
-		policy("rl-only", 10, func(s *v1alpha1.SandboxPolicySpec) {
-			s.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "rl"}}
-		}),
-		policy("also-everywhere", 0),
-		policy("other-team", 20, func(s *v1alpha1.SandboxPolicySpec) {
-			s.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "evals"}}
-		}),
-	}
-	set, err := Select(all, map[string]string{"team": "rl"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, p := range set {
-		names = append(names, p.Name)
-	}
-	if got := strings.Join(names, ","); got != "rl-only,also-everywhere,everywhere" {
-		t.Errorf("Select = %s, want the matching policies, highest priority first, then by name", got)
-	}
-
-	bad := policy("bad", 0, func(s *v1alpha1.SandboxPolicySpec) {
-		s.NamespaceSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: "Near"}}}
-	})
-	if _, err := Select([]v1alpha1.SandboxPolicy{bad}, nil); err == nil || !strings.Contains(err.Error(), `SandboxPolicy "bad": spec.namespaceSelector`) {
-		t.Errorf("a bad selector gave %v", err)
 	}
 }
 
@@ -551,100 +424,5 @@ func TestMutateTemplate(t *testing.T) {
 				t.Errorf("a second admission changed %v (%v)", more, err)
 			}
 		})
-	}
-}
-
-// The sample policy of examples/ governs only the namespaces labelled for
-// it, and there does what its comments say.
-func TestExamplePolicy(t *testing.T) {
-	b, err := os.ReadFile("../../examples/sandboxpolicy.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var p v1alpha1.SandboxPolicy
-	if err := yaml.UnmarshalStrict(b, &p); err != nil {
-		t.Fatal(err)
-	}
-	all := []v1alpha1.SandboxPolicy{p}
-	if set, err := Select(all, map[string]string{"kubernetes.io/metadata.name": "default"}); err != nil || len(set) != 0 {
-		t.Errorf("an unlabelled namespace is governed: %v, %v", set, err)
-	}
-	set, err := Select(all, map[string]string{"sandbox-fleet.io/sandbox-policy": "baseline"})
-	if err != nil || len(set) != 1 {
-		t.Fatalf("the labelled namespace: %v, %v", set, err)
-	}
-	pod := sandboxPod()
-	changes, err := Mutate(pod, set, "run-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := pod.Spec.Containers[0]
-	if !strings.Contains(strings.Join(changes, "\n"), "capabilities.drop ALL") || pod.Spec.Affinity == nil ||
-		c.Resources.Limits.Memory().String() != "32Gi" || *pod.Spec.AutomountServiceAccountToken {
-		t.Errorf("the sample policy made %v: %+v", changes, pod.Spec)
-	}
-	for _, bad := range []func(*corev1.Pod){
-		func(p *corev1.Pod) {
-			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr(true)}
-		},
-		func(p *corev1.Pod) {
-			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 1, HostPort: 1}}
-		},
-		func(p *corev1.Pod) { p.Spec.HostPID = true },
-	} {
-		if _, err := Mutate(sandboxPod(bad), set, ""); err == nil {
-			t.Error("the sample policy let a Pod out")
-		}
-	}
-}
-
-// The webhook reads a registry for a Pod only where every policy that
-// lists registries allows it, and some policy does.
-func TestAllowsRegistryOf(t *testing.T) {
-	allow := func(name string, registries ...string) v1alpha1.SandboxPolicy {
-		return policy(name, 0, func(s *v1alpha1.SandboxPolicySpec) { s.Images = &v1alpha1.ImagePolicy{AllowedRegistries: registries} })
-	}
-	for _, tt := range []struct {
-		set   Set
-		image string
-		want  bool
-	}{
-		{Set{allow("a", "mirror.example.com")}, "mirror.example.com/hub/x:1", true},
-		{Set{allow("a", "mirror.example.com")}, "10.0.0.5:5000/x:1", false},
-		{Set{allow("a", "mirror.example.com"), allow("b", "mirror.example.com/hub")}, "mirror.example.com/other/x:1", false},
-		{Set{allow("a", "mirror.example.com"), policy("open", 0)}, "mirror.example.com/x:1", true},
-		{Set{policy("open", 0)}, "mirror.example.com/x:1", false},
-	} {
-		if got := tt.set.AllowsRegistryOf(tt.image); got != tt.want {
-			t.Errorf("%v: AllowsRegistryOf(%s) = %v, want %v", tt.set.names(), tt.image, got, tt.want)
-		}
-	}
-}
-
-func TestCheckSecret(t *testing.T) {
-	allowsTokens := func(s *v1alpha1.SandboxPolicySpec) {
-		s.Security = &v1alpha1.SecurityPolicy{AllowServiceAccountToken: true}
-	}
-	for _, tt := range []struct {
-		name       string
-		secretType corev1.SecretType
-		set        Set
-		want       string // the refusing policy, "" for none
-	}{
-		{"an opaque Secret", corev1.SecretTypeOpaque, Set{policy("baseline", 0)}, ""},
-		{"a registry credential", corev1.SecretTypeDockerConfigJson, Set{policy("baseline", 0)}, ""},
-		{"a token Secret where tokens are not allowed", corev1.SecretTypeServiceAccountToken, Set{policy("baseline", 0)}, "baseline"},
-		{"a token Secret where they are", corev1.SecretTypeServiceAccountToken, Set{policy("baseline", 0, allowsTokens)}, ""},
-		{"a token Secret where one of two policies does not allow them", corev1.SecretTypeServiceAccountToken,
-			Set{policy("open", 10, allowsTokens), policy("strict", 0)}, "strict"},
-		{"no policy", corev1.SecretTypeServiceAccountToken, nil, ""},
-	} {
-		d := CheckSecret(tt.secretType, tt.set)
-		switch {
-		case tt.want == "" && d != nil:
-			t.Errorf("%s: refused: %v", tt.name, d)
-		case tt.want != "" && (d == nil || !slices.Equal(d.Policies, []string{tt.want}) || d.Field != "type" || !strings.Contains(d.Reason, "allowServiceAccountToken")):
-			t.Errorf("%s: %v, want a refusal of its type by %s naming allowServiceAccountToken", tt.name, d, tt.want)
-		}
 	}
 }
