@@ -1,27 +1,3 @@
-// Package fleet is the engine of a run: it sizes warm pools for a batch of
-// tasks, places them over one or more clusters, warms them as the chosen
-// strategy says, claims a sandbox per task, runs work in it, and tears
-// everything of the run down — and nothing of any other run.
-//
-// A run in Go, as `kubectl sandbox-fleet run` does it (error handling
-// left out):
-//
-//	cfg, _ := config.Load("fleet.yaml")
-//	ts, _ := tasks.Load([]string{"tasks.jsonl"}, nil, tasks.Options{Rewrite: cfg.Rewrite})
-//	targets, _ := fleet.Targets(cfg, genericclioptions.NewConfigFlags(true))
-//	f, _ := fleet.Open(ctx, "run-1", cfg, ts, targets)
-//	defer f.Close()
-//	_ = f.Preflight(ctx) // nothing is created when it fails
-//	stop, _ := f.StartHeartbeats(ctx, "my-driver", 0)
-//	defer stop(context.WithoutCancel(ctx))
-//	rep, _ := f.Run(ctx, fleet.RunOptions{Work: fleet.ExecWork([]string{"python3", "-m", "pytest", "-q"}, nil)})
-//
-// NewPlan says, from plain data, what such a run does; a trainer that
-// owns its schedule uses package session instead of Run.
-//
-// Every wait is served by one shared informer per kind and cluster
-// (internal/fleet/tracker); the engine never polls the API server and
-// never opens a watch per object.
 package fleet
 
 import (
