@@ -62,15 +62,11 @@ func (b binaries) kwokStageFiles() ([]string, error) {
 // gives its first container, GOMEMLIMIT=VALUE, none if it gives none: a
 // component run as a process collects garbage as its Pod would.
 func ShippedGOMEMLIMIT(path string) ([]string, error) {
-	root, err := RepoRoot()
+	docs, err := shippedDocs(path)
 	if err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(filepath.Join(root, path))
-	if err != nil {
-		return nil, err
-	}
-	for _, doc := range strings.Split(string(b), "\n---\n") {
+	for _, doc := range docs {
 		d := &appsv1.Deployment{}
 		if err := yaml.Unmarshal([]byte(doc), d); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
@@ -124,16 +120,12 @@ func BinDir() (string, error) {
 // give it and no more. A kind it does not know is an error, for a harness
 // must not leave out what an admin would apply.
 func ShippedRBAC(path string) ([]client.Object, error) {
-	root, err := RepoRoot()
-	if err != nil {
-		return nil, err
-	}
-	b, err := os.ReadFile(filepath.Join(root, path))
+	docs, err := shippedDocs(path)
 	if err != nil {
 		return nil, err
 	}
 	var objs []client.Object
-	for _, doc := range strings.Split(string(b), "\n---\n") {
+	for _, doc := range docs {
 		var typ metav1.TypeMeta
 		if err := yaml.Unmarshal([]byte(doc), &typ); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
@@ -159,4 +151,18 @@ func ShippedRBAC(path string) ([]client.Object, error) {
 		objs = append(objs, obj)
 	}
 	return objs, nil
+}
+
+// shippedDocs are the YAML documents of the manifest file at path, from
+// the checkout's root.
+func shippedDocs(path string) ([]string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(filepath.Join(root, path))
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(string(b), "\n---\n"), nil
 }
