@@ -71,6 +71,13 @@ def test_miniswe_environment(handle):
     adapter_checks.miniswe(handle, "/testbed")
 
 
+@pytest.mark.parametrize("episode", ["miniswe", "swerex", "r2egym"])
+def test_framework_episodes(handle, episode, tmp_path):
+    adapter_checks.seed_testbed(handle)
+    run = getattr(adapter_checks, episode + "_episode")
+    assert (run(handle, tmp_path) if episode == "swerex" else run(handle)) == 1.0
+
+
 def test_injected_failures():
     f = FakeFleet()
     f.add_tasks([{"id": "a", "image": "busybox:1.36"}, {"id": "b", "image": "busybox:1.36"}])

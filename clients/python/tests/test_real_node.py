@@ -115,6 +115,13 @@ def test_miniswe_environment(session):
         adapter_checks.miniswe(h, "/testbed")
 
 
+@pytest.mark.parametrize("episode", ["miniswe", "swerex", "r2egym"])
+def test_framework_episodes(session, episode, tmp_path):
+    with session.acquire("swe") as h:
+        run = getattr(adapter_checks, episode + "_episode")
+        assert (run(h, tmp_path) if episode == "swerex" else run(h)) == 1.0
+
+
 def test_files(session, tmp_path):
     with session.acquire("swe") as h:
         agent_checks.files(h, tmp_path)

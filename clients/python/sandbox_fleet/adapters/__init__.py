@@ -4,5 +4,7 @@ from the framework's public source (cited in its module) and imports
 nothing of the framework unless it is installed."""
 
 from .miniswe import MiniSweEnvironment
+from .r2egym import R2EGymRuntime
+from .swerex import SweRexDeployment, SweRexRuntime
 
-__all__ = ["MiniSweEnvironment"]
+__all__ = ["MiniSweEnvironment", "R2EGymRuntime", "SweRexDeployment", "SweRexRuntime"]
