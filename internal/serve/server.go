@@ -15,15 +15,18 @@ import (
 	"connectrpc.com/connect"
 	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	fleetv1 "github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1"
 	"github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1/fleetv1connect"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracing"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/session"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
 )
 
 // Metadata keys of an error's verdict and reason.
@@ -103,22 +106,73 @@ func toConnect(err error) error {
 }
 
 func (v *Service) AddTasks(_ context.Context, req *connect.Request[fleetv1.AddTasksRequest]) (*connect.Response[fleetv1.AddTasksResponse], error) {
-	ts := make([]tasks.Task, len(req.Msg.Tasks))
-	for i, t := range req.Msg.Tasks {
-		ts[i] = tasks.Task{ID: t.Id, Image: t.Image, Metadata: t.Metadata.AsMap()}
-		if len(ts[i].Metadata) == 0 {
-			ts[i].Metadata = nil
-		}
-	}
-	changes, err := v.Session.AddTasks(ts, "AddTasks")
+	changes, n, err := v.addTasks(req.Msg)
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	out := &fleetv1.AddTasksResponse{Added: int32(len(ts)), Total: int32(v.Session.TaskCount())}
+	out := &fleetv1.AddTasksResponse{Added: int32(n), Total: int32(v.Session.TaskCount())}
 	for _, c := range changes {
 		out.Pools = append(out.Pools, &fleetv1.PoolChange{Image: c.Image, Pool: c.Pool, Before: int32(c.Before), Replicas: int32(c.Replicas)})
 	}
 	return connect.NewResponse(out), nil
+}
+
+// addTasks adds the request's tasks, or its rows read as a task file's.
+func (v *Service) addTasks(m *fleetv1.AddTasksRequest) ([]fleet.PoolChange, int, error) {
+	if len(m.Rows) == 0 {
+		if m.IdField != "" || m.ImageField != "" || len(m.Rewrite) > 0 {
+			return nil, 0, fmt.Errorf("%w: id_field, image_field and rewrite apply to rows; give the tasks as rows", session.ErrInvalid)
+		}
+		ts := make([]tasks.Task, len(m.Tasks))
+		for i, t := range m.Tasks {
+			ts[i] = tasks.Task{ID: t.Id, Image: t.Image, Metadata: t.Metadata.AsMap()}
+			if len(ts[i].Metadata) == 0 {
+				ts[i].Metadata = nil
+			}
+		}
+		changes, err := v.Session.AddTasks(ts, "AddTasks")
+		return changes, len(ts), err
+	}
+	if len(m.Tasks) > 0 {
+		return nil, 0, fmt.Errorf("%w: give tasks or rows, not both", session.ErrInvalid)
+	}
+	opts := tasks.Options{IDField: m.IdField, ImageField: m.ImageField, IDOption: "id_field", ImageOption: "image_field"}
+	for i, r := range m.Rewrite {
+		rule, err := images.ParseRule(r)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%w: rewrite[%d]: %w", session.ErrInvalid, i, err)
+		}
+		opts.Rewrite = append(opts.Rewrite, rule)
+	}
+	changes, err := v.Session.AddRows(m.Rows, opts, "rows")
+	return changes, len(m.Rows), err
+}
+
+func (v *Service) PlanRun(_ context.Context, req *connect.Request[fleetv1.PlanRunRequest]) (*connect.Response[fleetv1.PlanRunResponse], error) {
+	p, ids, err := v.Session.RunPlan(req.Msg.Strategy, int(req.Msg.Concurrency))
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &fleetv1.PlanRunResponse{Strategy: p.Strategy, Concurrency: int32(p.Concurrency), Recycle: v.Session.Fleet().Recycling()}
+	for i, w := range p.Windows {
+		out.Windows = append(out.Windows, &fleetv1.RunWindow{Images: w.Images, TaskIds: ids[i]})
+	}
+	for _, t := range v.Session.Fleet().TasksAdded() {
+		meta, err := structpb.NewStruct(t.Metadata)
+		if err != nil {
+			return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("task %s's metadata: %w", t.ID, err))
+		}
+		out.Tasks = append(out.Tasks, &fleetv1.Task{Id: t.ID, Image: t.Image, Metadata: meta})
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (v *Service) Unwarm(ctx context.Context, req *connect.Request[fleetv1.UnwarmRequest]) (*connect.Response[fleetv1.UnwarmResponse], error) {
+	gone, err := v.Session.Unwarm(ctx, req.Msg.Images)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&fleetv1.UnwarmResponse{Images: gone}), nil
 }
 
 func (v *Service) Lookahead(ctx context.Context, req *connect.Request[fleetv1.LookaheadRequest]) (*connect.Response[fleetv1.LookaheadResponse], error) {

@@ -1,7 +1,9 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
@@ -107,4 +109,36 @@ func (f *Fleet) Changed() <-chan struct{} {
 		}(c.tracker.Changed())
 	}
 	return out
+}
+
+// TasksAdded is the tasks added so far, in the order they were added.
+func (f *Fleet) TasksAdded() []tasks.Task {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.Tasks)
+}
+
+// RunPlan plans a managed run of the tasks added so far under strategy and
+// concurrency (the configuration's where empty or 0): the plan, and each
+// of its windows' task ids, in the order the tasks were added.
+func (f *Fleet) RunPlan(strategy string, concurrency int) (Plan, [][]string, error) {
+	cfg, ts := f.Config, f.TasksAdded()
+	cfg.Strategy = cmp.Or(strategy, cfg.Strategy)
+	cfg.Concurrency = cmp.Or(concurrency, cfg.Concurrency)
+	if err := cfg.Validate(); err != nil {
+		return Plan{}, nil, err
+	}
+	p := newPlan(cfg, ts, false)
+	windowOf := map[string]int{}
+	for i, w := range p.Windows {
+		for _, img := range w.Images {
+			windowOf[img] = i
+		}
+	}
+	ids := make([][]string, len(p.Windows))
+	for _, t := range ts {
+		i := windowOf[t.Image]
+		ids[i] = append(ids[i], t.ID)
+	}
+	return p, ids, nil
 }

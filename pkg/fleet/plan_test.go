@@ -122,3 +122,43 @@ func TestPlanClaims(t *testing.T) {
 		})
 	}
 }
+
+// A managed run's plan groups the tasks added so far by the windows of the
+// strategy asked for, in the order they were added; a strategy or
+// concurrency the configuration would refuse is refused.
+func TestRunPlan(t *testing.T) {
+	cfg := config.Default()
+	cfg.MaxConcurrent = 4
+	ts := batch("aaaaaa bbb c")
+	ts[1], ts[7] = ts[7], ts[1] // b1 added before a1
+	f := &Fleet{Config: cfg, Tasks: ts}
+	for _, tc := range []struct {
+		strategy    string
+		concurrency int
+		want        [][]string
+	}{
+		{"", 0, [][]string{{"a0", "b1", "a2", "a3", "a4", "a5", "b0", "a1", "b2", "c0"}}},
+		{"none", 0, [][]string{{"a0", "a2", "a3", "a4", "a5", "a1"}, {"b1", "b0", "b2"}, {"c0"}}},
+		{"pipelined", 2, [][]string{{"a0", "a2", "a3", "a4", "a5", "a1"}, {"b1", "b0", "b2"}, {"c0"}}},
+	} {
+		p, ids, err := f.RunPlan(tc.strategy, tc.concurrency)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.EqualFunc(ids, tc.want, slices.Equal) || len(p.Windows) != len(ids) {
+			t.Errorf("%s at %d: windows %v (plan %+v), want %v", tc.strategy, tc.concurrency, ids, p.Windows, tc.want)
+		}
+		if tc.concurrency > 0 && p.Concurrency != tc.concurrency {
+			t.Errorf("%s at %d: plan concurrency %d", tc.strategy, tc.concurrency, p.Concurrency)
+		}
+	}
+	for _, bad := range []struct {
+		strategy    string
+		concurrency int
+		want        string
+	}{{"eager", 0, `unknown strategy "eager"`}, {"", -1, "concurrency"}} {
+		if _, _, err := f.RunPlan(bad.strategy, bad.concurrency); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("RunPlan(%q, %d) = %v, want an error with %q", bad.strategy, bad.concurrency, err, bad.want)
+		}
+	}
+}

@@ -101,8 +101,20 @@ func (x *Task) GetMetadata() *structpb.Struct {
 }
 
 type AddTasksRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tasks         []*Task                `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tasks are tasks as they are; give them or rows, not both.
+	Tasks []*Task `protobuf:"bytes,1,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// Rows are task rows as a task file has them, read by the same parser
+	// as `run --tasks`: a JSON object (a generic, SWE-bench or R2E-Gym row)
+	// or an image. An image's task id is its place among the session's tasks.
+	Rows []string `protobuf:"bytes,2,rep,name=rows,proto3" json:"rows,omitempty"`
+	// IdField and ImageField name the rows' fields to use instead of the
+	// recognised ones.
+	IdField    string `protobuf:"bytes,3,opt,name=id_field,json=idField,proto3" json:"id_field,omitempty"`
+	ImageField string `protobuf:"bytes,4,opt,name=image_field,json=imageField,proto3" json:"image_field,omitempty"`
+	// Rewrite rules (FROM=TO) redirect the rows' images, before the
+	// session's own rules.
+	Rewrite       []string `protobuf:"bytes,5,rep,name=rewrite,proto3" json:"rewrite,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -140,6 +152,34 @@ func (*AddTasksRequest) Descriptor() ([]byte, []int) {
 func (x *AddTasksRequest) GetTasks() []*Task {
 	if x != nil {
 		return x.Tasks
+	}
+	return nil
+}
+
+func (x *AddTasksRequest) GetRows() []string {
+	if x != nil {
+		return x.Rows
+	}
+	return nil
+}
+
+func (x *AddTasksRequest) GetIdField() string {
+	if x != nil {
+		return x.IdField
+	}
+	return ""
+}
+
+func (x *AddTasksRequest) GetImageField() string {
+	if x != nil {
+		return x.ImageField
+	}
+	return ""
+}
+
+func (x *AddTasksRequest) GetRewrite() []string {
+	if x != nil {
+		return x.Rewrite
 	}
 	return nil
 }
@@ -2375,6 +2415,279 @@ func (x *ReleaseResponse) GetOutcome() string {
 	return ""
 }
 
+type PlanRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Strategy is none, naive, sliding or pipelined; empty is the session's.
+	Strategy string `protobuf:"bytes,1,opt,name=strategy,proto3" json:"strategy,omitempty"`
+	// Concurrency is how many tasks run at once; 0 is the session's.
+	Concurrency   int32 `protobuf:"varint,2,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanRunRequest) Reset() {
+	*x = PlanRunRequest{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanRunRequest) ProtoMessage() {}
+
+func (x *PlanRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanRunRequest.ProtoReflect.Descriptor instead.
+func (*PlanRunRequest) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *PlanRunRequest) GetStrategy() string {
+	if x != nil {
+		return x.Strategy
+	}
+	return ""
+}
+
+func (x *PlanRunRequest) GetConcurrency() int32 {
+	if x != nil {
+		return x.Concurrency
+	}
+	return 0
+}
+
+type PlanRunResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Strategy    string                 `protobuf:"bytes,1,opt,name=strategy,proto3" json:"strategy,omitempty"`
+	Concurrency int32                  `protobuf:"varint,2,opt,name=concurrency,proto3" json:"concurrency,omitempty"`
+	Windows     []*RunWindow           `protobuf:"bytes,3,rep,name=windows,proto3" json:"windows,omitempty"`
+	// Recycle says the session resets sandboxes for reuse (serve --recycle).
+	Recycle bool `protobuf:"varint,4,opt,name=recycle,proto3" json:"recycle,omitempty"`
+	// Tasks are the session's tasks in the order they were added: the order
+	// a run's results come in.
+	Tasks         []*Task `protobuf:"bytes,5,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanRunResponse) Reset() {
+	*x = PlanRunResponse{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanRunResponse) ProtoMessage() {}
+
+func (x *PlanRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanRunResponse.ProtoReflect.Descriptor instead.
+func (*PlanRunResponse) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *PlanRunResponse) GetStrategy() string {
+	if x != nil {
+		return x.Strategy
+	}
+	return ""
+}
+
+func (x *PlanRunResponse) GetConcurrency() int32 {
+	if x != nil {
+		return x.Concurrency
+	}
+	return 0
+}
+
+func (x *PlanRunResponse) GetWindows() []*RunWindow {
+	if x != nil {
+		return x.Windows
+	}
+	return nil
+}
+
+func (x *PlanRunResponse) GetRecycle() bool {
+	if x != nil {
+		return x.Recycle
+	}
+	return false
+}
+
+func (x *PlanRunResponse) GetTasks() []*Task {
+	if x != nil {
+		return x.Tasks
+	}
+	return nil
+}
+
+type RunWindow struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Images        []string               `protobuf:"bytes,1,rep,name=images,proto3" json:"images,omitempty"`
+	TaskIds       []string               `protobuf:"bytes,2,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunWindow) Reset() {
+	*x = RunWindow{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunWindow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunWindow) ProtoMessage() {}
+
+func (x *RunWindow) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunWindow.ProtoReflect.Descriptor instead.
+func (*RunWindow) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *RunWindow) GetImages() []string {
+	if x != nil {
+		return x.Images
+	}
+	return nil
+}
+
+func (x *RunWindow) GetTaskIds() []string {
+	if x != nil {
+		return x.TaskIds
+	}
+	return nil
+}
+
+type UnwarmRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Images        []string               `protobuf:"bytes,1,rep,name=images,proto3" json:"images,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnwarmRequest) Reset() {
+	*x = UnwarmRequest{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnwarmRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnwarmRequest) ProtoMessage() {}
+
+func (x *UnwarmRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnwarmRequest.ProtoReflect.Descriptor instead.
+func (*UnwarmRequest) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *UnwarmRequest) GetImages() []string {
+	if x != nil {
+		return x.Images
+	}
+	return nil
+}
+
+type UnwarmResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Images        []string               `protobuf:"bytes,1,rep,name=images,proto3" json:"images,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnwarmResponse) Reset() {
+	*x = UnwarmResponse{}
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnwarmResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnwarmResponse) ProtoMessage() {}
+
+func (x *UnwarmResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnwarmResponse.ProtoReflect.Descriptor instead.
+func (*UnwarmResponse) Descriptor() ([]byte, []int) {
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *UnwarmResponse) GetImages() []string {
+	if x != nil {
+		return x.Images
+	}
+	return nil
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2383,7 +2696,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[38]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2395,7 +2708,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[38]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2408,7 +2721,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{38}
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{43}
 }
 
 type StatusResponse struct {
@@ -2427,7 +2740,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[39]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2439,7 +2752,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[39]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2452,7 +2765,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{39}
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StatusResponse) GetRunId() string {
@@ -2529,7 +2842,7 @@ type Counts struct {
 
 func (x *Counts) Reset() {
 	*x = Counts{}
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[40]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2541,7 +2854,7 @@ func (x *Counts) String() string {
 func (*Counts) ProtoMessage() {}
 
 func (x *Counts) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[40]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2554,7 +2867,7 @@ func (x *Counts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counts.ProtoReflect.Descriptor instead.
 func (*Counts) Descriptor() ([]byte, []int) {
-	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{40}
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Counts) GetAcquired() int64 {
@@ -2616,7 +2929,7 @@ type CloseRequest struct {
 
 func (x *CloseRequest) Reset() {
 	*x = CloseRequest{}
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[41]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2628,7 +2941,7 @@ func (x *CloseRequest) String() string {
 func (*CloseRequest) ProtoMessage() {}
 
 func (x *CloseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[41]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2641,7 +2954,7 @@ func (x *CloseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
 func (*CloseRequest) Descriptor() ([]byte, []int) {
-	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{41}
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CloseRequest) GetClientId() string {
@@ -2659,7 +2972,7 @@ type CloseResponse struct {
 
 func (x *CloseResponse) Reset() {
 	*x = CloseResponse{}
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[42]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2671,7 +2984,7 @@ func (x *CloseResponse) String() string {
 func (*CloseResponse) ProtoMessage() {}
 
 func (x *CloseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[42]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2684,7 +2997,7 @@ func (x *CloseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseResponse.ProtoReflect.Descriptor instead.
 func (*CloseResponse) Descriptor() ([]byte, []int) {
-	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{42}
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{47}
 }
 
 type PortForwardRequest struct {
@@ -2698,7 +3011,7 @@ type PortForwardRequest struct {
 
 func (x *PortForwardRequest) Reset() {
 	*x = PortForwardRequest{}
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[43]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2710,7 +3023,7 @@ func (x *PortForwardRequest) String() string {
 func (*PortForwardRequest) ProtoMessage() {}
 
 func (x *PortForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[43]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2723,7 +3036,7 @@ func (x *PortForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortForwardRequest.ProtoReflect.Descriptor instead.
 func (*PortForwardRequest) Descriptor() ([]byte, []int) {
-	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{43}
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PortForwardRequest) GetHandle() string {
@@ -2759,7 +3072,7 @@ type PortForwardResponse struct {
 
 func (x *PortForwardResponse) Reset() {
 	*x = PortForwardResponse{}
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[44]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2771,7 +3084,7 @@ func (x *PortForwardResponse) String() string {
 func (*PortForwardResponse) ProtoMessage() {}
 
 func (x *PortForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[44]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2784,7 +3097,7 @@ func (x *PortForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortForwardResponse.ProtoReflect.Descriptor instead.
 func (*PortForwardResponse) Descriptor() ([]byte, []int) {
-	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{44}
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PortForwardResponse) GetForward() string {
@@ -2812,7 +3125,7 @@ type ClosePortForwardRequest struct {
 
 func (x *ClosePortForwardRequest) Reset() {
 	*x = ClosePortForwardRequest{}
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[45]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2824,7 +3137,7 @@ func (x *ClosePortForwardRequest) String() string {
 func (*ClosePortForwardRequest) ProtoMessage() {}
 
 func (x *ClosePortForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[45]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2837,7 +3150,7 @@ func (x *ClosePortForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClosePortForwardRequest.ProtoReflect.Descriptor instead.
 func (*ClosePortForwardRequest) Descriptor() ([]byte, []int) {
-	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{45}
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ClosePortForwardRequest) GetHandle() string {
@@ -2869,7 +3182,7 @@ type ClosePortForwardResponse struct {
 
 func (x *ClosePortForwardResponse) Reset() {
 	*x = ClosePortForwardResponse{}
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[46]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2881,7 +3194,7 @@ func (x *ClosePortForwardResponse) String() string {
 func (*ClosePortForwardResponse) ProtoMessage() {}
 
 func (x *ClosePortForwardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_fleet_v1_fleet_proto_msgTypes[46]
+	mi := &file_api_fleet_v1_fleet_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2894,7 +3207,7 @@ func (x *ClosePortForwardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClosePortForwardResponse.ProtoReflect.Descriptor instead.
 func (*ClosePortForwardResponse) Descriptor() ([]byte, []int) {
-	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{46}
+	return file_api_fleet_v1_fleet_proto_rawDescGZIP(), []int{51}
 }
 
 var File_api_fleet_v1_fleet_proto protoreflect.FileDescriptor
@@ -2905,9 +3218,14 @@ const file_api_fleet_v1_fleet_proto_rawDesc = "" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x123\n" +
-	"\bmetadata\x18\x03 \x01(\v2\x17.google.protobuf.StructR\bmetadata\"D\n" +
+	"\bmetadata\x18\x03 \x01(\v2\x17.google.protobuf.StructR\bmetadata\"\xae\x01\n" +
 	"\x0fAddTasksRequest\x121\n" +
-	"\x05tasks\x18\x01 \x03(\v2\x1b.sandboxfleet.fleet.v1.TaskR\x05tasks\"w\n" +
+	"\x05tasks\x18\x01 \x03(\v2\x1b.sandboxfleet.fleet.v1.TaskR\x05tasks\x12\x12\n" +
+	"\x04rows\x18\x02 \x03(\tR\x04rows\x12\x19\n" +
+	"\bid_field\x18\x03 \x01(\tR\aidField\x12\x1f\n" +
+	"\vimage_field\x18\x04 \x01(\tR\n" +
+	"imageField\x12\x18\n" +
+	"\arewrite\x18\x05 \x03(\tR\arewrite\"w\n" +
 	"\x10AddTasksResponse\x12\x14\n" +
 	"\x05added\x18\x01 \x01(\x05R\x05added\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x05R\x05total\x127\n" +
@@ -3068,7 +3386,23 @@ const file_api_fleet_v1_fleet_proto_rawDesc = "" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x14\n" +
 	"\x05reuse\x18\x03 \x01(\bR\x05reuse\"+\n" +
 	"\x0fReleaseResponse\x12\x18\n" +
-	"\aoutcome\x18\x01 \x01(\tR\aoutcome\"\x0f\n" +
+	"\aoutcome\x18\x01 \x01(\tR\aoutcome\"N\n" +
+	"\x0ePlanRunRequest\x12\x1a\n" +
+	"\bstrategy\x18\x01 \x01(\tR\bstrategy\x12 \n" +
+	"\vconcurrency\x18\x02 \x01(\x05R\vconcurrency\"\xd8\x01\n" +
+	"\x0fPlanRunResponse\x12\x1a\n" +
+	"\bstrategy\x18\x01 \x01(\tR\bstrategy\x12 \n" +
+	"\vconcurrency\x18\x02 \x01(\x05R\vconcurrency\x12:\n" +
+	"\awindows\x18\x03 \x03(\v2 .sandboxfleet.fleet.v1.RunWindowR\awindows\x12\x18\n" +
+	"\arecycle\x18\x04 \x01(\bR\arecycle\x121\n" +
+	"\x05tasks\x18\x05 \x03(\v2\x1b.sandboxfleet.fleet.v1.TaskR\x05tasks\">\n" +
+	"\tRunWindow\x12\x16\n" +
+	"\x06images\x18\x01 \x03(\tR\x06images\x12\x19\n" +
+	"\btask_ids\x18\x02 \x03(\tR\ataskIds\"'\n" +
+	"\rUnwarmRequest\x12\x16\n" +
+	"\x06images\x18\x01 \x03(\tR\x06images\"(\n" +
+	"\x0eUnwarmResponse\x12\x16\n" +
+	"\x06images\x18\x01 \x03(\tR\x06images\"\x0f\n" +
 	"\rStatusRequest\"\xec\x02\n" +
 	"\x0eStatusResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1c\n" +
@@ -3101,10 +3435,12 @@ const file_api_fleet_v1_fleet_proto_rawDesc = "" +
 	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x18\n" +
 	"\aforward\x18\x03 \x01(\tR\aforward\"\x1a\n" +
-	"\x18ClosePortForwardResponse2\xf5\x10\n" +
+	"\x18ClosePortForwardResponse2\xa6\x12\n" +
 	"\fFleetService\x12[\n" +
 	"\bAddTasks\x12&.sandboxfleet.fleet.v1.AddTasksRequest\x1a'.sandboxfleet.fleet.v1.AddTasksResponse\x12^\n" +
-	"\tLookahead\x12'.sandboxfleet.fleet.v1.LookaheadRequest\x1a(.sandboxfleet.fleet.v1.LookaheadResponse\x12m\n" +
+	"\tLookahead\x12'.sandboxfleet.fleet.v1.LookaheadRequest\x1a(.sandboxfleet.fleet.v1.LookaheadResponse\x12X\n" +
+	"\aPlanRun\x12%.sandboxfleet.fleet.v1.PlanRunRequest\x1a&.sandboxfleet.fleet.v1.PlanRunResponse\x12U\n" +
+	"\x06Unwarm\x12$.sandboxfleet.fleet.v1.UnwarmRequest\x1a%.sandboxfleet.fleet.v1.UnwarmResponse\x12m\n" +
 	"\x0eWaitPoolsReady\x12,.sandboxfleet.fleet.v1.WaitPoolsReadyRequest\x1a-.sandboxfleet.fleet.v1.WaitPoolsReadyResponse\x12X\n" +
 	"\aAcquire\x12%.sandboxfleet.fleet.v1.AcquireRequest\x1a&.sandboxfleet.fleet.v1.AcquireResponse\x12R\n" +
 	"\x05Renew\x12#.sandboxfleet.fleet.v1.RenewRequest\x1a$.sandboxfleet.fleet.v1.RenewResponse\x12Q\n" +
@@ -3142,7 +3478,7 @@ func file_api_fleet_v1_fleet_proto_rawDescGZIP() []byte {
 	return file_api_fleet_v1_fleet_proto_rawDescData
 }
 
-var file_api_fleet_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_api_fleet_v1_fleet_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_api_fleet_v1_fleet_proto_goTypes = []any{
 	(*Task)(nil),                     // 0: sandboxfleet.fleet.v1.Task
 	(*AddTasksRequest)(nil),          // 1: sandboxfleet.fleet.v1.AddTasksRequest
@@ -3182,94 +3518,105 @@ var file_api_fleet_v1_fleet_proto_goTypes = []any{
 	(*ReadFilesResponse)(nil),        // 35: sandboxfleet.fleet.v1.ReadFilesResponse
 	(*ReleaseRequest)(nil),           // 36: sandboxfleet.fleet.v1.ReleaseRequest
 	(*ReleaseResponse)(nil),          // 37: sandboxfleet.fleet.v1.ReleaseResponse
-	(*StatusRequest)(nil),            // 38: sandboxfleet.fleet.v1.StatusRequest
-	(*StatusResponse)(nil),           // 39: sandboxfleet.fleet.v1.StatusResponse
-	(*Counts)(nil),                   // 40: sandboxfleet.fleet.v1.Counts
-	(*CloseRequest)(nil),             // 41: sandboxfleet.fleet.v1.CloseRequest
-	(*CloseResponse)(nil),            // 42: sandboxfleet.fleet.v1.CloseResponse
-	(*PortForwardRequest)(nil),       // 43: sandboxfleet.fleet.v1.PortForwardRequest
-	(*PortForwardResponse)(nil),      // 44: sandboxfleet.fleet.v1.PortForwardResponse
-	(*ClosePortForwardRequest)(nil),  // 45: sandboxfleet.fleet.v1.ClosePortForwardRequest
-	(*ClosePortForwardResponse)(nil), // 46: sandboxfleet.fleet.v1.ClosePortForwardResponse
-	nil,                              // 47: sandboxfleet.fleet.v1.ExecRequest.EnvEntry
-	nil,                              // 48: sandboxfleet.fleet.v1.StartRequest.EnvEntry
-	(*structpb.Struct)(nil),          // 49: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),    // 50: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 51: google.protobuf.Duration
+	(*PlanRunRequest)(nil),           // 38: sandboxfleet.fleet.v1.PlanRunRequest
+	(*PlanRunResponse)(nil),          // 39: sandboxfleet.fleet.v1.PlanRunResponse
+	(*RunWindow)(nil),                // 40: sandboxfleet.fleet.v1.RunWindow
+	(*UnwarmRequest)(nil),            // 41: sandboxfleet.fleet.v1.UnwarmRequest
+	(*UnwarmResponse)(nil),           // 42: sandboxfleet.fleet.v1.UnwarmResponse
+	(*StatusRequest)(nil),            // 43: sandboxfleet.fleet.v1.StatusRequest
+	(*StatusResponse)(nil),           // 44: sandboxfleet.fleet.v1.StatusResponse
+	(*Counts)(nil),                   // 45: sandboxfleet.fleet.v1.Counts
+	(*CloseRequest)(nil),             // 46: sandboxfleet.fleet.v1.CloseRequest
+	(*CloseResponse)(nil),            // 47: sandboxfleet.fleet.v1.CloseResponse
+	(*PortForwardRequest)(nil),       // 48: sandboxfleet.fleet.v1.PortForwardRequest
+	(*PortForwardResponse)(nil),      // 49: sandboxfleet.fleet.v1.PortForwardResponse
+	(*ClosePortForwardRequest)(nil),  // 50: sandboxfleet.fleet.v1.ClosePortForwardRequest
+	(*ClosePortForwardResponse)(nil), // 51: sandboxfleet.fleet.v1.ClosePortForwardResponse
+	nil,                              // 52: sandboxfleet.fleet.v1.ExecRequest.EnvEntry
+	nil,                              // 53: sandboxfleet.fleet.v1.StartRequest.EnvEntry
+	(*structpb.Struct)(nil),          // 54: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),    // 55: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 56: google.protobuf.Duration
 }
 var file_api_fleet_v1_fleet_proto_depIdxs = []int32{
-	49, // 0: sandboxfleet.fleet.v1.Task.metadata:type_name -> google.protobuf.Struct
+	54, // 0: sandboxfleet.fleet.v1.Task.metadata:type_name -> google.protobuf.Struct
 	0,  // 1: sandboxfleet.fleet.v1.AddTasksRequest.tasks:type_name -> sandboxfleet.fleet.v1.Task
 	3,  // 2: sandboxfleet.fleet.v1.AddTasksResponse.pools:type_name -> sandboxfleet.fleet.v1.PoolChange
 	6,  // 3: sandboxfleet.fleet.v1.LookaheadResponse.pools:type_name -> sandboxfleet.fleet.v1.Pool
-	50, // 4: sandboxfleet.fleet.v1.Pool.last_wanted:type_name -> google.protobuf.Timestamp
-	51, // 5: sandboxfleet.fleet.v1.WaitPoolsReadyRequest.timeout:type_name -> google.protobuf.Duration
+	55, // 4: sandboxfleet.fleet.v1.Pool.last_wanted:type_name -> google.protobuf.Timestamp
+	56, // 5: sandboxfleet.fleet.v1.WaitPoolsReadyRequest.timeout:type_name -> google.protobuf.Duration
 	6,  // 6: sandboxfleet.fleet.v1.WaitPoolsReadyResponse.pools:type_name -> sandboxfleet.fleet.v1.Pool
-	51, // 7: sandboxfleet.fleet.v1.AcquireRequest.timeout:type_name -> google.protobuf.Duration
+	56, // 7: sandboxfleet.fleet.v1.AcquireRequest.timeout:type_name -> google.protobuf.Duration
 	11, // 8: sandboxfleet.fleet.v1.AcquireResponse.handle:type_name -> sandboxfleet.fleet.v1.Handle
-	50, // 9: sandboxfleet.fleet.v1.Handle.lease_expires:type_name -> google.protobuf.Timestamp
-	51, // 10: sandboxfleet.fleet.v1.RenewResponse.lease_ttl:type_name -> google.protobuf.Duration
-	51, // 11: sandboxfleet.fleet.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
-	47, // 12: sandboxfleet.fleet.v1.ExecRequest.env:type_name -> sandboxfleet.fleet.v1.ExecRequest.EnvEntry
-	51, // 13: sandboxfleet.fleet.v1.ShellRunRequest.timeout:type_name -> google.protobuf.Duration
-	48, // 14: sandboxfleet.fleet.v1.StartRequest.env:type_name -> sandboxfleet.fleet.v1.StartRequest.EnvEntry
-	51, // 15: sandboxfleet.fleet.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
-	6,  // 16: sandboxfleet.fleet.v1.StatusResponse.pools:type_name -> sandboxfleet.fleet.v1.Pool
-	11, // 17: sandboxfleet.fleet.v1.StatusResponse.handles:type_name -> sandboxfleet.fleet.v1.Handle
-	40, // 18: sandboxfleet.fleet.v1.StatusResponse.counts:type_name -> sandboxfleet.fleet.v1.Counts
-	51, // 19: sandboxfleet.fleet.v1.StatusResponse.lease_ttl:type_name -> google.protobuf.Duration
-	51, // 20: sandboxfleet.fleet.v1.StatusResponse.warm_ttl:type_name -> google.protobuf.Duration
-	1,  // 21: sandboxfleet.fleet.v1.FleetService.AddTasks:input_type -> sandboxfleet.fleet.v1.AddTasksRequest
-	4,  // 22: sandboxfleet.fleet.v1.FleetService.Lookahead:input_type -> sandboxfleet.fleet.v1.LookaheadRequest
-	7,  // 23: sandboxfleet.fleet.v1.FleetService.WaitPoolsReady:input_type -> sandboxfleet.fleet.v1.WaitPoolsReadyRequest
-	9,  // 24: sandboxfleet.fleet.v1.FleetService.Acquire:input_type -> sandboxfleet.fleet.v1.AcquireRequest
-	12, // 25: sandboxfleet.fleet.v1.FleetService.Renew:input_type -> sandboxfleet.fleet.v1.RenewRequest
-	14, // 26: sandboxfleet.fleet.v1.FleetService.Exec:input_type -> sandboxfleet.fleet.v1.ExecRequest
-	16, // 27: sandboxfleet.fleet.v1.FleetService.Alive:input_type -> sandboxfleet.fleet.v1.AliveRequest
-	18, // 28: sandboxfleet.fleet.v1.FleetService.OpenShell:input_type -> sandboxfleet.fleet.v1.ShellRequest
-	20, // 29: sandboxfleet.fleet.v1.FleetService.ShellRun:input_type -> sandboxfleet.fleet.v1.ShellRunRequest
-	18, // 30: sandboxfleet.fleet.v1.FleetService.ShellInterrupt:input_type -> sandboxfleet.fleet.v1.ShellRequest
-	18, // 31: sandboxfleet.fleet.v1.FleetService.CloseShell:input_type -> sandboxfleet.fleet.v1.ShellRequest
-	23, // 32: sandboxfleet.fleet.v1.FleetService.Start:input_type -> sandboxfleet.fleet.v1.StartRequest
-	25, // 33: sandboxfleet.fleet.v1.FleetService.ProcessEvents:input_type -> sandboxfleet.fleet.v1.ProcessEventsRequest
-	26, // 34: sandboxfleet.fleet.v1.FleetService.WriteStdin:input_type -> sandboxfleet.fleet.v1.WriteStdinRequest
-	28, // 35: sandboxfleet.fleet.v1.FleetService.Signal:input_type -> sandboxfleet.fleet.v1.SignalRequest
-	30, // 36: sandboxfleet.fleet.v1.FleetService.Wait:input_type -> sandboxfleet.fleet.v1.WaitRequest
-	43, // 37: sandboxfleet.fleet.v1.FleetService.PortForward:input_type -> sandboxfleet.fleet.v1.PortForwardRequest
-	45, // 38: sandboxfleet.fleet.v1.FleetService.ClosePortForward:input_type -> sandboxfleet.fleet.v1.ClosePortForwardRequest
-	32, // 39: sandboxfleet.fleet.v1.FleetService.WriteFiles:input_type -> sandboxfleet.fleet.v1.WriteFilesRequest
-	34, // 40: sandboxfleet.fleet.v1.FleetService.ReadFiles:input_type -> sandboxfleet.fleet.v1.ReadFilesRequest
-	36, // 41: sandboxfleet.fleet.v1.FleetService.Release:input_type -> sandboxfleet.fleet.v1.ReleaseRequest
-	38, // 42: sandboxfleet.fleet.v1.FleetService.Status:input_type -> sandboxfleet.fleet.v1.StatusRequest
-	41, // 43: sandboxfleet.fleet.v1.FleetService.Close:input_type -> sandboxfleet.fleet.v1.CloseRequest
-	2,  // 44: sandboxfleet.fleet.v1.FleetService.AddTasks:output_type -> sandboxfleet.fleet.v1.AddTasksResponse
-	5,  // 45: sandboxfleet.fleet.v1.FleetService.Lookahead:output_type -> sandboxfleet.fleet.v1.LookaheadResponse
-	8,  // 46: sandboxfleet.fleet.v1.FleetService.WaitPoolsReady:output_type -> sandboxfleet.fleet.v1.WaitPoolsReadyResponse
-	10, // 47: sandboxfleet.fleet.v1.FleetService.Acquire:output_type -> sandboxfleet.fleet.v1.AcquireResponse
-	13, // 48: sandboxfleet.fleet.v1.FleetService.Renew:output_type -> sandboxfleet.fleet.v1.RenewResponse
-	15, // 49: sandboxfleet.fleet.v1.FleetService.Exec:output_type -> sandboxfleet.fleet.v1.ExecResponse
-	17, // 50: sandboxfleet.fleet.v1.FleetService.Alive:output_type -> sandboxfleet.fleet.v1.AliveResponse
-	19, // 51: sandboxfleet.fleet.v1.FleetService.OpenShell:output_type -> sandboxfleet.fleet.v1.OpenShellResponse
-	15, // 52: sandboxfleet.fleet.v1.FleetService.ShellRun:output_type -> sandboxfleet.fleet.v1.ExecResponse
-	21, // 53: sandboxfleet.fleet.v1.FleetService.ShellInterrupt:output_type -> sandboxfleet.fleet.v1.ShellInterruptResponse
-	22, // 54: sandboxfleet.fleet.v1.FleetService.CloseShell:output_type -> sandboxfleet.fleet.v1.CloseShellResponse
-	24, // 55: sandboxfleet.fleet.v1.FleetService.Start:output_type -> sandboxfleet.fleet.v1.StartResponse
-	15, // 56: sandboxfleet.fleet.v1.FleetService.ProcessEvents:output_type -> sandboxfleet.fleet.v1.ExecResponse
-	27, // 57: sandboxfleet.fleet.v1.FleetService.WriteStdin:output_type -> sandboxfleet.fleet.v1.WriteStdinResponse
-	29, // 58: sandboxfleet.fleet.v1.FleetService.Signal:output_type -> sandboxfleet.fleet.v1.SignalResponse
-	31, // 59: sandboxfleet.fleet.v1.FleetService.Wait:output_type -> sandboxfleet.fleet.v1.WaitResponse
-	44, // 60: sandboxfleet.fleet.v1.FleetService.PortForward:output_type -> sandboxfleet.fleet.v1.PortForwardResponse
-	46, // 61: sandboxfleet.fleet.v1.FleetService.ClosePortForward:output_type -> sandboxfleet.fleet.v1.ClosePortForwardResponse
-	33, // 62: sandboxfleet.fleet.v1.FleetService.WriteFiles:output_type -> sandboxfleet.fleet.v1.WriteFilesResponse
-	35, // 63: sandboxfleet.fleet.v1.FleetService.ReadFiles:output_type -> sandboxfleet.fleet.v1.ReadFilesResponse
-	37, // 64: sandboxfleet.fleet.v1.FleetService.Release:output_type -> sandboxfleet.fleet.v1.ReleaseResponse
-	39, // 65: sandboxfleet.fleet.v1.FleetService.Status:output_type -> sandboxfleet.fleet.v1.StatusResponse
-	42, // 66: sandboxfleet.fleet.v1.FleetService.Close:output_type -> sandboxfleet.fleet.v1.CloseResponse
-	44, // [44:67] is the sub-list for method output_type
-	21, // [21:44] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	55, // 9: sandboxfleet.fleet.v1.Handle.lease_expires:type_name -> google.protobuf.Timestamp
+	56, // 10: sandboxfleet.fleet.v1.RenewResponse.lease_ttl:type_name -> google.protobuf.Duration
+	56, // 11: sandboxfleet.fleet.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	52, // 12: sandboxfleet.fleet.v1.ExecRequest.env:type_name -> sandboxfleet.fleet.v1.ExecRequest.EnvEntry
+	56, // 13: sandboxfleet.fleet.v1.ShellRunRequest.timeout:type_name -> google.protobuf.Duration
+	53, // 14: sandboxfleet.fleet.v1.StartRequest.env:type_name -> sandboxfleet.fleet.v1.StartRequest.EnvEntry
+	56, // 15: sandboxfleet.fleet.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
+	40, // 16: sandboxfleet.fleet.v1.PlanRunResponse.windows:type_name -> sandboxfleet.fleet.v1.RunWindow
+	0,  // 17: sandboxfleet.fleet.v1.PlanRunResponse.tasks:type_name -> sandboxfleet.fleet.v1.Task
+	6,  // 18: sandboxfleet.fleet.v1.StatusResponse.pools:type_name -> sandboxfleet.fleet.v1.Pool
+	11, // 19: sandboxfleet.fleet.v1.StatusResponse.handles:type_name -> sandboxfleet.fleet.v1.Handle
+	45, // 20: sandboxfleet.fleet.v1.StatusResponse.counts:type_name -> sandboxfleet.fleet.v1.Counts
+	56, // 21: sandboxfleet.fleet.v1.StatusResponse.lease_ttl:type_name -> google.protobuf.Duration
+	56, // 22: sandboxfleet.fleet.v1.StatusResponse.warm_ttl:type_name -> google.protobuf.Duration
+	1,  // 23: sandboxfleet.fleet.v1.FleetService.AddTasks:input_type -> sandboxfleet.fleet.v1.AddTasksRequest
+	4,  // 24: sandboxfleet.fleet.v1.FleetService.Lookahead:input_type -> sandboxfleet.fleet.v1.LookaheadRequest
+	38, // 25: sandboxfleet.fleet.v1.FleetService.PlanRun:input_type -> sandboxfleet.fleet.v1.PlanRunRequest
+	41, // 26: sandboxfleet.fleet.v1.FleetService.Unwarm:input_type -> sandboxfleet.fleet.v1.UnwarmRequest
+	7,  // 27: sandboxfleet.fleet.v1.FleetService.WaitPoolsReady:input_type -> sandboxfleet.fleet.v1.WaitPoolsReadyRequest
+	9,  // 28: sandboxfleet.fleet.v1.FleetService.Acquire:input_type -> sandboxfleet.fleet.v1.AcquireRequest
+	12, // 29: sandboxfleet.fleet.v1.FleetService.Renew:input_type -> sandboxfleet.fleet.v1.RenewRequest
+	14, // 30: sandboxfleet.fleet.v1.FleetService.Exec:input_type -> sandboxfleet.fleet.v1.ExecRequest
+	16, // 31: sandboxfleet.fleet.v1.FleetService.Alive:input_type -> sandboxfleet.fleet.v1.AliveRequest
+	18, // 32: sandboxfleet.fleet.v1.FleetService.OpenShell:input_type -> sandboxfleet.fleet.v1.ShellRequest
+	20, // 33: sandboxfleet.fleet.v1.FleetService.ShellRun:input_type -> sandboxfleet.fleet.v1.ShellRunRequest
+	18, // 34: sandboxfleet.fleet.v1.FleetService.ShellInterrupt:input_type -> sandboxfleet.fleet.v1.ShellRequest
+	18, // 35: sandboxfleet.fleet.v1.FleetService.CloseShell:input_type -> sandboxfleet.fleet.v1.ShellRequest
+	23, // 36: sandboxfleet.fleet.v1.FleetService.Start:input_type -> sandboxfleet.fleet.v1.StartRequest
+	25, // 37: sandboxfleet.fleet.v1.FleetService.ProcessEvents:input_type -> sandboxfleet.fleet.v1.ProcessEventsRequest
+	26, // 38: sandboxfleet.fleet.v1.FleetService.WriteStdin:input_type -> sandboxfleet.fleet.v1.WriteStdinRequest
+	28, // 39: sandboxfleet.fleet.v1.FleetService.Signal:input_type -> sandboxfleet.fleet.v1.SignalRequest
+	30, // 40: sandboxfleet.fleet.v1.FleetService.Wait:input_type -> sandboxfleet.fleet.v1.WaitRequest
+	48, // 41: sandboxfleet.fleet.v1.FleetService.PortForward:input_type -> sandboxfleet.fleet.v1.PortForwardRequest
+	50, // 42: sandboxfleet.fleet.v1.FleetService.ClosePortForward:input_type -> sandboxfleet.fleet.v1.ClosePortForwardRequest
+	32, // 43: sandboxfleet.fleet.v1.FleetService.WriteFiles:input_type -> sandboxfleet.fleet.v1.WriteFilesRequest
+	34, // 44: sandboxfleet.fleet.v1.FleetService.ReadFiles:input_type -> sandboxfleet.fleet.v1.ReadFilesRequest
+	36, // 45: sandboxfleet.fleet.v1.FleetService.Release:input_type -> sandboxfleet.fleet.v1.ReleaseRequest
+	43, // 46: sandboxfleet.fleet.v1.FleetService.Status:input_type -> sandboxfleet.fleet.v1.StatusRequest
+	46, // 47: sandboxfleet.fleet.v1.FleetService.Close:input_type -> sandboxfleet.fleet.v1.CloseRequest
+	2,  // 48: sandboxfleet.fleet.v1.FleetService.AddTasks:output_type -> sandboxfleet.fleet.v1.AddTasksResponse
+	5,  // 49: sandboxfleet.fleet.v1.FleetService.Lookahead:output_type -> sandboxfleet.fleet.v1.LookaheadResponse
+	39, // 50: sandboxfleet.fleet.v1.FleetService.PlanRun:output_type -> sandboxfleet.fleet.v1.PlanRunResponse
+	42, // 51: sandboxfleet.fleet.v1.FleetService.Unwarm:output_type -> sandboxfleet.fleet.v1.UnwarmResponse
+	8,  // 52: sandboxfleet.fleet.v1.FleetService.WaitPoolsReady:output_type -> sandboxfleet.fleet.v1.WaitPoolsReadyResponse
+	10, // 53: sandboxfleet.fleet.v1.FleetService.Acquire:output_type -> sandboxfleet.fleet.v1.AcquireResponse
+	13, // 54: sandboxfleet.fleet.v1.FleetService.Renew:output_type -> sandboxfleet.fleet.v1.RenewResponse
+	15, // 55: sandboxfleet.fleet.v1.FleetService.Exec:output_type -> sandboxfleet.fleet.v1.ExecResponse
+	17, // 56: sandboxfleet.fleet.v1.FleetService.Alive:output_type -> sandboxfleet.fleet.v1.AliveResponse
+	19, // 57: sandboxfleet.fleet.v1.FleetService.OpenShell:output_type -> sandboxfleet.fleet.v1.OpenShellResponse
+	15, // 58: sandboxfleet.fleet.v1.FleetService.ShellRun:output_type -> sandboxfleet.fleet.v1.ExecResponse
+	21, // 59: sandboxfleet.fleet.v1.FleetService.ShellInterrupt:output_type -> sandboxfleet.fleet.v1.ShellInterruptResponse
+	22, // 60: sandboxfleet.fleet.v1.FleetService.CloseShell:output_type -> sandboxfleet.fleet.v1.CloseShellResponse
+	24, // 61: sandboxfleet.fleet.v1.FleetService.Start:output_type -> sandboxfleet.fleet.v1.StartResponse
+	15, // 62: sandboxfleet.fleet.v1.FleetService.ProcessEvents:output_type -> sandboxfleet.fleet.v1.ExecResponse
+	27, // 63: sandboxfleet.fleet.v1.FleetService.WriteStdin:output_type -> sandboxfleet.fleet.v1.WriteStdinResponse
+	29, // 64: sandboxfleet.fleet.v1.FleetService.Signal:output_type -> sandboxfleet.fleet.v1.SignalResponse
+	31, // 65: sandboxfleet.fleet.v1.FleetService.Wait:output_type -> sandboxfleet.fleet.v1.WaitResponse
+	49, // 66: sandboxfleet.fleet.v1.FleetService.PortForward:output_type -> sandboxfleet.fleet.v1.PortForwardResponse
+	51, // 67: sandboxfleet.fleet.v1.FleetService.ClosePortForward:output_type -> sandboxfleet.fleet.v1.ClosePortForwardResponse
+	33, // 68: sandboxfleet.fleet.v1.FleetService.WriteFiles:output_type -> sandboxfleet.fleet.v1.WriteFilesResponse
+	35, // 69: sandboxfleet.fleet.v1.FleetService.ReadFiles:output_type -> sandboxfleet.fleet.v1.ReadFilesResponse
+	37, // 70: sandboxfleet.fleet.v1.FleetService.Release:output_type -> sandboxfleet.fleet.v1.ReleaseResponse
+	44, // 71: sandboxfleet.fleet.v1.FleetService.Status:output_type -> sandboxfleet.fleet.v1.StatusResponse
+	47, // 72: sandboxfleet.fleet.v1.FleetService.Close:output_type -> sandboxfleet.fleet.v1.CloseResponse
+	48, // [48:73] is the sub-list for method output_type
+	23, // [23:48] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_api_fleet_v1_fleet_proto_init() }
@@ -3285,7 +3632,7 @@ func file_api_fleet_v1_fleet_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_fleet_v1_fleet_proto_rawDesc), len(file_api_fleet_v1_fleet_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   49,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

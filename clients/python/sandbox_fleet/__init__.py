@@ -19,10 +19,11 @@ no cluster, for trainers' unit tests.
 from .aio import AsyncHandle, AsyncProcess, AsyncSandboxFleet, AsyncShell
 from .client import ExecResult, Handle, LookaheadWarmer, Process, SandboxFleet, Shell
 from .errors import FleetError, InfraError, OutputTooLarge, SandboxLostError, SandboxStartError, TaskError
+from .runner import RunReport, RunResult
 from .tracecontext import new_traceparent, trace_context
 
 __all__ = [
     "AsyncHandle", "AsyncProcess", "AsyncSandboxFleet", "AsyncShell", "ExecResult", "FleetError", "Handle", "InfraError",
-    "LookaheadWarmer", "OutputTooLarge", "Process", "SandboxFleet", "Shell", "SandboxLostError", "SandboxStartError", "TaskError", "new_traceparent",
+    "LookaheadWarmer", "OutputTooLarge", "Process", "RunReport", "RunResult", "SandboxFleet", "Shell", "SandboxLostError", "SandboxStartError", "TaskError", "new_traceparent",
     "trace_context",
 ]

@@ -9,10 +9,11 @@ import contextlib
 import io
 from collections.abc import AsyncIterator, Iterable, Mapping
 
+from . import _rows, runner
 from ._aconnect import AsyncTransport
 from .client import (_LIST, MAX_OUTPUT, MAX_TAR, ExecResult, Handle, SandboxFleet, Shell, _acquire_msg, _Capped, _events_of, _failed,
                      _file_of, _files_of, _handle, _listed, _Output, _lookahead_msg, _release_msg, _removed, _seconds, _signal_name,
-                     _split_file, _tar_messages, _tar_of, _tar_tree, _tasks_msg, _untar_tree, b64, unb64)
+                     _split_file, _tar_messages, _tar_of, _tar_tree, _untar_tree, b64, unb64)
 from .errors import InfraError, TaskError
 
 _Event = tuple[str, bytes | int | bool]
@@ -218,8 +219,22 @@ class AsyncSandboxFleet:
     def client_id(self) -> str:
         return self.sync.client_id
 
-    async def add_tasks(self, tasks: Iterable[Mapping]) -> dict:
-        return await self._t.unary("AddTasks", _tasks_msg(tasks))
+    async def add_tasks(self, rows: Iterable[Mapping | str], id_field: str | None = None, image_field: str | None = None,
+                        rewrite: Iterable[str] = ()) -> dict:
+        return await self._t.unary("AddTasks", _rows.request(rows, id_field, image_field, rewrite))
+
+    async def run(self, fn, strategy: str = "naive", concurrency: int | None = None, *, epochs: int = 1,
+                  keep_warm: bool = False, recycle: bool = False) -> list:
+        """SandboxFleet.run on the loop: ``fn`` is a coroutine function
+        (given the AsyncHandle) or a plain one (run in a thread, given the
+        synchronous Handle)."""
+        return await runner.arun(self, fn, strategy, concurrency, epochs, keep_warm, recycle)
+
+    async def _plan_run(self, strategy: str, concurrency: int) -> dict:
+        return await self._t.unary("PlanRun", {"strategy": strategy, "concurrency": concurrency})
+
+    async def _cool(self, images: list[str]) -> list[str]:
+        return (await self._t.unary("Unwarm", {"images": images})).get("images", [])
 
     async def lookahead(self, tasks_or_images: Iterable) -> list[dict]:
         return (await self._t.unary("Lookahead", _lookahead_msg(tasks_or_images))).get("pools", [])

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+from . import _rows, runner
 from ._connect import CLIENT_KEY_HEADER, Transport, b64, unb64
 from .errors import FleetError, InfraError, OutputTooLarge, TaskError
 
@@ -540,20 +541,6 @@ def _handle(fleet: "SandboxFleet", h: dict) -> Handle:
                   resets=int(h.get("resets", 0)))
 
 
-def _tasks_msg(tasks: Iterable[Mapping]) -> dict:
-    out = []
-    for t in tasks:
-        t = dict(t)
-        if "id" not in t or "image" not in t:
-            raise ValueError(f"task {t!r}: a task needs an 'id' and an 'image'")
-        tid, image = t.pop("id"), t.pop("image")
-        task = {"id": str(tid), "image": image}
-        if t:
-            task["metadata"] = t
-        out.append(task)
-    return {"tasks": out}
-
-
 def _lookahead_msg(tasks_or_images: Iterable) -> dict:
     ids, images = [], []
     for x in tasks_or_images:
@@ -619,15 +606,46 @@ class SandboxFleet:
 
     # The plan.
 
-    def add_tasks(self, tasks: Iterable[Mapping]) -> dict:
-        """Adds tasks (dicts with "id" and "image"; other keys kept as
-        metadata) to the plan. Returns what changed: added, total, pools."""
-        return self._t.unary("AddTasks", _tasks_msg(tasks))
+    def add_tasks(self, rows: Iterable[Mapping | str], id_field: str | None = None, image_field: str | None = None,
+                  rewrite: Iterable[str] = ()) -> dict:
+        """Adds tasks to the plan: rows as ``run --tasks`` reads them, by the
+        same parser — dicts (``{"id", "image"}``, SWE-bench rows with
+        ``instance_id`` and maybe ``docker_image``, R2E-Gym rows with
+        ``repo_name``, ``commit_hash`` and ``docker_image``; other keys kept
+        as metadata) or strings (an image, or a row's JSON text).
+        ``id_field``/``image_field`` name the fields to use instead;
+        ``rewrite`` rules (``"FROM=TO"``) redirect images, before the
+        session's own. A bad row raises FleetError naming every bad row by
+        its index, and nothing is added. Returns added, total, pools."""
+        return self._t.unary("AddTasks", _rows.request(rows, id_field, image_field, rewrite))
 
     def lookahead(self, tasks_or_images: Iterable) -> list[dict]:
         """Starts warming the pools of these tasks (dicts or ids) or images
         ("repo:tag" strings with a ':' or '/') and returns at once."""
         return self._t.unary("Lookahead", _lookahead_msg(tasks_or_images)).get("pools", [])
+
+    def run(self, fn, strategy: str = "naive", concurrency: int | None = None, *, epochs: int = 1,
+            keep_warm: bool = False, recycle: bool = False) -> list:
+        """Runs ``fn(task, handle)`` once for each task of the session (each
+        epoch), at most ``concurrency`` at once (the session's when None),
+        warming pools by ``strategy`` as the session plans it: ``naive``
+        warms every image first, ``sliding`` one window of images at a
+        time, ``pipelined`` the next window while one runs, ``none``
+        nothing ahead. Pools stay between epochs; after the run they are
+        let go unless ``keep_warm``. With ``recycle`` (a session started
+        with ``--recycle``) a sandbox is reset and reused by the next task
+        of its image. Returns a RunResult per task in the order the tasks
+        were added (a list per epoch when ``epochs > 1``): a failure of
+        ``fn`` or of the infrastructure is captured in its result, with
+        its verdict, never raised. ``self.report`` is the run's RunReport.
+        """
+        return runner.run(self, fn, strategy, concurrency, epochs, keep_warm, recycle)
+
+    def _plan_run(self, strategy: str, concurrency: int) -> dict:
+        return self._t.unary("PlanRun", {"strategy": strategy, "concurrency": concurrency})
+
+    def _cool(self, images: list[str]) -> list[str]:
+        return self._t.unary("Unwarm", {"images": images}).get("images", [])
 
     def wait_pools_ready(self, timeout: float = 600.0, images: Iterable[str] = ()) -> dict:
         """Waits until the pools are Ready or timeout passes; returns

@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 
+from . import _rows, runner
 from .client import MAX_OUTPUT, MAX_TAR, ExecResult, Handle, Process, Shell, _Capped, _Output, _signal_name
 from .errors import FleetError, InfraError, SandboxLostError, SandboxStartError
 
@@ -434,6 +435,7 @@ class FakeFleet:
     def __init__(self, client_id: str | None = None):
         self.client_id = client_id or "fake-" + uuid.uuid4().hex[:8]
         self._tasks: dict[str, dict] = {}
+        self._seen: dict[str, str] = {}  # task id -> the row it came from
         self._images: dict[str, int] = {}
         self._warm: set[str] = set()
         self._held: dict[str, FakeHandle] = {}
@@ -471,16 +473,13 @@ class FakeFleet:
         raise SandboxStartError, as a sandbox that cannot start does."""
         self._start_failures[self._image_of(task_or_image)] = (times, reason)
 
-    def add_tasks(self, tasks: Iterable[Mapping]) -> dict:
+    def add_tasks(self, rows: Iterable[Mapping | str], id_field: str | None = None, image_field: str | None = None,
+                  rewrite: Iterable[str] = ()) -> dict:
         self._open()
-        new = []
-        for i, t in enumerate(tasks):
-            if "id" not in t or "image" not in t:
-                raise ValueError(f"task {dict(t)!r}: a task needs an 'id' and an 'image'")
-            tid = str(t["id"])
-            if tid in self._tasks or any(tid == n["id"] for n in new):
-                raise FleetError(f"AddTasks, task {i + 1}: duplicate task id {tid!r}", "invalid_argument")
-            new.append({**t, "id": tid})
+        texts = _rows.encode(rows)
+        if not texts:
+            raise FleetError("no tasks to add", "invalid_argument")
+        new = _rows.read(texts, self._seen, id_field, image_field, rewrite)
         for t in new:
             self._tasks[t["id"]] = t
             self._images[t["image"]] = self._images.get(t["image"], 0) + 1
@@ -504,6 +503,32 @@ class FakeFleet:
     def _pool(self, image: str) -> dict:
         n = self._images[image]
         return {"image": image, "desired": n, "ready": n if image in self._warm else 0, "warm": image in self._warm}
+
+    def run(self, fn, strategy: str = "naive", concurrency: int | None = None, *, epochs: int = 1,
+            keep_warm: bool = False, recycle: bool = False) -> list:
+        """SandboxFleet.run on local sandboxes. The fake plans no windows by
+        size: naive and sliding warm every image at once, pipelined and none
+        go an image at a time; concurrency is 1 unless given; it does not
+        recycle (recycle=True is refused, as by a session without
+        --recycle)."""
+        return runner.run(self, fn, strategy, concurrency, epochs, keep_warm, recycle)
+
+    def _plan_run(self, strategy: str, concurrency: int) -> dict:
+        self._open()
+        if not self._tasks:
+            raise FleetError("no tasks to run: add them with add_tasks first", "invalid_argument")
+        images = list(dict.fromkeys(t["image"] for t in self._tasks.values()))
+        groups = [images] if strategy in ("naive", "sliding") else [[i] for i in images]
+        tasks = [{"id": t["id"], "image": t["image"], "metadata": {k: v for k, v in t.items() if k not in ("id", "image")}}
+                 for t in self._tasks.values()]
+        return {"strategy": strategy, "concurrency": concurrency or 1, "recycle": False, "tasks": tasks,
+                "windows": [{"images": g, "taskIds": [t["id"] for t in tasks if t["image"] in g]} for g in groups]}
+
+    def _cool(self, images: list[str]) -> list[str]:
+        held = {h.image for h in self._held.values()}
+        gone = [i for i in images if i in self._warm and i not in held]
+        self._warm -= set(gone)
+        return gone
 
     def wait_pools_ready(self, timeout: float = 600.0, images: Iterable[str] = ()) -> dict:
         self._open()

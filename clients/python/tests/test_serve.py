@@ -361,3 +361,24 @@ def test_wait_pools_ready_says_what_is_not_warming(server):
     except FleetError as e:
         assert "registry.example/swe/a:1" in str(e), e
     assert time.monotonic() - started < 10
+
+
+def test_add_tasks_reads_rows_as_plan_does(server, tmp_path):
+    """The SWE-bench and R2E-Gym rows `run --tasks` takes make, through
+    add_tasks, the tasks `plan --tasks` counts: the same images, as many of
+    each."""
+    import json
+
+    from test_fleet import ROW_TASKS, ROWS
+
+    rows = [r if isinstance(r, str) else json.dumps(r) for r in ROWS[:4]]
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    plan = json.loads(subprocess.run([BIN, "plan", "--tasks", str(path), "--offline", "-o", "json"],
+                                     capture_output=True, text=True, check=True).stdout)
+    planned = {p["image"]: p["tasks"] for p in plan["pools"]}
+    c = server().client()
+    added = c.add_tasks(ROWS[:4])
+    assert added["added"] == 4
+    assert {p["image"] for p in added["pools"]} == set(planned)
+    assert sorted(planned.items()) == sorted((image, 1) for tid, image in ROW_TASKS.items() if tid != "4")

@@ -17,16 +17,34 @@ import (
 // request"). Tasks are checked as a task file's rows are, the config's
 // rewrite rules applied; one bad task adds none.
 func (s *Session) AddTasks(ts []tasks.Task, source string) (added []fleet.PoolChange, err error) {
+	return s.add(len(ts), func(seen map[string]string) ([]tasks.Task, error) {
+		return tasks.Check(source, ts, seen, s.fleet.Config.Rewrite)
+	})
+}
+
+// AddRows adds tasks given as rows of a task file (JSON objects or images,
+// tasks.Rows), read with opts and the config's rewrite rules after opts'
+// own; each is named source[i] in errors. One bad row adds none.
+func (s *Session) AddRows(rows []string, opts tasks.Options, source string) (added []fleet.PoolChange, err error) {
+	opts.Rewrite = append(slices.Clip(opts.Rewrite), s.fleet.Config.Rewrite...)
+	return s.add(len(rows), func(seen map[string]string) ([]tasks.Task, error) {
+		return tasks.Rows(source, rows, seen, opts)
+	})
+}
+
+// add adds the n tasks read reads, checked against the ids seen (a copy,
+// kept only when all of them are added).
+func (s *Session) add(n int, read func(seen map[string]string) ([]tasks.Task, error)) ([]fleet.PoolChange, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, ErrClosed
 	}
-	if len(ts) == 0 {
+	if n == 0 {
 		return nil, fmt.Errorf("%w: no tasks to add", ErrInvalid)
 	}
 	seen := maps.Clone(s.seen)
-	checked, err := tasks.Check(source, ts, seen, s.fleet.Config.Rewrite)
+	checked, err := read(seen)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -50,6 +68,25 @@ func (s *Session) addChecked(checked []tasks.Task) []fleet.PoolChange {
 		}
 	}
 	return changes
+}
+
+// RunPlan plans a managed run of the session's tasks (fleet.RunPlan): the
+// client runs it, window by window; nothing is created here.
+func (s *Session) RunPlan(strategy string, concurrency int) (fleet.Plan, [][]string, error) {
+	s.mu.Lock()
+	closed, n := s.closed, len(s.tasks)
+	s.mu.Unlock()
+	switch {
+	case closed:
+		return fleet.Plan{}, nil, ErrClosed
+	case n == 0:
+		return fleet.Plan{}, nil, fmt.Errorf("%w: no tasks to run: add them with AddTasks first", ErrInvalid)
+	}
+	p, ids, err := s.fleet.RunPlan(strategy, concurrency)
+	if err != nil {
+		return fleet.Plan{}, nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return p, ids, nil
 }
 
 // TaskCount is how many tasks the session holds.

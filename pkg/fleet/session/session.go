@@ -191,13 +191,7 @@ func (s *Session) sweep() {
 				delete(s.clients, c)
 			}
 		}
-		held := map[string]bool{}
-		for _, h := range s.handles {
-			held[h.Image] = true
-		}
-		for img, n := range s.acquiring {
-			held[img] = held[img] || n > 0
-		}
+		held := s.heldLocked()
 		var cold []string
 		for img, p := range s.pools {
 			if p.warming == nil && !held[img] && now.Sub(p.lastWanted) > s.opts.WarmTTL {
@@ -219,6 +213,44 @@ func (s *Session) sweep() {
 			}
 		}
 	}
+}
+
+// heldLocked is the images the session holds a sandbox of or is
+// acquiring one of: their pools stay. Callers hold s.mu.
+func (s *Session) heldLocked() map[string]bool {
+	held := map[string]bool{}
+	for _, h := range s.handles {
+		held[h.Image] = true
+	}
+	for img, n := range s.acquiring {
+		held[img] = held[img] || n > 0
+	}
+	return held
+}
+
+// Unwarm removes the pools of images now, as the warm TTL would once no one
+// asked for them: a managed run's window that is done, or its end. A pool
+// the session holds or is acquiring a sandbox of, or is warming, stays.
+// It returns the images whose pools were removed.
+func (s *Session) Unwarm(ctx context.Context, images []string) ([]string, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	held := s.heldLocked()
+	var cold []string
+	for _, img := range images {
+		if p := s.pools[img]; p != nil && p.warming == nil && !held[img] {
+			cold = append(cold, img)
+			delete(s.pools, img)
+		}
+	}
+	s.mu.Unlock()
+	if len(cold) == 0 {
+		return nil, nil
+	}
+	return cold, s.fleet.Unwarm(ctx, cold)
 }
 
 // Close tears the session down: background work stops, every object of

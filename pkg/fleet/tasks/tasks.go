@@ -6,6 +6,7 @@ package tasks
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,7 +37,13 @@ type Options struct {
 	// recognised ones.
 	IDField, ImageField string
 	Rewrite             []images.Rule
+	// IDOption and ImageOption are how the caller spells IDField and
+	// ImageField in errors ("--id-field" and "--image-field" unless set).
+	IDOption, ImageOption string
 }
+
+func (o Options) idOption() string    { return cmp.Or(o.IDOption, "--id-field") }
+func (o Options) imageOption() string { return cmp.Or(o.ImageOption, "--image-field") }
 
 // maxErrors bounds how many problems one load reports.
 const maxErrors = 20
@@ -66,16 +73,11 @@ func Load(paths []string, stdin io.Reader, opts Options) ([]Task, error) {
 		l.read(p, f)
 		f.Close()
 	}
-	if len(l.errs) > 0 {
-		if len(l.errs) == maxErrors {
-			l.errs = append(l.errs, errors.New("(more problems not shown)"))
-		}
-		return nil, errors.Join(l.errs...)
-	}
-	if len(l.tasks) == 0 {
+	ts, err := l.result()
+	if err == nil && len(ts) == 0 {
 		return nil, fmt.Errorf("no tasks in %s", strings.Join(paths, ", "))
 	}
-	return l.tasks, nil
+	return ts, err
 }
 
 type loader struct {
@@ -109,10 +111,45 @@ func Check(source string, ts []Task, seen map[string]string, rewrite []images.Ru
 		}
 		l.add(where, t)
 	}
-	if len(l.errs) > 0 {
-		return nil, errors.Join(l.errs...)
+	return l.result()
+}
+
+// Rows reads tasks from rows given as data — a session's AddTasks — as
+// Load reads a file's lines: a row that starts with "{" is a JSON object
+// (generic, SWE-bench or R2E-Gym), another an image, whose task id is its
+// place among the tasks seen. Ids must be unique among the rows and the
+// ids in seen (id -> where it came from, updated). Each row is named
+// source[i]; every problem is returned (up to 20), joined.
+func Rows(source string, rows []string, seen map[string]string, opts Options) ([]Task, error) {
+	l := loader{opts: opts, seen: seen}
+	for i, text := range rows {
+		where := fmt.Sprintf("%s[%d]", source, i)
+		switch text = strings.TrimSpace(text); {
+		case text == "":
+			l.fail(where, "an empty row: give a JSON object or an image")
+		case strings.HasPrefix(text, "{"):
+			l.row(where, []byte(text))
+		default:
+			l.image(where, text)
+		}
 	}
-	return l.tasks, nil
+	return l.result()
+}
+
+// result is what a load found: its tasks, or every problem in it.
+func (l *loader) result() ([]Task, error) {
+	if len(l.errs) == 0 {
+		return l.tasks, nil
+	}
+	if len(l.errs) == maxErrors {
+		l.errs = append(l.errs, errors.New("(more problems not shown)"))
+	}
+	return nil, errors.Join(l.errs...)
+}
+
+// image adds an image-list line's task.
+func (l *loader) image(where, image string) {
+	l.add(where, Task{ID: fmt.Sprint(len(l.seen)), Image: image})
 }
 
 // read takes a file as JSONL if its first content line is a JSON object,
@@ -140,7 +177,7 @@ func (l *loader) read(file string, r io.Reader) {
 		if jsonl {
 			l.row(fmt.Sprintf("%s:%d", file, line), []byte(text))
 		} else {
-			l.add(fmt.Sprintf("%s:%d", file, line), Task{ID: fmt.Sprint(len(l.tasks)), Image: text})
+			l.image(fmt.Sprintf("%s:%d", file, line), text)
 		}
 	}
 	switch err := sc.Err(); {
@@ -195,12 +232,12 @@ func (l *loader) row(where string, text []byte) {
 		l.fail(where, "invalid JSON: %v", err)
 		return
 	}
-	id, idKeys, err := l.id(row)
+	id, idKeys, err := l.idOf(row)
 	if err != nil {
 		l.fail(where, "%v", err)
 		return
 	}
-	image, imageKey, err := l.image(row)
+	image, imageKey, err := l.imageOf(row)
 	if err != nil {
 		l.fail(where, "task %q: %v", id, err)
 		return
@@ -215,13 +252,13 @@ func (l *loader) row(where string, text []byte) {
 	l.add(where, Task{ID: id, Image: image, Metadata: meta})
 }
 
-// id finds the row's task id: the --id-field, else "id", else SWE-bench's
+// idOf finds the row's task id: the id field given, else "id", else SWE-bench's
 // "instance_id", else R2E-Gym's repository and commit.
-func (l *loader) id(row map[string]any) (string, []string, error) {
+func (l *loader) idOf(row map[string]any) (string, []string, error) {
 	if f := l.opts.IDField; f != "" {
 		v, ok := scalar(row[f])
 		if !ok {
-			return "", nil, fmt.Errorf("no task id: the row has no string or number field %q (--id-field)", f)
+			return "", nil, fmt.Errorf("no task id: the row has no string or number field %q (%s)", f, l.opts.idOption())
 		}
 		return v, []string{f}, nil
 	}
@@ -237,17 +274,17 @@ func (l *loader) id(row map[string]any) (string, []string, error) {
 	if okRepo && okCommit {
 		return strings.ReplaceAll(repo, "/", "__") + "-" + commit[:min(12, len(commit))], nil, nil
 	}
-	return "", nil, errors.New(`no task id: the row has no "id", "instance_id" or R2E-Gym "repo_name" and "commit_hash"; name the id field with --id-field`)
+	return "", nil, fmt.Errorf(`no task id: the row has no "id", "instance_id" or R2E-Gym "repo_name" and "commit_hash"; name the id field with %s`, l.opts.idOption())
 }
 
-// image finds the row's image: the --image-field, else "image", else
+// imageOf finds the row's image: the image field given, else "image", else
 // "docker_image" (SWE-bench and R2E-Gym), else the image SWE-bench names
 // after "instance_id".
-func (l *loader) image(row map[string]any) (string, string, error) {
+func (l *loader) imageOf(row map[string]any) (string, string, error) {
 	if f := l.opts.ImageField; f != "" {
 		v, ok := row[f].(string)
 		if !ok || v == "" {
-			return "", "", fmt.Errorf("no image: the row has no string field %q (--image-field)", f)
+			return "", "", fmt.Errorf("no image: the row has no string field %q (%s)", f, l.opts.imageOption())
 		}
 		return v, f, nil
 	}
@@ -261,7 +298,7 @@ func (l *loader) image(row map[string]any) (string, string, error) {
 	if id, ok := row["instance_id"].(string); ok && id != "" {
 		return SWEBenchImage(id), "", nil
 	}
-	return "", "", errors.New(`no image: the row has no "image", "docker_image" or SWE-bench "instance_id"; name the image field with --image-field`)
+	return "", "", fmt.Errorf(`no image: the row has no "image", "docker_image" or SWE-bench "instance_id"; name the image field with %s`, l.opts.imageOption())
 }
 
 // SWEBenchImage is the image SWE-bench publishes for an instance:
@@ -274,7 +311,7 @@ func SWEBenchImage(instanceID string) string {
 func (l *loader) add(where string, t Task) {
 	// Task ids label claims and results, so they must be valid label values.
 	if errs := validation.IsValidLabelValue(t.ID); t.ID == "" || len(errs) > 0 {
-		l.fail(where, "task id %q cannot be a Kubernetes label value (%s); choose another field with --id-field", t.ID, strings.Join(errs, "; "))
+		l.fail(where, "task id %q cannot be a Kubernetes label value (%s); choose another field with %s", t.ID, strings.Join(errs, "; "), l.opts.idOption())
 		return
 	}
 	if first, ok := l.seen[t.ID]; ok {

@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -187,6 +188,73 @@ func TestCheck(t *testing.T) {
 		_, err := Check("AddTasks", tc.ts, map[string]string{"old": "tasks.jsonl:1"}, nil)
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("%s: Check error = %v, want it to start with %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// Rows given as data read as the same lines of a task file do: the same
+// ids, images and metadata, named by their index instead of file:line.
+func TestRowsReadAsAFileDoes(t *testing.T) {
+	rows := []string{
+		`{"instance_id": "django__django-11099", "repo": "django/django", "FAIL_TO_PASS": "[\"t\"]"}`,
+		`{"repo_name": "orange3", "commit_hash": "0123456789abcdef", "docker_image": "namanjain12/orange3_final:0123456789abcdef"}`,
+		`{"id": 7, "image": "busybox:1.36", "prompt": "p"}`,
+	}
+	rule := []images.Rule{{From: "docker.io", To: "mirror.local/hub"}}
+	fromFile, err := load(t, strings.Join(rows, "\n"), Options{Rewrite: rule})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	got, err := Rows("rows", rows, seen, Options{Rewrite: rule})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range got {
+		if want := fmt.Sprintf("rows[%d]", i); got[i].Source != want || seen[got[i].ID] != want {
+			t.Errorf("task %d is named %q (seen %q), want %q", i, got[i].Source, seen[got[i].ID], want)
+		}
+		got[i].Source = fromFile[i].Source
+	}
+	if !reflect.DeepEqual(got, fromFile) {
+		t.Errorf("Rows = %+v\nLoad = %+v", got, fromFile)
+	}
+
+	// An image's task id is its place among the session's tasks.
+	more, err := Rows("rows", []string{" busybox:1.37 "}, seen, Options{})
+	if err != nil || len(more) != 1 || more[0].ID != "3" || more[0].Image != "busybox:1.37" {
+		t.Errorf("an image row after 3 tasks = %+v, %v", more, err)
+	}
+}
+
+func TestRowsRejects(t *testing.T) {
+	opts := Options{IDOption: "id_field", ImageOption: "image_field"}
+	for _, tc := range []struct {
+		name string
+		rows []string
+		opts Options
+		want []string
+	}{
+		{"every problem, by index", []string{`{"id": "a", "image": "busybox"}`, `{"id": "b"}`, ``, `{"id": "a", "image": "x"}`, `{not json`},
+			opts, []string{`rows[1]: task "b": no image: the row has no "image", "docker_image" or SWE-bench "instance_id"; name the image field with image_field`,
+				`rows[2]: an empty row: give a JSON object or an image`,
+				`rows[3]: duplicate task id "a" (first at rows[0])`,
+				`rows[4]: invalid JSON`}},
+		{"the option's own name", []string{`{"id": "a", "image": "busybox"}`}, Options{IDField: "task", IDOption: "id_field"},
+			[]string{`rows[0]: no task id: the row has no string or number field "task" (id_field)`}},
+		{"a known id", []string{`{"id": "old", "image": "busybox"}`}, opts, []string{`rows[0]: duplicate task id "old" (first at tasks.jsonl:1)`}},
+		{"a bad image", []string{"Not An Image"}, opts, []string{`rows[0]: task "1": invalid image reference "Not An Image"`}},
+	} {
+		seen := map[string]string{"old": "tasks.jsonl:1"}
+		got, err := Rows("rows", tc.rows, seen, tc.opts)
+		if err == nil || got != nil {
+			t.Errorf("%s: Rows = %+v, want an error", tc.name, got)
+			continue
+		}
+		for _, want := range tc.want {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: error %q\nlacks %q", tc.name, err, want)
+			}
 		}
 	}
 }

@@ -52,6 +52,10 @@ const (
 	FleetServiceAddTasksProcedure = "/sandboxfleet.fleet.v1.FleetService/AddTasks"
 	// FleetServiceLookaheadProcedure is the fully-qualified name of the FleetService's Lookahead RPC.
 	FleetServiceLookaheadProcedure = "/sandboxfleet.fleet.v1.FleetService/Lookahead"
+	// FleetServicePlanRunProcedure is the fully-qualified name of the FleetService's PlanRun RPC.
+	FleetServicePlanRunProcedure = "/sandboxfleet.fleet.v1.FleetService/PlanRun"
+	// FleetServiceUnwarmProcedure is the fully-qualified name of the FleetService's Unwarm RPC.
+	FleetServiceUnwarmProcedure = "/sandboxfleet.fleet.v1.FleetService/Unwarm"
 	// FleetServiceWaitPoolsReadyProcedure is the fully-qualified name of the FleetService's
 	// WaitPoolsReady RPC.
 	FleetServiceWaitPoolsReadyProcedure = "/sandboxfleet.fleet.v1.FleetService/WaitPoolsReady"
@@ -111,6 +115,15 @@ type FleetServiceClient interface {
 	// at once. A pool asked for by neither Lookahead nor Acquire within the
 	// session's warm TTL, and holding no sandbox of the session, is removed.
 	Lookahead(context.Context, *connect.Request[v1.LookaheadRequest]) (*connect.Response[v1.LookaheadResponse], error)
+	// PlanRun says how a managed run of the session's tasks goes under a
+	// strategy and concurrency: the windows of images warm together, in run
+	// order, with their tasks in the order they were added. The client runs
+	// it (SandboxFleet.run); nothing is created.
+	PlanRun(context.Context, *connect.Request[v1.PlanRunRequest]) (*connect.Response[v1.PlanRunResponse], error)
+	// Unwarm removes the pools of these images now, as the warm TTL would:
+	// those the session holds no sandbox of, is not acquiring from and is
+	// not warming. It returns the images whose pools went.
+	Unwarm(context.Context, *connect.Request[v1.UnwarmRequest]) (*connect.Response[v1.UnwarmResponse], error)
 	// WaitPoolsReady waits until the named pools (all warm ones when none is
 	// named) are Ready or the timeout passes; not being ready is no error.
 	WaitPoolsReady(context.Context, *connect.Request[v1.WaitPoolsReadyRequest]) (*connect.Response[v1.WaitPoolsReadyResponse], error)
@@ -199,6 +212,18 @@ func NewFleetServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			httpClient,
 			baseURL+FleetServiceLookaheadProcedure,
 			connect.WithSchema(fleetServiceMethods.ByName("Lookahead")),
+			connect.WithClientOptions(opts...),
+		),
+		planRun: connect.NewClient[v1.PlanRunRequest, v1.PlanRunResponse](
+			httpClient,
+			baseURL+FleetServicePlanRunProcedure,
+			connect.WithSchema(fleetServiceMethods.ByName("PlanRun")),
+			connect.WithClientOptions(opts...),
+		),
+		unwarm: connect.NewClient[v1.UnwarmRequest, v1.UnwarmResponse](
+			httpClient,
+			baseURL+FleetServiceUnwarmProcedure,
+			connect.WithSchema(fleetServiceMethods.ByName("Unwarm")),
 			connect.WithClientOptions(opts...),
 		),
 		waitPoolsReady: connect.NewClient[v1.WaitPoolsReadyRequest, v1.WaitPoolsReadyResponse](
@@ -334,6 +359,8 @@ func NewFleetServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 type fleetServiceClient struct {
 	addTasks         *connect.Client[v1.AddTasksRequest, v1.AddTasksResponse]
 	lookahead        *connect.Client[v1.LookaheadRequest, v1.LookaheadResponse]
+	planRun          *connect.Client[v1.PlanRunRequest, v1.PlanRunResponse]
+	unwarm           *connect.Client[v1.UnwarmRequest, v1.UnwarmResponse]
 	waitPoolsReady   *connect.Client[v1.WaitPoolsReadyRequest, v1.WaitPoolsReadyResponse]
 	acquire          *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
 	renew            *connect.Client[v1.RenewRequest, v1.RenewResponse]
@@ -365,6 +392,16 @@ func (c *fleetServiceClient) AddTasks(ctx context.Context, req *connect.Request[
 // Lookahead calls sandboxfleet.fleet.v1.FleetService.Lookahead.
 func (c *fleetServiceClient) Lookahead(ctx context.Context, req *connect.Request[v1.LookaheadRequest]) (*connect.Response[v1.LookaheadResponse], error) {
 	return c.lookahead.CallUnary(ctx, req)
+}
+
+// PlanRun calls sandboxfleet.fleet.v1.FleetService.PlanRun.
+func (c *fleetServiceClient) PlanRun(ctx context.Context, req *connect.Request[v1.PlanRunRequest]) (*connect.Response[v1.PlanRunResponse], error) {
+	return c.planRun.CallUnary(ctx, req)
+}
+
+// Unwarm calls sandboxfleet.fleet.v1.FleetService.Unwarm.
+func (c *fleetServiceClient) Unwarm(ctx context.Context, req *connect.Request[v1.UnwarmRequest]) (*connect.Response[v1.UnwarmResponse], error) {
+	return c.unwarm.CallUnary(ctx, req)
 }
 
 // WaitPoolsReady calls sandboxfleet.fleet.v1.FleetService.WaitPoolsReady.
@@ -482,6 +519,15 @@ type FleetServiceHandler interface {
 	// at once. A pool asked for by neither Lookahead nor Acquire within the
 	// session's warm TTL, and holding no sandbox of the session, is removed.
 	Lookahead(context.Context, *connect.Request[v1.LookaheadRequest]) (*connect.Response[v1.LookaheadResponse], error)
+	// PlanRun says how a managed run of the session's tasks goes under a
+	// strategy and concurrency: the windows of images warm together, in run
+	// order, with their tasks in the order they were added. The client runs
+	// it (SandboxFleet.run); nothing is created.
+	PlanRun(context.Context, *connect.Request[v1.PlanRunRequest]) (*connect.Response[v1.PlanRunResponse], error)
+	// Unwarm removes the pools of these images now, as the warm TTL would:
+	// those the session holds no sandbox of, is not acquiring from and is
+	// not warming. It returns the images whose pools went.
+	Unwarm(context.Context, *connect.Request[v1.UnwarmRequest]) (*connect.Response[v1.UnwarmResponse], error)
 	// WaitPoolsReady waits until the named pools (all warm ones when none is
 	// named) are Ready or the timeout passes; not being ready is no error.
 	WaitPoolsReady(context.Context, *connect.Request[v1.WaitPoolsReadyRequest]) (*connect.Response[v1.WaitPoolsReadyResponse], error)
@@ -566,6 +612,18 @@ func NewFleetServiceHandler(svc FleetServiceHandler, opts ...connect.HandlerOpti
 		FleetServiceLookaheadProcedure,
 		svc.Lookahead,
 		connect.WithSchema(fleetServiceMethods.ByName("Lookahead")),
+		connect.WithHandlerOptions(opts...),
+	)
+	fleetServicePlanRunHandler := connect.NewUnaryHandler(
+		FleetServicePlanRunProcedure,
+		svc.PlanRun,
+		connect.WithSchema(fleetServiceMethods.ByName("PlanRun")),
+		connect.WithHandlerOptions(opts...),
+	)
+	fleetServiceUnwarmHandler := connect.NewUnaryHandler(
+		FleetServiceUnwarmProcedure,
+		svc.Unwarm,
+		connect.WithSchema(fleetServiceMethods.ByName("Unwarm")),
 		connect.WithHandlerOptions(opts...),
 	)
 	fleetServiceWaitPoolsReadyHandler := connect.NewUnaryHandler(
@@ -700,6 +758,10 @@ func NewFleetServiceHandler(svc FleetServiceHandler, opts ...connect.HandlerOpti
 			fleetServiceAddTasksHandler.ServeHTTP(w, r)
 		case FleetServiceLookaheadProcedure:
 			fleetServiceLookaheadHandler.ServeHTTP(w, r)
+		case FleetServicePlanRunProcedure:
+			fleetServicePlanRunHandler.ServeHTTP(w, r)
+		case FleetServiceUnwarmProcedure:
+			fleetServiceUnwarmHandler.ServeHTTP(w, r)
 		case FleetServiceWaitPoolsReadyProcedure:
 			fleetServiceWaitPoolsReadyHandler.ServeHTTP(w, r)
 		case FleetServiceAcquireProcedure:
@@ -757,6 +819,14 @@ func (UnimplementedFleetServiceHandler) AddTasks(context.Context, *connect.Reque
 
 func (UnimplementedFleetServiceHandler) Lookahead(context.Context, *connect.Request[v1.LookaheadRequest]) (*connect.Response[v1.LookaheadResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sandboxfleet.fleet.v1.FleetService.Lookahead is not implemented"))
+}
+
+func (UnimplementedFleetServiceHandler) PlanRun(context.Context, *connect.Request[v1.PlanRunRequest]) (*connect.Response[v1.PlanRunResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sandboxfleet.fleet.v1.FleetService.PlanRun is not implemented"))
+}
+
+func (UnimplementedFleetServiceHandler) Unwarm(context.Context, *connect.Request[v1.UnwarmRequest]) (*connect.Response[v1.UnwarmResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("sandboxfleet.fleet.v1.FleetService.Unwarm is not implemented"))
 }
 
 func (UnimplementedFleetServiceHandler) WaitPoolsReady(context.Context, *connect.Request[v1.WaitPoolsReadyRequest]) (*connect.Response[v1.WaitPoolsReadyResponse], error) {
