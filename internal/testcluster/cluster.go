@@ -70,6 +70,12 @@ func Start(ctx context.Context, opts ...Option) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// A suite killed before it stopped its cluster left the cluster's
+	// processes, and a real node's mounts, cgroups and bridge: undo them
+	// before starting another beside them.
+	if err := reapAbandoned(filepath.Join(os.TempDir(), "sandbox-fleet-cluster-*")); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
 	dir := o.dir
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "sandbox-fleet-cluster-"); err != nil {
@@ -98,10 +104,8 @@ func Start(ctx context.Context, opts ...Option) (_ *Cluster, err error) {
 	if err := c.start(ctx); err != nil {
 		return nil, err
 	}
-	if o.detached {
-		if err := c.saveState(); err != nil {
-			return nil, err
-		}
+	if err := c.saveState(!o.detached); err != nil {
+		return nil, err
 	}
 	if o.restartExits {
 		for i := range c.procs {

@@ -1,6 +1,7 @@
 package testcluster
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,16 +22,65 @@ type detachedProcess struct {
 
 const stateFile = "state.json"
 
-// detachedState is what StopDetached needs to undo a detached Start.
+// detachedState is what StopDetached needs to undo a Start from another
+// process: a detached cluster's, or one whose test process died without
+// stopping it.
 type detachedState struct {
 	Processes []detachedProcess `json:"processes"`
 	Node      *realNode         `json:"node,omitempty"`
+	// Owner is the test process the cluster belongs to, none for a
+	// detached one (it outlives its starter by design). A cluster whose
+	// owner is gone is abandoned: the next Start reaps it.
+	Owner *owner `json:"owner,omitempty"`
+}
+
+// owner names a process by PID and start time, so that a PID the kernel
+// gave to another process since is not taken for it.
+type owner struct {
+	PID   int    `json:"pid"`
+	Start string `json:"start"`
+}
+
+// self is the running process as an owner.
+func self() (*owner, error) {
+	start, err := startTime(os.Getpid())
+	if err != nil {
+		return nil, err
+	}
+	return &owner{PID: os.Getpid(), Start: start}, nil
+}
+
+// startTime is when pid started, in clock ticks since boot (the 22nd field
+// of /proc/PID/stat, counted after the command's closing parenthesis).
+func startTime(pid int) (string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", err
+	}
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(fields) < 20 {
+		return "", fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	return fields[19], nil
+}
+
+func (o *owner) alive() bool {
+	start, err := startTime(o.PID)
+	return err == nil && start == o.Start
 }
 
 // saveState records the components' PIDs, and the real node's changes to
-// the host, in the run directory.
-func (c *Cluster) saveState() error {
+// the host, in the run directory; owned says the cluster belongs to this
+// process.
+func (c *Cluster) saveState(owned bool) error {
 	st := detachedState{Node: c.node}
+	if owned {
+		o, err := self()
+		if err != nil {
+			return err
+		}
+		st.Owner = o
+	}
 	for _, p := range c.procs {
 		st.Processes = append(st.Processes, detachedProcess{Name: p.name, PID: p.cmd.Process.Pid, Exe: p.cmd.Path})
 	}
@@ -74,19 +124,41 @@ func StopDetached(dir string) error {
 		}
 		errs = append(errs, p.stop(10*time.Second))
 	}
-	if st.Node != nil {
-		errs = append(errs, st.Node.cleanHost())
-		if len(st.Processes) > 0 {
-			binDir := filepath.Dir(filepath.Dir(st.Processes[0].Exe))
-			if left := st.Node.leftovers(binDir); len(left) > 0 {
-				errs = append(errs, fmt.Errorf("the real node left behind: %s", strings.Join(left, "; ")))
-			}
+	if st.Node != nil && len(st.Processes) > 0 {
+		binDir := filepath.Dir(filepath.Dir(st.Processes[0].Exe))
+		// Without containerd (a killed suite's died with it) its shims
+		// and their containers are what is left of the pods.
+		errs = append(errs, st.Node.killRemaining(binDir), st.Node.cleanHost())
+		if left := st.Node.leftovers(binDir); len(left) > 0 {
+			errs = append(errs, fmt.Errorf("the real node left behind: %s", strings.Join(left, "; ")))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	return os.RemoveAll(dir)
+}
+
+// reapAbandoned stops the clusters in the run directories matching pattern
+// whose test process is gone — one killed, or panicking at its -timeout,
+// before it could stop its cluster — as StopDetached does. Clusters of live
+// processes, and detached ones, are left alone.
+func reapAbandoned(pattern string) error {
+	dirs, err := filepath.Glob(pattern)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, dir := range dirs {
+		st, err := readState(dir)
+		if err != nil || st.Owner == nil || st.Owner.alive() {
+			continue
+		}
+		if err := StopDetached(dir); err != nil {
+			errs = append(errs, fmt.Errorf("reaping the abandoned test cluster in %s: %w", dir, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func readState(dir string) (detachedState, error) {

@@ -39,7 +39,7 @@ var nodeSysctls = []string{"vm/overcommit_memory", "kernel/panic", "kernel/panic
 var hostPaths = []string{"/var/lib/kubelet", "/run/containerd", "/var/lib/cni", "/var/log/containers"}
 
 // realNode is the kubelet + containerd node and what it changed on the host.
-// It is saved with a detached cluster's state, so that StopDetached can undo
+// It is saved with every cluster's state, so that StopDetached can undo
 // those changes from another process.
 type realNode struct {
 	Name    string            `json:"name"` // the machine's hostname, which resolves to 127.0.0.1

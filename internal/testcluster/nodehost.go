@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -69,8 +71,17 @@ func (n *realNode) leftovers(binDir string) []string {
 			left = append(left, "path "+p)
 		}
 	}
-	// Other clusters run from the same binaries; the node's own processes
-	// name its directory on their command lines.
+	for pid, exe := range n.processes(binDir) {
+		left = append(left, fmt.Sprintf("process %d %s", pid, exe))
+	}
+	return left
+}
+
+// processes are the node's own processes (binDir is where its binaries
+// are), by PID: other clusters run from the same binaries, but only this
+// node's name its directory on their command lines.
+func (n *realNode) processes(binDir string) map[int]string {
+	found := map[int]string{}
 	exes, _ := filepath.Glob("/proc/[0-9]*/exe")
 	for _, exe := range exes {
 		target, err := os.Readlink(exe)
@@ -79,10 +90,42 @@ func (n *realNode) leftovers(binDir string) []string {
 		}
 		cmdline, err := os.ReadFile(filepath.Join(filepath.Dir(exe), "cmdline"))
 		if err == nil && strings.Contains(string(cmdline), n.Dir) {
-			left = append(left, "process "+filepath.Base(filepath.Dir(exe))+" "+target)
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(exe)))
+			found[pid] = target
 		}
 	}
-	return left
+	return found
+}
+
+// killRemaining kills what is left of the node's pods once containerd is
+// gone: the processes in its cgroup (the containers) and its shims.
+func (n *realNode) killRemaining(binDir string) error {
+	dirs, err := cgroupHierarchies()
+	if err != nil {
+		return err
+	}
+	pids := n.processes(binDir)
+	for _, d := range dirs {
+		_ = filepath.WalkDir(filepath.Join(d, n.Cgroup), func(p string, e os.DirEntry, err error) error {
+			if err != nil || e.IsDir() || e.Name() != "cgroup.procs" {
+				return nil
+			}
+			b, _ := os.ReadFile(p)
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					pids[pid] = "in cgroup " + filepath.Dir(p)
+				}
+			}
+			return nil
+		})
+	}
+	var errs []error
+	for pid, what := range pids {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("killing %d (%s): %w", pid, what, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (n *realNode) recordSysctls() error {
