@@ -9,8 +9,10 @@ import (
 
 // The Python client through `serve` on the real node: exec streaming,
 // stdin, exit codes, files in and out, a sandbox that cannot start and one
-// lost mid-exec (clients/python/tests/test_real_node.py).
+// lost mid-exec, the framework runtimes' episodes
+// (clients/python/tests/test_real_node.py), and the managed runner
+// (test_real_node_run.py).
 func TestPythonClientOnTheRealNode(t *testing.T) {
-	testpython.Run(t, kubeconfig(), newNamespace(t), []string{"tests/test_real_node.py"},
+	testpython.Run(t, kubeconfig(), newNamespace(t), []string{"tests/test_real_node.py", "tests/test_real_node_run.py"},
 		"SANDBOX_FLEET_REAL_NODE=1", "SANDBOX_FLEET_BUSYBOX="+testimages.Busybox, "SANDBOX_FLEET_PROBLEM="+testimages.Problem(1))
 }

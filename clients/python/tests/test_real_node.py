@@ -279,26 +279,3 @@ def test_a_session_that_breaks_twice_quarantines_its_sandbox(recycling):
         assert h.exec(["echo", "again"]).stdout == b"again\n"
     assert h.release(reuse=True) == "quarantined"
 
-
-def test_managed_run(server):
-    """run() on the real node: 12 tasks (one of an image that cannot be
-    pulled) twice over, with exec in each; the unpullable task is an infra
-    result in its place in both epochs, and nothing is held or left after."""
-    c = server("--claim-grace", "10s").client()
-    rows = [{"id": f"r{i:02d}", "image": BUSYBOX} for i in range(11)]
-    rows.insert(4, {"id": "unpullable", "image": "docker.io/library/busybox:no-such-tag"})
-    c.add_tasks(rows)
-
-    def rollout(task, h):
-        return h.exec(["sh", "-c", f"echo {task['id']}"], check=True).stdout.decode().strip()
-
-    results = c.run(rollout, strategy="sliding", concurrency=4, epochs=2)
-    assert [[r.task_id for r in rs] for rs in results] == [[r["id"] for r in rows]] * 2
-    for rs in results:
-        for r in rs:
-            if r.task_id == "unpullable":
-                assert r.verdict == "infra" and isinstance(r.error, SandboxStartError) and r.value is None, r
-            else:
-                assert r.ok and r.value == r.task_id, r
-    assert not c.status().get("handles")
-    assert c.report.to_dict()["tasksNotRun"] == 2
