@@ -208,7 +208,7 @@ func podSpec(cfg config.Fleet, c config.Cluster) resources.PodSpec {
 		Command: t.Command, Resources: t.Resources, RuntimeClassName: t.RuntimeClassName,
 		NodeSelector: t.NodeSelector, ImagePullSecret: t.ImagePullSecret, ImagePullPolicy: t.ImagePullPolicy,
 		Tolerations: t.Tolerations, Colocate: t.Colocate, PodLabels: t.Labels, PodAnnotations: t.Annotations,
-		ObjectLabels: cfg.Labels, Extra: t.ExtraPodSpec,
+		ObjectLabels: cfg.Labels, Extra: t.ExtraPodSpec, ExtraTemplate: t.ExtraTemplateSpec, AgentServer: t.AgentServer,
 	}
 	if len(c.NodeSelector) > 0 {
 		spec.NodeSelector = c.NodeSelector

@@ -436,6 +436,59 @@ func TestPoolServesWithWhatIsReady(t *testing.T) {
 	assertEmpty(t, ctx, f)
 }
 
+// What the template adds reaches the cluster as the API server keeps it:
+// an extraTemplateSpec field on each SandboxTemplate, and a {task_image}
+// container in each pool's Pods with that pool's image.
+func TestTemplateExtrasReachTheCluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	images := []string{"example.com/swe/django:1", "example.com/swe/astropy:1"}
+	ts := []tasks.Task{{ID: "a", Image: images[0]}, {ID: "b", Image: images[1]}}
+	cfg := testConfig("naive")
+	cfg.Template.ExtraTemplateSpec = map[string]any{"networkPolicyManagement": "Unmanaged"}
+	cfg.Template.ExtraPodSpec = &corev1.PodSpec{Containers: []corev1.Container{{Name: "grader", Image: config.TaskImage, Command: []string{"sleep", "infinity"}}}}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	f := open(t, ctx, "extras", cfg, ts, cluster)
+	if err := f.Warm(ctx, images, func(string) int { return 1 }); err != nil {
+		t.Fatal(err)
+	}
+	c := f.Clusters[0].Clients.Client
+	templates := &extensionsv1beta1.SandboxTemplateList{}
+	if err := c.List(ctx, templates, client.InNamespace(f.Clusters[0].Namespace())); err != nil {
+		t.Fatal(err)
+	}
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods, client.InNamespace(f.Clusters[0].Namespace())); err != nil {
+		t.Fatal(err)
+	}
+	if len(templates.Items) != 2 || len(pods.Items) < 2 {
+		t.Fatalf("%d templates and %d pods, want 2 and at least 2", len(templates.Items), len(pods.Items))
+	}
+	for _, tmpl := range templates.Items {
+		if tmpl.Spec.NetworkPolicyManagement != extensionsv1beta1.NetworkPolicyManagementUnmanaged {
+			t.Errorf("template %s: networkPolicyManagement %q, want extraTemplateSpec's Unmanaged", tmpl.Name, tmpl.Spec.NetworkPolicyManagement)
+		}
+	}
+	for _, pod := range pods.Items {
+		var sandbox, grader string
+		for _, ctr := range pod.Spec.Containers {
+			switch ctr.Name {
+			case "sandbox":
+				sandbox = ctr.Image
+			case "grader":
+				grader = ctr.Image
+			}
+		}
+		if !slices.Contains(images, sandbox) || grader != sandbox {
+			t.Errorf("pod %s runs sandbox %q and grader %q, want both the pool's image", pod.Name, sandbox, grader)
+		}
+	}
+	collect(t, ctx, f)
+	assertEmpty(t, ctx, f)
+}
+
 // StartHeartbeats with no duration holds the run's Lease for the default
 // 30 s, and its stop deletes it.
 func TestStartHeartbeatsDefault(t *testing.T) {

@@ -12,14 +12,18 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
+	jsonpatch "github.com/evanphx/json-patch/v5"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
 
@@ -49,8 +53,14 @@ type PodSpec struct {
 	// OriginalImage is the image before a rewrite rule redirected it.
 	OriginalImage string
 	// Extra is strategically merged into the generated Pod spec, as kubectl
-	// patch would, for anything not covered above.
+	// patch would, for anything not covered above. Its containers whose
+	// image is config.TaskImage run the template's image.
 	Extra *corev1.PodSpec
+	// ExtraTemplate is merged into the SandboxTemplate's spec.
+	ExtraTemplate map[string]any
+	// AgentServer, when set, runs instead of Command, with probes on its
+	// health path (config.AgentServer, defaulted).
+	AgentServer *config.AgentServer
 }
 
 var nonName = regexp.MustCompile(`[^a-z0-9]+`)
@@ -129,6 +139,9 @@ func Template(namespace, runID, image string, spec PodSpec) (*extensionsv1beta1.
 	if spec.Colocate {
 		pod.Affinity = colocate(name)
 	}
+	if spec.AgentServer != nil {
+		withAgentServer(&pod, *spec.AgentServer)
+	}
 	if spec.Extra != nil {
 		merged, err := mergePodSpec(pod, *spec.Extra)
 		if err != nil {
@@ -136,17 +149,91 @@ func Template(namespace, runID, image string, spec PodSpec) (*extensionsv1beta1.
 		}
 		pod = merged
 	}
-	return &extensionsv1beta1.SandboxTemplate{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: objectLabels},
-		Spec: extensionsv1beta1.SandboxTemplateSpec{
-			SandboxBlueprint: sandboxv1beta1.SandboxBlueprint{
-				PodTemplate: sandboxv1beta1.PodTemplate{
-					ObjectMeta: sandboxv1beta1.PodMetadata{Labels: podLabels, Annotations: annotations},
-					Spec:       pod,
-				},
+	runTaskImage(&pod, image)
+	tmplSpec := extensionsv1beta1.SandboxTemplateSpec{
+		SandboxBlueprint: sandboxv1beta1.SandboxBlueprint{
+			PodTemplate: sandboxv1beta1.PodTemplate{
+				ObjectMeta: sandboxv1beta1.PodMetadata{Labels: podLabels, Annotations: annotations},
+				Spec:       pod,
 			},
 		},
+	}
+	if spec.ExtraTemplate != nil {
+		var err error
+		if tmplSpec, err = merge(tmplSpec, spec.ExtraTemplate); err != nil {
+			return nil, fmt.Errorf("merging extraTemplateSpec into the template of %s: %w", image, err)
+		}
+	}
+	return &extensionsv1beta1.SandboxTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: objectLabels},
+		Spec:       tmplSpec,
 	}, nil
+}
+
+// runTaskImage puts image in every container that names config.TaskImage.
+func runTaskImage(pod *corev1.PodSpec, image string) {
+	for _, cs := range [][]corev1.Container{pod.InitContainers, pod.Containers} {
+		for i := range cs {
+			if cs[i].Image == config.TaskImage {
+				cs[i].Image = image
+			}
+		}
+	}
+}
+
+// agentServerVolume holds the server copied in from its own image.
+const agentServerVolume = "agent-server"
+
+// withAgentServer makes the sandbox container run the agent server in
+// place of the keepalive, Ready only once its health path answers; with
+// a server image, an init container first copies the server in.
+func withAgentServer(pod *corev1.PodSpec, a config.AgentServer) {
+	c := &pod.Containers[0]
+	c.Command = slices.Clone(a.Command)
+	c.Ports = append(c.Ports, corev1.ContainerPort{Name: "agent-server", ContainerPort: a.Port, Protocol: corev1.ProtocolTCP})
+	health := corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: a.HealthPath, Port: intstr.FromInt32(a.Port)}}
+	// Polled each second until it first answers, so that the sandbox is
+	// Ready — claimable — as soon as the server is, and not before.
+	c.StartupProbe = &corev1.Probe{ProbeHandler: health, PeriodSeconds: 1, TimeoutSeconds: 1,
+		FailureThreshold: int32(max(1, a.StartupTimeout.Duration/time.Second))}
+	c.ReadinessProbe = &corev1.Probe{ProbeHandler: health, PeriodSeconds: 5, TimeoutSeconds: 2, FailureThreshold: 3}
+	if a.SessionKeySecret != "" {
+		c.Env = append(c.Env, corev1.EnvVar{Name: a.SessionKeyEnv, ValueFrom: &corev1.EnvVarSource{
+			SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: a.SessionKeySecret}, Key: "session-key"}}})
+	}
+	if a.Image == "" {
+		return
+	}
+	const copyTo = "/sandbox-fleet/agent-server"
+	pod.Volumes = append(pod.Volumes, corev1.Volume{Name: agentServerVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	pod.InitContainers = append(pod.InitContainers, corev1.Container{
+		Name: "agent-server", Image: a.Image, ImagePullPolicy: c.ImagePullPolicy,
+		Command:      []string{"cp", "-a", a.Path + "/.", copyTo + "/"},
+		VolumeMounts: []corev1.VolumeMount{{Name: agentServerVolume, MountPath: copyTo}},
+	})
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: agentServerVolume, MountPath: a.Path, ReadOnly: true})
+}
+
+// merge applies extra to spec as a merge patch: maps merge, lists and
+// values are replaced.
+func merge(spec extensionsv1beta1.SandboxTemplateSpec, extra map[string]any) (extensionsv1beta1.SandboxTemplateSpec, error) {
+	base, err := json.Marshal(spec)
+	if err != nil {
+		return spec, err
+	}
+	patch, err := json.Marshal(extra)
+	if err != nil {
+		return spec, err
+	}
+	merged, err := jsonpatch.MergePatch(base, patch)
+	if err != nil {
+		return spec, err
+	}
+	var out extensionsv1beta1.SandboxTemplateSpec
+	if err := json.Unmarshal(merged, &out); err != nil {
+		return spec, err
+	}
+	return out, nil
 }
 
 // withRun returns extra with the run's labels over it.

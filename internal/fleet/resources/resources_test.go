@@ -2,10 +2,15 @@ package resources
 
 import (
 	"regexp"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
+	"sigs.k8s.io/yaml"
 
+	"github.com/sandbox-fleet/sandbox-fleet/internal/golden"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
 
@@ -119,5 +124,79 @@ func TestExtraPodSpecWithoutContainers(t *testing.T) {
 	spec := tmpl.Spec.PodTemplate.Spec
 	if len(spec.Containers) != 1 || spec.Containers[0].Image != "busybox:1.36" || spec.SchedulerName != "sandbox-fleet-scheduler" {
 		t.Errorf("pod spec %+v: want the sandbox container and the extra scheduler name", spec)
+	}
+}
+
+// containersOf renders what a template runs, for golden files.
+func containersOf(t *testing.T, tmpl *extensionsv1beta1.SandboxTemplate) string {
+	t.Helper()
+	pod := tmpl.Spec.PodTemplate.Spec
+	out, err := yaml.Marshal(map[string]any{"initContainers": pod.InitContainers, "containers": pod.Containers, "volumes": pod.Volumes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "# " + tmpl.Name + "\n" + string(out)
+}
+
+// A container of extraPodSpec whose image is {task_image} runs each pool's
+// own image beside the sandbox: a grading sidecar, say.
+func TestTaskImageContainers(t *testing.T) {
+	spec := PodSpec{Extra: &corev1.PodSpec{Containers: []corev1.Container{{
+		Name: "grader", Image: config.TaskImage, Command: []string{"sleep", "infinity"},
+	}}}}
+	var b strings.Builder
+	for _, image := range []string{"docker.io/swebench/sweb.eval.x86_64.django_1776_django-11099:latest", "registry.example/r2e/orange3:0123"} {
+		tmpl, err := Template("ns", "run-7", image, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.WriteString(containersOf(t, tmpl))
+	}
+	golden.Assert(t, "task-image", b.String())
+	if spec.Extra.Containers[0].Image != config.TaskImage {
+		t.Error("rendering changed the configuration's extraPodSpec")
+	}
+}
+
+// The agent server runs in place of the keepalive, with probes on its
+// health path and the session key from its Secret; from an image of its
+// own, an init container copies it in first.
+func TestAgentServer(t *testing.T) {
+	const head = "apiVersion: sandbox-fleet.io/v1alpha1\nkind: FleetConfig\ntemplate:\n  agentServer:\n"
+	for _, tc := range []struct{ name, server string }{
+		{"agent-server-in-image", "    command: [python3, -m, openhands.agent_server, --port, '8000']\n    sessionKeySecret: agent-key\n"},
+		{"agent-server-copied", "    command: [/opt/agent-server/bin/agent-server]\n    image: ghcr.io/example/agent-server:1.0\n" +
+			"    allowWithoutSessionKey: true\n    port: 3000\n    healthPath: /alive\n    startupTimeout: 30s\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := config.Parse("fleet.yaml", []byte(head+tc.server))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmpl, err := Template("ns", "run-7", "docker.io/library/python:3.12", PodSpec{Command: f.Template.Command, AgentServer: f.Template.AgentServer})
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden.Assert(t, tc.name, containersOf(t, tmpl))
+		})
+	}
+}
+
+// extraTemplateSpec reaches the template's own fields; the Pod stays the
+// generated one.
+func TestExtraTemplateSpec(t *testing.T) {
+	tmpl, err := Template("ns", "run-7", "busybox:1.36", PodSpec{ExtraTemplate: map[string]any{
+		"networkPolicyManagement": "Unmanaged",
+		"service":                 false,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := tmpl.Spec
+	if spec.NetworkPolicyManagement != extensionsv1beta1.NetworkPolicyManagementUnmanaged || spec.Service == nil || *spec.Service {
+		t.Errorf("template spec %+v lacks the extra fields", spec)
+	}
+	if c := spec.PodTemplate.Spec.Containers; len(c) != 1 || c[0].Image != "busybox:1.36" || spec.PodTemplate.ObjectMeta.Labels[labels.RunID] != "run-7" {
+		t.Errorf("the pod template changed: %+v", spec.PodTemplate)
 	}
 }

@@ -6,6 +6,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -191,8 +192,56 @@ type Template struct {
 	Labels      map[string]string `json:"labels,omitempty"`
 	Annotations map[string]string `json:"annotations,omitempty"`
 	// ExtraPodSpec is merged into the generated Pod spec, for anything not
-	// covered above.
+	// covered above. A container whose image is "{task_image}" runs each
+	// pool's task image (a grading sidecar beside the sandbox, say).
 	ExtraPodSpec *corev1.PodSpec `json:"extraPodSpec,omitempty"`
+	// ExtraTemplateSpec is merged into each SandboxTemplate's spec, for the
+	// Agent Sandbox template fields the Pod is not (networkPolicy,
+	// networkPolicyManagement, volumeClaimTemplates, service, ...); the Pod
+	// itself is extraPodSpec's.
+	ExtraTemplateSpec map[string]any `json:"extraTemplateSpec,omitempty"`
+	// AgentServer runs an agent framework's server in each sandbox, and
+	// makes the sandbox Ready only once the server answers.
+	AgentServer *AgentServer `json:"agentServer,omitempty"`
+}
+
+// TaskImage is what an extraPodSpec container names as its image to run
+// the task's own image: each pool's template puts its image there.
+const TaskImage = "{task_image}"
+
+// AgentServer is an HTTP server in the sandbox that the agent framework
+// drives — OpenHands' agent-server, say — run as the sandbox container's
+// command instead of the keepalive. Startup and readiness probes on its
+// health path keep the sandbox from being Ready, and so from being claimed,
+// until it answers.
+type AgentServer struct {
+	// Command starts the server (it must keep running). Required.
+	Command []string `json:"command"`
+	// Image, when set, holds the server: its Path is copied into each
+	// sandbox by an init container, so that any task image can run it.
+	// Empty means the task image has the server.
+	Image string `json:"image,omitempty"`
+	// Path is where the server is in Image, and where the sandbox finds
+	// the copy. Default /opt/agent-server.
+	Path string `json:"path,omitempty"`
+	// Port is the port the server listens on. Default 8000.
+	Port int32 `json:"port,omitempty"`
+	// HealthPath answers 200 once the server serves. Default /health.
+	HealthPath string `json:"healthPath,omitempty"`
+	// StartupTimeout is how long the server may take to answer first;
+	// past it the container is restarted. Default 2m.
+	StartupTimeout metav1.Duration `json:"startupTimeout,omitempty"`
+	// SessionKeySecret names a Secret in the run's namespace whose key
+	// "session-key" the server gets as SessionKeyEnv: the key a client
+	// must send (OpenHands' X-Session-API-Key).
+	SessionKeySecret string `json:"sessionKeySecret,omitempty"`
+	// SessionKeyEnv is the variable the key is given in. Default
+	// SESSION_API_KEY, OpenHands' own.
+	SessionKeyEnv string `json:"sessionKeyEnv,omitempty"`
+	// AllowWithoutSessionKey runs a server with no session key, which
+	// anyone reaching the Pod can drive. Default false: without
+	// sessionKeySecret the configuration is refused.
+	AllowWithoutSessionKey bool `json:"allowWithoutSessionKey,omitempty"`
 }
 
 // Recycle is sandbox recycling: a sandbox that ran a task is reset in
@@ -326,6 +375,15 @@ func (f *Fleet) applyDefaults() {
 	}
 	if t.ImagePullPolicy == "" {
 		t.ImagePullPolicy = corev1.PullIfNotPresent
+	}
+	if a := t.AgentServer; a != nil {
+		a.Path = cmp.Or(a.Path, "/opt/agent-server")
+		a.Port = cmp.Or(a.Port, 8000)
+		a.HealthPath = cmp.Or(a.HealthPath, "/health")
+		a.SessionKeyEnv = cmp.Or(a.SessionKeyEnv, "SESSION_API_KEY")
+		if a.StartupTimeout.Duration == 0 {
+			a.StartupTimeout.Duration = 2 * time.Minute
+		}
 	}
 	for i := range f.Clusters {
 		if f.Clusters[i].Weight == 0 {

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -9,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
 )
@@ -140,6 +143,7 @@ func (f *Fleet) validate(fail func(path, format string, args ...any)) {
 	default:
 		fail("template.imagePullPolicy", "%q is not Always, IfNotPresent or Never", f.Template.ImagePullPolicy)
 	}
+	f.Template.validateExtras(fail)
 	for i, r := range f.Rewrite {
 		if _, err := images.ParseRule(r.From + "=" + r.To); err != nil {
 			fail(fmt.Sprintf("rewrite[%d]", i), "%v", err)
@@ -149,5 +153,64 @@ func (f *Fleet) validate(fail func(path, format string, args ...any)) {
 		for _, msg := range append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...) {
 			fail("labels."+k, "%s", msg)
 		}
+	}
+}
+
+// validateExtras checks what the template adds to the generated objects:
+// the agent server and the extra template fields.
+func (t *Template) validateExtras(fail func(path, format string, args ...any)) {
+	if a := t.AgentServer; a != nil {
+		a.validate(fail)
+	}
+	if t.ExtraTemplateSpec == nil {
+		return
+	}
+	if _, ok := t.ExtraTemplateSpec["podTemplate"]; ok {
+		fail("template.extraTemplateSpec.podTemplate", "the Pod is the template's own: set its fields in template.extraPodSpec")
+	}
+	raw, err := json.Marshal(t.ExtraTemplateSpec)
+	if err == nil {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(&extensionsv1beta1.SandboxTemplateSpec{})
+	}
+	if err != nil {
+		fail("template.extraTemplateSpec", "not a SandboxTemplate spec of Agent Sandbox %s: %v", extensionsv1beta1.GroupVersion.Version, err)
+	}
+}
+
+func (a *AgentServer) validate(fail func(path, format string, args ...any)) {
+	const path = "template.agentServer"
+	if len(a.Command) == 0 {
+		fail(path+".command", "the command that starts the server is required")
+	}
+	if a.Port < 1 || a.Port > 65535 {
+		fail(path+".port", "%d is not a port", a.Port)
+	}
+	if !strings.HasPrefix(a.HealthPath, "/") {
+		fail(path+".healthPath", "%q is not an absolute HTTP path", a.HealthPath)
+	}
+	if a.Image != "" {
+		if _, err := images.Normalize(a.Image); err != nil {
+			fail(path+".image", "%v", err)
+		}
+		if !strings.HasPrefix(a.Path, "/") || a.Path == "/" {
+			fail(path+".path", "%q: the directory the server is copied from must be absolute, and not /", a.Path)
+		}
+	}
+	for _, msg := range validation.IsEnvVarName(a.SessionKeyEnv) {
+		fail(path+".sessionKeyEnv", "%q: %s", a.SessionKeyEnv, msg)
+	}
+	switch {
+	case a.SessionKeySecret != "":
+		for _, msg := range validation.IsDNS1123Subdomain(a.SessionKeySecret) {
+			fail(path+".sessionKeySecret", "%q is not a Secret name: %s", a.SessionKeySecret, msg)
+		}
+	case !a.AllowWithoutSessionKey:
+		fail(path+".sessionKeySecret", "a server without a session key can be driven by anyone who reaches the Pod: "+
+			"name a Secret with the key \"session-key\", or set allowWithoutSessionKey: true")
+	}
+	if a.StartupTimeout.Duration < time.Second {
+		fail(path+".startupTimeout", "%s is less than a second", a.StartupTimeout.Duration)
 	}
 }
