@@ -631,7 +631,8 @@ class SandboxFleet:
         warming pools by ``strategy`` as the session plans it: ``naive``
         warms every image first, ``sliding`` one window of images at a
         time, ``pipelined`` the next window while one runs, ``none``
-        nothing ahead. Pools stay between epochs; after the run they are
+        nothing ahead. A plan of one window keeps its pools between epochs
+        (several windows warm again each epoch); after the run they are
         let go unless ``keep_warm``. With ``recycle`` (a session started
         with ``--recycle``) a sandbox is reset and reused by the next task
         of its image. Returns a RunResult per task in the order the tasks
