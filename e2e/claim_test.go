@@ -20,7 +20,7 @@ func TestClaimOnBadImageFailsFast(t *testing.T) {
 	pool := createPool(t, ctx, clients, runID, "docker.io/library/Busybox:UPPER:case", resources.PodSpec{}, 1)
 	c := claimer(clients, tr)
 	start := time.Now()
-	_, err := c.Acquire(ctx, pool, "bad-1")
+	_, err := c.Acquire(ctx, pool, "bad-1", nil)
 	var claimErr *verdict.StartError
 	if !errors.As(err, &claimErr) || claimErr.Reason != "InvalidImageName" || !claimErr.Terminal {
 		t.Fatalf("Acquire = %v; want a terminal InvalidImageName claim error", err)

@@ -44,7 +44,7 @@ func TestWarmPoolClaimAndExec(t *testing.T) {
 	if err := (&warm.Filler{Client: clients.Client, Tracker: tr}).Fill(ctx, []warm.Pool{{Template: template, Pool: pool}}); err != nil {
 		t.Fatal(err)
 	}
-	h, err := claimer(clients, tr).Acquire(ctx, pool, "task-1")
+	h, err := claimer(clients, tr).Acquire(ctx, pool, "task-1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ func pullInProgress(t *testing.T, ctx context.Context, n *sandboxNode) {
 	pool := createPool(t, ctx, clients, runID, ref, resources.PodSpec{NodeSelector: map[string]string{corev1.LabelHostname: node}}, 1)
 	acquired := make(chan error, 1)
 	go func() {
-		_, err := claimer(clients, tr).Acquire(ctx, pool, "task-1")
+		_, err := claimer(clients, tr).Acquire(ctx, pool, "task-1", nil)
 		acquired <- err
 	}()
 

@@ -13,6 +13,6 @@ import (
 // (clients/python/tests/test_real_node.py), and the managed runner
 // (test_real_node_run.py).
 func TestPythonClientOnTheRealNode(t *testing.T) {
-	testpython.Run(t, kubeconfig(), newNamespace(t), []string{"tests/test_real_node.py", "tests/test_real_node_run.py"},
-		"SANDBOX_FLEET_REAL_NODE=1", "SANDBOX_FLEET_BUSYBOX="+testimages.Busybox, "SANDBOX_FLEET_PROBLEM="+testimages.Problem(1))
+	testpython.Run(t, kubeconfig(), newNamespace(t), []string{"tests/test_real_node.py", "tests/test_real_node_run.py", "tests/test_resume.py"},
+		"SANDBOX_FLEET_REAL_NODE=1", "SANDBOX_FLEET_BUSYBOX="+testimages.Busybox, "SANDBOX_FLEET_PROBLEM="+testimages.Problem(1), "SANDBOX_FLEET_PROBLEM2="+testimages.Problem(2))
 }

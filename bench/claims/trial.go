@@ -316,7 +316,7 @@ func bare(ctx context.Context, clients *kube.Clients, sc scenario) (trialResult,
 	defer stop(nil)
 	one := func(t tasks.Task) error {
 		asked := time.Now()
-		claim := resources.Claim(pools[t.Image], t.ID)
+		claim := resources.Claim(pools[t.Image], t.ID, nil)
 		if err := clients.Client.Create(claimCtx, claim); err != nil {
 			return err
 		}

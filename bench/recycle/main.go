@@ -213,7 +213,7 @@ func agentLoop(ctx context.Context, c *testcluster.Cluster, commands int) (perEx
 	if err := f.Warm(ctx, []string{t.Image}, func(string) int { return 1 }); err != nil {
 		return nil, nil, err
 	}
-	s, err := f.Acquire(ctx, t)
+	s, err := f.Acquire(ctx, t, nil)
 	if err != nil {
 		return nil, nil, err
 	}

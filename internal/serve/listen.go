@@ -176,7 +176,7 @@ func loopback(host string) bool {
 // stops taking calls, waits a moment for calls in flight, and returns.
 func Serve(ctx context.Context, l net.Listener, v *Service, a Access) error {
 	mux := http.NewServeMux()
-	path, handler := fleetv1connect.NewFleetServiceHandler(v, connect.WithReadMaxBytes(64<<20), connect.WithInterceptors(traced{}, &v.callers))
+	path, handler := fleetv1connect.NewFleetServiceHandler(v, connect.WithReadMaxBytes(64<<20), connect.WithInterceptors(traced{}, callers{v.Session}))
 	mux.Handle(path, handler)
 	var h http.Handler = mux
 	if a.Token != "" {

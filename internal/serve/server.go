@@ -42,8 +42,6 @@ type Service struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 	closeErr  error
-	// callers binds client ids to their callers' keys.
-	callers callers
 }
 
 var _ fleetv1connect.FleetServiceHandler = (*Service)(nil)
@@ -480,8 +478,8 @@ func (v *Service) Status(ctx context.Context, _ *connect.Request[fleetv1.StatusR
 }
 
 func (v *Service) Close(ctx context.Context, req *connect.Request[fleetv1.CloseRequest]) (*connect.Response[fleetv1.CloseResponse], error) {
-	if err := v.callers.mayClose(req.Msg.ClientId); err != nil {
-		return nil, err
+	if err := v.Session.MayClose(req.Msg.ClientId); err != nil {
+		return nil, toConnect(err)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), v.Session.Fleet().Config.ReadyTimeout.Duration)
 	defer cancel()

@@ -11,7 +11,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	fleetv1 "github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/session"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 )
@@ -124,36 +123,5 @@ func TestResolveToken(t *testing.T) {
 	}
 	if _, _, err := ResolveToken(&b, named); err == nil || !strings.Contains(err.Error(), "chmod 600") {
 		t.Errorf("a token file others can read: %v, want refused", err)
-	}
-}
-
-// Each client id is bound to the key of the first call naming it; the
-// first client owns the session.
-func TestCallers(t *testing.T) {
-	var c callers
-	acquire := func(id string) any { return &fleetv1.AcquireRequest{ClientId: id} }
-	for _, tc := range []struct {
-		msg  any
-		key  string
-		want bool
-	}{
-		{acquire("a"), "ka", true},
-		{acquire("a"), "ka", true},
-		{acquire("a"), "other", false},
-		{acquire("a"), "", false},
-		{acquire("b"), "", true},
-		{acquire("b"), "", true},
-		{acquire("b"), "kb", false},
-		{&fleetv1.StatusRequest{}, "anything", true},
-	} {
-		if err := c.check(tc.msg, tc.key); (err == nil) != tc.want {
-			t.Errorf("check(%v, %q) = %v, want allowed %v", tc.msg, tc.key, err, tc.want)
-		}
-	}
-	if err := c.mayClose("b"); connect.CodeOf(err) != connect.CodePermissionDenied {
-		t.Errorf("Close by a client that is not the owner: %v", err)
-	}
-	if err := c.mayClose("a"); err != nil {
-		t.Errorf("Close by the owner: %v", err)
 	}
 }

@@ -14,7 +14,9 @@ import (
 
 // Acquire claims a sandbox of t's image from its warm pool and waits until
 // it is Ready, for readyTimeout at most. The pool must be warm.
-func (f *Fleet) Acquire(ctx context.Context, t tasks.Task) (*Sandbox, error) {
+// annotations go on the claim: a session records there whom the sandbox
+// is for, to find it again when resumed.
+func (f *Fleet) Acquire(ctx context.Context, t tasks.Task, annotations map[string]string) (*Sandbox, error) {
 	f.mu.Lock()
 	p, ok := f.warm[t.Image]
 	var pool *extensionsv1beta1.SandboxWarmPool
@@ -33,7 +35,7 @@ func (f *Fleet) Acquire(ctx context.Context, t tasks.Task) (*Sandbox, error) {
 	defer cancel()
 	start := time.Now()
 	settled := f.pace(ctx, p, pool.Name)
-	h, err := p.cluster.claimer.Acquire(ctx, pool, t.ID)
+	h, err := p.cluster.claimer.Acquire(ctx, pool, t.ID, annotations)
 	settled()
 	f.claimed(p.cluster.Name, err == nil, err == nil && h.Warm, time.Since(start))
 	if err != nil {

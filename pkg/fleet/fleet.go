@@ -156,7 +156,13 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 // Preflight checks every cluster, concurrently, before anything is
 // created: the Agent Sandbox API, the namespace, permissions, runtime class
 // and pull secret. It returns the failures, each with what to do.
-func (f *Fleet) Preflight(ctx context.Context) error {
+func (f *Fleet) Preflight(ctx context.Context) error { return f.preflight(ctx, false) }
+
+// PreflightSession is Preflight for a session (package session), which
+// also needs to record its state and patch its claims.
+func (f *Fleet) PreflightSession(ctx context.Context) error { return f.preflight(ctx, true) }
+
+func (f *Fleet) preflight(ctx context.Context, session bool) error {
 	start := time.Now()
 	defer func() { f.phase("preflight", "", time.Since(start)) }()
 	errs := make([]error, len(f.Clusters))
@@ -165,6 +171,7 @@ func (f *Fleet) Preflight(ctx context.Context) error {
 		wg.Go(func() {
 			rep := preflight.Run(ctx, c.Clients.Kube, c.Clients.Config.Host, preflight.Options{
 				Namespace: c.Namespace(), RuntimeClass: c.spec.RuntimeClassName, ImagePullSecret: c.spec.ImagePullSecret,
+				Session: session,
 			})
 			for _, w := range rep.Warnings() {
 				f.logf("preflight on cluster %s: %s: %s", c.Name, w.Name, w.Detail)

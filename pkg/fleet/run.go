@@ -444,7 +444,7 @@ func (f *Fleet) claimFor(ctx context.Context, t tasks.Task, r *Result) *Sandbox 
 	s := f.TakeClean(t)
 	if s == nil {
 		var err error
-		if s, err = f.Acquire(ctx, t); err != nil {
+		if s, err = f.Acquire(ctx, t, nil); err != nil {
 			r.Phases["claim"] = time.Since(start).Seconds()
 			r.Error = err.Error()
 			r.Verdict, r.Reason = verdict.Infra, verdict.Reason(err)

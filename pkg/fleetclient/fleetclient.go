@@ -5,6 +5,11 @@
 // token, if any, and a key of the client's own (fleetv1.ClientKeyHeader)
 // that binds the client ids it names to it.
 //
+// A call made while nothing listens at the address — serve restarting, as
+// `serve --resume` does after its process died — waits for it to listen
+// again (WithReconnect), and an Acquire with a request id whose
+// connection broke is sent again, so it never takes two sandboxes.
+//
 //	c, err := fleetclient.New("unix:///tmp/sandbox-fleet-run-1/serve.sock")
 //	resp, err := c.Acquire(ctx, connect.NewRequest(&fleetv1.AcquireRequest{
 //		RequestId: uuid, ClientId: "trainer-0", TaskId: "t1"}))
@@ -14,15 +19,19 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
+	"time"
 
 	"connectrpc.com/connect"
 
 	fleetv1 "github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1"
 	"github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1/fleetv1connect"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/serve"
 )
 
 // Option configures New.
@@ -31,7 +40,17 @@ type Option func(*options)
 type options struct {
 	token, key string
 	http       *http.Client
+	reconnect  time.Duration
 }
+
+// DefaultReconnect is how long a call waits for a server that is not
+// listening, unless WithReconnect says otherwise.
+const DefaultReconnect = time.Minute
+
+// WithReconnect sets how long a call waits for a server that nothing
+// listens for (a restart) before it fails; 0 does not wait. It applies
+// to the connections New makes, not to those of WithHTTPClient's client.
+func WithReconnect(d time.Duration) Option { return func(o *options) { o.reconnect = d } }
 
 // WithToken sends token as the bearer token of every call.
 func WithToken(token string) Option { return func(o *options) { o.token = token } }
@@ -47,7 +66,7 @@ func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.http = 
 // New returns a client of the session at address: unix:///PATH or a
 // socket path, or http(s)://HOST:PORT.
 func New(address string, opts ...Option) (fleetv1connect.FleetServiceClient, error) {
-	o := options{}
+	o := options{reconnect: DefaultReconnect}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -57,16 +76,18 @@ func New(address string, opts ...Option) (fleetv1connect.FleetServiceClient, err
 		if !ok {
 			path = address
 		}
-		var d net.Dialer
+		dial := redial(o.reconnect)
 		httpClient = &http.Client{Transport: &http.Transport{
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return d.DialContext(ctx, "unix", path) },
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx, "unix", path) },
 		}}
 		base = "http://localhost"
 	} else if !strings.HasPrefix(address, "http://") && !strings.HasPrefix(address, "https://") {
 		return nil, fmt.Errorf("address %q: use unix:///PATH, a socket path, or http(s)://HOST:PORT", address)
 	}
 	if httpClient == nil {
-		httpClient = http.DefaultClient
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.DialContext = redial(o.reconnect)
+		httpClient = &http.Client{Transport: t}
 	}
 	h := headers{}
 	if o.token != "" {
@@ -80,7 +101,71 @@ func New(address string, opts ...Option) (fleetv1connect.FleetServiceClient, err
 		o.key = hex.EncodeToString(key)
 	}
 	h[fleetv1.ClientKeyHeader] = o.key
-	return fleetv1connect.NewFleetServiceClient(httpClient, base, connect.WithInterceptors(h)), nil
+	return fleetv1connect.NewFleetServiceClient(httpClient, base, connect.WithInterceptors(h, retryAcquire{})), nil
+}
+
+// redial dials, and while nothing listens at the address dials again, for
+// within at most or until ctx ends: no request was sent, so none is
+// repeated.
+func redial(within time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		deadline := time.Now().Add(within)
+		pause := 20 * time.Millisecond
+		for {
+			conn, err := d.DialContext(ctx, network, addr)
+			if err == nil || !notListening(err) || time.Now().After(deadline) {
+				return conn, err
+			}
+			select {
+			case <-ctx.Done():
+				return nil, err
+			case <-time.After(pause):
+			}
+			pause = min(2*pause, 500*time.Millisecond)
+		}
+	}
+}
+
+// notListening reports whether err says nothing listens at the address:
+// a TCP port refused, a unix socket not there (or refused).
+func notListening(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ENOENT)
+}
+
+// acquireRetries is how many times an Acquire whose connection broke is
+// sent again.
+const acquireRetries = 3
+
+// retryAcquire sends an Acquire with a request id again when its
+// connection broke (the server died under it) — Unavailable without the
+// verdict a server's own failure carries: the server finds the first try
+// by its request id, so the retry takes no second sandbox.
+type retryAcquire struct{}
+
+func (retryAcquire) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		m, ok := req.Any().(*fleetv1.AcquireRequest)
+		if !ok || m.RequestId == "" {
+			return next(ctx, req)
+		}
+		for try := 0; ; try++ {
+			resp, err := next(ctx, req)
+			var cerr *connect.Error
+			if !errors.As(err, &cerr) || cerr.Code() != connect.CodeUnavailable || cerr.Meta().Get(serve.VerdictKey) != "" ||
+				try == acquireRetries || ctx.Err() != nil {
+				return resp, err
+			}
+		}
+	}
+}
+
+func (retryAcquire) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (retryAcquire) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
 }
 
 // headers are set on every call, unary and streaming: the bearer token

@@ -37,8 +37,9 @@ var cluster *testcluster.Cluster
 func TestMain(m *testing.M) { testcluster.Main(m, &cluster) }
 
 // startSession serves a session of its own on kwok nodes, as serve does,
-// and returns it; everything of it is torn down when the test ends.
-func startSession(t *testing.T, ctx context.Context, access serve.Access) (*serve.Service, string) {
+// and returns it and a func that stops serving it (not the session);
+// everything of it is torn down when the test ends.
+func startSession(t *testing.T, ctx context.Context, access serve.Access) (*serve.Service, string, func()) {
 	t.Helper()
 	clients, err := cluster.Clients(cluster.NewNamespace(t))
 	if err != nil {
@@ -58,11 +59,14 @@ func startSession(t *testing.T, ctx context.Context, access serve.Access) (*serv
 	sctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- serve.Serve(sctx, l, v, access) }()
-	t.Cleanup(func() {
+	stopServing := sync.OnceFunc(func() {
 		stop()
 		if err := <-done; err != nil {
 			t.Errorf("serving: %v", err)
 		}
+	})
+	t.Cleanup(func() {
+		stopServing()
 		if err := v.Shutdown(context.Background()); err != nil {
 			t.Errorf("closing the session: %v", err)
 		}
@@ -71,7 +75,7 @@ func startSession(t *testing.T, ctx context.Context, access serve.Access) (*serv
 			t.Errorf("after Close: %v left (%v)", left, err)
 		}
 	})
-	return v, addr
+	return v, addr, stopServing
 }
 
 func code(err error) connect.Code {
@@ -87,7 +91,7 @@ func code(err error) connect.Code {
 func TestSessionOverUnixSocket(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	_, addr := startSession(t, ctx, serve.Access{Address: filepath.Join(t.TempDir(), "s.sock")})
+	_, addr, _ := startSession(t, ctx, serve.Access{Address: filepath.Join(t.TempDir(), "s.sock")})
 	c, err := fleetclient.New(addr)
 	if err != nil {
 		t.Fatal(err)
@@ -201,7 +205,7 @@ func TestTokenOverTLS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	certFile, keyFile, pool := selfSigned(t)
-	_, addr := startSession(t, ctx, serve.Access{Address: "127.0.0.1:0", Token: "s3cret", CertFile: certFile, KeyFile: keyFile})
+	_, addr, _ := startSession(t, ctx, serve.Access{Address: "127.0.0.1:0", Token: "s3cret", CertFile: certFile, KeyFile: keyFile})
 	if !strings.HasPrefix(addr, "https://") {
 		t.Fatalf("address %q, want https", addr)
 	}
@@ -260,4 +264,51 @@ func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 	pool = x509.NewCertPool()
 	pool.AddCert(cert)
 	return certFile, keyFile, pool
+}
+
+// A call made while serve restarts waits for it to listen again, and is
+// made once: the client's reconnect, on the real server.
+func TestCallsWaitForARestartingServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	access := serve.Access{Address: filepath.Join(t.TempDir(), "s.sock")}
+	v, addr, stopServing := startSession(t, ctx, access)
+	c, err := fleetclient.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Renew(ctx, connect.NewRequest(&fleetv1.RenewRequest{ClientId: "go"})); err != nil {
+		t.Fatal(err)
+	}
+	// serve stops listening, as a killed one does, and starts again
+	// after the call below was made.
+	stopServing()
+	sctx, stopSecond := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() {
+		time.Sleep(time.Second)
+		l, _, err := serve.Listen(access)
+		if err != nil {
+			served <- err
+			return
+		}
+		served <- serve.Serve(sctx, l, v, access)
+	}()
+	start := time.Now()
+	_, err = c.Renew(ctx, connect.NewRequest(&fleetv1.RenewRequest{ClientId: "go"}))
+	waited := time.Since(start)
+	stopSecond()
+	if serr := <-served; serr != nil {
+		t.Errorf("serving again: %v", serr)
+	}
+	if err != nil {
+		t.Fatalf("a call while serve restarts: %v", err)
+	}
+	if waited < 500*time.Millisecond {
+		t.Errorf("the call returned after %v, before serve listened again", waited)
+	}
+	quick, _ := fleetclient.New(filepath.Join(t.TempDir(), "none.sock"), fleetclient.WithReconnect(0))
+	if _, err := quick.Renew(ctx, connect.NewRequest(&fleetv1.RenewRequest{ClientId: "go"})); code(err) != connect.CodeUnavailable {
+		t.Errorf("a call to nothing, without reconnect: %v, want Unavailable at once", err)
+	}
 }

@@ -23,6 +23,14 @@ const (
 	Pool = "sandbox-fleet.io/pool"
 	// TaskID is the annotation that records on a claim the task it serves.
 	TaskID = "sandbox-fleet.io/task-id"
+	// Client, RequestID and AcquiredImage are the annotations a session
+	// (serve) records on a claim it holds: the client the sandbox is
+	// leased to, the request id of the acquire that claimed it, and the
+	// image asked for when the acquire named an image rather than a task.
+	// A resumed session gives the sandbox back to that client by them.
+	Client        = "sandbox-fleet.io/client"
+	RequestID     = "sandbox-fleet.io/request-id"
+	AcquiredImage = "sandbox-fleet.io/acquired-image"
 )
 
 // ForRun returns the labels of an object created by run runID.

@@ -12,7 +12,7 @@ import ssl
 import struct
 from collections.abc import AsyncIterator, Iterable
 
-from ._connect import _END_STREAM, _MAX_IDLE, SERVICE, Transport, _end_error, _envelope
+from ._connect import _END_STREAM, _MAX_IDLE, SERVICE, Reconnect, Transport, _end_error, _envelope, _not_listening
 from .errors import FleetError, InfraError, from_connect
 
 
@@ -151,10 +151,15 @@ class AsyncTransport:
                 raise InfraError(f"{method}: the fleet session at {self.sync.address} did not answer: {e}", "unavailable", "api") from e
 
     async def _open_or_fail(self, method: str) -> _Conn:
-        try:
-            return await self._open()
-        except OSError as e:
-            raise InfraError(f"{method}: the fleet session at {self.sync.address} did not answer: {e}", "unavailable", "api") from e
+        tries = Reconnect(self.sync.reconnect)
+        while True:
+            try:
+                return await self._open()
+            except OSError as e:
+                if _not_listening(e) and (pause := tries.wait()) is not None:
+                    await asyncio.sleep(pause)
+                    continue
+                raise InfraError(f"{method}: the fleet session at {self.sync.address} did not answer: {e}", "unavailable", "api") from e
 
     async def unary(self, method: str, msg: dict, timeout: float | None = None) -> dict:
         timeout = timeout or self.sync.timeout

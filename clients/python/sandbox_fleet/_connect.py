@@ -13,6 +13,7 @@ import socket
 import ssl
 import struct
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterable, Iterator
 
@@ -27,6 +28,36 @@ _END_STREAM = 0x02
 
 # Idle connections kept per transport.
 _MAX_IDLE = 16
+
+# How long a call waits for a server that nothing listens for — one
+# restarting, as `serve --resume` does — before it fails; and the longest
+# pause between its tries.
+RECONNECT = 60.0
+_RECONNECT_PAUSE = 0.5
+
+
+class Reconnect:
+    """The tries of one call at a server that is not listening: such a call
+    was never made, so it is made again once the server listens again,
+    for ``within`` seconds at most."""
+
+    def __init__(self, within: float):
+        self.deadline = time.monotonic() + within
+        self.pause = 0.02
+
+    def wait(self) -> float | None:
+        """The pause before the next try, or None when time is up."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            return None
+        pause, self.pause = min(self.pause, left), min(self.pause * 2, _RECONNECT_PAUSE)
+        return pause
+
+
+def _not_listening(e: BaseException) -> bool:
+    """Whether e says nothing listens at the address (a TCP port refused, a
+    unix socket not there): the request was not sent."""
+    return isinstance(e, (ConnectionRefusedError, FileNotFoundError))
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -59,8 +90,9 @@ class Transport:
     socket path, or ``http(s)://host:port``."""
 
     def __init__(self, address: str, token: str | None = None, timeout: float | None = None,
-                 headers: dict[str, str] | None = None):
+                 headers: dict[str, str] | None = None, reconnect: float = RECONNECT):
         self.address = address
+        self.reconnect = reconnect
         self.token = token
         self.timeout = timeout
         self.headers = dict(headers or {})
@@ -122,6 +154,7 @@ class Transport:
             conn.close()
 
     def _send(self, method: str, body, content_type: str, timeout: float | None, chunked: bool = False):
+        tries = Reconnect(self.reconnect)
         while True:
             # A streamed body cannot be sent twice: it takes a new connection.
             conn, reused = (self._connection(timeout), False) if chunked else self._take(timeout)
@@ -137,6 +170,9 @@ class Transport:
                 raise InfraError(f"{method}: the fleet session at {self.address} did not answer: {e}", "unavailable", "api") from e
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
+                if _not_listening(e) and (pause := tries.wait()) is not None:
+                    time.sleep(pause)
+                    continue
                 raise InfraError(f"{method}: the fleet session at {self.address} did not answer: {e}", "unavailable", "api") from e
 
     def unary(self, method: str, msg: dict, timeout: float | None = None) -> dict:

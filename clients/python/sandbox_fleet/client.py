@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from . import _rows, runner
-from ._connect import CLIENT_KEY_HEADER, Transport, b64, unb64
+from ._connect import CLIENT_KEY_HEADER, RECONNECT, Transport, b64, unb64
 from .errors import FleetError, InfraError, OutputTooLarge, TaskError
 
 # The most a call keeps in memory unless its caller says otherwise: a
@@ -584,10 +584,17 @@ class SandboxFleet:
     thread renews the lease while any is held, so a crashed trainer's
     sandboxes are released by the server. The first client to call a
     session owns it: only that one may ``close`` it.
+
+    A call made while nothing listens at ``address`` — serve restarting,
+    as ``serve --resume`` does after its process died — waits up to
+    ``reconnect`` seconds for it to listen again; an acquire whose
+    connection broke is sent again with its request id, so it never takes
+    two sandboxes. Handles acquired before the restart work after it.
     """
 
     def __init__(self, address: str, token: str | None = None, client_id: str | None = None,
-                 timeout: float | None = 60.0, retries: int = 3, token_file: str | None = None):
+                 timeout: float | None = 60.0, retries: int = 3, token_file: str | None = None,
+                 reconnect: float = RECONNECT):
         if token_file is not None:
             if token is not None:
                 raise ValueError("give token or token_file, not both")
@@ -595,7 +602,8 @@ class SandboxFleet:
                 token = f.read().strip()
         # The key binds client_id to this object at the server: no other
         # caller can act on its sandboxes, whatever id it claims.
-        self._t = Transport(address, token=token, timeout=timeout, headers={CLIENT_KEY_HEADER: secrets.token_hex(16)})
+        self._t = Transport(address, token=token, timeout=timeout, headers={CLIENT_KEY_HEADER: secrets.token_hex(16)},
+                            reconnect=reconnect)
         self.client_id = client_id or "py-" + uuid.uuid4().hex[:12]
         self.retries = retries
         self._held: set[str] = set()

@@ -26,7 +26,7 @@ NAMESPACE = os.environ.get("SANDBOX_FLEET_NAMESPACE")
 
 needs_cluster = pytest.mark.skipif(not (BIN and NAMESPACE), reason="needs the local test cluster (run through go test ./clients/python)")
 
-RUN_KINDS = "sandboxclaims,sandboxwarmpools,sandboxtemplates,sandboxes,pods,leases"
+RUN_KINDS = "sandboxclaims,sandboxwarmpools,sandboxtemplates,sandboxes,pods,leases,configmaps"
 
 
 def leftovers(run_id: str) -> list[str]:
@@ -48,13 +48,19 @@ def _die_with_parent() -> None:
 class Server:
     """One `serve` process and its session."""
 
-    def __init__(self, *args: str, lease_ttl: str = "60s", warm_ttl: str = "10m"):
-        self.dir = tempfile.mkdtemp(prefix="sf-serve-")
-        self.run_id = "py-" + os.urandom(4).hex()
-        self.log = open(os.path.join(self.dir, "serve.log"), "w+")
+    def __init__(self, *args: str, lease_ttl: str = "60s", warm_ttl: str = "10m", resume: Server | None = None):
+        if resume is None:
+            self.dir = tempfile.mkdtemp(prefix="sf-serve-")
+            self.run_id = "py-" + os.urandom(4).hex()
+            session = ["--run-id", self.run_id, "--lease-ttl", lease_ttl, "--warm-ttl", warm_ttl]
+        else:
+            # The session of a serve that died, at its address.
+            self.dir, self.run_id = resume.dir, resume.run_id
+            session = ["--resume", self.run_id]
+        self.log = open(os.path.join(self.dir, f"serve-{len(os.listdir(self.dir))}.log"), "w+")
         self.proc = subprocess.Popen(
-            [BIN, "serve", "-n", NAMESPACE, "--run-id", self.run_id, "--listen", f"unix://{self.dir}/serve.sock",
-             "--lease-ttl", lease_ttl, "--warm-ttl", warm_ttl, "--max-concurrent", "4", "--max-warmpool-size", "2", *args],
+            [BIN, "serve", "-n", NAMESPACE, "--listen", f"unix://{self.dir}/serve.sock", *session,
+             "--max-concurrent", "4", "--max-warmpool-size", "2", *args],
             stdout=subprocess.PIPE, stderr=self.log, text=True, preexec_fn=_die_with_parent)
         self.address = self.proc.stdout.readline().strip()
         if not self.address:
@@ -84,7 +90,8 @@ def server():
         return s
 
     yield start
-    for s in servers:
+    # The last first: a resumed session is its killed server's too.
+    for s in reversed(servers):
         code = s.stop()
         assert code == 0 or s.proc.returncode is not None, s.logs()
         # The garbage collector finishes a foreground deletion of a

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -30,6 +31,7 @@ type options struct {
 	streams     genericiooptions.IOStreams
 	inputs      inputs.Flags
 	runID       string
+	resume      string
 	access      serve.Access
 	tokenFile   string
 	opts        session.Options
@@ -68,19 +70,36 @@ sandboxes, and they are released. A pool nobody asked for within --warm-ttl,
 and with no sandbox held, is removed.
 
 SIGINT, SIGTERM or a client's Close tear the session down; a second signal
-exits at once and prints how to reap what is left.`,
+exits at once and prints how to reap what is left.
+
+A session outlives its process: --resume RUN_ID takes over one whose serve
+died (killed, out of memory, its node or Pod gone). It reads back what the
+session recorded in its namespace (configuration, options, tasks, clients)
+and finds its pools and held sandboxes by their labels: pools are kept as
+they are, each held sandbox goes back to its client while that client's lease
+runs (and is released once it ran out), and a client that reconnects with its
+id and key finds its handles. A serve of the session still renewing its
+heartbeat is waited for.`,
 		Example: `  # serve on a unix socket, with the tasks of a file in the plan
   kubectl sandbox-fleet serve -f fleet.yaml --tasks swebench.jsonl
 
   # serve on loopback TCP for a trainer on this machine, the token in a file
-  kubectl sandbox-fleet serve -f fleet.yaml --listen 127.0.0.1:7070 --token-file ~/.sandbox-fleet-token`,
+  kubectl sandbox-fleet serve -f fleet.yaml --listen 127.0.0.1:7070 --token-file ~/.sandbox-fleet-token
+
+  # take over that session after its serve died, at the same address
+  kubectl sandbox-fleet serve --resume run-20261205-120000-abc123 --listen 127.0.0.1:7070 --token-file ~/.sandbox-fleet-token`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, ts, err := o.inputs.Load(cmd.Flags(), o.streams.In)
 			if err != nil {
 				return err
 			}
-			if o.runID, err = runid.FromFlag(o.runID); err != nil {
+			if o.resume != "" {
+				if err := o.resuming(cmd, ts); err != nil {
+					return err
+				}
+				o.runID = o.resume
+			} else if o.runID, err = runid.FromFlag(o.runID); err != nil {
 				return err
 			}
 			if (o.access.CertFile == "") != (o.access.KeyFile == "") {
@@ -110,6 +129,7 @@ exits at once and prints how to reap what is left.`,
 	f := cmd.Flags()
 	o.inputs.AddFlags(f)
 	f.StringVar(&o.runID, "run-id", "", "id labelling everything the session creates (default: generated)")
+	f.StringVar(&o.resume, "resume", "", "take over the session of this run id, whose serve died: its pools, held sandboxes and clients")
 	f.StringVar(&o.access.Address, "listen", "", "unix:///PATH or a socket path, or HOST:PORT (default: a unix socket in a new private temporary directory, printed at start)")
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token every call must carry (mode 0600; written with a fresh token if it does not exist); TCP always has one")
 	f.StringVar(&o.access.CertFile, "tls-cert-file", "", "serve TLS with this certificate")
@@ -142,7 +162,12 @@ func (o *options) run(parent context.Context, cfg config.Fleet, ts []tasks.Task)
 		func() string { return runid.ReapHint(o.runID, o.inputs.ConfigFile, targets) })
 	defer stopSignals()
 
-	s, err := session.Open(ctx, o.runID, cfg, ts, targets, o.opts)
+	var s *session.Session
+	if o.resume != "" {
+		s, err = session.Resume(ctx, o.runID, o.given(cfg), targets)
+	} else {
+		s, err = session.Open(ctx, o.runID, cfg, ts, targets, o.opts)
+	}
 	if err != nil {
 		return err
 	}
@@ -167,4 +192,30 @@ func (o *options) run(parent context.Context, cfg config.Fleet, ts []tasks.Task)
 	}
 	fmt.Fprintf(o.streams.ErrOut, "session %s: closed, everything of it removed\n", o.runID)
 	return nil
+}
+
+// resuming checks what --resume goes with: a session's run id, tasks and
+// options are its own.
+func (o *options) resuming(cmd *cobra.Command, ts []tasks.Task) error {
+	if o.runID != "" && o.runID != o.resume {
+		return usage.Errorf("--run-id %s and --resume %s: a resumed session keeps its run id; give --resume alone", o.runID, o.resume)
+	}
+	if len(ts) > 0 {
+		return usage.Errorf("--tasks with --resume: the session has its tasks already; add more with the client's add_tasks")
+	}
+	for _, name := range []string{"lease-ttl", "warm-ttl", "heartbeat"} {
+		if cmd.Flags().Changed(name) {
+			return usage.Errorf("--%s with --resume: a resumed session keeps the options it was served with", name)
+		}
+	}
+	return nil
+}
+
+// given is the configuration the command line gave, or the zero value
+// when it gave none: a resumed session then takes its own.
+func (o *options) given(cfg config.Fleet) config.Fleet {
+	if reflect.DeepEqual(cfg, config.Default()) {
+		return config.Fleet{}
+	}
+	return cfg
 }

@@ -33,9 +33,10 @@ type Claimer struct {
 // When the claimed Pod cannot start — at once for terminal trouble, after
 // Grace for the rest — or ctx ends, the claim is deleted and an error
 // returned; a *verdict.StartError says why the Pod failed, a *verdict.VanishedError that
-// someone else deleted the claim. Callers bound ctx.
-func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWarmPool, taskID string) (*sandbox.Handle, error) {
-	claim := resources.Claim(pool, taskID)
+// someone else deleted the claim. annotations go on the claim. Callers
+// bound ctx.
+func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWarmPool, taskID string, annotations map[string]string) (*sandbox.Handle, error) {
+	claim := resources.Claim(pool, taskID, annotations)
 	asked := time.Now()
 	if err := c.create(ctx, pool, claim); err != nil {
 		return nil, c.abandon(claim, fmt.Errorf("task %s: creating a claim on pool %s: %w", taskID, pool.Name, err))
@@ -55,11 +56,9 @@ func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWa
 		var timer <-chan time.Time
 		if found {
 			if st.Ready() {
-				name := st.Claim.Status.SandboxStatus.Name
-				return &sandbox.Handle{TaskID: taskID, Namespace: claim.Namespace, Claim: claim.Name,
-					Sandbox: name, Hostname: name, Pod: st.Pod.Name, PodUID: st.Pod.UID, Restarts: restarts(st.Pod),
-					PodIP: st.Claim.Status.SandboxStatus.PodIPs[0], Node: st.Pod.Spec.NodeName,
-					Warm: c.warmHit(st.Pod.Name, asked)}, nil
+				h := HandleOf(st)
+				h.Warm = c.warmHit(st.Pod.Name, asked)
+				return h, nil
 			}
 			trouble := Classify(st.Pod)
 			giveUp, recheck := patience.Judge(trouble, time.Now())
@@ -79,6 +78,14 @@ func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWa
 		case <-timer:
 		}
 	}
+}
+
+// HandleOf is the handle of a Ready claim.
+func HandleOf(st tracker.ClaimState) *sandbox.Handle {
+	name := st.Claim.Status.SandboxStatus.Name
+	return &sandbox.Handle{TaskID: st.Claim.Annotations[labels.TaskID], Namespace: st.Claim.Namespace, Claim: st.Claim.Name,
+		Sandbox: name, Hostname: name, Pod: st.Pod.Name, PodUID: st.Pod.UID, Restarts: restarts(st.Pod),
+		PodIP: st.Claim.Status.SandboxStatus.PodIPs[0], Node: st.Pod.Spec.NodeName}
 }
 
 // warmHit reports whether Pod pod was Ready, as the run's watch saw it,

@@ -62,7 +62,7 @@ func TestAcquireAndRelease(t *testing.T) {
 	if err := (&warm.Filler{Client: clients.Client, Tracker: claimer.Tracker}).Fill(ctx, []warm.Pool{{Template: tmpl, Pool: pool}}); err != nil {
 		t.Fatal(err)
 	}
-	h, err := claimer.Acquire(ctx, pool, "task-1")
+	h, err := claimer.Acquire(ctx, pool, "task-1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestUnschedulableFailsAfterGrace(t *testing.T) {
 	pool := unschedulablePool(t, ctx, clients, "unschedulable")
 
 	start := time.Now()
-	_, err := claimer.Acquire(ctx, pool, "task-1")
+	_, err := claimer.Acquire(ctx, pool, "task-1", nil)
 	var claimErr *verdict.StartError
 	if !errors.As(err, &claimErr) || claimErr.Reason != "Unschedulable" || claimErr.Terminal {
 		t.Fatalf("Acquire = %v; want an Unschedulable claim error", err)
@@ -213,7 +213,7 @@ func TestClaimDeletedByAnotherClient(t *testing.T) {
 		}
 	}()
 	start := time.Now()
-	_, err := claimer.Acquire(ctx, pool, "task-1")
+	_, err := claimer.Acquire(ctx, pool, "task-1", nil)
 	var vanished *verdict.VanishedError
 	if !errors.As(err, &vanished) {
 		t.Fatalf("Acquire = %v; want a VanishedError", err)
@@ -268,7 +268,7 @@ func TestClaimCreateRetriedAfterALostAnswer(t *testing.T) {
 	if err := (&warm.Filler{Client: clients.Client, Tracker: claimer.Tracker}).Fill(ctx, []warm.Pool{{Template: tmpl, Pool: pool}}); err != nil {
 		t.Fatal(err)
 	}
-	h, err := claimer.Acquire(ctx, pool, "task-1")
+	h, err := claimer.Acquire(ctx, pool, "task-1", nil)
 	if err != nil {
 		t.Fatalf("Acquire with the first two answers lost = %v; want the claim it made", err)
 	}

@@ -8,7 +8,12 @@ package heartbeat
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -113,4 +118,55 @@ func Expired(lease *coordinationv1.Lease, now time.Time) bool {
 		return true
 	}
 	return now.Sub(renewed.Time) > time.Duration(*lease.Spec.LeaseDurationSeconds)*time.Second
+}
+
+// WaitAbandoned returns once run runID's driver is gone, for another to
+// take the run over: its Lease is gone or expired, or its holder is a
+// process of this host that no longer exists. Until then it says, through
+// logf, whom it waits for, and waits at most until the Lease would
+// expire unrenewed before it looks again.
+func WaitAbandoned(ctx context.Context, kube kubernetes.Interface, namespace, runID string, logf func(format string, args ...any)) error {
+	host, _ := os.Hostname()
+	said := false
+	for {
+		lease, err := kube.CoordinationV1().Leases(namespace).Get(ctx, Name(runID), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading the run's heartbeat Lease %s/%s: %w", namespace, Name(runID), err)
+		}
+		now := time.Now()
+		holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+		if Expired(lease, now) || deadHere(holder, host) {
+			return nil
+		}
+		if !said {
+			logf("run %s is still driven by %s (its heartbeat Lease %s/%s is renewed): waiting for it to stop, or its Lease to expire",
+				runID, holder, namespace, lease.Name)
+			said = true
+		}
+		renewed := ptr.Deref(lease.Spec.RenewTime, ptr.Deref(lease.Spec.AcquireTime, metav1.NewMicroTime(now)))
+		until := renewed.Add(time.Duration(ptr.Deref(lease.Spec.LeaseDurationSeconds, 1))*time.Second + 100*time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s to let run %s go: %w", holder, runID, context.Cause(ctx))
+		case <-time.After(max(time.Until(until), 100*time.Millisecond)):
+		}
+	}
+}
+
+// deadHere reports whether holder (driver@host/pid, as StartHeartbeats
+// names it) is a process of host that no longer exists.
+func deadHere(holder, host string) bool {
+	at := strings.LastIndex(holder, "@")
+	slash := strings.LastIndex(holder, "/")
+	if at < 0 || slash < at || holder[at+1:slash] != host {
+		return false
+	}
+	pid, err := strconv.Atoi(holder[slash+1:])
+	if err != nil || pid <= 0 {
+		return false
+	}
+	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 }

@@ -72,6 +72,9 @@ type Options struct {
 	RuntimeClass string
 	// ImagePullSecret, when set, must exist in Namespace.
 	ImagePullSecret string
+	// Session: the caller is a session (serve), which also records its
+	// state in ConfigMaps and whom each claim is held for on the claim.
+	Session bool
 }
 
 const installFix = "install Agent Sandbox v0.5 or newer with its extensions " +
@@ -108,7 +111,25 @@ var (
 	agentSandboxAPI = []apiResource{sandboxes, sandboxTemplates, sandboxWarmPools, sandboxClaims}
 	// permissions are what the caller must be allowed in the namespace.
 	permissions = []apiResource{sandboxTemplates, sandboxWarmPools, sandboxClaims, sandboxes, pods, podsExec, leases}
+	// sessionState is where a session records its state (package
+	// sessionstate).
+	sessionState = apiResource{"v1", "configmaps", []string{"create", "get", "list", "update", "delete"}, nil}
 )
+
+// needed is what the caller must be allowed, by opts. A session also
+// records its state, and patches claims to record whom each is held for.
+func needed(opts Options) []apiResource {
+	if !opts.Session {
+		return permissions
+	}
+	out := slices.Clone(permissions)
+	for i := range out {
+		if out[i].resource == sandboxClaims.resource {
+			out[i].verbs = append(slices.Clip(out[i].verbs), "patch")
+		}
+	}
+	return append(out, sessionState)
+}
 
 // Run checks the cluster behind kc. server is the API server's address, for
 // the report. A failure to reach the server ends the checks early.
@@ -127,7 +148,7 @@ func Run(ctx context.Context, kc kubernetes.Interface, server string, opts Optio
 	r.Checks = append(r.Checks, checkAPI(kc)...)
 	r.Checks = append(r.Checks, checkController(ctx, kc))
 	r.Checks = append(r.Checks, checkNamespace(ctx, kc, opts.Namespace))
-	r.Checks = append(r.Checks, checkPermissions(ctx, kc, opts.Namespace)...)
+	r.Checks = append(r.Checks, checkPermissions(ctx, kc, opts.Namespace, needed(opts))...)
 	if opts.RuntimeClass != "" {
 		r.Checks = append(r.Checks, checkRuntimeClass(ctx, kc, opts.RuntimeClass))
 	}
@@ -209,7 +230,7 @@ func checkNamespace(ctx context.Context, kc kubernetes.Interface, ns string) Che
 // verb and resource, whether the caller may do what a run does. The reviews
 // run concurrently: on a remote cluster twenty sequential round trips are
 // noticeable.
-func checkPermissions(ctx context.Context, kc kubernetes.Interface, ns string) []Check {
+func checkPermissions(ctx context.Context, kc kubernetes.Interface, ns string, permissions []apiResource) []Check {
 	type answer struct {
 		allowed bool
 		err     error

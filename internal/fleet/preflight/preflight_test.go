@@ -207,6 +207,14 @@ func TestCallerWithoutPermissions(t *testing.T) {
 	expect(t, r, "rbac/sandboxes", preflight.Warn, "not allowed to delete sandboxes")
 	expect(t, r, "namespace", preflight.Warn, "not allowed to read namespace")
 	expect(t, r, "nodes", preflight.Warn, "cannot list nodes (forbidden)")
+
+	// A session also records its state and whom each claim is for.
+	r = run(t, alice, preflight.Options{Namespace: ns, Session: true})
+	expect(t, r, "rbac/sandboxclaims", preflight.Fail, "not allowed to create, watch, delete, patch sandboxclaims")
+	expect(t, r, "rbac/configmaps", preflight.Fail, "not allowed to create, get, list, update, delete configmaps")
+	if c := check(t, r, "rbac/configmaps"); !strings.Contains(c.Fix, "configmaps") {
+		t.Errorf("rbac/configmaps: fix %q does not name the resource", c.Fix)
+	}
 }
 
 func TestUnreachableServer(t *testing.T) {

@@ -315,14 +315,19 @@ func WarmPool(template *extensionsv1beta1.SandboxTemplate, replicas int32) *exte
 // and a random suffix, as the API server would generate — is fixed here,
 // before the first create, so that a create retried after its answer was
 // lost finds the claim it made instead of making a second (see
-// ClaimName for another try at a free name).
-func Claim(pool *extensionsv1beta1.SandboxWarmPool, taskID string) *extensionsv1beta1.SandboxClaim {
+// ClaimName for another try at a free name). annotations go on it too.
+func Claim(pool *extensionsv1beta1.SandboxWarmPool, taskID string, annotations map[string]string) *extensionsv1beta1.SandboxClaim {
+	ann := maps.Clone(annotations)
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[labels.TaskID] = taskID
 	return &extensionsv1beta1.SandboxClaim{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        ClaimName(pool),
 			Namespace:   pool.Namespace,
 			Labels:      maps.Clone(pool.Labels),
-			Annotations: map[string]string{labels.TaskID: taskID},
+			Annotations: ann,
 		},
 		Spec: extensionsv1beta1.SandboxClaimSpec{
 			WarmPoolRef: extensionsv1beta1.SandboxWarmPoolRef{Name: pool.Name},

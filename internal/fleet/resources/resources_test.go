@@ -53,7 +53,7 @@ func TestObjectsCarryTheRunLabels(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := WarmPool(tmpl, 3)
-	claim := Claim(pool, "task-1")
+	claim := Claim(pool, "task-1", nil)
 	for what, got := range map[string]map[string]string{
 		"template": tmpl.Labels, "pod template": tmpl.Spec.PodTemplate.ObjectMeta.Labels,
 		"pool": pool.Labels, "claim": claim.Labels,

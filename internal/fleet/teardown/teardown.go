@@ -22,6 +22,7 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/inventory"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/sessionstate"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracker"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
@@ -350,6 +351,11 @@ func Reap(ctx context.Context, clients *kube.Clients, runID string) error {
 		return err
 	}
 	if err := Run(ctx, clients.Client, tr, clients.Namespace, runID); err != nil {
+		return err
+	}
+	// A session's state goes with it: nothing is left to resume.
+	state := &sessionstate.Store{Client: clients.Client, Namespace: clients.Namespace, RunID: runID}
+	if err := state.Delete(ctx); err != nil {
 		return err
 	}
 	// The heartbeat of a driver that died goes last: until the rest is

@@ -68,7 +68,7 @@ func (s *Session) Acquire(ctx context.Context, r AcquireRequest) (*Handle, error
 	// retry takes the sandbox over.
 	timeout := cmpOr(r.Timeout, s.fleet.Config.ReadyTimeout.Duration)
 	actx, cancel := context.WithTimeout(s.ctx, timeout)
-	h, err := s.acquire(actx, t, p)
+	h, err := s.acquire(actx, t, p, owned(r))
 	cancel()
 	s.mu.Lock()
 	req.handle, req.err = h, err
@@ -124,9 +124,19 @@ func (s *Session) retried(ctx context.Context, r AcquireRequest, req *request) (
 // the session recycles and one is kept; otherwise it waits for p's pool to
 // exist with a Ready sandbox (or its warm to end), claims one and, when
 // the session recycles, records what it is for its resets.
-func (s *Session) acquire(ctx context.Context, t tasks.Task, p *pool) (*Handle, error) {
+// The claim records owner, whom the sandbox is for (owned).
+func (s *Session) acquire(ctx context.Context, t tasks.Task, p *pool, owner map[string]string) (*Handle, error) {
 	if sb := s.fleet.TakeClean(t); sb != nil {
-		return &Handle{Sandbox: sb, Image: t.Image}, nil
+		err := sb.Annotate(ctx, pointers(owner))
+		if err == nil {
+			return &Handle{Sandbox: sb, Image: t.Image}, nil
+		}
+		// A sandbox its claim does not say is held would be lost by a
+		// resume: release it and claim another.
+		s.logf("releasing sandbox %s: %v", sb.Sandbox, err)
+		if err := s.fleet.Release(ctx, sb); err != nil {
+			s.logf("%v", err)
+		}
 	}
 	for {
 		changed := s.fleet.Changed()
@@ -150,7 +160,7 @@ func (s *Session) acquire(ctx context.Context, t tasks.Task, p *pool) (*Handle, 
 		case <-warming:
 		}
 	}
-	sb, err := s.fleet.Acquire(ctx, t)
+	sb, err := s.fleet.Acquire(ctx, t, owner)
 	if err != nil {
 		return nil, verdict.Infrastructure(verdict.Reason(err), err)
 	}
@@ -161,6 +171,7 @@ func (s *Session) acquire(ctx context.Context, t tasks.Task, p *pool) (*Handle, 
 // renewLocked extends client's lease. Callers hold s.mu.
 func (s *Session) renewLocked(client string) {
 	s.clients[client] = time.Now().Add(s.opts.LeaseTTL)
+	s.changedLocked()
 }
 
 // Renew extends client's lease and returns how many sandboxes it holds.
@@ -234,8 +245,17 @@ func (s *Session) release(ctx context.Context, h *Handle, expired, reuse bool) (
 	s.mu.Unlock()
 	// A client that stops waiting must not fail the reset under way; a
 	// reset sandbox has no shell or process of its last lease left.
-	h.tools.closeAll(context.WithoutCancel(ctx))
-	outcome, err := s.fleet.GiveBack(context.WithoutCancel(ctx), h.Sandbox, reuse)
+	ctx = context.WithoutCancel(ctx)
+	h.tools.closeAll(ctx)
+	if reuse && s.fleet.Recycling() {
+		// A sandbox kept for reuse is no longer the client's: a resume
+		// must not give it back to it.
+		if err := h.Annotate(ctx, disowned); err != nil {
+			s.logf("releasing sandbox %s rather than keeping it: %v", h.Sandbox.Sandbox, err)
+			reuse = false
+		}
+	}
+	outcome, err := s.fleet.GiveBack(ctx, h.Sandbox, reuse)
 	if outcome == fleet.Quarantined {
 		s.mu.Lock()
 		s.counts.Quarantined++

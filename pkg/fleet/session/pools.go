@@ -34,19 +34,32 @@ func (s *Session) AddRows(rows []string, opts tasks.Options, source string) (add
 
 // add adds the n tasks read reads, checked against the ids seen (a copy,
 // kept only when all of them are added).
+// They count once they are recorded in the cluster, for a resume.
 func (s *Session) add(n int, read func(seen map[string]string) ([]tasks.Task, error)) ([]fleet.PoolChange, error) {
+	s.adding.Lock()
+	defer s.adding.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return nil, ErrClosed
 	}
 	if n == 0 {
+		s.mu.Unlock()
 		return nil, fmt.Errorf("%w: no tasks to add", ErrInvalid)
 	}
 	seen := maps.Clone(s.seen)
 	checked, err := read(seen)
+	s.mu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := s.recordTasks(s.ctx, s.fleet.TasksAdded(), checked); err != nil {
+		return nil, verdict.Infrastructure(verdict.API, fmt.Errorf("%w; nothing was added", err))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
 	}
 	s.seen = seen
 	return s.addChecked(checked), nil

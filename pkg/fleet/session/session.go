@@ -21,7 +21,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/sessionstate"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
@@ -79,6 +82,17 @@ type Session struct {
 	counts   Counts
 	// acquiring counts the acquires in flight per image.
 	acquiring map[string]int
+	// keys are the hex SHA-256 digests of the clients' keys, by client id
+	// (Admit); owner is the first client, the only one that may Close.
+	keys  map[string]string
+	owner string
+
+	// store records in the cluster what a resumed session needs (package
+	// sessionstate); dirty asks recordClients to record the clients.
+	store *sessionstate.Store
+	dirty chan struct{}
+	// adding serializes AddTasks: a task counts once it is recorded.
+	adding sync.Mutex
 
 	// log is the logger of the context Open was given, the engine's too.
 	log logr.Logger
@@ -114,33 +128,61 @@ type Counts struct {
 }
 
 // Open starts a session of run runID: it opens the fleet on targets,
-// runs preflight, starts the run's heartbeat and the session's background
-// work. Nothing else is created until asked for.
+// runs preflight, starts the run's heartbeat, records the session in the
+// cluster (package sessionstate; Resume reads it) and starts the
+// session's background work. Nothing else is created until asked for.
 func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, targets []fleet.Target, opts Options) (*Session, error) {
 	opts.LeaseTTL = cmpOr(opts.LeaseTTL, DefaultLeaseTTL)
 	opts.WarmTTL = cmpOr(opts.WarmTTL, DefaultWarmTTL)
 	opts.Heartbeat = cmpOr(opts.Heartbeat, heartbeat.DefaultDuration)
-	f, err := fleet.Open(ctx, runID, cfg, nil, targets)
+	s, err := open(ctx, runID, cfg, targets, opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := f.Preflight(ctx); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%w\nNothing was created", err)
-	}
-	s := &Session{fleet: f, opts: opts, log: klog.FromContext(ctx), tasks: map[string]tasks.Task{}, seen: map[string]string{},
-		pools: map[string]*pool{}, handles: map[string]*Handle{}, requests: map[string]*request{}, clients: map[string]time.Time{}, acquiring: map[string]int{}}
-	if s.stopBeats, err = f.StartHeartbeats(ctx, "serve", opts.Heartbeat); err != nil {
-		f.Close()
+	if err := s.store.Create(ctx, cfg, recorded(opts), ts); err != nil {
+		s.fleet.Close()
 		return nil, err
 	}
-	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	if s.stopBeats, err = s.fleet.StartHeartbeats(ctx, "serve", opts.Heartbeat); err != nil {
+		s.fleet.Close()
+		return nil, errors.Join(err, s.store.Delete(ctx))
+	}
 	for _, t := range ts {
 		s.seen[t.ID] = t.Source
 	}
 	s.addChecked(ts)
-	s.wg.Go(s.sweep)
+	s.start()
 	return s, nil
+}
+
+// open opens the fleet of a session and checks it.
+func open(ctx context.Context, runID string, cfg config.Fleet, targets []fleet.Target, opts Options) (*Session, error) {
+	f, err := fleet.Open(ctx, runID, cfg, nil, targets)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.PreflightSession(ctx); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w\nNothing was created", err)
+	}
+	home := f.Clusters[0]
+	s := &Session{fleet: f, opts: opts, log: klog.FromContext(ctx), tasks: map[string]tasks.Task{}, seen: map[string]string{},
+		pools: map[string]*pool{}, handles: map[string]*Handle{}, requests: map[string]*request{}, clients: map[string]time.Time{},
+		acquiring: map[string]int{}, keys: map[string]string{}, dirty: make(chan struct{}, 1),
+		store: &sessionstate.Store{Client: home.Clients.Client, Namespace: home.Namespace(), RunID: runID}}
+	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	return s, nil
+}
+
+// start starts the session's background work.
+func (s *Session) start() {
+	s.wg.Go(s.sweep)
+	s.wg.Go(s.recordClients)
+}
+
+func recorded(o Options) sessionstate.Options {
+	return sessionstate.Options{LeaseTTL: metav1.Duration{Duration: o.LeaseTTL}, WarmTTL: metav1.Duration{Duration: o.WarmTTL},
+		Heartbeat: metav1.Duration{Duration: o.Heartbeat}}
 }
 
 func cmpOr(d, def time.Duration) time.Duration {
@@ -273,6 +315,10 @@ func (s *Session) Close(ctx context.Context) error {
 	err := s.fleet.Teardown(ctx)
 	if err != nil {
 		err = &fleet.TeardownError{RunID: s.RunID(), Err: err}
+	} else {
+		// What a resume would need goes only with the run: a session
+		// whose teardown failed can still be resumed, or reaped.
+		err = s.store.Delete(ctx)
 	}
 	err = errors.Join(err, s.stopBeats(ctx))
 	s.fleet.Close()
