@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,8 +18,12 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"connectrpc.com/connect"
+
+	fleetv1 "github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1"
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleetclient"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
@@ -341,5 +346,46 @@ func TestRunPrepull(t *testing.T) {
 	jobs := &v1alpha1.PrepullJobList{}
 	if err := clients.Client.List(ctx, jobs, client.InNamespace(ns)); err != nil || len(jobs.Items) != 0 {
 		t.Errorf("the run left %d PrepullJobs (%v)", len(jobs.Items), err)
+	}
+}
+
+// serve --prepull has the node pull each image as its first task is
+// added — before anything asks for a sandbox of it — and deletes its
+// PrepullJobs when the session closes.
+func TestServePrepull(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	n := theNode(t)
+	n.agent.Start(t, ctx)
+	ns := newNamespace(t)
+	clients, err := kube.ForConfig(restConfig(), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForCache(t, ctx, clients, n.name, func(*v1alpha1.NodeImageCache) bool { return true })
+	img, _ := n.pushNewImage(t, ctx, "serve-prepull")
+	sock := filepath.Join(t.TempDir(), "serve.sock")
+	served := make(chan string, 1)
+	go func() {
+		code, _, stderr := plugin("serve", "-n", ns, "--listen", "unix://"+sock, "--prepull", "--prepull-high-water", strconv.Itoa(highWater))
+		served <- fmt.Sprintf("exit %d\n%s", code, stderr)
+	}()
+	c, err := fleetclient.New("unix://" + sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AddTasks(ctx, connect.NewRequest(&fleetv1.AddTasksRequest{Tasks: []*fleetv1.Task{{Id: "t1", Image: img}}})); err != nil {
+		t.Fatal(err)
+	}
+	n.waitForImage(t, ctx, img, true)
+	if _, err := c.Close(ctx, connect.NewRequest(&fleetv1.CloseRequest{})); err != nil {
+		t.Fatal(err)
+	}
+	if out := <-served; !strings.HasPrefix(out, "exit 0") || strings.Contains(out, "prepull on cluster") {
+		t.Errorf("serve --prepull: %s", out)
+	}
+	jobs := &v1alpha1.PrepullJobList{}
+	if err := clients.Client.List(ctx, jobs, client.InNamespace(ns)); err != nil || len(jobs.Items) != 0 {
+		t.Errorf("the session left %d PrepullJobs (%v)", len(jobs.Items), err)
 	}
 }

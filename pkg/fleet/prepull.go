@@ -32,6 +32,11 @@ func (f *Fleet) Prepull(ctx context.Context, timeout time.Duration, highWater in
 	for _, p := range f.Plan.Pools {
 		refs = append(refs, p.Image)
 	}
+	return f.PrepullImages(ctx, refs, timeout, highWater)
+}
+
+// PrepullImages is Prepull of refs: a session's, as its tasks are added.
+func (f *Fleet) PrepullImages(ctx context.Context, refs []string, timeout time.Duration, highWater int32) error {
 	full, err := images.NormalizeAll(refs)
 	if err != nil {
 		return fmt.Errorf("prepull: %w", err)

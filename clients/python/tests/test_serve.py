@@ -17,7 +17,7 @@ import pytest
 
 from conftest import BIN, NAMESPACE, gone, leftovers, needs_cluster, wait_for
 
-from sandbox_fleet import SandboxFleet
+from sandbox_fleet import FleetError, SandboxFleet
 
 pytestmark = needs_cluster
 
@@ -251,8 +251,6 @@ def test_malformed_requests_change_nothing(server):
 
 
 def test_token_guards_tcp(server, tmp_path):
-    from sandbox_fleet import FleetError
-
     token = tmp_path / "token"
     token.write_text("s3cret\n")
     token.chmod(0o600)
@@ -270,7 +268,6 @@ def test_token_guards_tcp(server, tmp_path):
 def test_tcp_without_a_token_file_gets_one(server):
     """TCP always takes a token: without --token-file serve writes one to a
     private file and says where; the client reads it with token_file."""
-    from sandbox_fleet import FleetError
 
     s = server("--listen", "127.0.0.1:0")
     m = re.search(r"bearer token in (\S+)\)", s.logs())
@@ -285,7 +282,6 @@ def test_tcp_without_a_token_file_gets_one(server):
 def test_another_caller_cannot_use_a_clients_sandboxes(server):
     """A client id is bound to its client's key: a second caller naming it
     is refused and changes nothing, and may not close the session."""
-    from sandbox_fleet import FleetError
 
     s = server()
     owner = s.client(client_id="trainer-0")
@@ -344,7 +340,6 @@ def test_keep_alive_reuses_connections(server):
 
 
 def test_wait_pools_ready_says_what_is_not_warming(server):
-    from sandbox_fleet import FleetError
 
     s = server()
     c = s.client()
@@ -382,3 +377,43 @@ def test_add_tasks_reads_rows_as_plan_does(server, tmp_path):
     assert added["added"] == 4
     assert {p["image"] for p in added["pools"]} == set(planned)
     assert sorted(planned.items()) == sorted((image, 1) for tid, image in ROW_TASKS.items() if tid != "4")
+
+
+def scrape(url: str) -> dict[str, float]:
+    """The samples of a Prometheus text page, by series."""
+    import urllib.request
+
+    out = {}
+    for line in urllib.request.urlopen(url, timeout=10).read().decode().splitlines():
+        if line and not line.startswith("#"):
+            series, _, value = line.rpartition(" ")
+            out[series] = float(value)
+    return out
+
+
+def test_metrics_move_with_the_session(server):
+    """serve --metrics-addr: acquires, releases, commands, clients, held
+    sandboxes and pools move as the session is driven (one expired lease
+    among them)."""
+    s = server("--metrics-addr", "127.0.0.1:0", lease_ttl="2s")
+    url = wait_for("the metrics address", lambda: re.search(r"metrics at (http://\S+)", s.logs()))[1]
+    c = s.client()
+    c.add_tasks(TASKS)
+    before = scrape(url)
+    assert before["asrl_session_sandboxes_held"] == 0 and before["asrl_session_pools"] == 0, before
+    h = c.acquire("t0")
+    other = s.client()
+    lost = other.acquire("t1")
+    other.disconnect()
+    m = scrape(url)
+    assert sum(v for k, v in m.items() if k.startswith('asrl_session_acquires_total{') and 'status="ok"' in k) == 2, m
+    assert m['asrl_session_acquire_latency_seconds_count{status="ok"}'] == 2, m
+    assert m["asrl_session_sandboxes_held"] == 2 and m["asrl_session_clients"] == 2 and m["asrl_session_pools"] >= 1, m
+    assert any(k.startswith("asrl_claims_total{") for k in m), "the engine's claims are not in serve's metrics"
+    wait_for("the other client's lease to run out", lambda: scrape(url).get('asrl_session_releases_total{outcome="expired"}') == 1)
+    c.release(h)
+    m = scrape(url)
+    assert m['asrl_session_releases_total{outcome="released"}'] == 1, m
+    assert m["asrl_session_sandboxes_held"] == 0, m
+    with pytest.raises(FleetError):
+        other.release(lost)

@@ -22,6 +22,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/serve"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/metrics"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/session"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 )
@@ -34,6 +35,7 @@ type options struct {
 	resume      string
 	access      serve.Access
 	tokenFile   string
+	metricsAddr string
 	opts        session.Options
 }
 
@@ -115,6 +117,9 @@ heartbeat is waited for.`,
 				defer os.RemoveAll(dir)
 				o.access.Address = filepath.Join(dir, "serve.sock")
 			}
+			if o.opts.PrepullHighWater < 1 || o.opts.PrepullHighWater > 100 {
+				return usage.Errorf("--prepull-high-water %d: must be a percentage, 1 to 100", o.opts.PrepullHighWater)
+			}
 			for _, d := range []struct {
 				flag string
 				v    time.Duration
@@ -136,6 +141,9 @@ heartbeat is waited for.`,
 	f.StringVar(&o.access.KeyFile, "tls-key-file", "", "the private key of --tls-cert-file")
 	f.DurationVar(&o.opts.LeaseTTL, "lease-ttl", session.DefaultLeaseTTL, "a client's sandboxes are released this long after its last call")
 	f.DurationVar(&o.opts.WarmTTL, "warm-ttl", session.DefaultWarmTTL, "a pool nobody asked for this long, with no sandbox held, is removed")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at this address, e.g. 127.0.0.1:9095: the session's acquires, commands, releases, clients, held sandboxes and pools, and the engine's claims and phases")
+	f.BoolVar(&o.opts.Prepull, "prepull", false, "have the nodes with asrl-prepull-agent pull each image as its first task is added (a PrepullJob per cluster, deleted at the end)")
+	f.Int32Var(&o.opts.PrepullHighWater, "prepull-high-water", 80, "with --prepull, start no pull once a node's image filesystem is this full, in percent (1-100)")
 	f.DurationVar(&o.opts.Heartbeat, "heartbeat", heartbeat.DefaultDuration, "how long the session's heartbeat Lease stays valid unrenewed; reap --orphans takes the session once it has expired")
 	return cmd
 }
@@ -162,9 +170,17 @@ func (o *options) run(parent context.Context, cfg config.Fleet, ts []tasks.Task)
 		func() string { return runid.ReapHint(o.runID, o.inputs.ConfigFile, targets) })
 	defer stopSignals()
 
+	o.opts.Metrics = metrics.New(cfg.Strategy)
+	if o.metricsAddr != "" {
+		maddr, err := o.opts.Metrics.Serve(ctx, o.metricsAddr)
+		if err != nil {
+			return usage.Errorf("--metrics-addr: %w", err)
+		}
+		fmt.Fprintf(o.streams.ErrOut, "metrics at http://%s/metrics\n", maddr)
+	}
 	var s *session.Session
 	if o.resume != "" {
-		s, err = session.Resume(ctx, o.runID, o.given(cfg), targets)
+		s, err = session.Resume(ctx, o.runID, o.given(cfg), targets, o.opts)
 	} else {
 		s, err = session.Open(ctx, o.runID, cfg, ts, targets, o.opts)
 	}

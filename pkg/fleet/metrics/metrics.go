@@ -28,6 +28,11 @@ type Metrics struct {
 	claims   *prometheus.CounterVec
 	tasks    *prometheus.CounterVec
 	warm     *prometheus.GaugeVec
+
+	// A session's (serve's) figures.
+	acquires, execs             *prometheus.CounterVec
+	acquireLatency, execLatency *prometheus.HistogramVec
+	releases                    *prometheus.CounterVec
 }
 
 // New registers the collectors of a run with strategy.
@@ -55,7 +60,22 @@ func New(strategy string) *Metrics {
 			Name: "asrl_warm_replicas", Help: "Warm replicas the run holds now.",
 		}, []string{"cluster"}),
 	}
-	m.Registry.MustRegister(m.phase, m.task, m.run, m.claims, m.tasks, m.warm,
+	m.acquires = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "asrl_session_acquires_total", Help: "Acquires a session served, by outcome and by how the sandbox was had: warm (Ready before it was asked for), cold, or reused (reset after an earlier lease).",
+	}, []string{"status", "sandbox"})
+	m.acquireLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "asrl_session_acquire_latency_seconds", Help: "How long a session's acquires took.", Buckets: buckets,
+	}, []string{"status"})
+	m.execs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "asrl_session_commands_total", Help: "Commands run in a session's sandboxes, by kind (exec, shell, process) and outcome (error: the sandbox's or the infrastructure's failure, not the command's exit code).",
+	}, []string{"kind", "status"})
+	m.execLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "asrl_session_command_latency_seconds", Help: "How long a session's commands ran, by kind (exec, shell).", Buckets: buckets,
+	}, []string{"kind"})
+	m.releases = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "asrl_session_releases_total", Help: "Sandboxes a session gave back, by outcome: released, expired (released as its client's lease ran out), reset (kept for reuse), quarantined, rotated.",
+	}, []string{"outcome"})
+	m.Registry.MustRegister(m.phase, m.task, m.run, m.claims, m.tasks, m.warm, m.acquires, m.acquireLatency, m.execs, m.execLatency, m.releases,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -91,6 +111,44 @@ func (m *Metrics) Warm(cluster string, n int) {
 // Run observes a whole run's wall time.
 func (m *Metrics) Run(ok bool, d time.Duration) {
 	m.run.WithLabelValues(m.strategy, status(ok)).Observe(d.Seconds())
+}
+
+// SessionAcquire counts an acquire of a session and observes how long it
+// took; sandbox is how it was had (warm, cold or reused), "" for a failed
+// one.
+func (m *Metrics) SessionAcquire(ok bool, sandbox string, d time.Duration) {
+	m.acquires.WithLabelValues(status(ok), sandbox).Inc()
+	m.acquireLatency.WithLabelValues(status(ok)).Observe(d.Seconds())
+}
+
+// SessionCommand counts a command run in a session's sandbox, of kind
+// exec, shell or process, and observes how long it ran (d > 0).
+func (m *Metrics) SessionCommand(kind string, ok bool, d time.Duration) {
+	m.execs.WithLabelValues(kind, status(ok)).Inc()
+	if d > 0 {
+		m.execLatency.WithLabelValues(kind).Observe(d.Seconds())
+	}
+}
+
+// SessionRelease counts a sandbox a session gave back, by outcome.
+func (m *Metrics) SessionRelease(outcome string) {
+	m.releases.WithLabelValues(outcome).Inc()
+}
+
+// SessionGauges has each scrape read a session's clients with a live
+// lease, sandboxes held and pools.
+func (m *Metrics) SessionGauges(clients, held, pools func() int) {
+	for _, g := range []struct {
+		name, help string
+		value      func() int
+	}{
+		{"asrl_session_clients", "Clients of the session whose lease runs.", clients},
+		{"asrl_session_sandboxes_held", "Sandboxes the session's clients hold.", held},
+		{"asrl_session_pools", "Pools the session keeps warm or is warming.", pools},
+	} {
+		m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help},
+			func() float64 { return float64(g.value()) }))
+	}
 }
 
 // Serve exposes the registry at /metrics on addr until ctx ends, and

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/metrics"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 )
 
@@ -115,7 +116,9 @@ func (s *Session) ShellRun(ctx context.Context, id, client, name string, c Shell
 	s.mu.Lock()
 	s.counts.Execs++
 	s.mu.Unlock()
+	start := time.Now()
 	r, err := sh.Run(ctx, exec.Command{Script: c.Script, Timeout: c.Timeout, MergeStderr: c.MergeStderr}, stdout, stderr)
+	s.observe(func(m *metrics.Metrics) { m.SessionCommand("shell", err == nil, time.Since(start)) })
 	// A caller gone leaves the shell as it was (its command stopped).
 	if r.Exited || errors.Is(err, exec.ErrBroken) {
 		h.tools.mu.Lock()
@@ -221,6 +224,7 @@ func (s *Session) Start(ctx context.Context, id, client string, r ExecRequest) (
 	s.mu.Lock()
 	s.counts.Execs++
 	s.mu.Unlock()
+	s.observe(func(m *metrics.Metrics) { m.SessionCommand("process", true, 0) })
 	return pid, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/metrics"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 )
 
@@ -54,7 +55,9 @@ func (s *Session) Exec(ctx context.Context, id, client string, r ExecRequest) (E
 	s.mu.Lock()
 	s.counts.Execs++
 	s.mu.Unlock()
+	start := time.Now()
 	res, err := h.Exec(ctx, exec.Request{Command: argv, Container: r.Container, Stdin: r.Stdin, Stdout: r.Stdout, Stderr: r.Stderr, Timeout: r.Timeout})
+	s.observe(func(m *metrics.Metrics) { m.SessionCommand("exec", err == nil, time.Since(start)) })
 	if err != nil {
 		return ExecResult{}, infraOf(err)
 	}

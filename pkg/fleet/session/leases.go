@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/metrics"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 )
@@ -68,8 +69,10 @@ func (s *Session) Acquire(ctx context.Context, r AcquireRequest) (*Handle, error
 	// retry takes the sandbox over.
 	timeout := cmpOr(r.Timeout, s.fleet.Config.ReadyTimeout.Duration)
 	actx, cancel := context.WithTimeout(s.ctx, timeout)
+	start := time.Now()
 	h, err := s.acquire(actx, t, p, owned(r))
 	cancel()
+	s.observe(func(m *metrics.Metrics) { m.SessionAcquire(err == nil, howHad(h), time.Since(start)) })
 	s.mu.Lock()
 	req.handle, req.err = h, err
 	close(req.done)
@@ -95,6 +98,19 @@ func (s *Session) Acquire(ctx context.Context, r AcquireRequest) (*Handle, error
 		return nil, context.Cause(ctx)
 	}
 	return h, nil
+}
+
+// howHad says how h was had, for the metrics: warm, cold or reused.
+func howHad(h *Handle) string {
+	switch {
+	case h == nil:
+		return ""
+	case h.Resets > 0:
+		return "reused"
+	case h.Warm:
+		return "warm"
+	}
+	return "cold"
 }
 
 // retried serves a retry of an Acquire: the same client and sandbox, or an
@@ -256,6 +272,13 @@ func (s *Session) release(ctx context.Context, h *Handle, expired, reuse bool) (
 		}
 	}
 	outcome, err := s.fleet.GiveBack(ctx, h.Sandbox, reuse)
+	s.observe(func(m *metrics.Metrics) {
+		counted := string(outcome)
+		if expired && outcome == fleet.Released {
+			counted = "expired"
+		}
+		m.SessionRelease(counted)
+	})
 	if outcome == fleet.Quarantined {
 		s.mu.Lock()
 		s.counts.Quarantined++

@@ -62,7 +62,28 @@ func (s *Session) add(n int, read func(seen map[string]string) ([]tasks.Task, er
 		return nil, ErrClosed
 	}
 	s.seen = seen
-	return s.addChecked(checked), nil
+	changes := s.addChecked(checked)
+	s.prepull(changes)
+	return changes, nil
+}
+
+// prepull has the nodes pull the images new to the plan among changes, in
+// the background, when the session pre-pulls.
+func (s *Session) prepull(changes []fleet.PoolChange) {
+	var fresh []string
+	for _, c := range changes {
+		if c.Before == 0 {
+			fresh = append(fresh, c.Image)
+		}
+	}
+	if !s.opts.Prepull || len(fresh) == 0 {
+		return
+	}
+	s.wg.Go(func() {
+		if err := s.fleet.PrepullImages(s.ctx, fresh, s.fleet.Config.ReadyTimeout.Duration, s.opts.PrepullHighWater); err != nil && s.ctx.Err() == nil {
+			s.logf("%v", err)
+		}
+	})
 }
 
 // addChecked adds tasks checked already. Callers hold s.mu, or own s.

@@ -31,8 +31,10 @@ var ErrNoSession = sessionstate.ErrNone
 // again), each Ready sandbox it held given back to its client while that
 // client's lease runs and released when it ran out, and its heartbeat
 // taken over. A driver still renewing the run's heartbeat is waited for.
-// cfg, unless zero, must be the session's own configuration.
-func Resume(ctx context.Context, runID string, cfg config.Fleet, targets []fleet.Target) (*Session, error) {
+// cfg, unless zero, must be the session's own configuration. Of opts,
+// the TTLs and heartbeat are the session's own, as recorded; the rest
+// applies.
+func Resume(ctx context.Context, runID string, cfg config.Fleet, targets []fleet.Target, opts Options) (*Session, error) {
 	home := targets[0]
 	store := &sessionstate.Store{Client: home.Clients.Client, Namespace: home.Clients.Namespace, RunID: runID}
 	st, err := store.Load(ctx)
@@ -42,7 +44,7 @@ func Resume(ctx context.Context, runID string, cfg config.Fleet, targets []fleet
 	if err := sameConfig(cfg, st.Config); err != nil {
 		return nil, err
 	}
-	opts := Options{LeaseTTL: st.Options.LeaseTTL.Duration, WarmTTL: st.Options.WarmTTL.Duration, Heartbeat: st.Options.Heartbeat.Duration}
+	opts.LeaseTTL, opts.WarmTTL, opts.Heartbeat = st.Options.LeaseTTL.Duration, st.Options.WarmTTL.Duration, st.Options.Heartbeat.Duration
 	logf := func(format string, args ...any) { klog.FromContext(ctx).Info(fmt.Sprintf(format, args...)) }
 	if err := heartbeat.WaitAbandoned(ctx, home.Clients.Kube, home.Clients.Namespace, runID, logf); err != nil {
 		return nil, err

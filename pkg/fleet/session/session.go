@@ -27,6 +27,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/sessionstate"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/metrics"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"k8s.io/klog/v2"
 )
@@ -40,6 +41,13 @@ type Options struct {
 	WarmTTL time.Duration
 	// Heartbeat is how long the run's Lease stays valid unrenewed.
 	Heartbeat time.Duration
+	// Metrics, when set, receive the session's figures and the engine's.
+	Metrics *metrics.Metrics
+	// Prepull has the nodes pull the images of tasks as they are added
+	// (fleet.PrepullImages), for nodes whose image filesystem is less than
+	// PrepullHighWater percent full.
+	Prepull          bool
+	PrepullHighWater int32
 }
 
 // Defaults for Options.
@@ -150,7 +158,7 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 	for _, t := range ts {
 		s.seen[t.ID] = t.Source
 	}
-	s.addChecked(ts)
+	s.prepull(s.addChecked(ts))
 	s.start()
 	return s, nil
 }
@@ -171,7 +179,36 @@ func open(ctx context.Context, runID string, cfg config.Fleet, targets []fleet.T
 		acquiring: map[string]int{}, keys: map[string]string{}, dirty: make(chan struct{}, 1),
 		store: &sessionstate.Store{Client: home.Clients.Client, Namespace: home.Namespace(), RunID: runID}}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	if m := opts.Metrics; m != nil {
+		f.Metrics = m
+		m.SessionGauges(s.liveClients, func() int { return len(s.Handles()) }, s.poolCount)
+	}
 	return s, nil
+}
+
+func (s *Session) liveClients() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now, n := time.Now(), 0
+	for _, until := range s.clients {
+		if now.Before(until) {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *Session) poolCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pools)
+}
+
+// observe hands the session's metrics, if any, to record.
+func (s *Session) observe(record func(*metrics.Metrics)) {
+	if m := s.opts.Metrics; m != nil {
+		record(m)
+	}
 }
 
 // start starts the session's background work.
@@ -319,6 +356,9 @@ func (s *Session) Close(ctx context.Context) error {
 		// What a resume would need goes only with the run: a session
 		// whose teardown failed can still be resumed, or reaped.
 		err = s.store.Delete(ctx)
+	}
+	if s.opts.Prepull {
+		err = errors.Join(err, s.fleet.Unprepull(ctx))
 	}
 	err = errors.Join(err, s.stopBeats(ctx))
 	s.fleet.Close()
