@@ -108,6 +108,10 @@ bench-serve: testbin ## benchmark the training-loop path: Python through serve, 
 	hack/node-deps.sh bench
 	go run ./bench/serve -rounds 3
 
+.PHONY: bench-serveload
+bench-serveload: testbin ## load one serve with 8 trainer processes × 64 rollouts at once on kwok nodes: serve's CPU and RSS per 1,000 rollouts (~5 min)
+	go run ./bench/serveload
+
 .PHONY: bench-agent
 bench-agent: testbin node-deps ## benchmark the agent loop on the real node: 64 rollouts × 50 commands through serve, over a shell and an exec each, against the engine in process (~10 min)
 	go run ./bench/serve -shape agent -rounds 3 -rollouts 64 -commands 50

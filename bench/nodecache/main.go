@@ -27,8 +27,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -159,7 +157,7 @@ func measure(ctx context.Context, cluster *testcluster.Cluster, clients *kube.Cl
 	if err := next("first publish", func(c *v1alpha1.NodeImageCache) bool { return int(c.ImageCount) == len(imgs) }); err != nil {
 		return r, err
 	}
-	if r.firstCPU, err = cpu(pid); err != nil {
+	if r.firstCPU, err = proc.CPU(pid); err != nil {
 		return r, err
 	}
 
@@ -178,7 +176,7 @@ func measure(ctx context.Context, cluster *testcluster.Cluster, clients *kube.Cl
 		}
 		r.latencies = append(r.latencies, time.Since(start))
 	}
-	after, err := cpu(pid)
+	after, err := proc.CPU(pid)
 	if err != nil {
 		return r, err
 	}
@@ -187,7 +185,7 @@ func measure(ctx context.Context, cluster *testcluster.Cluster, clients *kube.Cl
 	}
 	if idle > 0 {
 		time.Sleep(idle)
-		end, err := cpu(pid)
+		end, err := proc.CPU(pid)
 		if err != nil {
 			return r, err
 		}
@@ -207,24 +205,6 @@ func measure(ctx context.Context, cluster *testcluster.Cluster, clients *kube.Cl
 	}
 	r.listed = len(cache.Images)
 	return r, nil
-}
-
-// cpu is the CPU time a process has used, user and system: fields 14 and
-// 15 of /proc/PID/stat, in the kernel's USER_HZ ticks (100 a second on
-// every Linux).
-func cpu(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name, field 2, is in parentheses and may hold spaces.
-	fs := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	utime, err1 := strconv.ParseInt(fs[11], 10, 64)
-	stime, err2 := strconv.ParseInt(fs[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, b)
-	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
 }
 
 func quantile(xs []time.Duration, q float64) time.Duration {
