@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"crypto/tls"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -31,6 +32,9 @@ type Access struct {
 	// CertFile and KeyFile, when set, serve TLS; a host other than
 	// loopback needs them.
 	CertFile, KeyFile string
+	// Kube, when set, admits callers by their ServiceAccount tokens
+	// instead of Token.
+	Kube *KubeAuth
 }
 
 // Listen checks a and opens its listener. A unix socket is made mode 0600
@@ -45,8 +49,8 @@ func Listen(a Access) (net.Listener, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("--listen %q: give unix:///PATH, a socket path, or HOST:PORT (%v)", a.Address, err)
 	}
-	if a.Token == "" {
-		return nil, "", fmt.Errorf("--listen %s: every user of this machine can reach a TCP port and would run commands in your sandboxes: serve with a token (--token-file), or on a unix socket", a.Address)
+	if a.Token == "" && a.Kube == nil {
+		return nil, "", fmt.Errorf("--listen %s: every user of this machine can reach a TCP port and would run commands in your sandboxes: serve with a token (--token-file) or to ServiceAccounts (--allow-service-account), or on a unix socket", a.Address)
 	}
 	if !loopback(host) && a.CertFile == "" {
 		return nil, "", fmt.Errorf("--listen %s: the bearer token would cross the network in the clear: serve TLS (--tls-cert-file and --tls-key-file), or listen on loopback", a.Address)
@@ -66,10 +70,10 @@ func Listen(a Access) (net.Listener, string, error) {
 // read. TCP needs a token: when tokenFile does not exist a fresh one is
 // written there (mode 0600), and without tokenFile into a new private
 // directory that cleanup removes. It returns the file the token is in
-// ("" when a unix socket goes without one).
+// ("" when a unix socket, or ServiceAccounts' tokens, go without one).
 func ResolveToken(a *Access, tokenFile string) (file string, cleanup func(), err error) {
 	cleanup = func() {}
-	if _, unix := unixPath(a.Address); unix && tokenFile == "" {
+	if _, unix := unixPath(a.Address); (unix || a.Kube != nil) && tokenFile == "" {
 		return "", cleanup, nil
 	}
 	if tokenFile == "" {
@@ -179,7 +183,10 @@ func Serve(ctx context.Context, l net.Listener, v *Service, a Access) error {
 	path, handler := fleetv1connect.NewFleetServiceHandler(v, connect.WithReadMaxBytes(64<<20), connect.WithInterceptors(traced{}, callers{v.Session}))
 	mux.Handle(path, handler)
 	var h http.Handler = mux
-	if a.Token != "" {
+	switch {
+	case a.Kube != nil:
+		h = a.Kube.Wrap(h)
+	case a.Token != "":
 		h = bearer(a.Token, h)
 	}
 	// No read or write timeout: a command's output streams as long as it
@@ -223,11 +230,18 @@ func bearer(token string, next http.Handler) http.Handler {
 	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusUnauthorized)
-			fmt.Fprint(w, `{"code":"unauthenticated","message":"a bearer token is required: send Authorization: Bearer <the serve --token-file's token>"}`)
+			refuse(w, http.StatusUnauthorized, "unauthenticated", "a bearer token is required: send Authorization: Bearer <the serve --token-file's token>")
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// refuse answers a call with a Connect error, before it reaches the
+// service.
+func refuse(w http.ResponseWriter, status int, code, message string) {
+	body, _ := json.Marshal(map[string]string{"code": code, "message": message})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(body)
 }

@@ -54,6 +54,16 @@ func NewService(s *session.Session) *Service {
 // Closed is closed once a client's Close has torn the session down.
 func (v *Service) Closed() <-chan struct{} { return v.closed }
 
+// ClosedByClient reports whether a client's Close tore the session down.
+func (v *Service) ClosedByClient() bool {
+	select {
+	case <-v.closed:
+		return true
+	default:
+		return false
+	}
+}
+
 // Shutdown tears the session down, once.
 func (v *Service) Shutdown(ctx context.Context) error {
 	v.closeOnce.Do(func() {

@@ -125,3 +125,29 @@ func TestResolveToken(t *testing.T) {
 		t.Errorf("a token file others can read: %v, want refused", err)
 	}
 }
+
+// Which reviewed users the allowed accounts admit.
+func TestAllowed(t *testing.T) {
+	accounts := []string{"rl/trainer", "workers/*"}
+	for _, tc := range []struct {
+		user string
+		want bool
+	}{
+		{"system:serviceaccount:rl:trainer", true},
+		{"system:serviceaccount:rl:other", false},
+		{"system:serviceaccount:workers:ray-worker-7", true},
+		{"system:serviceaccount:workersx:a", false},
+		{"system:serviceaccount:rl", false},
+		{"alice", false},
+		{"system:node:rl:trainer", false},
+	} {
+		if got := allowed(tc.user, accounts); got != tc.want {
+			t.Errorf("allowed(%q) = %v, want %v", tc.user, got, tc.want)
+		}
+	}
+	for s, ok := range map[string]bool{"rl/trainer": true, "rl/*": true, "trainer": false, "/x": false, "rl/": false, "a/b/c": false} {
+		if err := ParseAccount(s); (err == nil) != ok {
+			t.Errorf("ParseAccount(%q) = %v, want ok %v", s, err, ok)
+		}
+	}
+}

@@ -22,8 +22,13 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	fleetv1 "github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1"
+	"github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1/fleetv1connect"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/serve"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
@@ -310,5 +315,61 @@ func TestCallsWaitForARestartingServer(t *testing.T) {
 	quick, _ := fleetclient.New(filepath.Join(t.TempDir(), "none.sock"), fleetclient.WithReconnect(0))
 	if _, err := quick.Renew(ctx, connect.NewRequest(&fleetv1.RenewRequest{ClientId: "go"})); code(err) != connect.CodeUnavailable {
 		t.Errorf("a call to nothing, without reconnect: %v, want Unavailable at once", err)
+	}
+}
+
+// serve admitting ServiceAccounts: a caller is who its token says, as the
+// API server reviews it for serve's audience; an account not allowed is
+// refused and changes nothing, as is a token for another audience (a
+// Pod's API token) and none at all.
+func TestServiceAccountsAdmitted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	admin, err := cluster.Clients("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := cluster.NewNamespace(t)
+	token := func(account string, audiences ...string) string {
+		t.Helper()
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: account}}
+		if _, err := admin.Kube.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		tr, err := admin.Kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, account,
+			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: audiences}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	_, addr, _ := startSession(t, ctx, serve.Access{Address: "127.0.0.1:0", Kube: &serve.KubeAuth{
+		Reviews: admin.Kube.AuthenticationV1().TokenReviews(), Audience: serve.DefaultAudience, Allowed: []string{ns + "/trainer"}}})
+	add := func(c fleetv1connect.FleetServiceClient) error {
+		_, err := c.AddTasks(ctx, connect.NewRequest(&fleetv1.AddTasksRequest{Tasks: []*fleetv1.Task{{Id: "t1", Image: "registry.example/a:1"}}}))
+		return err
+	}
+	trainer, _ := fleetclient.New(addr, fleetclient.WithToken(token("trainer", serve.DefaultAudience)))
+	if err := add(trainer); err != nil {
+		t.Fatalf("the allowed account: %v", err)
+	}
+	for _, tc := range []struct {
+		name  string
+		token string
+		want  connect.Code
+	}{
+		{"another account", token("intruder", serve.DefaultAudience), connect.CodePermissionDenied},
+		{"the allowed account's API token", token("trainer"), connect.CodeUnauthenticated},
+		{"no token", "", connect.CodeUnauthenticated},
+		{"a made-up token", "not-a-token", connect.CodeUnauthenticated},
+	} {
+		c, _ := fleetclient.New(addr, fleetclient.WithToken(tc.token))
+		if err := add(c); code(err) != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	st, err := trainer.Status(ctx, connect.NewRequest(&fleetv1.StatusRequest{}))
+	if err != nil || st.Msg.Tasks != 1 {
+		t.Errorf("after the refused calls: %v tasks (%v), want the 1 the trainer added", st.Msg.GetTasks(), err)
 	}
 }

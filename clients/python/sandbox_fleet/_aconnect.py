@@ -94,7 +94,7 @@ class AsyncTransport:
         if t._unix is not None:
             r, w = await asyncio.open_unix_connection(t._unix, limit=1 << 20)
         else:
-            ctx = ssl.create_default_context() if t._scheme == "https" else None
+            ctx = t.ssl_context if t._scheme == "https" else None
             r, w = await asyncio.open_connection(t._host, t._port or (443 if ctx else 80), ssl=ctx, limit=1 << 20)
         return _Conn(r, w)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import os
 import socket
 import ssl
 import struct
@@ -90,10 +91,18 @@ class Transport:
     socket path, or ``http(s)://host:port``."""
 
     def __init__(self, address: str, token: str | None = None, timeout: float | None = None,
-                 headers: dict[str, str] | None = None, reconnect: float = RECONNECT):
+                 headers: dict[str, str] | None = None, reconnect: float = RECONNECT,
+                 token_file: str | None = None, ca_file: str | None = None):
         self.address = address
         self.reconnect = reconnect
         self.token = token
+        # A token file is read again whenever it changes: a Pod's projected
+        # ServiceAccount token is rotated in place by the kubelet.
+        self.token_file = token_file
+        self._token_stamp: tuple[int, int] | None = None
+        if token_file is not None:
+            self._read_token()
+        self.ssl_context = ssl.create_default_context(cafile=ca_file)
         self.timeout = timeout
         self.headers = dict(headers or {})
         self._idle: list[http.client.HTTPConnection] = []
@@ -113,10 +122,20 @@ class Transport:
         if self._unix is not None:
             return _UnixConnection(self._unix, timeout)
         if self._scheme == "https":
-            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=ssl.create_default_context())
+            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=self.ssl_context)
         return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
 
+    def _read_token(self) -> None:
+        st = os.stat(self.token_file)
+        stamp = (st.st_mtime_ns, st.st_ino)
+        if stamp != self._token_stamp:
+            with open(self.token_file) as f:
+                self.token = f.read().strip()
+            self._token_stamp = stamp
+
     def _headers(self, content_type: str) -> dict[str, str]:
+        if self.token_file is not None:
+            self._read_token()
         h = {"Content-Type": content_type, "Connect-Protocol-Version": "1"}
         if self.token:
             h["Authorization"] = "Bearer " + self.token

@@ -579,7 +579,10 @@ class SandboxFleet:
 
     ``address`` is what ``serve`` printed: ``unix:///path`` or
     ``http://127.0.0.1:PORT``; over TCP give the bearer token, or
-    ``token_file``, the file serve printed it is in. Sandboxes acquired
+    ``token_file``, the file serve printed it is in — or, for a serve
+    that admits ServiceAccounts, the Pod's projected token file (read
+    again whenever the kubelet rotates it); ``ca_file`` verifies a serve
+    whose certificate a cluster's CA signed. Sandboxes acquired
     here are leased to this client and only it may use them: a background
     thread renews the lease while any is held, so a crashed trainer's
     sandboxes are released by the server. The first client to call a
@@ -594,16 +597,13 @@ class SandboxFleet:
 
     def __init__(self, address: str, token: str | None = None, client_id: str | None = None,
                  timeout: float | None = 60.0, retries: int = 3, token_file: str | None = None,
-                 reconnect: float = RECONNECT):
-        if token_file is not None:
-            if token is not None:
-                raise ValueError("give token or token_file, not both")
-            with open(token_file) as f:
-                token = f.read().strip()
+                 reconnect: float = RECONNECT, ca_file: str | None = None):
+        if token_file is not None and token is not None:
+            raise ValueError("give token or token_file, not both")
         # The key binds client_id to this object at the server: no other
         # caller can act on its sandboxes, whatever id it claims.
         self._t = Transport(address, token=token, timeout=timeout, headers={CLIENT_KEY_HEADER: secrets.token_hex(16)},
-                            reconnect=reconnect)
+                            reconnect=reconnect, token_file=token_file, ca_file=ca_file)
         self.client_id = client_id or "py-" + uuid.uuid4().hex[:12]
         self.retries = retries
         self._held: set[str] = set()

@@ -48,15 +48,19 @@ def _die_with_parent() -> None:
 class Server:
     """One `serve` process and its session."""
 
-    def __init__(self, *args: str, lease_ttl: str = "60s", warm_ttl: str = "10m", resume: Server | None = None):
-        if resume is None:
-            self.dir = tempfile.mkdtemp(prefix="sf-serve-")
-            self.run_id = "py-" + os.urandom(4).hex()
-            session = ["--run-id", self.run_id, "--lease-ttl", lease_ttl, "--warm-ttl", warm_ttl]
-        else:
-            # The session of a serve that died, at its address.
-            self.dir, self.run_id = resume.dir, resume.run_id
+    def __init__(self, *args: str, lease_ttl: str = "60s", warm_ttl: str = "10m", resume: Server | None = None,
+                 named: bool = False):
+        """A new session; with resume, that server's session at its
+        address, taken over by --resume or, named, by --session-name."""
+        self.dir = resume.dir if resume else tempfile.mkdtemp(prefix="sf-serve-")
+        self.run_id = resume.run_id if resume else "py-" + os.urandom(4).hex()
+        ttls = ["--lease-ttl", lease_ttl, "--warm-ttl", warm_ttl]
+        if named:
+            session = ["--session-name", self.run_id, "--detach-on-signal", *ttls]
+        elif resume:
             session = ["--resume", self.run_id]
+        else:
+            session = ["--run-id", self.run_id, *ttls]
         self.log = open(os.path.join(self.dir, f"serve-{len(os.listdir(self.dir))}.log"), "w+")
         self.proc = subprocess.Popen(
             [BIN, "serve", "-n", NAMESPACE, "--listen", f"unix://{self.dir}/serve.sock", *session,

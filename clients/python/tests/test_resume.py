@@ -125,3 +125,29 @@ def test_acquire_in_flight_across_a_kill(server):
 
 def dump(obj) -> str:
     return json.dumps(obj, indent=1, sort_keys=True)
+
+
+def test_a_named_session_outlives_its_pod(server):
+    """serve --session-name NAME --detach-on-signal, as a Deployment runs it: a
+    SIGTERM (the Pod replaced) leaves the session as it is, and the next
+    serve of that name takes it over at once — the handle still the
+    client's, the pool the same — until a client's Close tears it down."""
+    first = server(named=True)
+    c = first.client()
+    c.add_tasks([{"id": "n1", "image": IMAGES[0]}])
+    h = c.acquire("n1")
+    pools = uids("sandboxwarmpools", first.run_id)
+    assert first.stop(signal.SIGTERM) == 0, first.logs()
+    assert "left as it is" in first.logs(), first.logs()
+    assert uids("sandboxclaims", first.run_id).keys() == {h.claim}
+
+    start = time.monotonic()
+    second = server(resume=first, named=True)
+    assert [x["id"] for x in c.status().get("handles", [])] == [h.id]
+    assert time.monotonic() - start < 10, "the next serve waited for the first one's heartbeat to expire"
+    assert uids("sandboxwarmpools", first.run_id) == pools
+    if REAL:
+        assert h.exec(["true"]).exit_code == 0
+    c.release(h)
+    c.close()
+    second.proc.wait(120)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,6 +26,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/metrics"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/session"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 )
 
 type options struct {
@@ -33,6 +35,10 @@ type options struct {
 	inputs      inputs.Flags
 	runID       string
 	resume      string
+	session     string
+	detach      bool
+	accounts    []string
+	audience    string
 	access      serve.Access
 	tokenFile   string
 	metricsAddr string
@@ -81,7 +87,16 @@ and finds its pools and held sandboxes by their labels: pools are kept as
 they are, each held sandbox goes back to its client while that client's lease
 runs (and is released once it ran out), and a client that reconnects with its
 id and key finds its handles. A serve of the session still renewing its
-heartbeat is waited for.`,
+heartbeat is waited for.
+
+To run serve in a cluster, as a Deployment in the trainer's namespace (see
+manifests/serve and docs/python-client.md): --session-name NAME resumes the
+session of that name when it exists and starts it otherwise, so that a
+replaced Pod carries on; --detach-on-signal leaves the session to the next
+Pod on SIGTERM instead of tearing it down (a client's Close still does);
+and --allow-service-account admits callers by their Pods' ServiceAccount
+tokens, reviewed by the API server (TokenReview) for --token-audience,
+instead of a token file.`,
 		Example: `  # serve on a unix socket, with the tasks of a file in the plan
   kubectl sandbox-fleet serve -f fleet.yaml --tasks swebench.jsonl
 
@@ -96,13 +111,33 @@ heartbeat is waited for.`,
 			if err != nil {
 				return err
 			}
-			if o.resume != "" {
+			switch {
+			case o.resume != "" && o.session != "":
+				return usage.Errorf("--resume and --session-name: give one; --session-name resumes the session when it exists")
+			case o.resume != "":
 				if err := o.resuming(cmd, ts); err != nil {
 					return err
 				}
 				o.runID = o.resume
-			} else if o.runID, err = runid.FromFlag(o.runID); err != nil {
-				return err
+			case o.session != "":
+				if o.runID != "" || len(ts) > 0 {
+					return usage.Errorf("--session-name names the session's run id and it is given its tasks by its clients: drop --run-id and --tasks")
+				}
+				if o.runID, err = runid.FromFlag(o.session); err != nil {
+					return err
+				}
+			default:
+				if o.runID, err = runid.FromFlag(o.runID); err != nil {
+					return err
+				}
+			}
+			if len(o.accounts) > 0 && o.tokenFile != "" {
+				return usage.Errorf("--allow-service-account and --token-file: callers are admitted by their ServiceAccount tokens or by serve's token, not both")
+			}
+			for _, a := range o.accounts {
+				if err := serve.ParseAccount(a); err != nil {
+					return usage.Errorf("%w", err)
+				}
 			}
 			if (o.access.CertFile == "") != (o.access.KeyFile == "") {
 				return usage.Errorf("--tls-cert-file and --tls-key-file go together")
@@ -135,6 +170,10 @@ heartbeat is waited for.`,
 	o.inputs.AddFlags(f)
 	f.StringVar(&o.runID, "run-id", "", "id labelling everything the session creates (default: generated)")
 	f.StringVar(&o.resume, "resume", "", "take over the session of this run id, whose serve died: its pools, held sandboxes and clients")
+	f.StringVar(&o.session, "session-name", "", "the session of this name (its run id): resumed when it exists, started otherwise; for serve in a Deployment")
+	f.BoolVar(&o.detach, "detach-on-signal", false, "on SIGTERM or SIGINT leave the session for the next serve --session-name or --resume to take over, instead of tearing it down")
+	f.StringArrayVar(&o.accounts, "allow-service-account", nil, "admit callers by their Pods' ServiceAccount tokens (a TokenReview each, kept 30s): NAMESPACE/NAME, or NAMESPACE/* for a namespace's; repeatable")
+	f.StringVar(&o.audience, "token-audience", serve.DefaultAudience, "with --allow-service-account, the audience callers' tokens must be for (a projected ServiceAccount token)")
 	f.StringVar(&o.access.Address, "listen", "", "unix:///PATH or a socket path, or HOST:PORT (default: a unix socket in a new private temporary directory, printed at start)")
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token every call must carry (mode 0600; written with a fresh token if it does not exist); TCP always has one")
 	f.StringVar(&o.access.CertFile, "tls-cert-file", "", "serve TLS with this certificate")
@@ -149,6 +188,13 @@ heartbeat is waited for.`,
 }
 
 func (o *options) run(parent context.Context, cfg config.Fleet, ts []tasks.Task) error {
+	if len(o.accounts) > 0 {
+		clients, err := kube.FromFlags(o.configFlags, kube.Limits{})
+		if err != nil {
+			return err
+		}
+		o.access.Kube = &serve.KubeAuth{Reviews: clients.Kube.AuthenticationV1().TokenReviews(), Audience: o.audience, Allowed: o.accounts}
+	}
 	// Listen first: a bad address must fail before anything is created.
 	tokenFile, removeToken, err := serve.ResolveToken(&o.access, o.tokenFile)
 	defer removeToken()
@@ -166,7 +212,11 @@ func (o *options) run(parent context.Context, cfg config.Fleet, ts []tasks.Task)
 	}
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
-	stopSignals := interrupt.Handle(o.streams.ErrOut, cancel, fmt.Sprintf("closing session %s and tearing it down", o.runID),
+	onSignal := fmt.Sprintf("closing session %s and tearing it down", o.runID)
+	if o.detach {
+		onSignal = fmt.Sprintf("leaving session %s for serve --session-name %s (or --resume) to take over", o.runID, o.runID)
+	}
+	stopSignals := interrupt.Handle(o.streams.ErrOut, cancel, onSignal,
 		func() string { return runid.ReapHint(o.runID, o.inputs.ConfigFile, targets) })
 	defer stopSignals()
 
@@ -178,25 +228,30 @@ func (o *options) run(parent context.Context, cfg config.Fleet, ts []tasks.Task)
 		}
 		fmt.Fprintf(o.streams.ErrOut, "metrics at http://%s/metrics\n", maddr)
 	}
-	var s *session.Session
-	if o.resume != "" {
-		s, err = session.Resume(ctx, o.runID, o.given(cfg), targets, o.opts)
-	} else {
-		s, err = session.Open(ctx, o.runID, cfg, ts, targets, o.opts)
-	}
+	s, err := o.open(ctx, cfg, ts, targets)
 	if err != nil {
 		return err
 	}
 	v := serve.NewService(s)
 	guard := ""
-	if tokenFile != "" {
+	switch {
+	case tokenFile != "":
 		guard = " (bearer token in " + tokenFile + ")"
+	case o.access.Kube != nil:
+		guard = " (to the ServiceAccounts " + strings.Join(o.accounts, ", ") + ")"
 	}
 	fmt.Fprintf(o.streams.ErrOut, "session %s: %d tasks, serving at %s%s\n", o.runID, s.TaskCount(), addr, guard)
 	fmt.Fprintf(o.streams.Out, "%s\n", addr)
 	serveErr := serve.Serve(ctx, l, v, o.access)
 	tctx, tcancel := context.WithTimeout(context.Background(), cfg.ReadyTimeout.Duration)
 	defer tcancel()
+	if o.detach && ctx.Err() != nil && !v.ClosedByClient() {
+		if err := s.Detach(tctx); err != nil {
+			return fmt.Errorf("session %s: %w", o.runID, err)
+		}
+		fmt.Fprintf(o.streams.ErrOut, "session %s: left as it is, for serve --session-name %s or --resume %s\n", o.runID, o.runID, o.runID)
+		return serveErr
+	}
 	if err := v.Shutdown(tctx); err != nil {
 		if te := (*fleet.TeardownError)(nil); errors.As(err, &te) {
 			return fmt.Errorf("session %s: %w\n%s", o.runID, err, runid.ReapHint(o.runID, o.inputs.ConfigFile, targets))
@@ -208,6 +263,21 @@ func (o *options) run(parent context.Context, cfg config.Fleet, ts []tasks.Task)
 	}
 	fmt.Fprintf(o.streams.ErrOut, "session %s: closed, everything of it removed\n", o.runID)
 	return nil
+}
+
+// open starts the session, or resumes it (--resume; --session-name when it
+// exists).
+func (o *options) open(ctx context.Context, cfg config.Fleet, ts []tasks.Task, targets []fleet.Target) (*session.Session, error) {
+	if o.resume != "" {
+		return session.Resume(ctx, o.runID, o.given(cfg), targets, o.opts)
+	}
+	if o.session != "" {
+		s, err := session.Resume(ctx, o.runID, o.given(cfg), targets, o.opts)
+		if !errors.Is(err, session.ErrNoSession) {
+			return s, err
+		}
+	}
+	return session.Open(ctx, o.runID, cfg, ts, targets, o.opts)
 }
 
 // resuming checks what --resume goes with: a session's run id, tasks and

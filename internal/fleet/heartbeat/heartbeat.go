@@ -107,6 +107,24 @@ func (h *Heartbeat) Stop(ctx context.Context) error {
 	return nil
 }
 
+// Let stops renewing and lets the run go, for another driver to take it
+// over at once (WaitAbandoned): the Lease stays, held by no one, and
+// expires unless one does.
+func (h *Heartbeat) Let(ctx context.Context) error {
+	h.stop()
+	<-h.done
+	leases := h.kube.CoordinationV1().Leases(h.namespace)
+	lease, err := leases.Get(ctx, h.name, metav1.GetOptions{})
+	if err == nil {
+		lease.Spec.HolderIdentity = nil
+		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("letting go of the run's heartbeat Lease %s/%s: %w", h.namespace, h.name, err)
+	}
+	return nil
+}
+
 // Expired reports whether lease went unrenewed for longer than its
 // duration at now.
 func Expired(lease *coordinationv1.Lease, now time.Time) bool {
@@ -121,8 +139,8 @@ func Expired(lease *coordinationv1.Lease, now time.Time) bool {
 }
 
 // WaitAbandoned returns once run runID's driver is gone, for another to
-// take the run over: its Lease is gone or expired, or its holder is a
-// process of this host that no longer exists. Until then it says, through
+// take the run over: its Lease is gone, expired or let go (Let), or its
+// holder is a process of this host that no longer exists. Until then it says, through
 // logf, whom it waits for, and waits at most until the Lease would
 // expire unrenewed before it looks again.
 func WaitAbandoned(ctx context.Context, kube kubernetes.Interface, namespace, runID string, logf func(format string, args ...any)) error {
@@ -138,7 +156,7 @@ func WaitAbandoned(ctx context.Context, kube kubernetes.Interface, namespace, ru
 		}
 		now := time.Now()
 		holder := ptr.Deref(lease.Spec.HolderIdentity, "")
-		if Expired(lease, now) || deadHere(holder, host) {
+		if holder == "" || Expired(lease, now) || deadHere(holder, host) {
 			return nil
 		}
 		if !said {

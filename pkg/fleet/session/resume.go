@@ -53,7 +53,7 @@ func Resume(ctx context.Context, runID string, cfg config.Fleet, targets []fleet
 	if err != nil {
 		return nil, err
 	}
-	if s.stopBeats, err = s.fleet.StartHeartbeats(ctx, "serve", opts.Heartbeat); err != nil {
+	if s.beats, err = s.fleet.StartSessionHeartbeats(ctx, opts.Heartbeat); err != nil {
 		s.fleet.Close()
 		return nil, err
 	}
@@ -71,7 +71,7 @@ func Resume(ctx context.Context, runID string, cfg config.Fleet, targets []fleet
 		// Nothing was changed but claims that were not Ready: the session
 		// can be resumed again, or reaped.
 		s.fleet.Close()
-		return nil, errors.Join(fmt.Errorf("resuming session %s: %w", runID, err), s.stopBeats(ctx))
+		return nil, errors.Join(fmt.Errorf("resuming session %s: %w", runID, err), s.beats.Let(ctx))
 	}
 	s.readopt(ctx, adopted)
 	s.start()

@@ -72,8 +72,8 @@ var (
 type Session struct {
 	fleet *fleet.Fleet
 	opts  Options
-	// stopBeats ends the run's heartbeat.
-	stopBeats func(context.Context) error
+	// beats are the run's heartbeats.
+	beats *fleet.Heartbeats
 	// ctx lives as long as the session; background work runs under it.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -151,7 +151,7 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 		s.fleet.Close()
 		return nil, err
 	}
-	if s.stopBeats, err = s.fleet.StartHeartbeats(ctx, "serve", opts.Heartbeat); err != nil {
+	if s.beats, err = s.fleet.StartSessionHeartbeats(ctx, opts.Heartbeat); err != nil {
 		s.fleet.Close()
 		return nil, errors.Join(err, s.store.Delete(ctx))
 	}
@@ -336,19 +336,9 @@ func (s *Session) Unwarm(ctx context.Context, images []string) ([]string, error)
 // the run is deleted and waited for, and the heartbeat ends. It is safe to
 // call more than once.
 func (s *Session) Close(ctx context.Context) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.stop(ctx) {
 		return nil
 	}
-	s.closed = true
-	held := slices.Collect(maps.Values(s.handles))
-	s.mu.Unlock()
-	for _, h := range held {
-		h.tools.closeAll(ctx)
-	}
-	s.cancel()
-	s.wg.Wait()
 	err := s.fleet.Teardown(ctx)
 	if err != nil {
 		err = &fleet.TeardownError{RunID: s.RunID(), Err: err}
@@ -360,9 +350,43 @@ func (s *Session) Close(ctx context.Context) error {
 	if s.opts.Prepull {
 		err = errors.Join(err, s.fleet.Unprepull(ctx))
 	}
-	err = errors.Join(err, s.stopBeats(ctx))
+	err = errors.Join(err, s.beats.Stop(ctx))
 	s.fleet.Close()
 	return err
+}
+
+// Detach leaves the session as it is in the cluster — pools, held
+// sandboxes, what it recorded — for a resumed session to take over at
+// once (Resume): its background work stops and its heartbeat lets the
+// run go. Commands running in its sandboxes are ended. serve detaches
+// when its Pod is replaced.
+func (s *Session) Detach(ctx context.Context) error {
+	if !s.stop(ctx) {
+		return nil
+	}
+	err := s.beats.Let(ctx)
+	s.fleet.Close()
+	return err
+}
+
+// stop closes the session to calls, ends the commands running in its
+// sandboxes and its background work. It reports false when it was
+// closed already.
+func (s *Session) stop(ctx context.Context) bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	s.closed = true
+	held := slices.Collect(maps.Values(s.handles))
+	s.mu.Unlock()
+	for _, h := range held {
+		h.tools.closeAll(ctx)
+	}
+	s.cancel()
+	s.wg.Wait()
+	return true
 }
 
 // logf tells what the session's driver should know but that stops
