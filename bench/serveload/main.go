@@ -63,7 +63,7 @@ func run(clients, concurrency, rounds, nodes int) (err error) {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	b, err := benchcluster.Start(ctx, "serveload", benchcluster.Options{
-		Build: func(dir string) error { _, err := testcluster.BuildCommand(dir, plugin); return err },
+		Build:   func(dir string) error { _, err := testcluster.BuildCommand(dir, plugin); return err },
 		Cluster: []testcluster.Option{testcluster.WithNodes(testcluster.FakeNodes("kwok-node", nodes, testcluster.DefaultCapacity(), nil)...)},
 	})
 	if err != nil {
