@@ -55,17 +55,19 @@ e2e-kind: testbin ## run the end-to-end suite on a kind cluster, made with kind'
 	go run ./e2e/kind
 
 .PHONY: image
-image: ## build the asrl-webhook, asrl-prepull-agent and asrl-scheduler images as docker archives in dist/ (no Docker needed; IMAGE_ARCH=arm64 for arm)
+image: ## build the asrl-webhook, asrl-prepull-agent and asrl-scheduler images, and sandbox-fleet (serve, for manifests/serve), as docker archives in dist/ (no Docker needed; IMAGE_ARCH=arm64 for arm)
 	for cmd in asrl-webhook asrl-prepull-agent asrl-scheduler; do \
 		go run ./hack/image -cmd $$cmd -tag ghcr.io/sandbox-fleet/$$cmd:$(VERSION) -arch $(or $(IMAGE_ARCH),amd64) -ldflags "$(LDFLAGS)" || exit 1; \
 	done
+	go run ./hack/image -cmd kubectl-sandbox_fleet -tag ghcr.io/sandbox-fleet/sandbox-fleet:$(VERSION) -out dist/sandbox-fleet.tar -arch $(or $(IMAGE_ARCH),amd64) -ldflags "$(LDFLAGS)"
 
 .PHONY: push
-push: ## build the three images and push them to REGISTRY as REGISTRY/CMD:VERSION (no Docker needed; credentials from the docker config)
+push: ## build the four images and push them to REGISTRY as REGISTRY/CMD:VERSION, serve's as REGISTRY/sandbox-fleet:VERSION (no Docker needed; credentials from the docker config)
 	@test -n "$(REGISTRY)" || { echo "make push: set REGISTRY, e.g. make push REGISTRY=registry.example.com/sandbox-fleet" >&2; exit 2; }
 	for cmd in asrl-webhook asrl-prepull-agent asrl-scheduler; do \
 		go run ./hack/image -cmd $$cmd -tag $(REGISTRY)/$$cmd:$(VERSION) -push -arch $(or $(IMAGE_ARCH),amd64) -ldflags "$(LDFLAGS)" || exit 1; \
 	done
+	go run ./hack/image -cmd kubectl-sandbox_fleet -tag $(REGISTRY)/sandbox-fleet:$(VERSION) -push -arch $(or $(IMAGE_ARCH),amd64) -ldflags "$(LDFLAGS)"
 
 .PHONY: generate
 generate: ## regenerate api/'s deep-copy functions and manifests/crd/ with controller-gen, and api/fleet/v1's Go code with protogen

@@ -151,3 +151,19 @@ func serial() *big.Int {
 	}
 	return n
 }
+
+// ServingCert makes, in dir, a CA of its own and a serving certificate it
+// signs for hosts (names or IPs), for tests of servers clients must
+// verify: the files of the CA's certificate, the serving certificate and
+// its key.
+func ServingCert(dir string, hosts ...string) (caFile, certFile, keyFile string, err error) {
+	p, err := newPKI(dir)
+	if err != nil {
+		return "", "", "", err
+	}
+	kp, err := p.serving("serving", hosts)
+	if err != nil {
+		return "", "", "", err
+	}
+	return p.CAFile(), kp.Cert, kp.Key, nil
+}

@@ -103,7 +103,8 @@ var (
 	sandboxClaims    = apiResource{extensionsv1beta1.GroupVersion.String(), "sandboxclaims", []string{"create", "get", "list", "watch", "delete"}, nil}
 	// delete: teardown deletes a run's Pods once their Sandbox is gone.
 	pods     = apiResource{"v1", "pods", nil, []string{"get", "list", "watch", "delete"}}
-	podsExec = apiResource{"v1", "pods/exec", nil, []string{"create"}}
+	// get: exec over WebSocket opens with a GET; create: over SPDY.
+	podsExec = apiResource{"v1", "pods/exec", nil, []string{"create", "get"}}
 	// leases hold a driver's heartbeat (package heartbeat).
 	leases = apiResource{"coordination.k8s.io/v1", "leases", []string{"create", "get", "list", "update", "delete"}, nil}
 

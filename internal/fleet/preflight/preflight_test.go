@@ -202,7 +202,7 @@ func TestCallerWithoutPermissions(t *testing.T) {
 	expect(t, r, "rbac/sandboxclaims", preflight.Fail,
 		fmt.Sprintf("not allowed to create, watch, delete sandboxclaims in namespace %q", ns))
 	expect(t, r, "rbac/sandboxtemplates", preflight.Fail, "not allowed to create, get, list, watch, delete sandboxtemplates")
-	expect(t, r, "rbac/pods/exec", preflight.Warn, "not allowed to create pods/exec")
+	expect(t, r, "rbac/pods/exec", preflight.Warn, "not allowed to create, get pods/exec")
 	// Reading sandboxes is all a run needs; deleting them only speeds teardown.
 	expect(t, r, "rbac/sandboxes", preflight.Warn, "not allowed to delete sandboxes")
 	expect(t, r, "namespace", preflight.Warn, "not allowed to read namespace")

@@ -26,6 +26,17 @@ func TestExampleIsTheDefault(t *testing.T) {
 	}
 }
 
+// The configuration manifests/serve ships loads.
+func TestServeManifestsConfigLoads(t *testing.T) {
+	got, err := Load("../../../manifests/serve/fleet.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.MaxConcurrent != 64 || got.MaxWarmPoolSize != 8 {
+		t.Errorf("manifests/serve/fleet.yaml: maxConcurrent %d, maxWarmPoolSize %d", got.MaxConcurrent, got.MaxWarmPoolSize)
+	}
+}
+
 func TestParse(t *testing.T) {
 	f, err := Parse("fleet.yaml", []byte(`apiVersion: sandbox-fleet.io/v1alpha1
 kind: FleetConfig
