@@ -289,7 +289,7 @@ func runClientPod(t *testing.T, ctx context.Context, kc kubernetes.Interface, ns
 			HostAliases:                  []corev1.HostAlias{{IP: serveIP, Hostnames: []string{host}}},
 			Containers: []corev1.Container{{
 				Name: "worker", Image: testimages.Problem(1),
-				Command: []string{"python3", "/client/client.py", who, "https://" + host + ":7070", testimages.Busybox},
+				Command:      []string{"python3", "/client/client.py", who, "https://" + host + ":7070", testimages.Busybox},
 				VolumeMounts: []corev1.VolumeMount{{Name: "client", MountPath: "/client"}, {Name: "token", MountPath: "/var/run/secrets/sandbox-fleet"}},
 			}},
 			Volumes: []corev1.Volume{

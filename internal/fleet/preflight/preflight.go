@@ -102,7 +102,7 @@ var (
 	sandboxWarmPools = apiResource{extensionsv1beta1.GroupVersion.String(), "sandboxwarmpools", []string{"create", "get", "list", "watch", "patch", "delete"}, nil}
 	sandboxClaims    = apiResource{extensionsv1beta1.GroupVersion.String(), "sandboxclaims", []string{"create", "get", "list", "watch", "delete"}, nil}
 	// delete: teardown deletes a run's Pods once their Sandbox is gone.
-	pods     = apiResource{"v1", "pods", nil, []string{"get", "list", "watch", "delete"}}
+	pods = apiResource{"v1", "pods", nil, []string{"get", "list", "watch", "delete"}}
 	// get: exec over WebSocket opens with a GET; create: over SPDY.
 	podsExec = apiResource{"v1", "pods/exec", nil, []string{"create", "get"}}
 	// leases hold a driver's heartbeat (package heartbeat).
