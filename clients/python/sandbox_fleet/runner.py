@@ -235,41 +235,66 @@ def _warm(fleet, plan: _Plan, i: int, report: RunReport) -> None:
             fleet.lookahead(images)
 
 
+class _Attempt:
+    """One task's run, as its steps end: the bookkeeping the synchronous and
+    the async runner share."""
+
+    def __init__(self, task: dict, epoch: int, report: RunReport):
+        self.task, self.epoch, self.report = task, epoch, report
+        self.started = time.monotonic()
+        self.result: RunResult | None = None
+
+    def unclaimed(self, e: FleetError) -> RunResult:
+        """No sandbox could be had: the task did not run."""
+        verdict, reason = verdict_of(e)
+        r = RunResult(self.task["id"], self.epoch, verdict, error=e, reason=reason, seconds=time.monotonic() - self.started)
+        self.report.task(r, ran=False)
+        return r
+
+    def claimed(self, h) -> None:
+        self.report.claim()
+        self.result = RunResult(self.task["id"], self.epoch, "ok", node=h.node, resets=h.resets)
+
+    def failed(self, e: Exception) -> None:
+        """fn raised, or the sandbox failed under it: the task's result."""
+        self.result.verdict, self.result.reason = verdict_of(e)
+        self.result.error = e
+
+    def released(self, h, outcome: str | FleetError, since: float) -> None:
+        if isinstance(outcome, FleetError):
+            # The work is done and scored; a sandbox the session could not
+            # hand back is the session's to reap (its lease runs out).
+            logger.warning("releasing %s of task %s: %s", h.id, h.task_id, outcome)
+            outcome = "release"
+        self.report.phase("release" if outcome in ("released", "release") else outcome, time.monotonic() - since)
+
+    def done(self) -> RunResult:
+        self.result.seconds = time.monotonic() - self.started
+        self.report.task(self.result, ran=True)
+        return self.result
+
+
 def _one(fleet, fn: Callable, task: dict, epoch: int, recycle: bool, report: RunReport) -> RunResult:
-    started = time.monotonic()
+    a = _Attempt(task, epoch, report)
     try:
         with _Timed(report, "claim"):
             h = fleet.acquire(task["id"])
-        report.claim()
     except FleetError as e:
-        verdict, reason = verdict_of(e)
-        r = RunResult(task["id"], epoch, verdict, error=e, reason=reason, seconds=time.monotonic() - started)
-        report.task(r, ran=False)
-        return r
-    r = RunResult(task["id"], epoch, "ok", node=h.node, resets=h.resets)
+        return a.unclaimed(e)
+    a.claimed(h)
     try:
         with _Timed(report, "process"):
-            r.value = fn(task, h)
+            a.result.value = fn(task, h)
     except Exception as e:  # noqa: BLE001 — a task's failure is its result, as the reference keeps it
-        r.verdict, r.reason = verdict_of(e)
-        r.error = e
+        a.failed(e)
     finally:
-        _release(fleet, h, recycle, report)
-    r.seconds = time.monotonic() - started
-    report.task(r, ran=True)
-    return r
-
-
-def _release(fleet, h, recycle: bool, report: RunReport) -> None:
-    started = time.monotonic()
-    try:
-        outcome = fleet.release(h, reuse=recycle)
-    except FleetError as e:
-        # The work is done and scored; a sandbox the session could not
-        # hand back is the session's to reap (its lease runs out).
-        logger.warning("releasing %s of task %s: %s", h.id, h.task_id, e)
-        outcome = "release"
-    report.phase("release" if outcome in ("released", "release") else outcome, time.monotonic() - started)
+        since = time.monotonic()
+        try:
+            outcome = fleet.release(h, reuse=recycle)
+        except FleetError as e:
+            outcome = e
+        a.released(h, outcome, since)
+    return a.done()
 
 
 async def arun(fleet, fn: Callable, strategy: str, concurrency: int | None, epochs: int, keep_warm: bool,
@@ -312,35 +337,27 @@ async def arun(fleet, fn: Callable, strategy: str, concurrency: int | None, epoc
 
 
 async def _aone(fleet, fn: Callable, task: dict, epoch: int, recycle: bool, report: RunReport) -> RunResult:
-    started = time.monotonic()
+    a = _Attempt(task, epoch, report)
     try:
         with _Timed(report, "claim"):
             h = await fleet.acquire(task["id"])
-        report.claim()
     except FleetError as e:
-        verdict, reason = verdict_of(e)
-        r = RunResult(task["id"], epoch, verdict, error=e, reason=reason, seconds=time.monotonic() - started)
-        report.task(r, ran=False)
-        return r
-    r = RunResult(task["id"], epoch, "ok", node=h.node, resets=h.resets)
+        return a.unclaimed(e)
+    a.claimed(h)
     try:
         with _Timed(report, "process"):
             # A plain function gets the synchronous handle, in a thread.
             if inspect.iscoroutinefunction(fn):
-                r.value = await fn(task, h)
+                a.result.value = await fn(task, h)
             else:
-                r.value = await asyncio.to_thread(fn, task, h.handle)
+                a.result.value = await asyncio.to_thread(fn, task, h.handle)
     except Exception as e:  # noqa: BLE001
-        r.verdict, r.reason = verdict_of(e)
-        r.error = e
+        a.failed(e)
     finally:
-        t = time.monotonic()
+        since = time.monotonic()
         try:
             outcome = await fleet.release(h, reuse=recycle)
         except FleetError as e:
-            logger.warning("releasing %s of task %s: %s", h.id, h.task_id, e)
-            outcome = "release"
-        report.phase("release" if outcome in ("released", "release") else outcome, time.monotonic() - t)
-    r.seconds = time.monotonic() - started
-    report.task(r, ran=True)
-    return r
+            outcome = e
+        a.released(h, outcome, since)
+    return a.done()

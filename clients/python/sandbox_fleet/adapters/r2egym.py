@@ -20,11 +20,11 @@ outlives it is never left running.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-import stat
 from typing import Any
+
+from ._files import copy_in
 
 CMD_TIMEOUT = 120
 DOCKER_PATH = "/root/.venv/bin:/root/.local/bin:/root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -92,11 +92,7 @@ class R2EGymRuntime:
 
     def copy_to_container(self, src_path: str, dest_path: str) -> None:
         """Copies a local file or tree to dest_path in the sandbox."""
-        if os.path.isdir(src_path):
-            self.handle.upload(src_path, dest_path)
-            return
-        with open(src_path, "rb") as f:
-            self.handle.write_file(dest_path, f.read(), mode=stat.S_IMODE(os.stat(src_path).st_mode))
+        copy_in(self.handle, src_path, dest_path)
 
     def read_file(self, rel_file_path: str) -> str:
         """A file under ``alt_path`` (where R2E-Gym keeps what the agent is

@@ -25,12 +25,12 @@ state (SWE-ReX leaves it running until the interrupt).
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import shlex
-import stat
 from dataclasses import dataclass
 from typing import Any
+
+from ._files import copy_in
 
 try:
     # Raise SWE-ReX's own classes where it is installed: SWE-agent catches them.
@@ -263,15 +263,8 @@ class SweRexRuntime:
 
     async def upload(self, request) -> UploadResponse:
         """Copies a local file or tree to target_path in the sandbox."""
-        await self._call(self._upload, request.source_path, request.target_path)
+        await self._call(copy_in, self.handle, request.source_path, request.target_path)
         return UploadResponse()
-
-    def _upload(self, source: str, target: str) -> None:
-        if os.path.isdir(source):
-            self.handle.upload(source, target)
-            return
-        with open(source, "rb") as f:
-            self.handle.write_file(target, f.read(), mode=stat.S_IMODE(os.stat(source).st_mode))
 
     async def close(self) -> CloseResponse:
         """Closes the sessions; the sandbox stays the fleet's, released by
