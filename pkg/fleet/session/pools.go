@@ -67,6 +67,13 @@ func (s *Session) add(n int, read func(seen map[string]string) ([]tasks.Task, er
 	return changes, nil
 }
 
+// recordTasks records the tasks added so far and more, the first of
+// them recorded already.
+func (s *Session) recordTasks(ctx context.Context, before []tasks.Task, more []tasks.Task) error {
+	all := append(before[:len(before):len(before)], more...)
+	return s.store.SaveTasks(ctx, all, len(before))
+}
+
 // prepull has the nodes pull the images new to the plan among changes, in
 // the background, when the session pre-pulls.
 func (s *Session) prepull(changes []fleet.PoolChange) {

@@ -17,7 +17,6 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/sessionstate"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
 
@@ -36,6 +35,12 @@ var ErrNoSession = sessionstate.ErrNone
 // applies.
 func Resume(ctx context.Context, runID string, cfg config.Fleet, targets []fleet.Target, opts Options) (*Session, error) {
 	home := targets[0]
+	// The state is read once its driver is gone: until then it may still
+	// change it, or close the session.
+	logf := func(format string, args ...any) { klog.FromContext(ctx).Info(fmt.Sprintf(format, args...)) }
+	if err := heartbeat.WaitAbandoned(ctx, home.Clients.Kube, home.Clients.Namespace, runID, logf); err != nil {
+		return nil, err
+	}
 	store := &sessionstate.Store{Client: home.Clients.Client, Namespace: home.Clients.Namespace, RunID: runID}
 	st, err := store.Load(ctx)
 	if err != nil {
@@ -45,10 +50,6 @@ func Resume(ctx context.Context, runID string, cfg config.Fleet, targets []fleet
 		return nil, err
 	}
 	opts.LeaseTTL, opts.WarmTTL, opts.Heartbeat = st.Options.LeaseTTL.Duration, st.Options.WarmTTL.Duration, st.Options.Heartbeat.Duration
-	logf := func(format string, args ...any) { klog.FromContext(ctx).Info(fmt.Sprintf(format, args...)) }
-	if err := heartbeat.WaitAbandoned(ctx, home.Clients.Kube, home.Clients.Namespace, runID, logf); err != nil {
-		return nil, err
-	}
 	s, err := open(ctx, runID, st.Config, targets, opts)
 	if err != nil {
 		return nil, err
@@ -231,11 +232,4 @@ func pointers(a map[string]string) map[string]*string {
 		out[k] = &v
 	}
 	return out
-}
-
-// recordTasks records the tasks added so far and more, the first of
-// them recorded already.
-func (s *Session) recordTasks(ctx context.Context, before []tasks.Task, more []tasks.Task) error {
-	all := append(before[:len(before):len(before)], more...)
-	return s.store.SaveTasks(ctx, all, len(before))
 }
