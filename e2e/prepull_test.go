@@ -308,11 +308,11 @@ func waitForEntry(t *testing.T, ctx context.Context, clients *kube.Clients, job 
 	}
 }
 
-// run --prepull has the node pull the run's images before warming, and
-// deletes its PrepullJob at the end.
-func TestRunPrepull(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+// pullingNode starts the node's agent and waits for its cache to be
+// published, and returns the node, a namespace of the test's, its client
+// and a new image, name, no node has.
+func pullingNode(t *testing.T, ctx context.Context, name string) (*sandboxNode, string, *kube.Clients, string) {
+	t.Helper()
 	n := theNode(t)
 	n.agent.Start(t, ctx)
 	ns := newNamespace(t)
@@ -321,7 +321,16 @@ func TestRunPrepull(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitForCache(t, ctx, clients, n.name, func(*v1alpha1.NodeImageCache) bool { return true })
-	img, _ := n.pushNewImage(t, ctx, "run-prepull")
+	img, _ := n.pushNewImage(t, ctx, name)
+	return n, ns, clients, img
+}
+
+// run --prepull has the node pull the run's images before warming, and
+// deletes its PrepullJob at the end.
+func TestRunPrepull(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	_, ns, clients, img := pullingNode(t, ctx, "run-prepull")
 	taskFile := filepath.Join(t.TempDir(), "tasks.jsonl")
 	rows := `{"id": "t1", "image": "` + img + `"}` + "\n" + `{"id": "t2", "image": "` + img + `"}` + "\n"
 	if err := os.WriteFile(taskFile, []byte(rows), 0o644); err != nil {
@@ -355,15 +364,7 @@ func TestRunPrepull(t *testing.T) {
 func TestServePrepull(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	n := theNode(t)
-	n.agent.Start(t, ctx)
-	ns := newNamespace(t)
-	clients, err := kube.ForConfig(restConfig(), ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitForCache(t, ctx, clients, n.name, func(*v1alpha1.NodeImageCache) bool { return true })
-	img, _ := n.pushNewImage(t, ctx, "serve-prepull")
+	n, ns, clients, img := pullingNode(t, ctx, "serve-prepull")
 	sock := filepath.Join(t.TempDir(), "serve.sock")
 	served := make(chan string, 1)
 	go func() {

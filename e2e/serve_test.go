@@ -17,6 +17,7 @@ import (
 
 	"connectrpc.com/connect"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -127,6 +128,32 @@ configMapGenerator:
 	if out, err := exec.CommandContext(ctx, filepath.Join(bin, "kubectl"), "--kubeconfig", kubeconfig(), "-n", ns, "rollout", "status", "deployment/"+name, "--timeout=3m").CombinedOutput(); err != nil {
 		logs, _ := exec.Command(filepath.Join(bin, "kubectl"), "--kubeconfig", kubeconfig(), "-n", ns, "logs", "deployment/"+name, "--previous").CombinedOutput()
 		t.Fatalf("serve did not roll out: %v\n%s\nits last log:\n%s", err, out, logs)
+	}
+
+	// serve's account may do what a session does in its namespace and
+	// review tokens, and nothing else docs/admin.md says it may not.
+	for _, tt := range []struct {
+		attrs authorizationv1.ResourceAttributes
+		want  bool
+	}{
+		{authorizationv1.ResourceAttributes{Namespace: ns, Verb: "patch", Group: "extensions.agents.x-k8s.io", Resource: "sandboxclaims"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "create", Group: "authentication.k8s.io", Resource: "tokenreviews"}, true},
+		{authorizationv1.ResourceAttributes{Namespace: "default", Verb: "create", Group: "extensions.agents.x-k8s.io", Resource: "sandboxclaims"}, false},
+		{authorizationv1.ResourceAttributes{Namespace: ns, Verb: "get", Resource: "secrets", Name: "sandbox-fleet-serve-tls"}, false},
+		{authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Group: "sandbox-fleet.io", Resource: "prepulljobs"}, false},
+	} {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:               "system:serviceaccount:" + ns + ":" + name,
+			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + ns},
+			ResourceAttributes: &tt.attrs,
+		}}
+		got, err := kc.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Allowed != tt.want {
+			t.Errorf("serve may %s %s %s: %v, want %v", tt.attrs.Verb, tt.attrs.Resource, tt.attrs.Namespace, got.Status.Allowed, tt.want)
+		}
 	}
 
 	// The test is a client too, the session's owner (its first caller),

@@ -269,10 +269,10 @@ func (o *options) run(parent context.Context, cfg config.Fleet, ts []tasks.Task)
 // exists).
 func (o *options) open(ctx context.Context, cfg config.Fleet, ts []tasks.Task, targets []fleet.Target) (*session.Session, error) {
 	if o.resume != "" {
-		return session.Resume(ctx, o.runID, o.given(cfg), targets, o.opts)
+		return session.Resume(ctx, o.runID, given(cfg), targets, o.opts)
 	}
 	if o.session != "" {
-		s, err := session.Resume(ctx, o.runID, o.given(cfg), targets, o.opts)
+		s, err := session.Resume(ctx, o.runID, given(cfg), targets, o.opts)
 		if !errors.Is(err, session.ErrNoSession) {
 			return s, err
 		}
@@ -299,7 +299,7 @@ func (o *options) resuming(cmd *cobra.Command, ts []tasks.Task) error {
 
 // given is the configuration the command line gave, or the zero value
 // when it gave none: a resumed session then takes its own.
-func (o *options) given(cfg config.Fleet) config.Fleet {
+func given(cfg config.Fleet) config.Fleet {
 	if reflect.DeepEqual(cfg, config.Default()) {
 		return config.Fleet{}
 	}
