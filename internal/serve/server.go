@@ -29,12 +29,6 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
 )
 
-// Metadata keys of an error's verdict and reason.
-const (
-	VerdictKey = "Sandbox-Fleet-Verdict"
-	ReasonKey  = "Sandbox-Fleet-Reason"
-)
-
 // Service implements the fleet session API over a session.
 type Service struct {
 	Session *session.Session
@@ -107,8 +101,8 @@ func toConnect(err error) error {
 	}
 	cerr := connect.NewError(code, err)
 	if infra != nil {
-		cerr.Meta().Set(VerdictKey, verdict.Infra)
-		cerr.Meta().Set(ReasonKey, infra.Reason)
+		cerr.Meta().Set(fleetv1.VerdictHeader, verdict.Infra)
+		cerr.Meta().Set(fleetv1.ReasonHeader, infra.Reason)
 	}
 	return cerr
 }

@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	fleetv1 "github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/session"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 )
@@ -36,9 +37,9 @@ func TestToConnect(t *testing.T) {
 		if !errors.As(toConnect(tc.err), &cerr) {
 			t.Fatalf("toConnect(%v) is no connect error", tc.err)
 		}
-		if cerr.Code() != tc.code || cerr.Meta().Get(VerdictKey) != tc.verdict || cerr.Meta().Get(ReasonKey) != tc.cause {
+		if cerr.Code() != tc.code || cerr.Meta().Get(fleetv1.VerdictHeader) != tc.verdict || cerr.Meta().Get(fleetv1.ReasonHeader) != tc.cause {
 			t.Errorf("toConnect(%v) = %v, verdict %q, reason %q; want %v, %q, %q", tc.err, cerr.Code(),
-				cerr.Meta().Get(VerdictKey), cerr.Meta().Get(ReasonKey), tc.code, tc.verdict, tc.cause)
+				cerr.Meta().Get(fleetv1.VerdictHeader), cerr.Meta().Get(fleetv1.ReasonHeader), tc.code, tc.verdict, tc.cause)
 		}
 	}
 }

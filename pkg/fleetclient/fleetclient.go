@@ -31,7 +31,6 @@ import (
 
 	fleetv1 "github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1"
 	"github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1/fleetv1connect"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/serve"
 )
 
 // Option configures New.
@@ -152,7 +151,7 @@ func (retryAcquire) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		for try := 0; ; try++ {
 			resp, err := next(ctx, req)
 			var cerr *connect.Error
-			if !errors.As(err, &cerr) || cerr.Code() != connect.CodeUnavailable || cerr.Meta().Get(serve.VerdictKey) != "" ||
+			if !errors.As(err, &cerr) || cerr.Code() != connect.CodeUnavailable || cerr.Meta().Get(fleetv1.VerdictHeader) != "" ||
 				try == acquireRetries || ctx.Err() != nil {
 				return resp, err
 			}
