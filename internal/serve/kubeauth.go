@@ -76,11 +76,11 @@ func allowed(user string, accounts []string) bool {
 	return slices.Contains(accounts, ns+"/"+name) || slices.Contains(accounts, ns+"/*")
 }
 
-// check returns the account of token, or why it may not call: a
-// Unauthenticated or PermissionDenied error.
-func (k *KubeAuth) check(ctx context.Context, token string) (string, *authError) {
+// check says why token may not call, if it may not: a Unauthenticated or
+// PermissionDenied error.
+func (k *KubeAuth) check(ctx context.Context, token string) *authError {
 	if token == "" {
-		return "", &authError{http.StatusUnauthorized, "unauthenticated", "a bearer token is required: send Authorization: Bearer <your Pod's ServiceAccount token of audience " + k.Audience + ">"}
+		return &authError{http.StatusUnauthorized, "unauthenticated", "a bearer token is required: send Authorization: Bearer <your Pod's ServiceAccount token of audience " + k.Audience + ">"}
 	}
 	key := sha256.Sum256([]byte(token))
 	now := time.Now()
@@ -101,13 +101,13 @@ func (k *KubeAuth) check(ctx context.Context, token string) (string, *authError)
 		}
 	}
 	if r.err != nil {
-		return "", &authError{http.StatusUnauthorized, "unauthenticated", r.err.Error()}
+		return &authError{http.StatusUnauthorized, "unauthenticated", r.err.Error()}
 	}
 	if !allowed(r.user, k.Allowed) {
-		return "", &authError{http.StatusForbidden, "permission_denied", fmt.Sprintf(
+		return &authError{http.StatusForbidden, "permission_denied", fmt.Sprintf(
 			"%s may not use this session: serve allows %s (--allow-service-account)", r.user, strings.Join(k.Allowed, ", "))}
 	}
-	return r.user, nil
+	return nil
 }
 
 // ask has the API server review token; keep is false when it could not,
@@ -140,7 +140,7 @@ type authError struct {
 func (k *KubeAuth) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if _, err := k.check(r.Context(), token); err != nil {
+		if err := k.check(r.Context(), token); err != nil {
 			refuse(w, err.status, err.code, err.message)
 			return
 		}
