@@ -4,8 +4,10 @@
 // starts the test registry (the local cluster's, on 127.0.0.1) and relays
 // it to the kind nodes on their Docker network's gateway, and has their
 // containerd pull every registry's images from it, as the local cluster's
-// real node does; pushes the test images and an image of the pinned Agent
-// Sandbox controller there (hack/testimages) and installs the controller;
+// real node does; pushes the test images and an image of the Agent Sandbox
+// controller of the line a test cluster would run (SANDBOX_FLEET_AGENT_SANDBOX,
+// else the newest) there (hack/testimages) and installs it from that
+// release's manifests;
 // labels the workers as sandbox nodes and installs the project's
 // components as internal/testinstall does for the local cluster's deploy
 // test; runs `go test ./e2e/` against the cluster, with the registry, so
@@ -124,18 +126,18 @@ func run(ctx context.Context, keep bool) error {
 		}
 	}
 
-	if _, err := goRun(ctx, root, "./hack/testimages", "-controller", filepath.Join(bin, "agent-sandbox-controller"), registry); err != nil {
-		return err
-	}
-	controller, err := goRun(ctx, root, "./hack/testimages", "-print-controller-image")
+	line, err := testcluster.AgentSandbox("")
 	if err != nil {
 		return err
 	}
-	sandboxDir, err := goList(ctx, filepath.Join(root, "hack", "tools"), "sigs.k8s.io/agent-sandbox")
+	if _, err := goRun(ctx, root, "./hack/testimages", "-controller", line.Controller(), "-controller-version", line.Version, registry); err != nil {
+		return err
+	}
+	controller, err := goRun(ctx, root, "./hack/testimages", "-controller-version", line.Version, "-print-controller-image")
 	if err != nil {
 		return err
 	}
-	rendered, err := k(nil, "kustomize", filepath.Join(sandboxDir, "k8s"))
+	rendered, err := k(nil, "kustomize", line.Manifests())
 	if err != nil {
 		return err
 	}
@@ -226,15 +228,4 @@ func goRun(ctx context.Context, root string, args ...string) ([]byte, error) {
 		return nil, fmt.Errorf("go run %s: %w", strings.Join(args, " "), err)
 	}
 	return out, nil
-}
-
-// goList is the directory of module in the module at dir.
-func goList(ctx context.Context, dir, module string) (string, error) {
-	cmd := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", module)
-	cmd.Dir, cmd.Stderr = dir, os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("go list -m %s: %w", module, err)
-	}
-	return strings.TrimSpace(string(out)), nil
 }

@@ -25,6 +25,7 @@ func main() {
 	dir := flag.String("dir", filepath.Join(os.TempDir(), "sandbox-fleet-localcluster"), "run directory: kubeconfig, PKI, etcd data and component logs")
 	nodes := flag.Int("nodes", 3, "number of kwok nodes (0 by default with --real-node, so pods land on the real one)")
 	realNode := flag.Bool("real-node", false, "add a real node: containerd and a kubelet on this machine (needs root and `make node-deps`)")
+	agentSandbox := flag.String("agent-sandbox", "", "the Agent Sandbox line to run, by version (v0.5.6, v1.0.1; default: $"+testcluster.AgentSandboxEnv+", else the newest `make testbin` built)")
 	install := flag.Bool("install", false, "install the components on the real node as the deploy test does (needs --real-node)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: localcluster [flags] up|down|env\n")
@@ -44,13 +45,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "localcluster: --install needs --real-node: the components run as Pods on it")
 		os.Exit(2)
 	}
-	if err := run(flag.Arg(0), *dir, *nodes, *realNode, *install); err != nil {
+	if err := run(flag.Arg(0), *dir, *agentSandbox, *nodes, *realNode, *install); err != nil {
 		fmt.Fprintf(os.Stderr, "localcluster: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(verb, dir string, nodes int, realNode, install bool) error {
+func run(verb, dir, agentSandbox string, nodes int, realNode, install bool) error {
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	switch verb {
 	case "up":
@@ -61,7 +62,7 @@ func run(verb, dir string, nodes int, realNode, install bool) error {
 		if err := os.RemoveAll(dir); err != nil {
 			return err
 		}
-		opts := []testcluster.Option{testcluster.Detached(), testcluster.WithDir(dir),
+		opts := []testcluster.Option{testcluster.Detached(), testcluster.WithDir(dir), testcluster.WithAgentSandbox(agentSandbox),
 			testcluster.WithNodes(testcluster.FakeNodes("kwok-node", nodes, testcluster.DefaultCapacity(), nil)...)}
 		if realNode {
 			opts = append(opts, testcluster.WithRealNode())
@@ -70,7 +71,7 @@ func run(verb, dir string, nodes int, realNode, install bool) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("Local cluster is up: %d kwok nodes", nodes)
+		fmt.Printf("Local cluster is up: Agent Sandbox %s, %d kwok nodes", c.AgentSandboxVersion(), nodes)
 		if realNode {
 			fmt.Printf(", real node %s pulling from registry %s", c.RealNodeName(), c.RegistryAddr())
 		}

@@ -19,7 +19,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/preflight"
 )
 
-// InstallCRDs creates the CRDs of the pinned Agent Sandbox version, and
+// InstallCRDs creates the CRDs of the cluster's Agent Sandbox line, and
 // with them the project's own (manifests/crd), unless they exist, and
 // waits until they are established: the cluster does at start, a test
 // that uninstalled the project's again. Conversion is set to None: the stock Agent Sandbox CRDs
@@ -27,9 +27,9 @@ import (
 // does not run (it would bind every interface), and the project uses
 // v1beta1 only.
 func (c *Cluster) InstallCRDs(ctx context.Context) error {
-	files, err := c.bins.crdFiles()
+	files, err := c.sandbox.crdFiles()
 	if err != nil || len(files) == 0 {
-		return fmt.Errorf("agent Sandbox CRDs missing from %s: rerun `make testbin`", c.bins.dir)
+		return fmt.Errorf("the CRDs of Agent Sandbox %s are missing from %s: rerun `make testbin`", c.sandbox.Version, c.bins.dir)
 	}
 	root, err := RepoRoot()
 	if err != nil {
@@ -97,10 +97,14 @@ func (c *Cluster) InstallCRDs(ctx context.Context) error {
 	return nil
 }
 
-// startAgentSandboxController runs the controller with its extensions
-// (templates, warm pools, claims), electing its leader in its own namespace
-// as its release manifests do. Its webhook stays off because its server
-// would listen on every interface. It is ready once it leads.
+// AgentSandboxVersion is the version of the Agent Sandbox controller the
+// cluster runs.
+func (c *Cluster) AgentSandboxVersion() string { return c.sandbox.Version }
+
+// startAgentSandboxController runs the controller of the cluster's line
+// with its extensions (templates, warm pools, claims), electing its leader
+// in its own namespace as its release manifests do. It is ready once it
+// leads.
 func (c *Cluster) startAgentSandboxController(ctx context.Context) (waitFunc, error) {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: preflight.ControllerNamespace}}
 	if _, err := c.kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -111,16 +115,14 @@ func (c *Cluster) startAgentSandboxController(ctx context.Context) (waitFunc, er
 		return nil, err
 	}
 	probe := "127.0.0.1:" + strconv.Itoa(ports[1])
-	p, err := c.run("agent-sandbox-controller", []string{
-		"--extensions",
-		"--enable-webhook=false",
+	p, err := c.runBinary("agent-sandbox-controller", c.sandbox.Controller(), append(c.sandbox.controllerArgs(),
 		// Leader election as its Deployment runs it, so that the Lease a
 		// preflight looks for is there.
 		"--leader-elect=true",
-		"--leader-election-namespace=" + preflight.ControllerNamespace,
-		"--metrics-bind-address=127.0.0.1:" + strconv.Itoa(ports[0]),
-		"--health-probe-bind-address=" + probe,
-	}, "KUBECONFIG="+c.Kubeconfig())
+		"--leader-election-namespace="+preflight.ControllerNamespace,
+		"--metrics-bind-address=127.0.0.1:"+strconv.Itoa(ports[0]),
+		"--health-probe-bind-address="+probe,
+	), "KUBECONFIG="+c.Kubeconfig())
 	if err != nil {
 		return nil, err
 	}

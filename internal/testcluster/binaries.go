@@ -37,7 +37,7 @@ func findBinaries() (binaries, error) {
 		return binaries{}, fmt.Errorf("test binaries not found in %s: run `make testbin` (it builds the pinned versions of hack/tools/go.mod), or set %s to a directory that has them", dir, BinDirEnv)
 	}
 	b := binaries{dir: dir}
-	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "agent-sandbox-controller"} {
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"} {
 		if _, err := os.Stat(b.bin(name)); err != nil {
 			return binaries{}, fmt.Errorf("test binary %s not found in %s: run `make testbin` (it builds the pinned versions of hack/tools/go.mod), or set %s to a directory that has them", name, dir, BinDirEnv)
 		}
@@ -46,11 +46,6 @@ func findBinaries() (binaries, error) {
 }
 
 func (b binaries) bin(name string) string { return filepath.Join(b.dir, "bin", name) }
-
-// crdFiles are the Agent Sandbox CRDs of the pinned module version.
-func (b binaries) crdFiles() ([]string, error) {
-	return filepath.Glob(filepath.Join(b.dir, "crds", "*.yaml"))
-}
 
 // kwokStageFiles are kwok's stock stages for fast node and pod lifecycles.
 func (b binaries) kwokStageFiles() ([]string, error) {

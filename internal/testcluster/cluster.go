@@ -43,7 +43,9 @@ type Cluster struct {
 	opts options
 	dir  string
 	bins binaries
-	pki  *pki
+	// sandbox is the Agent Sandbox line the cluster runs.
+	sandbox AgentSandboxLine
+	pki     *pki
 	// mu guards procs, which Restart and the restarting of exited
 	// components replace while tests read them, and stopping.
 	mu       sync.Mutex
@@ -70,6 +72,10 @@ func Start(ctx context.Context, opts ...Option) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
+	sandbox, err := bins.agentSandbox(o.agentSandboxVersion)
+	if err != nil {
+		return nil, err
+	}
 	// A suite killed before it stopped its cluster left the cluster's
 	// processes, and a real node's mounts, cgroups and bridge: undo them
 	// before starting another beside them.
@@ -82,7 +88,7 @@ func Start(ctx context.Context, opts ...Option) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
-	c := &Cluster{opts: o, dir: dir, bins: bins}
+	c := &Cluster{opts: o, dir: dir, bins: bins, sandbox: sandbox}
 	if err := os.MkdirAll(c.LogDir(), 0o755); err != nil {
 		return nil, err
 	}
@@ -169,7 +175,12 @@ func (c *Cluster) start(ctx context.Context) error {
 type waitFunc func(context.Context) error
 
 func (c *Cluster) run(name string, args []string, env ...string) (*Process, error) {
-	p, err := startProcess(name, c.bins.bin(name), args, env, c.LogDir(), c.opts.detached, c.opts.cpus)
+	return c.runBinary(name, c.bins.bin(name), args, env...)
+}
+
+// runBinary is run of the component name from the binary bin.
+func (c *Cluster) runBinary(name, bin string, args []string, env ...string) (*Process, error) {
+	p, err := startProcess(name, bin, args, env, c.LogDir(), c.opts.detached, c.opts.cpus)
 	if err != nil {
 		return nil, err
 	}

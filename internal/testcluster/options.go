@@ -13,12 +13,14 @@ type Option func(*options)
 type options struct {
 	nodes        []Node
 	agentSandbox bool
-	dir          string
-	detached     bool
-	realNode     bool
-	cpus         []int
-	pullDelays   bool
-	restartExits bool
+	// agentSandboxVersion is the Agent Sandbox line; empty: AgentSandboxEnv's or the newest.
+	agentSandboxVersion string
+	dir                 string
+	detached            bool
+	realNode            bool
+	cpus                []int
+	pullDelays          bool
+	restartExits        bool
 }
 
 func defaultOptions() options {
@@ -55,6 +57,12 @@ func FakeNodes(prefix string, n int, capacity corev1.ResourceList, labels map[st
 		nodes[i] = Node{Name: fmt.Sprintf("%s-%d", prefix, i), Capacity: capacity, Labels: labels}
 	}
 	return nodes
+}
+
+// WithAgentSandbox runs the Agent Sandbox line version (v0.5.6, v1.0.1)
+// instead of the one AgentSandboxEnv names or the newest built.
+func WithAgentSandbox(version string) Option {
+	return func(o *options) { o.agentSandboxVersion = version }
 }
 
 // WithNodes replaces the default two kwok nodes.
