@@ -51,6 +51,27 @@ func (p *Process) signal(sig syscall.Signal) error {
 	return nil
 }
 
+// Kill kills component name outright (SIGKILL) and leaves it down —
+// RestartingExited does not start it again — until Restart does: a
+// component whose Pod is gone for good, or crash-loops for longer than a
+// run waits.
+func (c *Cluster) Kill(name string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.procs {
+		if p.name != name {
+			continue
+		}
+		p.killed = true
+		if !p.exited() {
+			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+			<-p.done
+		}
+		return nil
+	}
+	return fmt.Errorf("no component %s in this cluster", name)
+}
+
 // Restart kills component name outright (SIGKILL, as a crash or an OOM
 // kill would), starts it again with the same arguments, ports and log,
 // and returns once it is as ready as it was at start-up.
@@ -108,7 +129,7 @@ func (c *Cluster) restartWhenExited(i int) {
 			c.mu.Unlock()
 			return
 		}
-		if p := c.procs[i]; p.exited() {
+		if p := c.procs[i]; p.exited() && !p.killed {
 			noteInLog(p, fmt.Sprintf("exited (%v); started again as its Pod would be", p.exitErr))
 			if _, err := c.replaceLocked(p.name); err != nil {
 				noteInLog(p, fmt.Sprintf("starting again: %v", err))

@@ -27,6 +27,9 @@ type Process struct {
 	logPath string
 	done    chan struct{} // closed when the process has exited
 	exitErr error         // valid once done is closed
+	// killed marks a process Cluster.Kill stopped for good (guarded by
+	// the cluster's mu).
+	killed bool
 	// start starts the process again as it was started, for Restart.
 	start func() (*Process, error)
 	// probes are what start-up waited for, in order, for Restart to wait

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -33,11 +34,19 @@ func (f *Fleet) Acquire(ctx context.Context, t tasks.Task, annotations map[strin
 	// is stuck) must not hold its task for ever: readyTimeout bounds it.
 	ctx, cancel := context.WithTimeout(ctx, f.Config.ReadyTimeout.Duration)
 	defer cancel()
+	// Nor must a controller that is gone: past its grace the wait ends.
+	ctx, unguard := p.cluster.controller.Guard(ctx, f.Config.ControllerGrace.Duration)
+	defer unguard()
 	start := time.Now()
 	settled := f.pace(ctx, p, pool.Name)
 	h, err := p.cluster.claimer.Acquire(ctx, pool, t.ID, annotations)
 	settled()
 	f.claimed(p.cluster.Name, err == nil, err == nil && h.Warm, time.Since(start))
+	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(err, cause) {
+		// The wait was cut (a call cut short by it says only "context
+		// canceled"): say why, for the verdict.
+		err = fmt.Errorf("task %s: %w (%v)", t.ID, cause, err)
+	}
 	if err != nil {
 		f.mu.Lock()
 		p.cluster.claims--

@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/controllerwatch"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/placement"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/preflight"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
@@ -44,8 +45,11 @@ type Cluster struct {
 	// sandboxes.
 	tracker *tracker.Tracker
 	claimer *claim.Claimer
-	config  config.Cluster
-	spec    resources.PodSpec
+	// controller follows the cluster's Agent Sandbox controller, so that
+	// waits for sandboxes end when it is down for good.
+	controller *controllerwatch.Watch
+	config     config.Cluster
+	spec       resources.PodSpec
 	// replicas and claims are the run's load here, for placement.
 	replicas, claims int
 	// released are the Pods of the sandboxes the run gave back that the
@@ -138,7 +142,8 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 		spec := podSpec(cfg, t.Config)
 		f.Clusters = append(f.Clusters, &Cluster{
 			Name: t.Config.Name, Clients: t.Clients, tracker: tr, config: t.Config, spec: spec,
-			claimer: &claim.Claimer{Client: t.Clients.Client, Tracker: tr, Grace: graces(cfg)},
+			claimer:    &claim.Claimer{Client: t.Clients.Client, Tracker: tr, Grace: graces(cfg)},
+			controller: controllerwatch.Start(watchCtx, t.Clients.Kube),
 		})
 	}
 	if cfg.Placement == "image-affinity" && len(f.Clusters) > 1 {

@@ -25,7 +25,11 @@ type Progress struct {
 	// are fetching, as their node agents report it: the bytes of the
 	// layers fetching (Size is theirs, not the images'), and the rate.
 	Pulling nodecache.Pull
-	Elapsed time.Duration
+	// ControllerDown is how long the Agent Sandbox controller of a cluster
+	// has been down — no replica renewing its leader Lease — the longest
+	// over the clusters; 0 while every one leads (or cannot be seen).
+	ControllerDown time.Duration
+	Elapsed        time.Duration
 }
 
 // Progress returns the run's counters now. It is safe to call at any time.
@@ -34,6 +38,9 @@ func (f *Fleet) Progress() Progress {
 		Warming: int(f.stats.warming.Load()), Running: int(f.stats.running.Load())}
 	for _, c := range f.Clusters {
 		p.Pulling = p.Pulling.Plus(c.tracker.Pulling())
+		if s := c.controller.State(); s.Down {
+			p.ControllerDown = max(p.ControllerDown, time.Since(s.Since))
+		}
 	}
 	if s := f.stats.started.Load(); s != 0 {
 		p.Elapsed = time.Since(time.Unix(0, s))

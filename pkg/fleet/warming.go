@@ -90,7 +90,10 @@ func (f *Fleet) Warm(ctx context.Context, images []string, replicas func(image s
 				Settled: func(pool, why string) {
 					f.logf("pool %s serves with fewer sandboxes than planned: %s", pool, why)
 				}}
-			done <- filled{c, filler.Fill(ctx, pools)}
+			// Pools wait for the controller no longer than its grace.
+			gctx, unguard := c.controller.Guard(ctx, f.Config.ControllerGrace.Duration)
+			defer unguard()
+			done <- filled{c, filler.Fill(gctx, pools)}
 		}()
 	}
 	// Pool names are unique over the clusters, so their failures merge.

@@ -76,7 +76,7 @@ type Flags struct {
 	warmPerTask, keepWarm, failFast     bool
 	colocate                            bool
 	readyTimeout, claimGrace            time.Duration
-	unschedulableGrace                  time.Duration
+	unschedulableGrace, controllerGrace time.Duration
 	overcommitFactor                    float64
 	kubeAPIQPS                          float32
 	kubeAPIBurst                        int
@@ -126,6 +126,7 @@ func (f *Flags) addConfigFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&f.claimPacing, "claim-pacing", "", fmt.Sprintf("none: claim at once; warm: claim only while the pool has a free Ready sandbox (default %s)", def.ClaimPacing))
 	fs.DurationVar(&f.claimGrace, "claim-grace", 0, fmt.Sprintf("how long a sandbox may back off (image pull, crash loop) before it is given up (default %s)", def.ClaimGrace.Duration))
 	fs.DurationVar(&f.unschedulableGrace, "unschedulable-grace", 0, fmt.Sprintf("how long a sandbox may wait for a node with room before it is given up (default %s)", def.UnschedulableGrace.Duration))
+	fs.DurationVar(&f.controllerGrace, "controller-grace", 0, fmt.Sprintf("how long the Agent Sandbox controller may be down before the tasks waiting for a sandbox fail as infra (default %s)", def.ControllerGrace.Duration))
 	fs.BoolVar(&f.failFast, "fail-fast", *def.FailFast, "give up sandboxes in trouble after the graces; false waits out --ready-timeout")
 	fs.Float64Var(&f.overcommitFactor, "overcommit-factor", 0, fmt.Sprintf("runaway breaker: tear down above expected × this; 0 = off (default %g)", *def.OvercommitFactor))
 	fs.IntVar(&f.maxLiveSandboxes, "max-live-sandboxes", 0, "runaway breaker: absolute ceiling of live sandboxes")
@@ -191,6 +192,7 @@ func (f *Flags) bindings() []binding {
 		{"ready-timeout", "readyTimeout", func(c *config.Fleet) { c.ReadyTimeout.Duration = f.readyTimeout }},
 		{"claim-grace", "claimGrace", func(c *config.Fleet) { c.ClaimGrace.Duration = f.claimGrace }},
 		{"unschedulable-grace", "unschedulableGrace", func(c *config.Fleet) { c.UnschedulableGrace.Duration = f.unschedulableGrace }},
+		{"controller-grace", "controllerGrace", func(c *config.Fleet) { c.ControllerGrace.Duration = f.controllerGrace }},
 		{"claim-pacing", "claimPacing", func(c *config.Fleet) { c.ClaimPacing = f.claimPacing }},
 		{"warm-per-task", "warmPerTask", func(c *config.Fleet) { c.WarmPerTask = f.warmPerTask }},
 		{"colocate", "template.colocate", func(c *config.Fleet) { c.Template.Colocate = f.colocate }},

@@ -13,7 +13,7 @@ import (
 )
 
 // Line renders a progress snapshot: tasks done of total, failures, tasks in
-// flight, images warming, bytes pulling, rate and the time left at that
+// flight, a controller that is down, images warming, bytes pulling, rate and the time left at that
 // rate.
 func Line(p fleet.Progress) string {
 	line := fmt.Sprintf("tasks %d/%d", p.Done, p.Total)
@@ -21,6 +21,9 @@ func Line(p fleet.Progress) string {
 		line += fmt.Sprintf(" (%d failed)", p.Failed)
 	}
 	line += fmt.Sprintf(" · running %d", p.Running)
+	if p.ControllerDown > 0 {
+		line += fmt.Sprintf(" · Agent Sandbox controller down %s", p.ControllerDown.Round(time.Second))
+	}
 	if p.Warming > 0 {
 		line += fmt.Sprintf(" · warming %d images", p.Warming)
 	}

@@ -114,6 +114,13 @@ type Fleet struct {
 	// before it is given up. Default 10m: a cluster autoscaler adds a node
 	// in a few minutes, and a pending sandbox costs nothing meanwhile.
 	UnschedulableGrace metav1.Duration `json:"unschedulableGrace,omitempty"`
+	// ControllerGrace is how long the Agent Sandbox controller may be down
+	// — its leader Lease unrenewed — before the tasks waiting for a
+	// sandbox end as infrastructure failures (reason controller) instead
+	// of waiting out readyTimeout. Default 2m: a replica that takes over
+	// waits out the Lease (15 s) and a rolled-out controller starts within
+	// a minute; a crash-looping one backs off longer than that.
+	ControllerGrace metav1.Duration `json:"controllerGrace,omitempty"`
 	// FailFast gives up sandboxes in trouble after the graces above; false
 	// waits out readyTimeout instead (terminal trouble still fails at
 	// once: no wait can mend it). Default true.
@@ -331,6 +338,9 @@ func (f *Fleet) applyDefaults() {
 	}
 	if f.UnschedulableGrace.Duration == 0 {
 		f.UnschedulableGrace.Duration = 10 * time.Minute
+	}
+	if f.ControllerGrace.Duration == 0 {
+		f.ControllerGrace.Duration = 2 * time.Minute
 	}
 	if f.FailFast == nil {
 		f.FailFast = new(true)

@@ -85,6 +85,7 @@ func (f *Fleet) validate(fail func(path, format string, args ...any)) {
 	}{
 		{"readyTimeout", f.ReadyTimeout.Duration}, {"breakerInterval", f.BreakerInterval.Duration},
 		{"claimGrace", f.ClaimGrace.Duration}, {"unschedulableGrace", f.UnschedulableGrace.Duration},
+		{"controllerGrace", f.ControllerGrace.Duration},
 		{"recycle.resetTimeout", f.Recycle.ResetTimeout.Duration},
 	} {
 		if d.value <= 0 {

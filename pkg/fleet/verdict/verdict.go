@@ -28,6 +28,9 @@ const (
 	Timeout = "timeout" // a wait or the work ran out of time
 	API     = "api"     // the API server or the connection to it
 	Exec    = "exec"    // the command could not be run in the sandbox
+	// Controller: the Agent Sandbox controller was down longer than the
+	// run's grace while the task waited for its sandbox.
+	Controller = "controller"
 )
 
 // Error is an infrastructure failure with its reason.

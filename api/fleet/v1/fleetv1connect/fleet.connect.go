@@ -9,7 +9,8 @@
 // the end-of-stream metadata for streams) "sandbox-fleet-verdict" with the
 // value "infra" or "task", and "sandbox-fleet-reason" with what failed:
 // "start" (the sandbox could not start), "lost" (its Pod went away),
-// "timeout", "api" (the API server), "exec" (the command could not be run).
+// "timeout", "api" (the API server), "exec" (the command could not be run),
+// "controller" (the Agent Sandbox controller was down past the grace).
 // A command that ran and exited non-zero is no error: its exit code is the
 // result.
 
