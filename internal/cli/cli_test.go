@@ -18,6 +18,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/spf13/cobra"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -49,10 +51,70 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("version: exit %d\n%s%s", code, out, stderr)
 	}
 
+	// The test cluster runs the controller as a process: only its line
+	// is known, from the API versions served.
+	line := "the v1.x line"
+	if strings.HasPrefix(cluster.AgentSandboxVersion(), "v0.") {
+		line = "the v0.x line"
+	}
+	if want := "Agent Sandbox Controller: " + line; !strings.Contains(out, want) {
+		t.Errorf("version does not say %q:\n%s", want, out)
+	}
+
 	code, out, stderr = execute("version", "--client", "-o", "json")
 	var v version.Versions
-	if code != cli.ExitOK || json.Unmarshal([]byte(out), &v) != nil || v.Client.GitVersion == "" || v.Server != "" {
+	if code != cli.ExitOK || json.Unmarshal([]byte(out), &v) != nil || v.Client.GitVersion == "" || v.Server != "" || v.AgentSandbox != nil {
 		t.Fatalf("version --client -o json: exit %d, %+v\n%s%s", code, v, out, stderr)
+	}
+}
+
+// The controller's version is its Deployment's image tag, as its release
+// manifests install it; one older than the oldest tested gets a warning.
+// The Deployment here has no replica: it stands for the release's beside
+// the test cluster's controller, which runs as a process.
+func TestVersionOfTheController(t *testing.T) {
+	ctx := t.Context()
+	clients, err := cluster.Clients("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deployments := clients.Kube.AppsV1().Deployments(preflight.ControllerNamespace)
+	labels := map[string]string{"app": preflight.ControllerName}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: preflight.ControllerName},
+		Spec: appsv1.DeploymentSpec{Replicas: new(int32), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: preflight.ControllerName, Image: "registry.k8s.io/agent-sandbox/agent-sandbox-controller:" + cluster.AgentSandboxVersion()}}}}},
+	}
+	if _, err := deployments.Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := deployments.Delete(context.Background(), dep.Name, metav1.DeleteOptions{}); err != nil {
+			t.Error(err)
+		}
+	})
+	code, out, stderr := execute("version")
+	want := fmt.Sprintf("Agent Sandbox Controller: %s (from the image of Deployment %s/%s)", cluster.AgentSandboxVersion(), preflight.ControllerNamespace, preflight.ControllerName)
+	if code != cli.ExitOK || !strings.Contains(out, want) || strings.Contains(stderr, "Warning") {
+		t.Errorf("version: exit %d, want %q and no warning:\n%s%s", code, want, out, stderr)
+	}
+
+	dep.Spec.Template.Spec.Containers[0].Image = "registry.k8s.io/agent-sandbox/agent-sandbox-controller:v0.3.0"
+	if _, err := deployments.Update(ctx, dep, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr = execute("version", "-o", "json")
+	var v version.Versions
+	if code != cli.ExitOK || json.Unmarshal([]byte(out), &v) != nil || v.AgentSandbox == nil || v.AgentSandbox.Version != "v0.3.0" {
+		t.Errorf("version -o json: exit %d, %+v\n%s%s", code, v, out, stderr)
+	}
+	if !strings.Contains(stderr, "Warning: Agent Sandbox v0.3.0 is older than the oldest release sandbox-fleet is tested with ("+preflight.TestedAgentSandbox[0]) {
+		t.Errorf("version with an old controller does not warn:\n%s", stderr)
+	}
+	code, out, _ = execute("preflight", "-n", cluster.NewNamespace(t))
+	if code != cli.ExitOK || !strings.Contains(out, "agent-sandbox-version") || !strings.Contains(out, "older than the oldest release") {
+		t.Errorf("preflight with an old controller: exit %d, want a warning:\n%s", code, out)
 	}
 }
 

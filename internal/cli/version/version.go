@@ -2,6 +2,7 @@
 package version
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/output"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/preflight"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	buildversion "github.com/sandbox-fleet/sandbox-fleet/pkg/version"
 )
@@ -18,6 +20,8 @@ import (
 type Versions struct {
 	Client buildversion.Info `json:"clientVersion"`
 	Server string            `json:"serverVersion,omitempty"`
+	// AgentSandbox is the cluster's Agent Sandbox controller.
+	AgentSandbox *preflight.ControllerVersion `json:"agentSandboxController,omitempty"`
 }
 
 type options struct {
@@ -33,7 +37,12 @@ func NewCommand(configFlags *genericclioptions.ConfigFlags, streams genericioopt
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the plugin's version and the cluster's",
-		Example: `  # the plugin and the Kubernetes version of the current context
+		Long: `Print the plugin's version, the Kubernetes version of the cluster and the
+version of its Agent Sandbox controller: the tag of the image of Deployment
+agent-sandbox-system/agent-sandbox-controller, as its releases install it, or
+else its release line from the API versions the cluster serves. A controller
+older than the oldest release sandbox-fleet is tested with gets a warning.`,
+		Example: `  # the plugin, the Kubernetes version of the current context and its Agent Sandbox controller
   kubectl sandbox-fleet version
 
   # the plugin only, as JSON
@@ -53,7 +62,12 @@ func (o *options) run(cmd *cobra.Command) error {
 	v := Versions{Client: buildversion.Get()}
 	var serverErr error
 	if !o.clientOnly {
-		v.Server, serverErr = serverVersion(o.configFlags)
+		v.Server, v.AgentSandbox, serverErr = serverVersions(cmd.Context(), o.configFlags)
+	}
+	if v.AgentSandbox != nil {
+		if warn := preflight.OlderThanTested(*v.AgentSandbox); warn != "" {
+			fmt.Fprintf(o.streams.ErrOut, "Warning: %s\n", warn)
+		}
 	}
 	if o.output != output.Human {
 		if err := output.Machine(o.streams.Out, o.output, v); err != nil {
@@ -69,18 +83,24 @@ func (o *options) run(cmd *cobra.Command) error {
 		if v.Server != "" {
 			fmt.Fprintf(o.streams.Out, "Server Version: %s\n", v.Server)
 		}
+		if v.AgentSandbox != nil {
+			fmt.Fprintf(o.streams.Out, "Agent Sandbox Controller: %s\n", v.AgentSandbox)
+		}
 	}
 	return serverErr
 }
 
-func serverVersion(configFlags *genericclioptions.ConfigFlags) (string, error) {
+// serverVersions are the API server's version and what the cluster tells
+// of its Agent Sandbox controller's.
+func serverVersions(ctx context.Context, configFlags *genericclioptions.ConfigFlags) (string, *preflight.ControllerVersion, error) {
 	clients, err := kube.FromFlags(configFlags, kube.Limits{})
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	sv, err := clients.Kube.Discovery().ServerVersion()
 	if err != nil {
-		return "", fmt.Errorf("reading the server version from %s: %w (use --client to skip the server)", clients.Config.Host, err)
+		return "", nil, fmt.Errorf("reading the server version from %s: %w (use --client to skip the server)", clients.Config.Host, err)
 	}
-	return sv.GitVersion, nil
+	cv := preflight.ReadControllerVersion(ctx, clients.Kube)
+	return sv.GitVersion, &cv, nil
 }
