@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,7 +13,8 @@ import (
 )
 
 // The Agent Sandbox controller killed while a run claims, and not started
-// again by the cluster: within 30 s the run's progress line names it.
+// again by the cluster: within 30 s the run's progress line names it, and
+// describe run says so.
 // Started again within the run's controller grace, the run finishes with
 // every task done; left down, the tasks waiting for a sandbox end as
 // infrastructure failures (reason controller) within the grace — well
@@ -60,6 +62,10 @@ func TestControllerDown(t *testing.T) {
 			if d := time.Since(killed); d > 30*time.Second {
 				t.Errorf("the progress line named the controller %s after it was killed, not within 30s", d.Round(time.Second))
 			}
+			out, err := exec.Command(buildPlugin(t), "--kubeconfig", cluster.Kubeconfig(), "describe", "run", r.id, "-n", ns).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "Agent Sandbox controller down for") {
+				t.Errorf("describe run %s with the controller down (%v) does not say so:\n%s", r.id, err, out)
+			}
 			if tt.back {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
@@ -68,6 +74,15 @@ func TestControllerDown(t *testing.T) {
 				}
 			}
 			code := r.end(t)
+			logged := []string{"the Agent Sandbox controller is down"}
+			if tt.back {
+				logged = append(logged, "the Agent Sandbox controller is back")
+			}
+			for _, want := range logged {
+				if !strings.Contains(r.stderr.String(), want) {
+					t.Errorf("the run's log does not say %q:\n%s", want, r.stderr)
+				}
+			}
 			ok, infra := r.checkResults(t, true)
 			ended := time.Since(killed)
 			if tt.back {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,7 +25,9 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/runid"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/controllerwatch"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/inventory"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/preflight"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 )
 
@@ -74,12 +77,18 @@ func run(ctx context.Context, configFlags *genericclioptions.ConfigFlags, stream
 	if err := clients.Client.List(ctx, events, client.InNamespace(clients.Namespace)); err != nil {
 		return fmt.Errorf("reading the events of run %s: %w", runID, err)
 	}
-	return Run(streams.Out, runs[0], inv, events.Items, time.Now())
+	// Not allowed to read the controller's Lease: nothing is said of it.
+	lease, err := clients.Kube.CoordinationV1().Leases(preflight.ControllerNamespace).Get(ctx, preflight.ControllerLease, metav1.GetOptions{})
+	if err != nil {
+		lease = nil
+	}
+	now := time.Now()
+	return Run(streams.Out, runs[0], inv, events.Items, controllerwatch.Judge(lease, now), now)
 }
 
 // Run writes run r, whose objects inv holds, with the events about them
-// among events, as of now.
-func Run(w io.Writer, r inventory.Run, inv *inventory.Inventory, events []corev1.Event, now time.Time) error {
+// among events and the Agent Sandbox controller's state, as of now.
+func Run(w io.Writer, r inventory.Run, inv *inventory.Inventory, events []corev1.Event, controller controllerwatch.State, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	s := r.Status
 	fmt.Fprintf(tw, "Name:\t%s\n", r.Name)
@@ -90,6 +99,10 @@ func Run(w io.Writer, r inventory.Run, inv *inventory.Inventory, events []corev1
 	fmt.Fprintf(tw, "Claims:\t%d, %d Ready\n", s.Claims, s.ReadyClaims)
 	fmt.Fprintf(tw, "Pods:\t%d, %d Ready\n", s.Pods, s.ReadyPods)
 	fmt.Fprintf(tw, "Nodes:\t%s\n", output.OrNone(inventory.Nodes(pointers(inv.Pods))))
+	if controller.Down {
+		fmt.Fprintf(tw, "Controller:\tAgent Sandbox controller down for %s: no replica renews its leader Lease %s/%s, so no claim becomes Ready until it is back\n",
+			output.Age(metav1.NewTime(controller.Since), now), preflight.ControllerNamespace, preflight.ControllerLease)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/controllerwatch"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/inventory"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/golden"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testobjects"
@@ -31,17 +32,19 @@ func TestDescribeRun(t *testing.T) {
 		run.Event("SandboxWarmPool", "run-a-busybox-0a1b2c", "Normal", "Created", "created sandbox run-a-busybox-0a1b2c-1", now.Add(-9*time.Minute)),
 		run.Event("Pod", "someone-elses-pod", "Warning", "Failed", "not about this run", now),
 	}
+	down := controllerwatch.State{Down: true, Since: now.Add(-40 * time.Second)}
 	for _, tt := range []struct {
-		golden string
-		inv    *inventory.Inventory
-		events []corev1.Event
+		golden     string
+		inv        *inventory.Inventory
+		events     []corev1.Event
+		controller controllerwatch.State
 	}{
-		{"run", inv, events},
-		{"run-empty-sections", &inventory.Inventory{Templates: inv.Templates[:1]}, nil},
+		{"run", inv, events, down},
+		{"run-empty-sections", &inventory.Inventory{Templates: inv.Templates[:1]}, nil, controllerwatch.State{}},
 	} {
 		t.Run(tt.golden, func(t *testing.T) {
 			var out bytes.Buffer
-			if err := Run(&out, tt.inv.Runs().Items[0], tt.inv, tt.events, now); err != nil {
+			if err := Run(&out, tt.inv.Runs().Items[0], tt.inv, tt.events, tt.controller, now); err != nil {
 				t.Fatal(err)
 			}
 			golden.Assert(t, "describe-"+tt.golden, out.String())
