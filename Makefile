@@ -38,9 +38,18 @@ prebuild: ## build what tests build as they ship (the release archives, asrl-sch
 	tmp=$$(mktemp -d) && go run ./hack/dist -version v0.0.0 -out $$tmp; rc=$$?; rm -rf $$tmp; exit $$rc
 	cd cmd/asrl-scheduler && CGO_ENABLED=0 go build -trimpath -o /dev/null .
 
+# The Agent Sandbox lines the tests run (hack/testbin.sh builds both): the
+# whole suite on the newest, the line users install; the suites that drive
+# the controller hardest (e2e, clients/python, faults) on the older again.
+AGENT_SANDBOX_LINES := $(CURDIR)/.cache/testbin/current/agent-sandbox
+OLDER_AGENT_SANDBOX = $(shell cd hack/tools && go list -m -f '{{.Version}}' sigs.k8s.io/agent-sandbox)
+
 .PHONY: test
-test: testbin node-deps lint prebuild ## run every test: unit, integration on a local control plane, e2e on a real node
+test: testbin node-deps lint prebuild ## run every test: unit, integration on a local control plane, e2e on a real node; e2e, clients/python and faults on both Agent Sandbox lines
+	for v in $(AGENT_SANDBOX_LINES)/*/bin/agent-sandbox-controller; do $$v --version | head -1; done
 	go test -race -count=1 -timeout 30m ./...
+	@echo "again on Agent Sandbox $(OLDER_AGENT_SANDBOX):"
+	SANDBOX_FLEET_AGENT_SANDBOX=$(OLDER_AGENT_SANDBOX) go test -race -count=1 -timeout 30m ./e2e/ ./clients/python/ ./faults/
 	go test -run '^$$' -fuzz '^FuzzMutate$$' -fuzztime 30s ./pkg/webhook/
 	go test -run '^$$' -fuzz '^FuzzCallCondition$$' -fuzztime 30s ./pkg/webhook/
 	go test -run '^$$' -fuzz '^FuzzCallConditionImage$$' -fuzztime 30s ./pkg/webhook/
