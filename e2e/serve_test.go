@@ -27,6 +27,7 @@ import (
 	fleetv1 "github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1"
 	"github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1/fleetv1connect"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/componentimage"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/preflight"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleetclient"
@@ -141,6 +142,10 @@ configMapGenerator:
 		{authorizationv1.ResourceAttributes{Namespace: "default", Verb: "create", Group: "extensions.agents.x-k8s.io", Resource: "sandboxclaims"}, false},
 		{authorizationv1.ResourceAttributes{Namespace: ns, Verb: "get", Resource: "secrets", Name: "sandbox-fleet-serve-tls"}, false},
 		{authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Group: "sandbox-fleet.io", Resource: "prepulljobs"}, false},
+		{authorizationv1.ResourceAttributes{Namespace: preflight.ControllerNamespace, Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Name: preflight.ControllerLease}, true},
+		{authorizationv1.ResourceAttributes{Namespace: preflight.ControllerNamespace, Verb: "get", Group: "apps", Resource: "deployments", Name: preflight.ControllerName}, true},
+		{authorizationv1.ResourceAttributes{Namespace: preflight.ControllerNamespace, Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Name: preflight.ControllerLease}, false},
+		{authorizationv1.ResourceAttributes{Namespace: preflight.ControllerNamespace, Verb: "get", Resource: "secrets"}, false},
 	} {
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User:               "system:serviceaccount:" + ns + ":" + name,
