@@ -332,7 +332,7 @@ func (f *Fleet) reportController(ctx context.Context, c *Cluster) {
 		case <-changed:
 		}
 		if s := c.controller.State(); s.Down {
-			f.logf("cluster %s: the Agent Sandbox controller is down: no replica has renewed its leader Lease %s/%s since %s; waits for sandboxes end %s after that unless it comes back",
+			f.logf("cluster %s: the Agent Sandbox controller is down: its leader Lease %s/%s ran out unrenewed at %s; waits for sandboxes end %s after that unless it comes back",
 				c.Name, preflight.ControllerNamespace, preflight.ControllerLease, s.Since.UTC().Format(time.RFC3339), f.Config.ControllerGrace.Duration)
 		} else {
 			f.logf("cluster %s: the Agent Sandbox controller is back", c.Name)
