@@ -1,6 +1,6 @@
 // Command testimages pushes the test images, and an image of an Agent
-// Sandbox controller tagged with its version, to a registry, under their own repository
-// paths: for clusters whose nodes pull every registry's images from it, as
+// Sandbox controller tagged with its version, to a registry, under their
+// own repository paths: for clusters whose nodes pull every registry's images from it, as
 // the local cluster's real node does from the one it starts (e2e/kind).
 //
 //	go run ./hack/testimages -controller .cache/testbin/current/agent-sandbox/v1.0.1/bin/agent-sandbox-controller -controller-version v1.0.1 HOST:PORT
@@ -37,7 +37,7 @@ func main() {
 		return
 	}
 	if flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: testimages [-cache DIR] [-controller BIN] REGISTRY (a plain-HTTP host:port)")
+		fmt.Fprintln(os.Stderr, "usage: testimages [-cache DIR] [-controller BIN -controller-version VERSION] REGISTRY (a plain-HTTP host:port)")
 		os.Exit(2)
 	}
 	if err := run(context.Background(), *cache, *controller, image, flag.Arg(0)); err != nil {

@@ -3,13 +3,11 @@ package testcluster
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -135,25 +133,7 @@ func (c *Cluster) startAgentSandboxController(ctx context.Context) (waitFunc, er
 		// It leads once its own metrics say so: the Lease alone may still
 		// be a killed predecessor's, unexpired, which a restarted replica
 		// waits out before it takes over.
-		metrics := "http://127.0.0.1:" + strconv.Itoa(ports[0]) + "/metrics"
-		return p.waitFor(ctx, "it leads", func(ctx context.Context) error {
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, metrics, nil)
-			if err != nil {
-				return err
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			body, err := io.ReadAll(resp.Body)
-			if err != nil {
-				return err
-			}
-			if !strings.Contains(string(body), `leader_election_master_status{name="`+preflight.ControllerLease+`"} 1`) {
-				return fmt.Errorf("it does not lead yet (%s)", metrics)
-			}
-			return nil
-		})
+		return p.waitFor(ctx, "it leads", httpOK(http.DefaultClient, "http://127.0.0.1:"+strconv.Itoa(ports[0])+"/metrics",
+			`leader_election_master_status{name="`+preflight.ControllerLease+`"} 1`))
 	}, nil
 }

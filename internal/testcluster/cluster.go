@@ -11,6 +11,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -406,7 +407,8 @@ func healthz(p *Process, port int) waitFunc {
 // they generated themselves; they carry no data.
 func insecureTLS() *tls.Config { return &tls.Config{InsecureSkipVerify: true} } //nolint:gosec
 
-func httpOK(client *http.Client, url string) func(context.Context) error {
+// httpOK probes url: it answers 200 OK, with a body that holds each of says.
+func httpOK(client *http.Client, url string, says ...string) func(context.Context) error {
 	return func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
@@ -416,9 +418,21 @@ func httpOK(client *http.Client, url string) func(context.Context) error {
 		if err != nil {
 			return err
 		}
-		resp.Body.Close()
+		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			return fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		if len(says) == 0 {
+			return nil
+		}
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		for _, want := range says {
+			if !strings.Contains(string(body), want) {
+				return fmt.Errorf("GET %s does not say %s yet", url, want)
+			}
 		}
 		return nil
 	}

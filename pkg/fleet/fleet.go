@@ -143,11 +143,8 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 		f.Clusters = append(f.Clusters, &Cluster{
 			Name: t.Config.Name, Clients: t.Clients, tracker: tr, config: t.Config, spec: spec,
 			claimer:    &claim.Claimer{Client: t.Clients.Client, Tracker: tr, Grace: graces(cfg)},
-			controller: controllerwatch.Start(watchCtx, t.Clients.Kube),
+			controller: controllerwatch.Start(watchCtx, t.Clients.Kube, func(s controllerwatch.State) { f.reportController(t.Config.Name, s) }),
 		})
-	}
-	for _, c := range f.Clusters {
-		go f.reportController(watchCtx, c)
 	}
 	if cfg.Placement == "image-affinity" && len(f.Clusters) > 1 {
 		f.readNodeCaches(ctx)
@@ -321,25 +318,17 @@ func labelValues(nodes []corev1.Node, keys ...string) []string {
 // given: a caller chooses where the engine's words go as with
 // controller-runtime (logr.NewContext, klog.NewContext), and without one
 // they go to klog's.
-// reportController logs each time cluster c's Agent Sandbox controller goes
-// down or comes back, until ctx ends: a session has no progress line.
-func (f *Fleet) reportController(ctx context.Context, c *Cluster) {
-	for {
-		changed := c.controller.Changed()
-		select {
-		case <-ctx.Done():
-			return
-		case <-changed:
-		}
-		if s := c.controller.State(); s.Down {
-			f.logf("cluster %s: the Agent Sandbox controller is down: its leader Lease %s/%s ran out unrenewed at %s; waits for sandboxes end %s after that unless it comes back",
-				c.Name, preflight.ControllerNamespace, preflight.ControllerLease, s.Since.UTC().Format(time.RFC3339), f.Config.ControllerGrace.Duration)
-		} else {
-			f.logf("cluster %s: the Agent Sandbox controller is back", c.Name)
-		}
-	}
-}
-
 func (f *Fleet) logf(format string, args ...any) {
 	f.log.Info(fmt.Sprintf(format, args...))
+}
+
+// reportController logs that cluster's Agent Sandbox controller went down
+// or came back: a session has no progress line.
+func (f *Fleet) reportController(cluster string, s controllerwatch.State) {
+	if !s.Down {
+		f.logf("cluster %s: the Agent Sandbox controller is back", cluster)
+		return
+	}
+	f.logf("cluster %s: the Agent Sandbox controller is down: its leader Lease %s/%s ran out unrenewed at %s; waits for sandboxes end %s after that unless it comes back",
+		cluster, preflight.ControllerNamespace, preflight.ControllerLease, s.Since.UTC().Format(time.RFC3339), f.Config.ControllerGrace.Duration)
 }

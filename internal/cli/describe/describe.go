@@ -78,12 +78,7 @@ func run(ctx context.Context, configFlags *genericclioptions.ConfigFlags, stream
 		return fmt.Errorf("reading the events of run %s: %w", runID, err)
 	}
 	// Not allowed to read the controller's Lease: nothing is said of it.
-	lease, err := clients.Kube.CoordinationV1().Leases(preflight.ControllerNamespace).Get(ctx, preflight.ControllerLease, metav1.GetOptions{})
-	if err != nil {
-		lease = nil
-	}
-	now := time.Now()
-	return Run(streams.Out, runs[0], inv, events.Items, controllerwatch.Judge(lease, now), now)
+	return Run(streams.Out, runs[0], inv, events.Items, controllerwatch.Read(ctx, clients.Kube), time.Now())
 }
 
 // Run writes run r, whose objects inv holds, with the events about them

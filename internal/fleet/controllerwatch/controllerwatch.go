@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/preflight"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 )
@@ -34,27 +35,28 @@ type State struct {
 
 // Judge reads the controller's state from its Lease, nil when it could not
 // be read (absent, or not allowed): then nothing is known, and nothing is
-// judged down — a run without the right to read it waits as before.
+// judged down — a run without the right to read it waits as before. A
+// replica that stops on purpose releases the Lease with a duration of a
+// second, so it is down a second later.
 func Judge(lease *coordinationv1.Lease, now time.Time) State {
-	if lease == nil || lease.Spec.LeaseDurationSeconds == nil {
+	if lease == nil {
 		return State{}
 	}
-	renewed := lease.Spec.RenewTime
-	if renewed == nil {
-		renewed = lease.Spec.AcquireTime
-	}
-	if renewed == nil {
-		return State{}
-	}
-	expires := renewed.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
-	if lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity == "" {
-		// Released by a replica that stopped on purpose: down from then.
-		expires = renewed.Time
-	}
-	if !now.After(expires) {
+	expires, ok := heartbeat.ExpiresAt(lease)
+	if !ok || !now.After(expires) {
 		return State{}
 	}
 	return State{Down: true, Since: expires}
+}
+
+// Read reads the controller's Lease through kc and judges it as of now.
+func Read(ctx context.Context, kc kubernetes.Interface) State {
+	lease, err := kc.CoordinationV1().Leases(preflight.ControllerNamespace).Get(ctx, preflight.ControllerLease, metav1.GetOptions{})
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("reading the Agent Sandbox controller's Lease", "err", err)
+		lease = nil
+	}
+	return Judge(lease, time.Now())
 }
 
 // Watch is the controller's state as last read, kept up to date until its
@@ -65,19 +67,17 @@ type Watch struct {
 	changed chan struct{} // closed and replaced when the state changes
 }
 
-// Start reads the Lease through kc every Interval until ctx ends.
-func Start(ctx context.Context, kc kubernetes.Interface) *Watch {
+// Start reads the Lease through kc every Interval until ctx ends, and
+// calls changed with each new state.
+func Start(ctx context.Context, kc kubernetes.Interface, changed func(State)) *Watch {
 	w := &Watch{changed: make(chan struct{})}
 	go func() {
 		tick := time.NewTicker(Interval)
 		defer tick.Stop()
 		for {
-			lease, err := kc.CoordinationV1().Leases(preflight.ControllerNamespace).Get(ctx, preflight.ControllerLease, metav1.GetOptions{})
-			if err != nil {
-				klog.FromContext(ctx).V(2).Info("reading the Agent Sandbox controller's Lease", "err", err)
-				lease = nil
+			if s := Read(ctx, kc); w.set(s) {
+				changed(s)
 			}
-			w.set(Judge(lease, time.Now()))
 			select {
 			case <-ctx.Done():
 				return
@@ -88,22 +88,21 @@ func Start(ctx context.Context, kc kubernetes.Interface) *Watch {
 	return w
 }
 
-func (w *Watch) set(s State) {
+// set records s and reports whether it changed.
+func (w *Watch) set(s State) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if s == w.state {
-		return
+		return false
 	}
 	w.state = s
 	close(w.changed)
 	w.changed = make(chan struct{})
+	return true
 }
 
-// State is the controller's state as last read; a nil Watch knows nothing.
+// State is the controller's state as last read.
 func (w *Watch) State() State {
-	if w == nil {
-		return State{}
-	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.state
@@ -120,11 +119,8 @@ func (w *Watch) Changed() <-chan struct{} {
 // (verdict.Controller) as its cause, once the controller has been down
 // for grace: a wait for a sandbox that no controller will make Ready ends
 // then rather than at its own deadline. A controller back in time lets the
-// wait go on. stop releases the guard; a nil Watch guards nothing.
+// wait go on. stop releases the guard.
 func (w *Watch) Guard(ctx context.Context, grace time.Duration) (_ context.Context, stop func()) {
-	if w == nil {
-		return ctx, func() {}
-	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		for {

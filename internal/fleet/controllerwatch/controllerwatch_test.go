@@ -17,6 +17,10 @@ func TestJudge(t *testing.T) {
 	lease := func(renewed time.Duration, holder *string) *coordinationv1.Lease {
 		l := &coordinationv1.Lease{}
 		l.Spec.LeaseDurationSeconds = new(int32(15))
+		if *holder == "" {
+			// As leader election releases it.
+			l.Spec.LeaseDurationSeconds = new(int32(1))
+		}
 		l.Spec.RenewTime = &metav1.MicroTime{Time: now.Add(-renewed)}
 		l.Spec.HolderIdentity = holder
 		return l
@@ -31,7 +35,7 @@ func TestJudge(t *testing.T) {
 		{"renewed 2s ago", lease(2*time.Second, leader), State{}},
 		{"renewed exactly its duration ago", lease(15*time.Second, leader), State{}},
 		{"unrenewed past its duration", lease(40*time.Second, leader), State{Down: true, Since: now.Add(-25 * time.Second)}},
-		{"released by a replica that stopped", lease(5*time.Second, new("")), State{Down: true, Since: now.Add(-5 * time.Second)}},
+		{"released by a replica that stopped", lease(5*time.Second, new("")), State{Down: true, Since: now.Add(-4 * time.Second)}},
 		{"never renewed nor acquired", &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: new(int32(15))}}, State{}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -126,16 +126,24 @@ func (h *Heartbeat) Let(ctx context.Context) error {
 }
 
 // Expired reports whether lease went unrenewed for longer than its
-// duration at now.
+// duration at now; a Lease never renewed nor acquired has.
 func Expired(lease *coordinationv1.Lease, now time.Time) bool {
+	expires, ok := ExpiresAt(lease)
+	return !ok || now.After(expires)
+}
+
+// ExpiresAt is when lease runs out unless it is renewed: its last renewal
+// (or acquisition) plus its duration. ok is false for a Lease never
+// renewed nor acquired, or without a duration.
+func ExpiresAt(lease *coordinationv1.Lease) (expires time.Time, ok bool) {
 	renewed := lease.Spec.RenewTime
 	if renewed == nil {
 		renewed = lease.Spec.AcquireTime
 	}
 	if renewed == nil || lease.Spec.LeaseDurationSeconds == nil {
-		return true
+		return time.Time{}, false
 	}
-	return now.Sub(renewed.Time) > time.Duration(*lease.Spec.LeaseDurationSeconds)*time.Second
+	return renewed.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second), true
 }
 
 // WaitAbandoned returns once run runID's driver is gone, for another to

@@ -21,18 +21,26 @@ const (
 	ControllerLease     = "a3317529.agent-sandbox.x-k8s.io"
 )
 
-// checkController says whether the Agent Sandbox controller runs: without
-// it no claim ever becomes Ready, and a run would wait out readyTimeout.
-func checkController(ctx context.Context, kc kubernetes.Interface) Check {
-	lease, leaseErr := kc.CoordinationV1().Leases(ControllerNamespace).Get(ctx, ControllerLease, metav1.GetOptions{})
-	dep, depErr := kc.AppsV1().Deployments(ControllerNamespace).Get(ctx, ControllerName, metav1.GetOptions{})
-	if leaseErr != nil {
+// checkController says whether the Agent Sandbox controller runs —
+// without it no claim ever becomes Ready, and a run would wait out
+// readyTimeout — and which version it is.
+func checkController(ctx context.Context, kc kubernetes.Interface) []Check {
+	lease, err := kc.CoordinationV1().Leases(ControllerNamespace).Get(ctx, ControllerLease, metav1.GetOptions{})
+	if err != nil {
 		lease = nil
 	}
-	if depErr != nil {
-		dep = nil
+	dep := controllerDeployment(ctx, kc)
+	return []Check{judgeController(lease, dep, time.Now()), checkControllerVersion(controllerVersion(dep, servedVersions(kc)))}
+}
+
+// controllerDeployment is the controller's Deployment as its release
+// installs it, nil when absent or not readable.
+func controllerDeployment(ctx context.Context, kc kubernetes.Interface) *appsv1.Deployment {
+	dep, err := kc.AppsV1().Deployments(ControllerNamespace).Get(ctx, ControllerName, metav1.GetOptions{})
+	if err != nil {
+		return nil
 	}
-	return judgeController(lease, dep, time.Now())
+	return dep
 }
 
 // judgeController judges what could be read of the controller (nil: not

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/kubernetes"
 )
@@ -43,21 +42,25 @@ func (v ControllerVersion) String() string {
 // of its Deployment as its release manifests and chart install it, else
 // its line from the API versions discovery serves (open to every user).
 func ReadControllerVersion(ctx context.Context, kc kubernetes.Interface) ControllerVersion {
-	dep, err := kc.AppsV1().Deployments(ControllerNamespace).Get(ctx, ControllerName, metav1.GetOptions{})
+	return controllerVersion(controllerDeployment(ctx, kc), servedVersions(kc))
+}
+
+// servedVersions are the versions of the Agent Sandbox core API group the
+// cluster serves, none when discovery fails.
+func servedVersions(kc kubernetes.Interface) []string {
+	groups, err := kc.Discovery().ServerGroups()
 	if err != nil {
-		dep = nil
+		return nil
 	}
 	var served []string
-	if groups, err := kc.Discovery().ServerGroups(); err == nil {
-		for _, g := range groups.Groups {
-			if g.Name == sandboxGroup {
-				for _, v := range g.Versions {
-					served = append(served, v.Version)
-				}
+	for _, g := range groups.Groups {
+		if g.Name == sandboxGroup {
+			for _, v := range g.Versions {
+				served = append(served, v.Version)
 			}
 		}
 	}
-	return controllerVersion(dep, served)
+	return served
 }
 
 // sandboxGroup is the Agent Sandbox core API group.
@@ -68,8 +71,10 @@ const sandboxGroup = "agents.x-k8s.io"
 // are served. The v0.x line serves v1alpha1 beside v1beta1; v1.0 dropped it.
 func controllerVersion(dep *appsv1.Deployment, served []string) ControllerVersion {
 	if dep != nil {
-		for _, c := range dep.Spec.Template.Spec.Containers {
-			if c.Name != ControllerName && len(dep.Spec.Template.Spec.Containers) > 1 {
+		containers := dep.Spec.Template.Spec.Containers
+		for _, c := range containers {
+			// Beside sidecars, the container named after the controller.
+			if len(containers) > 1 && c.Name != ControllerName {
 				continue
 			}
 			if tag := imageTag(c.Image); tag != "" {

@@ -147,8 +147,7 @@ func Run(ctx context.Context, kc kubernetes.Interface, server string, opts Optio
 	r.Checks = append(r.Checks, Check{Name: "reachable", Status: Pass, Detail: server + " " + v.GitVersion})
 
 	r.Checks = append(r.Checks, checkAPI(kc)...)
-	r.Checks = append(r.Checks, checkController(ctx, kc))
-	r.Checks = append(r.Checks, checkControllerVersion(ReadControllerVersion(ctx, kc)))
+	r.Checks = append(r.Checks, checkController(ctx, kc)...)
 	r.Checks = append(r.Checks, checkNamespace(ctx, kc, opts.Namespace))
 	r.Checks = append(r.Checks, checkPermissions(ctx, kc, opts.Namespace, needed(opts))...)
 	if opts.RuntimeClass != "" {
