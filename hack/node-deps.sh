@@ -2,11 +2,14 @@
 # Installs from Debian what the test cluster's real node needs and Go cannot
 # build: runc, the CNI plugins, busybox-static (the busybox test image),
 # mmdebstrap (the SWE-bench-like test image) and iproute2/iptables; and
-# pytest, which runs the Python client's tests. With the argument "bench" it
+# what tests the Python client as it ships: pytest, build, setuptools and
+# venv (its wheel, installed into a venv of the tests' own), mypy (its
+# types) and bubblewrap (FakeFleet's sandboxes). With the argument "bench" it
 # also installs python3-kubernetes, the bare client of bench/serve. It does
 # nothing when they are all present.
 set -euo pipefail
-packages=(runc containernetworking-plugins busybox-static mmdebstrap iproute2 iptables python3-pytest)
+packages=(runc containernetworking-plugins busybox-static mmdebstrap iproute2 iptables python3-pytest
+	python3-build python3-setuptools python3-wheel python3-venv mypy bubblewrap)
 [[ ${1:-} == bench ]] && packages+=(python3-kubernetes)
 
 missing=()

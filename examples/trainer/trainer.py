@@ -9,6 +9,7 @@ step N+1 warm (LookaheadWarmer). A rollout whose sandbox failed (it could not
 start, was lost, timed out) is masked out of the step's loss instead of
 scored as a zero reward.
 
+    pip install ./clients/python                       # the client, from the checkout
     kubectl sandbox-fleet serve -f fleet.yaml &        # prints its address
     python3 trainer.py --address unix:///tmp/sandbox-fleet-.../serve.sock \\
         --images IMAGE1,IMAGE2 --steps 2 --group 4
@@ -18,14 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "clients", "python"))
-
-from sandbox_fleet import InfraError, LookaheadWarmer, SandboxFleet  # noqa: E402
+from sandbox_fleet import InfraError, LookaheadWarmer, SandboxFleet
 
 # The policy's two answers to the test problem: the fix, or a no-op.
 FIX = "s/a - b/a + b/"

@@ -9,16 +9,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
-from sandbox_fleet import SandboxFleet  # noqa: E402
-from sandbox_fleet.testing import FakeFleet  # noqa: E402
+from sandbox_fleet import SandboxFleet
+from sandbox_fleet.testing import FakeFleet
 
 BIN = os.environ.get("SANDBOX_FLEET_BIN")
 KUBECTL = os.environ.get("SANDBOX_FLEET_KUBECTL", "kubectl")

@@ -193,7 +193,7 @@ def test_trainer_example(session):
     import sys
 
     trainer = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "trainer", "trainer.py")
-    out = subprocess.run([sys.executable, trainer, "--address", session._t.address, "--images", PROBLEM,
+    out = subprocess.run([sys.executable, "-P", trainer, "--address", session._t.address, "--images", PROBLEM,
                           "--steps", "2", "--group", "3", "--run", "example"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     steps = [json.loads(line) for line in out.stdout.splitlines()]

@@ -112,7 +112,6 @@ def test_acquire_is_idempotent_across_a_dropped_response(server):
 
 TRAINER = textwrap.dedent("""
     import sys, time
-    sys.path.insert(0, sys.argv[2])
     from sandbox_fleet import SandboxFleet
     f = SandboxFleet(sys.argv[1])
     h = f.acquire("t1")
@@ -126,8 +125,7 @@ def test_a_killed_clients_sandboxes_are_released(server):
     c = s.client()
     c.add_tasks(TASKS)
     keep = c.acquire("t0")  # a live client's sandbox outlives the other's lease
-    pkg = os.path.join(os.path.dirname(__file__), "..")
-    trainer = subprocess.Popen([sys.executable, "-c", TRAINER, s.address, pkg], stdout=subprocess.PIPE, text=True)
+    trainer = subprocess.Popen([sys.executable, "-P", "-c", TRAINER, s.address], stdout=subprocess.PIPE, text=True)
     try:
         hid = trainer.stdout.readline().strip()
         assert hid, "the trainer acquired nothing"

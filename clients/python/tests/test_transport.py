@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import os
-import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
-from sandbox_fleet._connect import Transport  # noqa: E402
+from sandbox_fleet._connect import Transport
 
 
 def test_a_rotated_token_file_is_read_again(tmp_path):
