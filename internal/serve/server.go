@@ -81,9 +81,14 @@ func toConnect(err error) error {
 	case errors.Is(err, session.ErrNotFound):
 		code = connect.CodeNotFound
 	case errors.Is(err, session.ErrForeign):
-		code = connect.CodePermissionDenied
+		cerr := connect.NewError(connect.CodePermissionDenied, err)
+		cerr.Meta().Set(fleetv1.ReasonHeader, fleetv1.ReasonForeign)
+		return cerr
 	case errors.Is(err, session.ErrClosed), errors.Is(err, session.ErrFailed), errors.Is(err, session.ErrNotWarming):
 		code = connect.CodeFailedPrecondition
+		cerr := connect.NewError(code, err)
+		cerr.Meta().Set(fleetv1.ReasonHeader, preconditionReason(err))
+		return cerr
 	case errors.As(err, &infra):
 		code = map[string]connect.Code{
 			verdict.Start: connect.CodeFailedPrecondition, verdict.Lost: connect.CodeAborted,
@@ -105,6 +110,20 @@ func toConnect(err error) error {
 		cerr.Meta().Set(fleetv1.ReasonHeader, infra.Reason)
 	}
 	return cerr
+}
+
+// preconditionReason tells apart the failed preconditions a client acts on
+// differently: a closed session is over, a failed transfer names what
+// failed, a wait for pools nothing warms needs a Lookahead first.
+func preconditionReason(err error) string {
+	switch {
+	case errors.Is(err, session.ErrClosed):
+		return fleetv1.ReasonClosed
+	case errors.Is(err, session.ErrFailed):
+		return fleetv1.ReasonFailed
+	default:
+		return fleetv1.ReasonNotWarming
+	}
 }
 
 func (v *Service) AddTasks(_ context.Context, req *connect.Request[fleetv1.AddTasksRequest]) (*connect.Response[fleetv1.AddTasksResponse], error) {

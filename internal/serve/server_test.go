@@ -24,8 +24,10 @@ func TestToConnect(t *testing.T) {
 	}{
 		{fmt.Errorf("%w: no task", session.ErrInvalid), connect.CodeInvalidArgument, "", ""},
 		{fmt.Errorf("%w: no handle", session.ErrNotFound), connect.CodeNotFound, "", ""},
-		{fmt.Errorf("%w: another's", session.ErrForeign), connect.CodePermissionDenied, "", ""},
-		{session.ErrClosed, connect.CodeFailedPrecondition, "", ""},
+		{fmt.Errorf("%w: another's", session.ErrForeign), connect.CodePermissionDenied, "", fleetv1.ReasonForeign},
+		{session.ErrClosed, connect.CodeFailedPrecondition, "", fleetv1.ReasonClosed},
+		{fmt.Errorf("%w: tar exited 2", session.ErrFailed), connect.CodeFailedPrecondition, "", fleetv1.ReasonFailed},
+		{fmt.Errorf("%w: pool of x", session.ErrNotWarming), connect.CodeFailedPrecondition, "", fleetv1.ReasonNotWarming},
 		{verdict.Infrastructure(verdict.Start, &verdict.StartError{TaskID: "t"}), connect.CodeFailedPrecondition, verdict.Infra, verdict.Start},
 		{verdict.Infrastructure(verdict.Lost, &verdict.LostError{TaskID: "t"}), connect.CodeAborted, verdict.Infra, verdict.Lost},
 		{verdict.Infrastructure(verdict.Timeout, context.DeadlineExceeded), connect.CodeDeadlineExceeded, verdict.Infra, verdict.Timeout},

@@ -18,12 +18,15 @@ no cluster, for trainers' unit tests.
 
 from .aio import AsyncHandle, AsyncProcess, AsyncSandboxFleet, AsyncShell
 from .client import ExecResult, Handle, LookaheadWarmer, Process, SandboxFleet, Shell
-from .errors import FleetError, InfraError, OutputTooLarge, SandboxLostError, SandboxStartError, TaskError
+from .errors import (FailedPreconditionError, FleetError, ForeignHandleError, InfraError, InvalidArgumentError, NotFoundError,
+                     NotWarmingError, OutputTooLarge, PermissionDeniedError, SandboxLostError, SandboxStartError,
+                     SessionClosedError, TaskError, UnsafeArchiveError)
 from .runner import RunReport, RunResult
 from .tracecontext import new_traceparent, trace_context
 
 __all__ = [
-    "AsyncHandle", "AsyncProcess", "AsyncSandboxFleet", "AsyncShell", "ExecResult", "FleetError", "Handle", "InfraError",
-    "LookaheadWarmer", "OutputTooLarge", "Process", "RunReport", "RunResult", "SandboxFleet", "Shell", "SandboxLostError", "SandboxStartError", "TaskError", "new_traceparent",
-    "trace_context",
+    "AsyncHandle", "AsyncProcess", "AsyncSandboxFleet", "AsyncShell", "ExecResult", "FailedPreconditionError", "FleetError",
+    "ForeignHandleError", "Handle", "InfraError", "InvalidArgumentError", "LookaheadWarmer", "NotFoundError", "NotWarmingError",
+    "OutputTooLarge", "PermissionDeniedError", "Process", "RunReport", "RunResult", "SandboxFleet", "SandboxLostError",
+    "SandboxStartError", "SessionClosedError", "Shell", "TaskError", "UnsafeArchiveError", "new_traceparent", "trace_context",
 ]

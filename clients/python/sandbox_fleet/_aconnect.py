@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import ssl
 import struct
 from collections.abc import AsyncIterator, Iterable
 

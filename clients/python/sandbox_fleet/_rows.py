@@ -9,7 +9,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 
-from .errors import FleetError
+from .errors import InvalidArgumentError
 
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _DOCKER_HUB = "docker.io"
@@ -72,7 +72,7 @@ def read(rows: list[str], seen: dict[str, str], id_field: str | None = None, ima
         except _Problems as e:
             problems.append(f"{where}: {e}")
     if problems:
-        raise FleetError("\n".join(problems[:20]), "invalid_argument")
+        raise InvalidArgumentError("\n".join(problems[:20]))
     seen.update(now)
     return tasks
 
@@ -201,8 +201,7 @@ def _rule(i: int, text: str) -> tuple[str, str]:
     src, sep, to = text.partition("=")
     src, to = src.strip().rstrip("/"), to.strip().rstrip("/")
     if not sep or not src or not to:
-        raise FleetError(f"rewrite[{i}]: rewrite rule {_q(text)}: want FROM=TO, e.g. docker.io=mirror.example.com/dockerhub",
-                         "invalid_argument")
+        raise InvalidArgumentError(f"rewrite[{i}]: rewrite rule {_q(text)}: want FROM=TO, e.g. docker.io=mirror.example.com/dockerhub")
     if "/" not in src and not any(c in src for c in ".:") and src != "localhost":
         src = _DOCKER_HUB + "/" + src
     return src, to

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 
 from . import _rows, runner
 from ._aconnect import AsyncTransport
-from .client import (_LIST, MAX_OUTPUT, MAX_TAR, ExecResult, Handle, SandboxFleet, Shell, _acquire_msg, _Capped, _events_of, _failed,
+from .client import (_LIST, Command, _shown, MAX_OUTPUT, MAX_TAR, ExecResult, Handle, SandboxFleet, Shell, _acquire_msg, _Capped, _events_of, _failed,
                      _file_of, _files_of, _handle, _listed, _Output, _lookahead_msg, _release_msg, _removed, _seconds, _signal_name,
                      _split_file, _tar_messages, _tar_of, _tar_tree, _untar_tree, b64, unb64)
 from .errors import InfraError, TaskError
@@ -31,11 +31,11 @@ class AsyncHandle:
     def __getattr__(self, name):
         return getattr(self.handle, name)
 
-    async def exec_stream(self, argv: list[str], stdin: bytes | str | None = None, timeout: float | None = None,
+    async def exec_stream(self, command: Command, stdin: bytes | str | None = None, timeout: float | None = None,
                           env: Mapping[str, str] | None = None, cwd: str | None = None,
                           container: str | None = None) -> AsyncIterator[_Event]:
         """As ``Handle.exec_stream``, for ``async for``."""
-        msg = self.handle._command(argv, env, cwd, container)
+        msg = self.handle._command(command, env, cwd, container)
         if stdin is not None:
             msg["stdin"] = b64(stdin.encode() if isinstance(stdin, str) else stdin)
         if timeout:
@@ -45,11 +45,12 @@ class AsyncHandle:
                 for e in _events_of(m):
                     yield e
 
-    async def exec(self, argv: list[str], check: bool = False, max_output: int = MAX_OUTPUT, **kw) -> ExecResult:
-        """As ``Handle.exec``: a timeout is a result (``timed_out``, 124)."""
-        result = await _acollect(self.exec_stream(argv, **kw), max_output)
+    async def exec(self, command: Command, check: bool = False, max_output: int = MAX_OUTPUT, **kw) -> ExecResult:
+        """As ``Handle.exec``: a string is shell text, a list the argv; a
+        timeout is a result (``timed_out``, 124)."""
+        result = await _acollect(self.exec_stream(command, **kw), max_output)
         if check and not result.ok:
-            raise TaskError(f"{argv[0]} {_failed(result)} in sandbox {self.id}", result.exit_code, result.stdout, result.stderr)
+            raise TaskError(f"{_shown(command)} {_failed(result)} in sandbox {self.id}", result.exit_code, result.stdout, result.stderr)
         return result
 
     async def is_alive(self) -> bool:
@@ -63,9 +64,9 @@ class AsyncHandle:
         await self._t.unary("OpenShell", self.handle._ref(shell=name))
         return AsyncShell(self, name)
 
-    async def start(self, argv: list[str], env: Mapping[str, str] | None = None, cwd: str | None = None,
+    async def start(self, command: Command, env: Mapping[str, str] | None = None, cwd: str | None = None,
                     container: str | None = None) -> "AsyncProcess":
-        out = await self._t.unary("Start", self.handle._command(argv, env, cwd, container))
+        out = await self._t.unary("Start", self.handle._command(command, env, cwd, container))
         return AsyncProcess(self, out["process"])
 
     @contextlib.asynccontextmanager

@@ -10,12 +10,13 @@ import secrets
 import tarfile
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Union
 
 from . import _rows, runner
 from ._connect import CLIENT_KEY_HEADER, RECONNECT, Transport, b64, unb64
-from .errors import FleetError, InfraError, OutputTooLarge, TaskError
+from .errors import FailedPreconditionError, FleetError, InfraError, InvalidArgumentError, OutputTooLarge, TaskError
 
 # The most a call keeps in memory unless its caller says otherwise: a
 # command's stdout and stderr (exec, Shell.run), and a read's tar archive.
@@ -26,6 +27,26 @@ MAX_TAR = 1 << 30
 
 def _seconds(t: float) -> str:
     return f"{t:.3f}s"
+
+
+Command = Union[str, Sequence[str]]
+
+
+def _argv(command: Command) -> list[str]:
+    """The argv of a command: a string is shell text, run by ``sh -c`` (as
+    the reference client, E2B and most sandbox SDKs take a command); a list
+    or tuple of strings is the argv itself."""
+    if isinstance(command, str):
+        return ["sh", "-c", command]
+    if isinstance(command, (list, tuple)) and all(isinstance(a, str) for a in command):
+        return list(command)
+    raise TypeError(f"command {command!r}: give shell text (a str) or an argv (a list of str), "
+                    f"not {type(command).__name__}")
+
+
+def _shown(command: Command) -> str:
+    """The command as an error message shows it."""
+    return command if isinstance(command, str) else command[0]
 
 
 @dataclass
@@ -78,13 +99,13 @@ class Handle:
         """The sandbox's in-cluster address of port."""
         return f"{self.hostname}.{self.namespace}:{port}"
 
-    def exec_stream(self, argv: list[str], stdin: bytes | str | None = None, timeout: float | None = None,
+    def exec_stream(self, command: Command, stdin: bytes | str | None = None, timeout: float | None = None,
                     env: Mapping[str, str] | None = None, cwd: str | None = None,
-                    container: str | None = None) -> Iterator[tuple[str, bytes | int]]:
-        """Runs argv and yields its output as it comes: ``("stdout", bytes)``,
+                    container: str | None = None) -> Iterator[tuple[str, bytes | int | bool]]:
+        """Runs command (shell text, or an argv) and yields its output as it comes: ``("stdout", bytes)``,
         ``("stderr", bytes)``, ``("timed_out", True)`` when it was stopped at
         its timeout, and last ``("exit", code)``."""
-        msg = self._command(argv, env, cwd, container)
+        msg = self._command(command, env, cwd, container)
         if stdin is not None:
             msg["stdin"] = b64(stdin.encode() if isinstance(stdin, str) else stdin)
         if timeout:
@@ -92,19 +113,21 @@ class Handle:
         # The call itself may take as long as the command, and then some.
         yield from _output(self.fleet._t.server_stream("Exec", msg, timeout=None))
 
-    def exec(self, argv: list[str], stdin: bytes | str | None = None, timeout: float | None = None,
+    def exec(self, command: Command, stdin: bytes | str | None = None, timeout: float | None = None,
              env: Mapping[str, str] | None = None, cwd: str | None = None, container: str | None = None,
              check: bool = False, max_output: int = MAX_OUTPUT) -> ExecResult:
-        """Runs argv in the sandbox and returns its exit code and output
-        (bytes). A non-zero exit is a result, or a TaskError with
+        """Runs command in the sandbox and returns its exit code and output
+        (bytes). A string is shell text (``sh -c``: ``h.exec("make test &&
+        echo ok")``), a list the argv (``h.exec(["make", "test"])``);
+        anything else is a TypeError. A non-zero exit is a result, or a TaskError with
         ``check=True``; so is a command past ``timeout`` (seconds), which is
         killed in the sandbox with what it started and returned with
         ``timed_out`` and exit code 124. A sandbox that was lost raises
         SandboxLostError. Past ``max_output`` bytes of stdout and stderr
         the command is stopped and OutputTooLarge raised."""
-        result = _collect(self.exec_stream(argv, stdin=stdin, timeout=timeout, env=env, cwd=cwd, container=container), max_output)
+        result = _collect(self.exec_stream(command, stdin=stdin, timeout=timeout, env=env, cwd=cwd, container=container), max_output)
         if check and not result.ok:
-            raise TaskError(f"{argv[0]} {_failed(result)} in sandbox {self.id}", result.exit_code, result.stdout, result.stderr)
+            raise TaskError(f"{_shown(command)} {_failed(result)} in sandbox {self.id}", result.exit_code, result.stdout, result.stderr)
         return result
 
     def is_alive(self) -> bool:
@@ -125,12 +148,12 @@ class Handle:
         self.fleet._t.unary("OpenShell", self._ref(shell=name))
         return Shell(self, name)
 
-    def start(self, argv: list[str], env: Mapping[str, str] | None = None, cwd: str | None = None,
+    def start(self, command: Command, env: Mapping[str, str] | None = None, cwd: str | None = None,
               container: str | None = None) -> "Process":
-        """Starts argv in the sandbox and returns at once: read its output as
+        """Starts command (shell text, or an argv) in the sandbox and returns at once: read its output as
         it comes, write its stdin, signal it, wait for it. It ends with the
         sandbox's release."""
-        return Process(self, self.fleet._t.unary("Start", self._command(argv, env, cwd, container))["process"])
+        return Process(self, self.fleet._t.unary("Start", self._command(command, env, cwd, container))["process"])
 
     @contextlib.contextmanager
     def port_forward(self, port: int) -> Iterator[str]:
@@ -146,8 +169,8 @@ class Handle:
         finally:
             self.fleet._t.unary("ClosePortForward", self._ref(forward=out["forward"]))
 
-    def _command(self, argv, env, cwd, container) -> dict:
-        msg = self._ref(argv=list(argv))
+    def _command(self, command: Command, env: Mapping[str, str] | None, cwd: str | None, container: str | None) -> dict:
+        msg = self._ref(argv=_argv(command))
         if env:
             msg["env"] = dict(env)
         if cwd:
@@ -254,14 +277,13 @@ _LIST = ('cd -- "$1" || exit 2; for f in * .[!.]* ..?*; do { [ -e "$f" ] || [ -L
 
 def _listed(path: str, r: ExecResult) -> list[str]:
     if r.exit_code != 0:
-        raise FleetError(f"list {path}: not a directory, or not readable: {r.stderr.decode(errors='replace').strip()}",
-                         "failed_precondition")
+        raise FailedPreconditionError(f"list {path}: not a directory, or not readable: {r.stderr.decode(errors='replace').strip()}")
     return sorted(n.decode(errors="surrogateescape") for n in r.stdout.split(b"\0") if n)
 
 
 def _removed(path: str, r: ExecResult) -> None:
     if r.exit_code != 0:
-        raise FleetError(f"remove {path}: {r.stderr.decode(errors='replace').strip()}", "failed_precondition")
+        raise FailedPreconditionError(f"remove {path}: {r.stderr.decode(errors='replace').strip()}")
 
 
 def _tar_tree(local_dir: str) -> bytes:
@@ -290,12 +312,12 @@ def _untar_tree(archive: bytes, remote_dir: str, local_dir: str) -> list[str]:
             rel = name[len(prefix) + 1:] if prefix and name.startswith(prefix + "/") else name
             target = os.path.realpath(os.path.join(root, rel))
             if not target.startswith(root + os.sep):
-                raise FleetError(f"download: {m.name!r} would land outside {local_dir}", "invalid_argument")
+                raise InvalidArgumentError(f"download: {m.name!r} would land outside {local_dir}")
             if m.issym() or m.islnk():
                 link = os.path.realpath(os.path.join(os.path.dirname(target), m.linkname)) if m.issym() \
                     else os.path.realpath(os.path.join(root, m.linkname))
                 if not (link == root or link.startswith(root + os.sep)):
-                    raise FleetError(f"download: link {m.name!r} -> {m.linkname!r} points outside {local_dir}", "invalid_argument")
+                    raise InvalidArgumentError(f"download: link {m.name!r} -> {m.linkname!r} points outside {local_dir}")
             if m.isdir():
                 os.makedirs(target, exist_ok=True)
                 continue
@@ -339,7 +361,7 @@ def _files_of(archive: bytes) -> dict[str, bytes]:
 def _file_of(files: dict[str, bytes], path: str) -> bytes:
     key = "/" + path.lstrip("/")
     if key not in files:
-        raise FleetError(f"ReadFiles: {path} is not a regular file", "failed_precondition")
+        raise FailedPreconditionError(f"ReadFiles: {path} is not a regular file")
     return files[key]
 
 

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .errors import FleetError, InfraError
+from .errors import FailedPreconditionError, FleetError, InfraError
 
 logger = logging.getLogger("sandbox_fleet.run")
 
@@ -159,8 +159,7 @@ def check_args(strategy: str, concurrency: int | None, epochs: int) -> None:
 def plan_of(msg: dict, recycle: bool) -> _Plan:
     plan = _Plan.of(msg)
     if recycle and not plan.recycle:
-        raise FleetError("recycle=True needs a session that recycles sandboxes: start serve with --recycle",
-                         "failed_precondition")
+        raise FailedPreconditionError("recycle=True needs a session that recycles sandboxes: start serve with --recycle")
     return plan
 
 

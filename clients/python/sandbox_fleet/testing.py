@@ -1,8 +1,12 @@
 """FakeFleet: the SandboxFleet interface with no cluster, for trainers' unit
 tests. A sandbox is a local temporary directory standing for the sandbox's
-root (``/testbed/x`` is ``<dir>/testbed/x``), and exec runs a local process
-in it. It checks what the real session checks: unknown tasks, images not in
-the plan, handles released twice or held by another fleet."""
+root (``/testbed/x`` is ``<dir>/testbed/x``), started as a copy of its
+image's directory where ``image_roots`` gives one. Its commands run in a
+mount namespace whose root is that directory (bubblewrap; see
+``sandbox_fleet._jail``), with an image's environment and nothing of the
+trainer's, so absolute paths in commands land in the sandbox. It checks
+what the real session checks: unknown tasks, images not in the plan,
+handles released twice or held by another fleet."""
 
 from __future__ import annotations
 
@@ -20,9 +24,10 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 
-from . import _rows, runner
-from .client import MAX_OUTPUT, MAX_TAR, ExecResult, Handle, Process, Shell, _Capped, _Output, _signal_name
-from .errors import FleetError, InfraError, SandboxLostError, SandboxStartError
+from . import _jail, _rows, runner
+from .client import MAX_OUTPUT, MAX_TAR, Command, ExecResult, Handle, Process, Shell, _argv, _Capped, _Output, _signal_name
+from .errors import (FailedPreconditionError, InfraError, InvalidArgumentError, NotFoundError, NotWarmingError, SandboxLostError,
+                     SandboxStartError, SessionClosedError)
 
 
 def _descendants(pid: int) -> list[int]:
@@ -42,6 +47,14 @@ def _descendants(pid: int) -> list[int]:
     return sorted(found)
 
 
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def _kill_group(p: subprocess.Popen, sig=signal.SIGKILL) -> None:
     try:
         os.killpg(p.pid, sig)
@@ -56,9 +69,7 @@ class FakeShell(Shell):
     def __init__(self, handle: "FakeHandle", name: str):
         super().__init__(handle, name)
         program = "command -v bash >/dev/null && exec bash; exec sh"
-        self._p = subprocess.Popen(["sh", "-c", "exec 3>&2 2>/dev/null; " + program], stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=handle.root,
-                                   env={**os.environ, "SANDBOX_ROOT": handle.root}, start_new_session=True)
+        self._p = handle._spawn(["sh", "-c", "exec 3>&2 2>/dev/null; " + program], None, None, wrapped=False)
         self._lock = threading.Lock()
         self._running = False
         self.closed = False
@@ -81,7 +92,14 @@ class FakeShell(Shell):
             buf += chunk
 
     def _signal_children(self, sig) -> None:
-        for pid in _descendants(self._p.pid):
+        # The shell is bwrap's one child where the sandbox is fenced.
+        shell = self._p.pid
+        if self.handle._fenced:
+            children = [p for p in _descendants(shell) if _parent(p) == shell]
+            if not children:
+                return
+            shell = children[0]
+        for pid in _descendants(shell):
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
@@ -102,7 +120,7 @@ class FakeShell(Shell):
         h = self.handle
         h.fleet._check(h.id)
         if self.closed:
-            raise FleetError(f"ShellRun: sandbox {h.id} has no shell {self.name!r} open (closed, exited, or never opened): open it first", "not_found")
+            raise NotFoundError(f"ShellRun: sandbox {h.id} has no shell {self.name!r} open (closed, exited, or never opened): open it first")
         marker = ("sandbox-fleet-" + uuid.uuid4().hex).encode()
         quoted = "'" + script.replace("'", "'\\''") + "'"
         redirect = "2>&1 3>&-" if merge_stderr else "2>&3 3>&-"
@@ -214,7 +232,15 @@ class FakeProcess(Process):
     def signal(self, sig) -> None:
         self.handle.fleet._check(self.handle.id)
         name = _signal_name(sig).upper()
-        _kill_group(self._p, signal.Signals[name if name.startswith("SIG") else "SIG" + name])
+        sig = signal.Signals[name if name.startswith("SIG") else "SIG" + name]
+        if self.handle._fenced:
+            # To the process and what it started, not to bwrap: it would
+            # die of it and take them along unasked.
+            for pid in _descendants(self._p.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+        else:
+            _kill_group(self._p, sig)
 
     def wait(self, timeout: float | None = None) -> int:
         try:
@@ -236,28 +262,45 @@ class FakeHandle(Handle):
 
     lost_reason: str | None = None
 
-    def _prepare(self, root: str) -> None:
+    def _prepare(self, root: str, fenced: bool) -> None:
         self.root = root
+        self._fenced = fenced
         self._shells: dict[str, FakeShell] = {}
         self._procs: list[FakeProcess] = []
+        _jail.prepare(root)
 
     def _local(self, path: str) -> str:
-        return os.path.join(self.root, path.lstrip("/"))
+        return _jail.local(self.root, path)
 
-    def _env(self, env) -> dict:
-        return {**os.environ, "SANDBOX_ROOT": self.root, **(env or {})}
+    def _spawn(self, command: Command, env: Mapping[str, str] | None, cwd: str | None,
+               wrapped: bool = True) -> subprocess.Popen:
+        """Starts command in the sandbox, in a process group of its own,
+        with pipes to its stdin, stdout and stderr. ``wrapped`` runs it
+        under ``sh -c 'exec "$@"'``, so that a program that is not there
+        is exit 127 with sh's message, as in a container."""
+        argv = _argv(command)
+        if wrapped:
+            argv = ["sh", "-c", 'exec "$@"', "sh", *argv]
+        environment = _jail.environment(self.hostname, env)
+        if self._fenced:
+            full, where = _jail.wrap(self.root, argv, cwd or "/", environment), self.root
+            environment = {}
+        else:
+            full, where = argv, self._local(cwd) if cwd else self.root
+            environment = {**environment, "HOME": self._local("/root"), "SANDBOX_ROOT": self.root, **(env or {})}
+        return subprocess.Popen(full, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=where,
+                                env=environment, start_new_session=True)
 
-    def exec_stream(self, argv, stdin=None, timeout=None, env=None, cwd=None, container=None) -> Iterator[tuple[str, bytes | int]]:
+    def exec_stream(self, command, stdin=None, timeout=None, env=None, cwd=None, container=None) -> Iterator[tuple[str, bytes | int | bool]]:
         self.fleet._check(self.id)
-        if not argv:
-            raise FleetError("Exec: no command: argv is empty", "invalid_argument")
+        if not _argv(command):
+            raise InvalidArgumentError("Exec: no command: argv is empty")
         data = stdin.encode() if isinstance(stdin, str) else stdin
         try:
-            p = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 cwd=self._local(cwd) if cwd else self.root, env=self._env(env), start_new_session=True)
-        except FileNotFoundError as e:
+            p = self._spawn(command, env, cwd)
+        except (FileNotFoundError, NotADirectoryError) as e:
             yield "stderr", str(e).encode()
-            yield "exit", 127
+            yield "exit", 127 if isinstance(e, FileNotFoundError) and not cwd else 2
             return
         # Output streams as it comes, as from the sandbox: a caller that
         # stops reading (past its max_output) stops the command.
@@ -326,7 +369,7 @@ class FakeHandle(Handle):
         try:
             return sorted(os.listdir(self._local(path)))
         except OSError as e:
-            raise FleetError(f"list {path}: not a directory, or not readable: {e}", "failed_precondition") from None
+            raise FailedPreconditionError(f"list {path}: not a directory, or not readable: {e}") from None
 
     def exists(self, path: str) -> bool:
         self.fleet._check(self.id)
@@ -337,7 +380,7 @@ class FakeHandle(Handle):
         local = self._local(path)
         if os.path.isdir(local) and not os.path.islink(local):
             if not recursive:
-                raise FleetError(f"remove {path}: rm: '{path}': Is a directory", "failed_precondition")
+                raise FailedPreconditionError(f"remove {path}: rm: '{path}': Is a directory")
             shutil.rmtree(local)
         elif os.path.lexists(local):
             os.remove(local)
@@ -352,10 +395,9 @@ class FakeHandle(Handle):
             self._shells[name] = FakeShell(self, name)
         return self._shells[name]
 
-    def start(self, argv, env=None, cwd=None, container=None) -> FakeProcess:
+    def start(self, command, env=None, cwd=None, container=None) -> FakeProcess:
         self.fleet._check(self.id)
-        p = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             cwd=self._local(cwd) if cwd else self.root, env=self._env(env), start_new_session=True)
+        p = self._spawn(command, env, cwd)
         proc = FakeProcess(self, f"p{len(self._procs) + 1}", p)
         self._procs.append(proc)
         return proc
@@ -365,7 +407,7 @@ class FakeHandle(Handle):
         """The fake's sandbox is this machine: its port is here already."""
         self.fleet._check(self.id)
         if not 1 <= int(port) <= 65535:
-            raise FleetError(f"PortForward: port {port}: give a port from 1 to 65535", "invalid_argument")
+            raise InvalidArgumentError(f"PortForward: port {port}: give a port from 1 to 65535")
         yield f"http://127.0.0.1:{int(port)}"
 
     def _end(self) -> None:
@@ -378,7 +420,7 @@ class FakeHandle(Handle):
     def write_tar(self, directory: str, archive: bytes, chunk: int = 1 << 20) -> int:
         self.fleet._check(self.id)
         if not directory.startswith("/"):
-            raise FleetError(f"WriteFiles: directory {directory!r}: give an absolute path", "invalid_argument")
+            raise InvalidArgumentError(f"WriteFiles: directory {directory!r}: give an absolute path")
         dest = self._local(directory)
         os.makedirs(dest, exist_ok=True)
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
@@ -388,13 +430,13 @@ class FakeHandle(Handle):
                 root = os.path.realpath(self.root) + os.sep
                 target = os.path.realpath(os.path.join(dest, m.name))
                 if not target.startswith(root) or m.islnk():
-                    raise FleetError(f"WriteFiles: {m.name!r} would land outside the sandbox", "invalid_argument")
+                    raise InvalidArgumentError(f"WriteFiles: {m.name!r} would land outside the sandbox")
                 # A relative link within the sandbox is as the sandbox has
                 # it; an absolute one would point at this machine.
                 if m.issym() and (m.linkname.startswith("/") or
                                   not os.path.realpath(os.path.join(os.path.dirname(target), m.linkname)).startswith(root)):
-                    raise FleetError(f"WriteFiles: link {m.name!r} -> {m.linkname!r}: FakeFleet takes relative links "
-                                     "within the sandbox only", "invalid_argument")
+                    raise InvalidArgumentError(f"WriteFiles: link {m.name!r} -> {m.linkname!r}: FakeFleet takes relative links "
+                                     "within the sandbox only")
             tar.extractall(dest)
         return len(archive)
 
@@ -415,7 +457,7 @@ class FakeHandle(Handle):
             for p in paths:
                 local = self._local(p)
                 if not os.path.exists(local):
-                    raise FleetError(f"ReadFiles: tar: {p}: No such file or directory", "failed_precondition")
+                    raise FailedPreconditionError(f"ReadFiles: tar: {p}: No such file or directory")
                 tar.add(local, arcname=p.lstrip("/"))
         return buf.getvalue()
 
@@ -430,9 +472,23 @@ def _capped(r: ExecResult, limit: int) -> ExecResult:
 
 
 class FakeFleet:
-    """SandboxFleet with no cluster. ``FakeFleet()`` needs no argument."""
+    """SandboxFleet with no cluster. ``FakeFleet()`` needs no argument.
 
-    def __init__(self, client_id: str | None = None):
+    ``image_roots`` maps an image to a local directory its sandboxes start
+    as a copy of (say, one holding ``testbed/`` with a repository), as a
+    container starts from its image; other images start empty. ``isolate``:
+    ``"auto"`` runs commands in a mount namespace of the sandbox's own where
+    bubblewrap can make one, else on this machine after one loud warning;
+    ``True`` requires the namespace; ``False`` runs on this machine, in the
+    sandbox's directory (absolute paths in commands are this machine's)."""
+
+    def __init__(self, client_id: str | None = None, *, image_roots: Mapping[str, str] | None = None,
+                 isolate: bool | str = "auto"):
+        self._isolation = _jail.Isolation(isolate)
+        self._image_roots = dict(image_roots or {})
+        for image, path in self._image_roots.items():
+            if not os.path.isdir(path):
+                raise ValueError(f"image_roots[{image!r}]: {path!r} is not a directory")
         self.client_id = client_id or "fake-" + uuid.uuid4().hex[:8]
         self._tasks: dict[str, dict] = {}
         self._seen: dict[str, str] = {}  # task id -> the row it came from
@@ -447,13 +503,13 @@ class FakeFleet:
 
     def _open(self) -> None:
         if self._closed:
-            raise FleetError("the session is closed", "failed_precondition")
+            raise SessionClosedError("the session is closed")
 
     def _check(self, hid: str, alive: bool = True) -> None:
         with self._lock:
             self._open()
             if hid not in self._held:
-                raise FleetError(f"no sandbox {hid!r} is held in this session (released, expired, or never acquired)", "not_found")
+                raise NotFoundError(f"no sandbox {hid!r} is held in this session (released, expired, or never acquired)")
             reason = self._held[hid].lost_reason
         if alive and reason:
             raise SandboxLostError(f"sandbox {hid} was lost: {reason}", "aborted", "lost")
@@ -478,7 +534,7 @@ class FakeFleet:
         self._open()
         texts = _rows.encode(rows)
         if not texts:
-            raise FleetError("no tasks to add", "invalid_argument")
+            raise InvalidArgumentError("no tasks to add")
         new = _rows.read(texts, self._seen, id_field, image_field, rewrite)
         for t in new:
             self._tasks[t["id"]] = t
@@ -492,7 +548,7 @@ class FakeFleet:
             return self._tasks[x]["image"]
         if x in self._images:
             return x
-        raise FleetError(f"no task or image {x!r} in this session: add it with add_tasks first", "not_found")
+        raise NotFoundError(f"no task or image {x!r} in this session: add it with add_tasks first")
 
     def lookahead(self, tasks_or_images: Iterable) -> list[dict]:
         self._open()
@@ -516,7 +572,7 @@ class FakeFleet:
     def _plan_run(self, strategy: str, concurrency: int) -> dict:
         self._open()
         if not self._tasks:
-            raise FleetError("no tasks to run: add them with add_tasks first", "invalid_argument")
+            raise InvalidArgumentError("no tasks to run: add them with add_tasks first")
         images = list(dict.fromkeys(t["image"] for t in self._tasks.values()))
         groups = [images] if strategy in ("naive", "sliding") else [[i] for i in images]
         tasks = [{"id": t["id"], "image": t["image"], "metadata": {k: v for k, v in t.items() if k not in ("id", "image")}}
@@ -536,14 +592,14 @@ class FakeFleet:
         cold = [i for i in names if i not in self._warm]
         if not names or cold:
             what = ", ".join(cold) if cold else "any image"
-            raise FleetError(f"WaitPoolsReady: not warming: no pool is warming for {what}, so it would not become ready: "
-                             "ask for it first with Lookahead (lookahead() in Python) or Acquire", "failed_precondition")
+            raise NotWarmingError(f"WaitPoolsReady: not warming: no pool is warming for {what}, so it would not become ready: "
+                             "ask for it first with Lookahead (lookahead() in Python) or Acquire")
         return {"ready": all(i in self._warm for i in names), "pools": [self._pool(i) for i in names]}
 
     def acquire(self, task_id=None, image: str | None = None, timeout: float | None = None) -> FakeHandle:
         self._open()
         if (task_id is None) == (image is None):
-            raise FleetError("name either a task id or an image", "invalid_argument")
+            raise InvalidArgumentError("name either a task id or an image")
         img = self._image_of(task_id if task_id is not None else image)
         tid = str(task_id["id"] if isinstance(task_id, Mapping) else task_id or "")
         times, reason = self._start_failures.get(img, (0, ""))
@@ -554,10 +610,13 @@ class FakeFleet:
         with self._lock:
             self._requests += 1
             hid = f"fake-{self._requests}"
+        fenced = self._isolation.fenced()
         root = tempfile.mkdtemp(prefix="sandbox-fleet-fake-")
+        if img in self._image_roots:
+            shutil.copytree(self._image_roots[img], root, symlinks=True, dirs_exist_ok=True)
         h = FakeHandle(fleet=self, id=hid, task_id=tid, image=img, cluster="fake", namespace="fake", claim=hid,
                        sandbox=hid, pod=hid, pod_ip="127.0.0.1", hostname=hid, node="localhost", container="sandbox")
-        h._prepare(root)
+        h._prepare(root, fenced)
         with self._lock:
             self._held[hid] = h
             self.counts["acquired"] += 1

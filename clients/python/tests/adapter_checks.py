@@ -82,9 +82,7 @@ PROBLEM_FILES = {
                     "    def test_add(self):\n        self.assertEqual(calc.add(2, 3), 5)\n\n\n"
                     'if __name__ == "__main__":\n    unittest.main()\n',
 }
-# Commands name the testbed so on both: FakeFleet's sandbox root is a local
-# directory it names in $SANDBOX_ROOT (unset in a real sandbox).
-TESTBED = "${SANDBOX_ROOT:-}/testbed"
+TESTBED = "/testbed"
 
 
 def seed_testbed(h) -> None:
@@ -259,7 +257,7 @@ def swerex_episode(h, tmp_path) -> float:
     tool.write_text("#!/bin/sh\necho hello from the tool\n")
     tool.chmod(0o755)
     asyncio.run(env.deployment.runtime.upload(UploadRequest(source_path=str(tool.parent), target_path="/tmp/tools")))
-    r = env.execute_command(f"${{SANDBOX_ROOT:-}}/tmp/tools/hello", check=True)
+    r = env.execute_command("/tmp/tools/hello", check=True)
     assert (r.exit_code, r.stdout) == (0, "hello from the tool\n"), r
     # env is the whole environment, as subprocess.run takes it (sh adds PWD).
     seen = env.execute_command("env", env={"ONLY": "this"}).stdout.splitlines()

@@ -112,7 +112,7 @@ def gone(s: Server) -> None:
 def fleet(request, server):
     """The same interface, as FakeFleet and through serve."""
     if request.param == "fake":
-        f = FakeFleet()
+        f = FakeFleet(isolate=True)
         yield f
         f.close()
         return

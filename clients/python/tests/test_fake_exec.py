@@ -12,7 +12,7 @@ from sandbox_fleet.testing import FakeFleet
 
 @pytest.fixture
 def handle():
-    f = FakeFleet()
+    f = FakeFleet(isolate=True)
     f.add_tasks([{"id": "t", "image": "busybox:1.36"}])
     h = f.acquire("t")
     yield h
@@ -79,7 +79,7 @@ def test_framework_episodes(handle, episode, tmp_path):
 
 
 def test_injected_failures():
-    f = FakeFleet()
+    f = FakeFleet(isolate=True)
     f.add_tasks([{"id": "a", "image": "busybox:1.36"}, {"id": "b", "image": "busybox:1.36"}])
     f.fail_start("a")
     with pytest.raises(SandboxStartError):
@@ -97,7 +97,7 @@ def test_injected_failures():
 
 
 def test_wait_pools_ready_says_what_is_not_warming():
-    f = FakeFleet()
+    f = FakeFleet(isolate=True)
     f.add_tasks([{"id": "a", "image": "busybox:1.36"}])
     with pytest.raises(FleetError) as e:
         f.wait_pools_ready(timeout=60)

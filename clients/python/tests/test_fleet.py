@@ -121,7 +121,7 @@ def test_foreign_handle(fleet):
     fleet.add_tasks(TASKS[:1])
     h = fleet.acquire("a-1")
     if isinstance(fleet, FakeFleet):
-        other = FakeFleet()
+        other = FakeFleet(isolate=True)
     else:
         other = SandboxFleet(fleet._t.address)
     with pytest.raises(FleetError) as e:

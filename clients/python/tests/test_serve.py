@@ -222,7 +222,6 @@ def test_async_client(server):
 
 
 def test_malformed_requests_change_nothing(server):
-    import http.client
     import json
 
     s = server()
