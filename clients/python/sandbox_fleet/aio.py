@@ -9,11 +9,11 @@ import contextlib
 import io
 from collections.abc import AsyncIterator, Iterable, Mapping
 
-from . import _rows, runner
+from . import _archive, _rows, runner
 from ._aconnect import AsyncTransport
 from .client import (_LIST, Command, _shown, MAX_OUTPUT, MAX_TAR, ExecResult, Handle, SandboxFleet, Shell, _acquire_msg, _Capped, _events_of, _failed,
-                     _file_of, _files_of, _handle, _listed, _Output, _lookahead_msg, _release_msg, _removed, _seconds, _signal_name,
-                     _split_file, _tar_messages, _tar_of, _tar_tree, _untar_tree, b64, unb64)
+                     _file_of, _handle, _listed, _Output, _lookahead_msg, _release_msg, _removed, _seconds, _signal_name,
+                     _split_file, _tar_messages, _tar_of, _tar_tree, b64, unb64)
 from .errors import InfraError, TaskError
 
 _Event = tuple[str, bytes | int | bool]
@@ -107,11 +107,11 @@ class AsyncHandle:
             await stream.aclose()
         return n
 
-    async def read_files(self, paths: Iterable[str]) -> dict[str, bytes]:
-        return _files_of(await self.read_tar(paths))
+    async def read_files(self, paths: Iterable[str], max_bytes: int = MAX_TAR) -> dict[str, bytes]:
+        return _archive.files(await self.read_tar(paths, max_bytes), "ReadFiles", max_bytes)
 
-    async def read_file(self, path: str) -> bytes:
-        return _file_of(await self.read_files([path]), path)
+    async def read_file(self, path: str, max_bytes: int = MAX_TAR) -> bytes:
+        return _file_of(await self.read_files([path], max_bytes), path)
 
     async def list(self, path: str) -> list[str]:
         return _listed(path, await self.exec(["sh", "-c", _LIST, "sh", path]))
@@ -125,8 +125,8 @@ class AsyncHandle:
     async def upload(self, local_dir: str, remote_dir: str) -> int:
         return await self.write_tar(remote_dir, _tar_tree(local_dir))
 
-    async def download(self, remote_dir: str, local_dir: str) -> list[str]:
-        return _untar_tree(await self.read_tar([remote_dir]), remote_dir, local_dir)
+    async def download(self, remote_dir: str, local_dir: str, max_bytes: int = MAX_TAR) -> list[str]:
+        return _archive.untar_tree(await self.read_tar([remote_dir], max_bytes), remote_dir, local_dir, max_bytes)
 
     async def release(self, reuse: bool = False) -> str:
         return await self._fleet.release(self, reuse=reuse)

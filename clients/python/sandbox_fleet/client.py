@@ -14,9 +14,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Union
 
-from . import _rows, runner
+from . import _archive, _rows, runner
 from ._connect import CLIENT_KEY_HEADER, RECONNECT, Transport, b64, unb64
-from .errors import FailedPreconditionError, FleetError, InfraError, InvalidArgumentError, OutputTooLarge, TaskError
+from .errors import FailedPreconditionError, FleetError, InfraError, OutputTooLarge, TaskError
 
 # The most a call keeps in memory unless its caller says otherwise: a
 # command's stdout and stderr (exec, Shell.run), and a read's tar archive.
@@ -217,13 +217,16 @@ class Handle:
             stream.close()
         return n
 
-    def read_files(self, paths: Iterable[str]) -> dict[str, bytes]:
-        """The regular files under paths, by absolute path."""
-        return _files_of(self.read_tar(paths))
+    def read_files(self, paths: Iterable[str], max_bytes: int = MAX_TAR) -> dict[str, bytes]:
+        """The regular files under paths, by absolute path, at most
+        ``max_bytes`` in all. The archive is read as untrusted (code in
+        the sandbox can replace its tar): anything but a plain tar within
+        the cap raises UnsafeArchiveError."""
+        return _archive.files(self.read_tar(paths, max_bytes), "ReadFiles", max_bytes)
 
-    def read_file(self, path: str) -> bytes:
-        """The content of one file in the sandbox."""
-        return _file_of(self.read_files([path]), path)
+    def read_file(self, path: str, max_bytes: int = MAX_TAR) -> bytes:
+        """The content of one file in the sandbox (as read_files)."""
+        return _file_of(self.read_files([path], max_bytes), path)
 
     def list(self, path: str) -> list[str]:
         """The names in directory path (hidden ones too), sorted."""
@@ -243,10 +246,13 @@ class Handle:
         files, directories, links and modes. Returns the bytes sent."""
         return self.write_tar(remote_dir, _tar_tree(local_dir))
 
-    def download(self, remote_dir: str, local_dir: str) -> list[str]:
+    def download(self, remote_dir: str, local_dir: str, max_bytes: int = MAX_TAR) -> list[str]:
         """Copies the tree under remote_dir into local_dir (made if missing);
-        returns the paths written. Nothing lands outside local_dir."""
-        return _untar_tree(self.read_tar([remote_dir]), remote_dir, local_dir)
+        returns the paths written. Nothing lands outside local_dir: links
+        are made last, and one that leads out of it or through another
+        link raises UnsafeArchiveError, as does an archive past
+        ``max_bytes`` or not plain tar (see read_files)."""
+        return _archive.untar_tree(self.read_tar([remote_dir], max_bytes), remote_dir, local_dir, max_bytes)
 
     def release(self, reuse: bool = False) -> str:
         """Hands the sandbox back; see SandboxFleet.release."""
@@ -296,46 +302,6 @@ def _tar_tree(local_dir: str) -> bytes:
     return buf.getvalue()
 
 
-def _untar_tree(archive: bytes, remote_dir: str, local_dir: str) -> list[str]:
-    """Unpacks the archive of remote_dir so that its contents land in
-    local_dir; a member that would land outside it, or a link pointing out
-    of it, is refused."""
-    prefix = remote_dir.strip("/")
-    root = os.path.realpath(local_dir)
-    os.makedirs(root, exist_ok=True)
-    written = []
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        for m in tar.getmembers():
-            name = m.name.strip("/")
-            if name == prefix:
-                continue
-            rel = name[len(prefix) + 1:] if prefix and name.startswith(prefix + "/") else name
-            target = os.path.realpath(os.path.join(root, rel))
-            if not target.startswith(root + os.sep):
-                raise InvalidArgumentError(f"download: {m.name!r} would land outside {local_dir}")
-            if m.issym() or m.islnk():
-                link = os.path.realpath(os.path.join(os.path.dirname(target), m.linkname)) if m.issym() \
-                    else os.path.realpath(os.path.join(root, m.linkname))
-                if not (link == root or link.startswith(root + os.sep)):
-                    raise InvalidArgumentError(f"download: link {m.name!r} -> {m.linkname!r} points outside {local_dir}")
-            if m.isdir():
-                os.makedirs(target, exist_ok=True)
-                continue
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            if m.issym():
-                if os.path.lexists(target):
-                    os.remove(target)
-                os.symlink(m.linkname, target)
-            elif m.isfile():
-                with tar.extractfile(m) as src, open(target, "wb") as dst:
-                    dst.write(src.read())
-                os.chmod(target, m.mode & 0o777)
-            else:
-                continue
-            written.append(target)
-    return written
-
-
 def _split_file(path: str) -> tuple[str, str]:
     directory, _, name = path.rpartition("/")
     if not path.startswith("/") or not name:
@@ -347,15 +313,6 @@ def _tar_messages(hid: str, client_id: str, directory: str, archive: bytes, chun
     yield {"handle": hid, "clientId": client_id, "directory": directory, "tar": b64(archive[:chunk])}
     for i in range(chunk, len(archive), chunk):
         yield {"tar": b64(archive[i:i + chunk])}
-
-
-def _files_of(archive: bytes) -> dict[str, bytes]:
-    out = {}
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        for m in tar.getmembers():
-            if m.isfile():
-                out["/" + m.name.lstrip("/")] = tar.extractfile(m).read()
-    return out
 
 
 def _file_of(files: dict[str, bytes], path: str) -> bytes:

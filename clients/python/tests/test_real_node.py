@@ -152,6 +152,32 @@ def test_files_round_trip(session):
         assert "No such file" in str(e.value) or "not" in str(e.value)
 
 
+def test_archives_from_a_replaced_tar_are_refused(session, tmp_path):
+    """Code in the sandbox replaces its tar: what ReadFiles streams back is
+    then whatever it writes. Each hostile archive is refused within the
+    caps, and nothing lands outside the download's directory."""
+    import hostile
+
+    from sandbox_fleet import UnsafeArchiveError
+
+    archives = {"gzip": hostile.gzip_bomb(), "sparse": hostile.sparse(), "chain": hostile.link_chain(),
+                "through": hostile.through_a_link()}
+    with session.acquire("bb-2") as h:
+        h.write_files("/tmp/evil", {f"{k}.tar": v for k, v in archives.items()})
+        # Last: from here on the sandbox's tar is this script.
+        h.write_file("/usr/local/bin/tar", "#!/bin/sh\ncat /tmp/evil/current.tar\n", mode=0o755)
+        for kind in archives:
+            h.exec(["cp", f"/tmp/evil/{kind}.tar", "/tmp/evil/current.tar"], check=True)
+            local = tmp_path / kind / "dest"
+            with pytest.raises(UnsafeArchiveError):
+                h.download("/tmp/out", str(local))
+            assert [p.name for p in (tmp_path / kind).iterdir()] == ["dest"]
+            assert not any(local.iterdir()), f"{kind}: {list(local.iterdir())}"
+            if kind in ("gzip", "sparse"):
+                with pytest.raises(UnsafeArchiveError):
+                    h.read_file("/tmp/out/big")
+
+
 def test_a_sandbox_that_cannot_start(session):
     started = time.monotonic()
     with pytest.raises(SandboxStartError) as e:
