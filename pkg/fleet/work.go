@@ -163,6 +163,14 @@ func (s *Sandbox) Start(ctx context.Context, r exec.Request) *exec.Process {
 	return exec.StartProcess(ctx, s.run, r)
 }
 
+// StopStrays stops, with what they started, the commands an earlier
+// driver of the sandbox left running in its container (shells, processes,
+// execs in flight when it died), and returns how many there were. Call it
+// before this process runs anything there: it cannot tell its own apart.
+func (s *Sandbox) StopStrays(ctx context.Context) (int, error) {
+	return exec.StopStrays(ctx, s.run, resources.ContainerName)
+}
+
 // PortForward serves port of the sandbox's Pod on 127.0.0.1 of this
 // machine, through the cluster's API server, until the Forward is closed.
 func (s *Sandbox) PortForward(port int) (*exec.Forward, error) {

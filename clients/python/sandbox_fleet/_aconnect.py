@@ -11,7 +11,8 @@ import json
 import struct
 from collections.abc import AsyncIterator, Iterable
 
-from ._connect import _END_STREAM, _MAX_IDLE, SERVICE, Reconnect, Transport, _end_error, _envelope, _not_listening
+from ._connect import (_END_STREAM, _MAX_IDLE, IDEMPOTENT, SERVICE, Reconnect, Transport, _end_error, _envelope, _not_listening,
+                       broken_after_sending)
 from .errors import FleetError, InfraError, from_connect
 
 
@@ -118,6 +119,9 @@ class AsyncTransport:
     async def _send(self, method: str, content_type: str, body: bytes | None = None,
                     chunks: Iterable[bytes] | None = None) -> _Response:
         while True:
+            # An idle connection the server closed meanwhile is let go.
+            while self._idle and (self._idle[-1].reader.at_eof() or self._idle[-1].writer.is_closing()):
+                self._idle.pop().close()
             reused = bool(self._idle) and chunks is None
             conn = self._idle.pop() if reused else await self._open_or_fail(method)
             try:
@@ -142,9 +146,9 @@ class AsyncTransport:
                 return _Response(conn, status, headers)
             except (ConnectionError, asyncio.IncompleteReadError) as e:
                 conn.close()
-                if reused:
-                    continue  # an idle connection the server had closed: the call was not made
-                raise InfraError(f"{method}: the fleet session at {self.sync.address} did not answer: {e}", "unavailable", "api") from e
+                if reused and method in IDEMPOTENT:
+                    continue  # as the synchronous transport: only what may run twice
+                raise broken_after_sending(method, self.sync.address, e) from e
             except (OSError, ValueError, IndexError) as e:
                 conn.close()
                 raise InfraError(f"{method}: the fleet session at {self.sync.address} did not answer: {e}", "unavailable", "api") from e

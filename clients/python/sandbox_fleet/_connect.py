@@ -10,6 +10,7 @@ import base64
 import http.client
 import json
 import os
+import select
 import socket
 import ssl
 import struct
@@ -53,6 +54,33 @@ class Reconnect:
             return None
         pause, self.pause = min(self.pause, left), min(self.pause * 2, _RECONNECT_PAUSE)
         return pause
+
+
+# The calls a server may receive twice to the same effect: reads, warming,
+# and Acquire, whose request id makes a second one return the first one's
+# sandbox. Any other call — an exec, a shell script, a process started, a
+# file written, a release — whose connection broke after it was sent may
+# have run, and is never sent again by the transport.
+IDEMPOTENT = frozenset({"Acquire", "Alive", "Lookahead", "PlanRun", "ProcessEvents", "ReadFiles", "Renew", "Status", "Wait",
+                        "WaitPoolsReady"})
+
+
+def broken_after_sending(method: str, address: str, e: BaseException) -> InfraError:
+    """The error of a call whose connection broke once it was sent."""
+    return InfraError(f"{method}: the connection to the fleet session at {address} broke after the call was sent ({e}): "
+                      "the session restarted or became unreachable; the call may have run, so it was not sent again",
+                      "unavailable", "api")
+
+
+def _dropped(sock: socket.socket | None) -> bool:
+    """Whether an idle connection was closed by the server (it is readable:
+    its end, or bytes nobody asked for)."""
+    if sock is None:
+        return True
+    try:
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
 
 
 def _not_listening(e: BaseException) -> bool:
@@ -144,11 +172,16 @@ class Transport:
         return h
 
     def _take(self, timeout: float | None) -> tuple[http.client.HTTPConnection, bool]:
-        """An idle connection (and True), or a new one."""
-        with self._lock:
-            conn = self._idle.pop() if self._idle else None
-        if conn is None:
-            return self._connection(timeout), False
+        """An idle connection the server has not closed (and True), or a
+        new one."""
+        while True:
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                return self._connection(timeout), False
+            if not _dropped(conn.sock):
+                break
+            conn.close()
         conn.timeout = timeout
         if conn.sock is not None:
             conn.sock.settimeout(timeout)
@@ -182,11 +215,12 @@ class Transport:
                 return conn, conn.getresponse()
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as e:
                 conn.close()
-                if reused:
-                    # The server closed the idle connection before it read
-                    # the request: the call was not made; make it again.
+                if reused and method in IDEMPOTENT:
+                    # The server may have closed the idle connection before
+                    # it read the request; if it did read it, a second one
+                    # does no harm.
                     continue
-                raise InfraError(f"{method}: the fleet session at {self.address} did not answer: {e}", "unavailable", "api") from e
+                raise broken_after_sending(method, self.address, e) from e
             except (OSError, http.client.HTTPException) as e:
                 conn.close()
                 if _not_listening(e) and (pause := tries.wait()) is not None:

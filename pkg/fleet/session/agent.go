@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,6 +38,20 @@ type tools struct {
 	procs    map[string]*exec.Process
 	forwards map[string]*exec.Forward
 	next     int
+	// resumed: the handle was taken over from a driver that died, whose
+	// shells and processes died with it. Processes started since have ids
+	// of this driver's (prefix), and opened names the shells opened since,
+	// so a call naming one of the dead driver's is told it is gone.
+	resumed bool
+	prefix  string
+	opened  map[string]bool
+}
+
+// goneWithDriver is the error of a call naming a shell or process the
+// dead driver had: the sandbox's failure, not a bad request.
+func goneWithDriver(id, what string) error {
+	return verdict.Infrastructure(verdict.Exec, fmt.Errorf("sandbox %s: %s ended with the serve that ran it, which stopped "+
+		"(the session was resumed by serve --resume); open or start it again", id, what))
 }
 
 // closeAll ends every shell and process of the handle.
@@ -89,6 +104,12 @@ func (s *Session) OpenShell(ctx context.Context, id, client, name string) (bool,
 		t.shells = map[string]*exec.Shell{}
 	}
 	t.shells[name] = sh
+	if t.resumed {
+		if t.opened == nil {
+			t.opened = map[string]bool{}
+		}
+		t.opened[name] = true
+	}
 	return true, nil
 }
 
@@ -145,6 +166,9 @@ func (s *Session) shell(id, client, name string) (*Handle, *exec.Shell, error) {
 	h.tools.mu.Lock()
 	defer h.tools.mu.Unlock()
 	sh, ok := h.tools.shells[name]
+	if !ok && h.tools.resumed && !h.tools.opened[name] {
+		return nil, nil, goneWithDriver(id, fmt.Sprintf("shell %q", name))
+	}
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: sandbox %s has no shell %q open (closed, exited, or never opened): open it first", ErrNotFound, id, name)
 	}
@@ -219,7 +243,7 @@ func (s *Session) Start(ctx context.Context, id, client string, r ExecRequest) (
 		t.procs = map[string]*exec.Process{}
 	}
 	t.next++
-	pid := "p" + strconv.Itoa(t.next)
+	pid := t.prefix + "p" + strconv.Itoa(t.next)
 	t.procs[pid] = h.Sandbox.Start(s.ctx, exec.Request{Command: argv, Container: r.Container})
 	s.mu.Lock()
 	s.counts.Execs++
@@ -236,6 +260,9 @@ func (s *Session) process(id, client, proc string) (*Handle, *exec.Process, erro
 	h.tools.mu.Lock()
 	defer h.tools.mu.Unlock()
 	p, ok := h.tools.procs[proc]
+	if !ok && h.tools.resumed && !strings.HasPrefix(proc, h.tools.prefix) {
+		return nil, nil, goneWithDriver(id, fmt.Sprintf("process %q", proc))
+	}
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: sandbox %s has no process %q", ErrNotFound, id, proc)
 	}

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -107,11 +109,41 @@ func (s *Session) readopt(ctx context.Context, a fleet.Adopted) {
 	}
 	s.logf("resumed session %s: %d pools kept, %d sandboxes held, %d released (lease run out or not held), %d claims under way deleted",
 		s.RunID(), len(a.Images), len(s.handles), len(gone), len(a.Dropped))
+	s.stopStrays(ctx)
 	for _, h := range gone {
 		if _, err := s.release(ctx, h, h.Client != "", false); err != nil {
 			s.logf("%v", err)
 		}
 	}
+}
+
+// stopStrays stops in each sandbox given back what the dead driver left
+// running there — its shells, processes and the execs in flight when it
+// died, which no stream leads to any more — before any client can call,
+// and marks the handles so that a call naming one of those is told it
+// ended with the driver. A sandbox where that fails is kept, with a log
+// line: its client may still use it.
+func (s *Session) stopStrays(ctx context.Context) {
+	var suffix [3]byte
+	_, _ = rand.Read(suffix[:])
+	prefix := "r" + hex.EncodeToString(suffix[:]) + "-"
+	var wg sync.WaitGroup
+	limit := make(chan struct{}, 16)
+	for _, h := range s.handles {
+		h.tools.resumed, h.tools.prefix = true, prefix
+		wg.Go(func() {
+			limit <- struct{}{}
+			defer func() { <-limit }()
+			n, err := h.Sandbox.StopStrays(ctx)
+			switch {
+			case err != nil:
+				s.logf("sandbox %s: %v", h.Claim, err)
+			case n > 0:
+				s.logf("sandbox %s: stopped %d commands the previous serve left running", h.Claim, n)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // sameConfig checks that given, unless zero, is the session's recorded
