@@ -10,15 +10,23 @@ score by the tests' exit code."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import difflib
+import importlib.util
+import json
+import os
+import re
 import shlex
 import subprocess
+import sys
 import time
+import types
 from dataclasses import dataclass, field
 
 import pytest
 
 from sandbox_fleet.adapters import MiniSweEnvironment, R2EGymRuntime, SweRexDeployment
+from sandbox_fleet.adapters.r2egym import repo_env
 from sandbox_fleet.adapters.miniswe import Submitted
 from sandbox_fleet.adapters.swerex import (
     BashIncorrectSyntaxError,
@@ -33,9 +41,12 @@ def v1_step(env, command: str) -> dict:
     output so far; a first line of the final marker ends the run."""
     try:
         output = env.execute(command)
-    except (TimeoutError, subprocess.TimeoutExpired) as e:
-        partial = e.output.decode("utf-8", errors="replace") if isinstance(e.output, bytes) else (e.output or "")
-        return {"timeout": True, "output": partial}
+    except subprocess.TimeoutExpired as e:
+        # v1.9.1's DefaultAgent.execute_action, as written there.
+        output = e.output.decode("utf-8", errors="replace") if e.output else ""
+        return {"timeout": True, "output": output, "message": str(e)}
+    except TimeoutError:
+        return {"timeout": True, "output": ""}
     lines = output.get("output", "").lstrip().splitlines(keepends=True)
     if lines and lines[0].strip() in ["MINI_SWE_AGENT_FINAL_OUTPUT", "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"]:
         return {"submitted": "".join(lines[1:])}
@@ -54,19 +65,30 @@ def v2_step(env, command: str) -> list[dict] | dict:
 def miniswe(h, workdir: str) -> None:
     env = MiniSweEnvironment(h, cwd=workdir, timeout=5, env={"GREETING": "hi"})
     r = v1_step(env, "echo out; echo err >&2; echo $GREETING; pwd; exit 3")
-    # (FakeFleet's sandbox root is a local directory: its pwd ends so.)
-    assert r["returncode"] == 3 and r["output"].startswith("out\nerr\nhi\n") and r["output"].endswith(f"{workdir}\n"), r
+    assert r == {"output": f"out\nerr\nhi\n{workdir}\n", "returncode": 3}, r
+    # forward_env: the trainer's variables that are set; env wins over them.
+    os.environ.update(SF_FORWARDED="fw", SF_KEPT_HERE="no", GREETING="from the trainer")
+    try:
+        fwd = MiniSweEnvironment(h, cwd=workdir, forward_env=["SF_FORWARDED", "SF_UNSET", "GREETING"], env={"GREETING": "hi"})
+        r = v1_step(fwd, 'echo "$SF_FORWARDED ${SF_UNSET-unset} $GREETING ${SF_KEPT_HERE-absent}"')
+        assert r["output"] == "fw unset hi absent\n", r
+    finally:
+        for k in ("SF_FORWARDED", "SF_KEPT_HERE", "GREETING"):
+            del os.environ[k]
     assert v1_step(env, "shopt -q login_shell && echo login")["output"] == "login\n"  # bash -lc, as docker exec runs it
     started = time.monotonic()
     r = v1_step(env, "echo partial; sleep 30")
-    assert r == {"timeout": True, "output": "partial\n"}, r
+    assert r["timeout"] and r["output"] == "partial\n", r
+    assert "echo partial; sleep 30" in r["message"] and "exec" not in r["message"], r  # the user's command
     assert time.monotonic() - started < 9
+    assert v1_step(env, "sleep 30") == {"timeout": True, "output": "", "message": r["message"].replace("echo partial; ", "")}
     assert v1_step(env, "printf 'COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\\ndiff --git a b\\n'") == {"submitted": "diff --git a b\n"}
 
     [r] = v2_step(env, "echo v2; exit 1")
     assert r == {"output": "v2\n", "returncode": 1, "exception_info": ""}, r
     [r] = v2_step(env, "echo partial; sleep 30")
     assert r["returncode"] == -1 and r["output"] == "partial\n" and "timed out after 5 seconds" in r["exception_info"], r
+    assert "'bash', '-lc', 'echo partial; sleep 30'" in r["exception_info"], r
     assert r["extra"]["exception_type"] == "TimeoutExpired"
     assert env.execute({"command": "echo x"}, timeout=1)["output"] == "x\n"
     assert v2_step(env, "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT; echo patch") == {"submitted": "patch\n"}
@@ -259,6 +281,11 @@ def swerex_episode(h, tmp_path) -> float:
     asyncio.run(env.deployment.runtime.upload(UploadRequest(source_path=str(tool.parent), target_path="/tmp/tools")))
     r = env.execute_command("/tmp/tools/hello", check=True)
     assert (r.exit_code, r.stdout) == (0, "hello from the tool\n"), r
+    # write_file over an executable keeps it executable (Path.write_text).
+    env.write_file("/tmp/tools/hello", "#!/bin/sh\necho rewritten\n")
+    assert env.execute_command("/tmp/tools/hello", check=True).stdout == "rewritten\n"
+    env.write_file("/tmp/tools/new/file.txt", "x")
+    assert env.execute_command("stat -c %a /tmp/tools/new/file.txt").stdout == "644\n"
     # env is the whole environment, as subprocess.run takes it (sh adds PWD).
     seen = env.execute_command("env", env={"ONLY": "this"}).stdout.splitlines()
     assert "ONLY=this" in seen and not [v for v in seen if v.startswith(("HOME=", "SANDBOX_ROOT="))], seen
@@ -275,6 +302,11 @@ def r2egym_episode(h) -> float:
     and error code; the reward is its test run's."""
     rt = R2EGymRuntime(h, ds={"problem_statement": "Fix add()."}, repo_path="/testbed")
     assert rt.get_task_instruction() == "Fix add()."
+    tagged = R2EGymRuntime(h, ds={"problem_statement": "[ISSUE]\nadd() is wrong\n[/ISSUE]\nhints"})
+    assert tagged.get_task_instruction() == "\nadd() is wrong\n"  # what R2E-Gym shows the model
+    # Each command runs under timeout(1), as R2E-Gym's: an assignment first fails.
+    out, code = rt.run("FOO=1 env")
+    assert code == "Error: Exit code 127" and "FOO=1" in out, (out, code)
     calc, code = rt.run("cat calc.py")
     assert code == "0" and "def add" in calc, (calc, code)
     assert rt.run("echo out; echo err >&2; exit 3") == ("out\nerr\n", "Error: Exit code 3")
@@ -284,7 +316,8 @@ def r2egym_episode(h) -> float:
     assert time.monotonic() - started < 9
     assert rt.run("pwd")[0].strip().endswith("/testbed") and rt.run("mkdir -p sub") == ("", "0")
     assert rt.run("pwd", workdir="/testbed/sub")[0].strip().endswith("/testbed/sub")
-    assert rt.demux_run("echo out; echo err >&2") == ("out\n", "err\n", "0")
+    assert rt.demux_run("sh -c 'echo out; echo err >&2'") == ("out\n", "err\n", "0")
+    assert rt.demux_run("echo a; b") == ("a; b\n", "", "0")  # no shell: the Docker SDK splits the string
 
     rt.create_file("testbed/notes.txt", "written\n")
     assert rt.run("cat notes.txt") == ("written\n", "0")
@@ -296,3 +329,114 @@ def r2egym_episode(h) -> float:
     assert rt.apply_patch(fix_patch(calc))[1] == "0"
     _, code = rt.run("python3 -m unittest -q")
     return 1.0 if code == "0" else 0.0
+
+
+# R2E-Gym's modules as repo_env() and docker_runtime() import them, for
+# when R2E-Gym is not installed: its DockerRuntime's reward for r2e images
+# (_calculate_reward_r2e: run_tests, parse the log, compare with the row's
+# expected_output_json), its setup_env's moves, and RepoEnv's run_action
+# and step, as agenthub/runtime/docker.py and environment/env.py at
+# 69bc953 write them; the log parser is a stand-in of parse_log_fn's for a
+# unittest -v log.
+class _DockerRuntime:
+    def setup_env(self) -> None:
+        for skip_file in ("run_tests.sh", "r2e_tests"):
+            self.run(f"mv {self.repo_path}/{skip_file} {self.alt_path}/{skip_file}")
+
+    def run_tests(self) -> tuple[str, str]:
+        output, error_code = self.run(f"bash {self.alt_path}/run_tests.sh", timeout=300)
+        return output, error_code
+
+    def parse_logs(self, log_output: str) -> dict:
+        found = re.findall(r"^(\w+) \(.*\) \.\.\. (ok|FAIL|ERROR)$", log_output, re.M)
+        return {name: "PASSED" if status == "ok" else "FAILED" for name, status in found}
+
+    def _calculate_reward(self, get_test_output=False) -> float:
+        output, error_code = self.run_tests()
+        parse = self.parse_logs(output)
+        expected = json.loads(self.ds["expected_output_json"])
+        reward = 1.0 if parse and parse == expected else 0.0
+        return (reward, output) if get_test_output else reward
+
+
+@dataclass(frozen=True)
+class _EnvArgs:
+    ds: dict
+    repo_path: str | None = None
+    docker_image: str | None = None
+
+
+class _RepoEnv:
+    def run_action(self, action, timeout: int):
+        bash_output, error_code = self.runtime.run(action.to_bashcmd(), timeout=timeout)
+        return bash_output, error_code, 0.0
+
+    def step(self, action, timeout: int):
+        bash_output, error_code, total_time = self.run_action(action, timeout=timeout)
+        self.observation = (bash_output, error_code, action)
+        if "finish" in action.function_name.lower():
+            self.done = True
+        return self.observation, 0, self.done, {"total_time": total_time}
+
+    def get_task_instruction(self) -> str:
+        return self.runtime.get_task_instruction()
+
+
+@dataclass
+class _Action:
+    function_name: str
+    command: str
+
+    def to_bashcmd(self) -> str:
+        return self.command
+
+
+@contextlib.contextmanager
+def _r2egym_stand_ins():
+    """sys.modules with the stand-ins at R2E-Gym's module paths, unless
+    R2E-Gym itself is installed."""
+    if importlib.util.find_spec("r2egym") is not None:
+        yield
+        return
+    modules = {
+        "r2egym": {}, "r2egym.agenthub": {}, "r2egym.agenthub.runtime": {}, "r2egym.agenthub.environment": {},
+        "r2egym.agenthub.agent": {}, "r2egym.agenthub.runtime.docker": {"DockerRuntime": _DockerRuntime},
+        "r2egym.agenthub.environment.env": {"RepoEnv": _RepoEnv, "EnvArgs": _EnvArgs},
+        "r2egym.agenthub.agent.commands": {"ParseCommandBash": object},
+    }
+    saved = {name: sys.modules.get(name) for name in modules}
+    for name, attrs in modules.items():
+        m = types.ModuleType(name)
+        m.__dict__.update(attrs)
+        sys.modules[name] = m
+    try:
+        yield
+    finally:
+        for name, m in saved.items():
+            if m is None:
+                del sys.modules[name]
+            else:
+                sys.modules[name] = m
+
+
+def r2egym_repo_env_episode(h) -> float:
+    """R2E-Gym's RepoEnv on the sandbox (repo_env): the task instruction,
+    steps as its agent takes them, and R2E-Gym's reward, which runs the
+    tests setup_env hid in /root and compares their log with the row."""
+    h.write_file("/testbed/run_tests.sh", "cd /testbed && python3 -m unittest -v test_calc 2>&1\n")
+    ds = {"problem_statement": "[ISSUE]add() subtracts[/ISSUE]", "repo_name": "calc",
+          "expected_output_json": json.dumps({"test_add": "PASSED"})}
+    with _r2egym_stand_ins():
+        env = repo_env(h, ds)
+        assert env.get_task_instruction() == "add() subtracts"
+        assert not h.exists("/testbed/run_tests.sh") and h.exists("/root/run_tests.sh")  # hidden by setup_env
+        assert env.runtime._calculate_reward() == 0.0  # add() is wrong yet
+        (calc, code, _), _, done, _ = env.step(_Action("execute_bash", "cat calc.py"), timeout=30)
+        assert code == "0" and not done
+        env.step(_Action("execute_bash", f"cat > fix.patch <<'EOF'\n{fix_patch(calc)}EOF\ngit apply fix.patch"), timeout=30)
+        _, _, done, _ = env.step(_Action("finish", "true"), timeout=30)
+        assert done
+        reward, log = env.runtime._calculate_reward(get_test_output=True)
+        assert "test_add" in log, log
+        return reward
+

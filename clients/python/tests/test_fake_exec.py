@@ -71,7 +71,7 @@ def test_miniswe_environment(handle):
     adapter_checks.miniswe(handle, "/testbed")
 
 
-@pytest.mark.parametrize("episode", ["miniswe", "swerex", "r2egym"])
+@pytest.mark.parametrize("episode", ["miniswe", "swerex", "r2egym", "r2egym_repo_env"])
 def test_framework_episodes(handle, episode, tmp_path):
     adapter_checks.seed_testbed(handle)
     run = getattr(adapter_checks, episode + "_episode")

@@ -115,7 +115,7 @@ def test_miniswe_environment(session):
         adapter_checks.miniswe(h, "/testbed")
 
 
-@pytest.mark.parametrize("episode", ["miniswe", "swerex", "r2egym"])
+@pytest.mark.parametrize("episode", ["miniswe", "swerex", "r2egym", "r2egym_repo_env"])
 def test_framework_episodes(session, episode, tmp_path):
     with session.acquire("swe") as h:
         run = getattr(adapter_checks, episode + "_episode")

@@ -9,8 +9,10 @@ stdout, decoded as UTF-8 with replacement, and return ``{"output",
 "returncode"}``. They differ in the call and in a timeout:
 
 - v1: ``execute(command: str, cwd="")``; a command past the timeout
-  raises ``subprocess.TimeoutExpired`` (the agent catches it and shows the
-  model its timeout template with the output so far);
+  raises ``subprocess.TimeoutExpired`` — from ``subprocess.run``, so its
+  ``output`` is the bytes read so far, or None when there were none (the
+  agent does ``e.output.decode("utf-8", errors="replace") if e.output``
+  and shows the model its timeout template with it);
 - v2: ``execute(action: dict, cwd="", *, timeout=None)``, the command in
   ``action["command"]``; a timeout is returned, not raised: returncode -1,
   ``exception_info`` and ``extra`` saying what happened. v2 raises
@@ -18,13 +20,18 @@ stdout, decoded as UTF-8 with replacement, and return ``{"output",
   ``COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` (v1's agent checks that
   itself).
 
-This environment takes either call and answers as that version does. Here
-a timed-out command is also stopped in the sandbox, with what it started,
-which ``docker exec`` under ``subprocess.run(timeout=...)`` does not do.
+This environment takes either call and answers as that version does,
+type for type; the exception's command is the user's (``bash -lc
+COMMAND``, the interpreter and the command, without docker's own words).
+``forward_env`` forwards the trainer's variables that are set, and ``env``
+wins over it, as in DockerEnvironmentConfig. Here a timed-out command is
+also stopped in the sandbox, with what it started, which ``docker exec``
+under ``subprocess.run(timeout=...)`` does not do.
 """
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 from dataclasses import asdict, dataclass, field
@@ -57,6 +64,7 @@ class MiniSweConfig:
     image: str = ""
     cwd: str = "/"
     env: dict[str, str] = field(default_factory=dict)
+    forward_env: list[str] = field(default_factory=list)
     timeout: int = 30
     interpreter: list[str] = field(default_factory=lambda: ["bash", "-lc"])
 
@@ -75,10 +83,17 @@ class MiniSweEnvironment:
     """
 
     def __init__(self, handle, *, cwd: str = "/", env: dict[str, str] | None = None, timeout: int = 30,
-                 interpreter: list[str] | None = None, **_ignored: Any):
+                 interpreter: list[str] | None = None, forward_env: list[str] | None = None, **_ignored: Any):
         self.handle = handle
-        self.config = MiniSweConfig(image=getattr(handle, "image", ""), cwd=cwd, env=dict(env or {}), timeout=timeout,
+        self.config = MiniSweConfig(image=getattr(handle, "image", ""), cwd=cwd, env=dict(env or {}),
+                                    forward_env=list(forward_env or []), timeout=timeout,
                                     interpreter=list(interpreter or ["bash", "-lc"]))
+
+    def _environment(self) -> dict[str, str]:
+        """What ``docker exec -e`` sets: the forwarded variables that are
+        set here, then ``env``, which wins."""
+        forwarded = {k: v for k in self.config.forward_env if (v := os.getenv(k)) is not None}
+        return {**forwarded, **self.config.env}
 
     def execute(self, action: str | dict, cwd: str = "", *, timeout: int | None = None) -> dict[str, Any]:
         """Runs the command (v1: a string; v2: ``action["command"]``) and
@@ -86,12 +101,14 @@ class MiniSweEnvironment:
         v2 = isinstance(action, dict)
         command = action.get("command", "") if v2 else action
         limit = timeout or self.config.timeout
+        shown = [*self.config.interpreter, command]
         # stderr interleaved into stdout as written, as stderr=STDOUT does.
-        argv = ["sh", "-c", 'exec "$@" 2>&1', "sh", *self.config.interpreter, command]
-        r = self.handle.exec(argv, cwd=cwd or self.config.cwd, env=self.config.env or None, timeout=limit)
+        argv = ["sh", "-c", 'exec "$@" 2>&1', "sh", *shown]
+        r = self.handle.exec(argv, cwd=cwd or self.config.cwd, env=self._environment() or None, timeout=limit)
         output = r.stdout.decode("utf-8", errors="replace")
         if r.timed_out:
-            err = subprocess.TimeoutExpired(argv, limit, output=output)
+            # As subprocess.run raises it: the bytes read so far, or None.
+            err = subprocess.TimeoutExpired(shown, limit, output=r.stdout or None)
             if not v2:
                 raise err
             out = {"output": output, "returncode": -1,

@@ -257,9 +257,15 @@ class SweRexRuntime:
         return self.handle.read_file(path)
 
     async def write_file(self, request) -> WriteFileResponse:
-        # Parent directories are made, as SWE-ReX's mkdir(parents=True).
-        await self._call(self.handle.write_file, request.path, request.content)
+        await self._call(self._write, request.path, request.content)
         return WriteFileResponse()
+
+    def _write(self, path: str, content: str) -> None:
+        # As SWE-ReX's mkdir(parents=True) and Path.write_text: parents
+        # made, an existing file rewritten in place (its mode kept: a
+        # script stays executable), a new one made with the umask's mode.
+        self.handle.exec(["sh", "-c", 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"', "sh", path],
+                         stdin=content.encode(), check=True)
 
     async def upload(self, request) -> UploadResponse:
         """Copies a local file or tree to target_path in the sandbox."""
