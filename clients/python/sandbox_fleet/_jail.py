@@ -22,8 +22,11 @@ IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # read-only (or, where this machine has them as links, as the same links).
 _SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc")
 
-# The directories an image's root has that a command expects to write.
-_SKELETON = {"tmp": 0o1777, "root": 0o700, "var/tmp": 0o1777, "home": 0o755}
+# The directories an image's root has that a command expects to write;
+# /usr/local is the sandbox's own, over this machine's /usr, as tools an
+# agent framework installs go there (R2E-Gym's in /usr/local/bin).
+_SKELETON = {"tmp": 0o1777, "root": 0o700, "var/tmp": 0o1777, "home": 0o755, "usr/local/bin": 0o755,
+             "usr/local/sbin": 0o755, "usr/local/lib": 0o755}
 
 
 class Isolation:
@@ -113,6 +116,7 @@ def wrap(root: str, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> li
         host = "/" + name
         if os.path.isdir(host) and not os.path.islink(host):
             out += ["--ro-bind", host, host]
+    out += ["--bind", os.path.join(root, "usr", "local"), "/usr/local"]
     # No --die-with-parent: the kernel ties it to the thread that started
     # bwrap, and a call made through asyncio.to_thread (the SWE-ReX
     # adapter's) ends its thread while the shell it opened lives on. The

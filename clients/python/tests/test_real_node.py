@@ -164,8 +164,9 @@ def test_archives_from_a_replaced_tar_are_refused(session, tmp_path):
                 "through": hostile.through_a_link()}
     with session.acquire("bb-2") as h:
         h.write_files("/tmp/evil", {f"{k}.tar": v for k, v in archives.items()})
+        h.write_file("/tmp/evil/tar", "#!/bin/sh\ncat /tmp/evil/current.tar\n", mode=0o755)
         # Last: from here on the sandbox's tar is this script.
-        h.write_file("/usr/local/bin/tar", "#!/bin/sh\ncat /tmp/evil/current.tar\n", mode=0o755)
+        h.exec('t=$(command -v tar) && rm -f "$t" && cp /tmp/evil/tar "$t"', check=True)
         for kind in archives:
             h.exec(["cp", f"/tmp/evil/{kind}.tar", "/tmp/evil/current.tar"], check=True)
             local = tmp_path / kind / "dest"
