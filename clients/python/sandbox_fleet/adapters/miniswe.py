@@ -27,6 +27,14 @@ COMMAND``, the interpreter and the command, without docker's own words).
 wins over it, as in DockerEnvironmentConfig. Here a timed-out command is
 also stopped in the sandbox, with what it started, which ``docker exec``
 under ``subprocess.run(timeout=...)`` does not do.
+
+Run against mini-swe-agent's real code (its source at the tags above, on
+FakeFleet): v1.9.1's ``DefaultAgent.run`` with its ``DeterministicModel``
+(look, a command past its timeout — the timeout template shows the
+output so far — fix, submit: ``Submitted`` with the fix) and v2.4.6's
+``DefaultAgent.run`` with its ``DeterministicModel`` and ``make_output``
+(the same task, ``exit_status`` ``Submitted``, the timeout's
+``exception_info`` naming ``bash -lc`` and the command). Both passed.
 """
 
 from __future__ import annotations

@@ -36,8 +36,18 @@ With R2E-Gym installed, ``docker_runtime(handle, ds)`` is R2E-Gym's own
 (``_calculate_reward``, ``parse_logs``, ``get_logs_eval``,
 ``run_swebv_regression``) and its ``setup_env`` run as they are, only the
 container calls are the fleet's — and ``repo_env(handle, ds)`` its
-``RepoEnv`` on that runtime. What was run of R2E-Gym's real code against
-this module is listed in docs/python-client.md ("Agent frameworks").
+``RepoEnv`` on that runtime.
+
+Run against R2E-Gym's real code (its source at 69bc953, on FakeFleet, its
+imports of swebench, gym, simple_parsing and the model clients stubbed, as
+no package here has them): ``repo_env`` built its ``RepoEnv`` on its own
+``DockerRuntime`` class; its ``setup_env`` hid run_tests.sh in /root; its
+``execute_bash`` tool, copied and made executable as ``add_commands``
+does, ran a fix through ``RepoEnv.step``; its ``_calculate_reward``
+(``_calculate_reward_r2e`` with its pytest log parser) gave 0.0 before the
+fix and 1.0 after; ``get_task_instruction`` and ``get_patch`` as its own.
+``add_commands`` itself was not run (its command parsing needs
+simple_parsing), nor the SWE-bench reward (it needs swebench).
 """
 
 from __future__ import annotations

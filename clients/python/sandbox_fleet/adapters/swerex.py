@@ -20,6 +20,18 @@ comes as the programs write it to a pipe, and interactive programs
 (``is_interactive_command``) are refused; a command past its timeout is
 stopped in the sandbox, with what it started, and the session keeps its
 state (SWE-ReX leaves it running until the interrupt).
+
+Run against SWE-ReX's real code: its own tests/test_execution.py (at
+5c995c3), its ``remote_runtime`` and ``runtime_with_default_session``
+fixtures giving this runtime over a FakeFleet sandbox, with SWE-ReX's
+request, response and exception classes: 43 of its 49 tests pass. The
+six that cannot: test_read_write_file and test_read_large_file read or
+write this machine's ``tmp_path`` through the runtime (a sandbox is
+another machine); test_run_in_shell_interactive_command and its timeout
+variant need a terminal (refused here, as said above), as does
+test_interrupt_pager (``less`` does not wait without one);
+test_bash_multiline_command_eof runs ``python``, which the fake's image
+(this machine's /usr) has only as ``python3``.
 """
 
 from __future__ import annotations
