@@ -427,7 +427,8 @@ def r2egym_repo_env_episode(h) -> float:
     ds = {"problem_statement": "[ISSUE]add() subtracts[/ISSUE]", "repo_name": "calc",
           "expected_output_json": json.dumps({"test_add": "PASSED"})}
     with _r2egym_stand_ins():
-        env = repo_env(h, ds)
+        # An R2E-Gym image, as R2E-Gym tells them from SWE-bench's by name.
+        env = repo_env(h, ds, docker_image="namanjain12/calc_final:1")
         assert env.get_task_instruction() == "add() subtracts"
         assert not h.exists("/testbed/run_tests.sh") and h.exists("/root/run_tests.sh")  # hidden by setup_env
         assert env.runtime._calculate_reward() == 0.0  # add() is wrong yet

@@ -162,7 +162,9 @@ def test_archives_from_a_replaced_tar_are_refused(session, tmp_path):
 
     archives = {"gzip": hostile.gzip_bomb(), "sparse": hostile.sparse(), "chain": hostile.link_chain(),
                 "through": hostile.through_a_link()}
-    with session.acquire("bb-2") as h:
+    # The SWE-bench-like image: busybox's sh runs its own tar applet,
+    # whatever PATH holds, so only an image with a tar of its own shows it.
+    with session.acquire("swe") as h:
         h.write_files("/tmp/evil", {f"{k}.tar": v for k, v in archives.items()})
         h.write_file("/tmp/evil/tar", "#!/bin/sh\ncat /tmp/evil/current.tar\n", mode=0o755)
         # Last: from here on the sandbox's tar is this script.
