@@ -21,15 +21,69 @@ _Event = tuple[str, bytes | int | bool]
 
 class AsyncHandle:
     """A sandbox held through AsyncSandboxFleet; ``async with`` releases it.
-    Its fields are the Handle's (``.id``, ``.pod``, ``.node``, ...)."""
+    Its fields are the Handle's (``.id``, ``.pod``, ``.node``, ...), read
+    from ``.handle``, the synchronous Handle."""
 
     def __init__(self, fleet: "AsyncSandboxFleet", handle: Handle):
         self._fleet = fleet
         self._t = fleet._t
         self.handle = handle
 
-    def __getattr__(self, name):
-        return getattr(self.handle, name)
+    @property
+    def id(self) -> str:
+        return self.handle.id
+
+    @property
+    def task_id(self) -> str:
+        return self.handle.task_id
+
+    @property
+    def image(self) -> str:
+        return self.handle.image
+
+    @property
+    def cluster(self) -> str:
+        return self.handle.cluster
+
+    @property
+    def namespace(self) -> str:
+        return self.handle.namespace
+
+    @property
+    def claim(self) -> str:
+        return self.handle.claim
+
+    @property
+    def sandbox(self) -> str:
+        return self.handle.sandbox
+
+    @property
+    def pod(self) -> str:
+        return self.handle.pod
+
+    @property
+    def pod_ip(self) -> str:
+        return self.handle.pod_ip
+
+    @property
+    def hostname(self) -> str:
+        return self.handle.hostname
+
+    @property
+    def node(self) -> str:
+        return self.handle.node
+
+    @property
+    def container(self) -> str:
+        return self.handle.container
+
+    @property
+    def resets(self) -> int:
+        return self.handle.resets
+
+    def endpoint(self, port: int) -> str:
+        """The sandbox's in-cluster address of port."""
+        return self.handle.endpoint(port)
 
     async def exec_stream(self, command: Command, stdin: bytes | str | None = None, timeout: float | None = None,
                           env: Mapping[str, str] | None = None, cwd: str | None = None,
