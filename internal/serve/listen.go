@@ -142,9 +142,10 @@ func listenUnix(address, path string) (net.Listener, string, error) {
 	return l, "unix://" + path, nil
 }
 
-// privateDir refuses a directory another user could replace a socket in:
-// owned by another, or writable by its group or others. (Entering it
-// gives no one the socket, which is made mode 0600.)
+// privateDir refuses a directory another user could reach a socket in:
+// owned by another, or open to its group or others at all — the socket
+// is made mode 0600, but a directory others may enter lets them see it
+// appear, and write, replace it.
 func privateDir(dir string) error {
 	fi, err := os.Stat(dir)
 	if err != nil {
@@ -154,7 +155,7 @@ func privateDir(dir string) error {
 	if !ok {
 		return fmt.Errorf("directory %s: cannot read its owner", dir)
 	}
-	if int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o022 != 0 {
+	if int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o077 != 0 {
 		return fmt.Errorf("directory %s is mode %04o, owned by uid %d: other users could replace the socket there; use a directory of yours that only you may write (chmod 700)",
 			dir, fi.Mode().Perm(), st.Uid)
 	}

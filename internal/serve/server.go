@@ -237,6 +237,12 @@ func poolsOf(pools []session.PoolStatus) []*fleetv1.Pool {
 
 func (v *Service) Acquire(ctx context.Context, req *connect.Request[fleetv1.AcquireRequest]) (*connect.Response[fleetv1.AcquireResponse], error) {
 	m := req.Msg
+	// A timeout given must be one to wait: 0s or less would hand out a
+	// sandbox as if none had been given.
+	if m.Timeout != nil && m.Timeout.AsDuration() <= 0 {
+		return nil, toConnect(fmt.Errorf("%w: timeout %s: give a positive duration, or none for the session's ready timeout",
+			session.ErrInvalid, m.Timeout.AsDuration()))
+	}
 	h, err := v.Session.Acquire(ctx, session.AcquireRequest{RequestID: m.RequestId, ClientID: m.ClientId,
 		TaskID: m.TaskId, Image: m.Image, Timeout: m.Timeout.AsDuration()})
 	if err != nil {

@@ -48,11 +48,12 @@ func TestToConnect(t *testing.T) {
 
 func TestListenRefusesUnguardedAddresses(t *testing.T) {
 	for _, a := range []Access{
-		{Address: "127.0.0.1:0"},                 // any user of the machine can reach it
-		{Address: "0.0.0.0:0", Token: "t"},       // the token would cross the network in the clear
-		{Address: "nonsense", Token: "t"},        // neither a socket path nor HOST:PORT
-		{Address: "/proc/no-such/dir/s.sock"},    // cannot be made
-		{Address: filepath.Join(shared(t), "s")}, // others may write the directory
+		{Address: "127.0.0.1:0"},                   // any user of the machine can reach it
+		{Address: "0.0.0.0:0", Token: "t"},         // the token would cross the network in the clear
+		{Address: "nonsense", Token: "t"},          // neither a socket path nor HOST:PORT
+		{Address: "/proc/no-such/dir/s.sock"},      // cannot be made
+		{Address: filepath.Join(shared(t), "s")},   // others may write the directory
+		{Address: filepath.Join(readable(t), "s")}, // others may enter the directory
 	} {
 		if l, _, err := Listen(a); err == nil {
 			l.Close()
@@ -86,6 +87,15 @@ func TestListenRefusesUnguardedAddresses(t *testing.T) {
 func shared(t *testing.T) string {
 	dir := t.TempDir()
 	if err := os.Chmod(dir, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// readable is a directory of this user's that others may list and enter.
+func readable(t *testing.T) string {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	return dir

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import http.client
+import ipaddress
 import json
 import os
 import select
@@ -89,6 +90,16 @@ def _not_listening(e: BaseException) -> bool:
     return isinstance(e, (ConnectionRefusedError, FileNotFoundError))
 
 
+def _loopback(host: str) -> bool:
+    """Whether host names this machine's loopback (127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class _UnixConnection(http.client.HTTPConnection):
     def __init__(self, path: str, timeout: float | None):
         super().__init__("localhost", timeout=timeout)
@@ -144,6 +155,9 @@ class Transport:
             url = urllib.parse.urlsplit(address if "://" in address else "http://" + address)
             if url.scheme not in ("http", "https") or not url.hostname:
                 raise ValueError(f"address {address!r}: use unix:///PATH, a socket path, or http(s)://HOST:PORT")
+            if url.scheme == "http" and (token or token_file) and not _loopback(url.hostname):
+                raise ValueError(f"address {address!r}: a token over plain http would cross the network in the clear; "
+                                 "use https:// (a serve with TLS, as manifests/serve runs it) or a unix socket")
             self._scheme, self._host, self._port = url.scheme, url.hostname, url.port
 
     def _connection(self, timeout: float | None) -> http.client.HTTPConnection:

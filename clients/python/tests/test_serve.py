@@ -17,7 +17,7 @@ import pytest
 
 from conftest import BIN, NAMESPACE, gone, leftovers, needs_cluster, wait_for
 
-from sandbox_fleet import FleetError, SandboxFleet
+from sandbox_fleet import FleetError, ForeignHandleError, SandboxFleet
 
 pytestmark = needs_cluster
 
@@ -231,7 +231,8 @@ def test_malformed_requests_change_nothing(server):
     from sandbox_fleet._connect import _UnixConnection
 
     for body, method in [(b"{not json", "Acquire"), (b'{"taskId": 42}', "Acquire"), (b"{}", "NoSuchMethod"),
-                         (b'{"tasks": [{"id": "x", "image": "Bad Image"}]}', "AddTasks")]:
+                         (b'{"tasks": [{"id": "x", "image": "Bad Image"}]}', "AddTasks"),
+                         *((b'{"taskId": "t0", "clientId": "c", "timeout": "%s"}' % t, "Acquire") for t in (b"-5s", b"0s", b"-9999999999s"))]:
         conn = _UnixConnection(path, 10)
         conn.request("POST", "/sandboxfleet.fleet.v1.FleetService/" + method, body=body,
                      headers={"Content-Type": "application/json"})
@@ -286,7 +287,7 @@ def test_another_caller_cannot_use_a_clients_sandboxes(server):
     h = owner.acquire("t0")
     thief = s.client(client_id="trainer-0")
     for call in (lambda: thief.release(h.id), lambda: thief._t.unary("Renew", {"clientId": "trainer-0"}), thief.close):
-        with pytest.raises(FleetError) as e:
+        with pytest.raises(ForeignHandleError) as e:
             call()
         assert e.value.code == "permission_denied", e.value
     assert [x["id"] for x in owner.status()["handles"]] == [h.id]

@@ -29,6 +29,15 @@ def test_a_rotated_token_file_is_read_again(tmp_path):
     assert t._headers("application/json")["Authorization"] == "Bearer second"
 
 
+def test_a_token_never_crosses_the_network_in_the_clear():
+    for address in ("http://10.0.0.7:7070", "http://serve.rl.svc:7070", "serve.rl.svc:7070"):
+        with pytest.raises(ValueError, match="in the clear"):
+            Transport(address, token="t")
+    for address in ("http://127.0.0.1:7070", "http://localhost:7070", "http://[::1]:7070", "https://serve.rl.svc:7070"):
+        Transport(address, token="t")
+    Transport("http://10.0.0.7:7070")  # no token, nothing to leak
+
+
 class Server:
     """An HTTP/1.1 server on 127.0.0.1 standing for serve: it answers each
     request with {} on a kept-alive connection, except as ``plan`` says for

@@ -33,6 +33,9 @@ func (s *Session) Acquire(ctx context.Context, r AcquireRequest) (*Handle, error
 	if (r.TaskID == "") == (r.Image == "") {
 		return nil, fmt.Errorf("%w: name either a task id or an image", ErrInvalid)
 	}
+	if r.Timeout < 0 {
+		return nil, fmt.Errorf("%w: timeout %s: must not be negative (0 is the session's ready timeout)", ErrInvalid, r.Timeout)
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
