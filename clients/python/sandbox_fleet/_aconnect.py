@@ -5,6 +5,8 @@ at once use as many connections."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncio
 import contextlib
 import json
@@ -164,7 +166,7 @@ class AsyncTransport:
                     continue
                 raise InfraError(f"{method}: the fleet session at {self.sync.address} did not answer: {e}", "unavailable", "api") from e
 
-    async def unary(self, method: str, msg: dict, timeout: float | None = None) -> dict:
+    async def unary(self, method: str, msg: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         timeout = timeout or self.sync.timeout
         try:
             return await asyncio.wait_for(self._unary(method, msg), timeout)
@@ -172,7 +174,7 @@ class AsyncTransport:
             raise InfraError(f"{method}: the fleet session at {self.sync.address} did not answer within {timeout}s",
                              "deadline_exceeded", "api") from None
 
-    async def _unary(self, method: str, msg: dict) -> dict:
+    async def _unary(self, method: str, msg: dict[str, Any]) -> dict[str, Any]:
         resp = await self._send(method, "application/json", body=json.dumps(msg).encode())
         try:
             body = await resp.read_all()
@@ -184,7 +186,7 @@ class AsyncTransport:
             raise _error(method, resp.headers, body)
         return json.loads(body) if body else {}
 
-    async def server_stream(self, method: str, msg: dict) -> AsyncIterator[dict]:
+    async def server_stream(self, method: str, msg: dict[str, Any]) -> AsyncIterator[dict]:
         resp = await self._send(method, "application/connect+json", body=_envelope(json.dumps(msg).encode()))
         # Closed with this stream, so a caller that stops reading closes
         # the connection now, which stops the call at the server.
@@ -192,7 +194,7 @@ class AsyncTransport:
             async for m in stream:
                 yield m
 
-    async def client_stream(self, method: str, msgs: Iterable[dict]) -> dict:
+    async def client_stream(self, method: str, msgs: Iterable[dict]) -> dict[str, Any]:
         resp = await self._send(method, "application/connect+json", chunks=(_envelope(json.dumps(m).encode()) for m in msgs))
         out = None
         async for m in self._read_stream(method, resp):

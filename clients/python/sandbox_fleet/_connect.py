@@ -6,6 +6,8 @@ as many connections."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import base64
 import http.client
 import ipaddress
@@ -242,7 +244,7 @@ class Transport:
                     continue
                 raise InfraError(f"{method}: the fleet session at {self.address} did not answer: {e}", "unavailable", "api") from e
 
-    def unary(self, method: str, msg: dict, timeout: float | None = None) -> dict:
+    def unary(self, method: str, msg: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         conn, resp = self._send(method, json.dumps(msg).encode(), "application/json", timeout or self.timeout)
         try:
             body = resp.read()
@@ -254,12 +256,12 @@ class Transport:
             raise _unary_error(method, resp, body)
         return json.loads(body) if body else {}
 
-    def server_stream(self, method: str, msg: dict, timeout: float | None = None) -> Iterator[dict]:
+    def server_stream(self, method: str, msg: dict[str, Any], timeout: float | None = None) -> Iterator[dict]:
         body = _envelope(json.dumps(msg).encode())
         conn, resp = self._send(method, body, "application/connect+json", timeout or self.timeout)
         yield from _read_stream(method, conn, resp, self._give)
 
-    def client_stream(self, method: str, msgs: Iterable[dict], timeout: float | None = None) -> dict:
+    def client_stream(self, method: str, msgs: Iterable[dict], timeout: float | None = None) -> dict[str, Any]:
         body = (_envelope(json.dumps(m).encode()) for m in msgs)
         conn, resp = self._send(method, body, "application/connect+json", timeout or self.timeout, chunked=True)
         out = None

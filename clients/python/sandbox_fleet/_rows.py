@@ -5,6 +5,8 @@ FakeFleet, which has no server. test_serve.py checks the two agree."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -30,8 +32,8 @@ def encode(rows: Iterable[Mapping | str]) -> list[str]:
 
 
 def request(rows: Iterable[Mapping | str], id_field: str | None, image_field: str | None,
-            rewrite: Iterable[str]) -> dict:
-    msg: dict = {"rows": encode(rows)}
+            rewrite: Iterable[str]) -> dict[str, Any]:
+    msg: dict[str, Any] = {"rows": encode(rows)}
     if id_field:
         msg["idField"] = id_field
     if image_field:
@@ -77,7 +79,7 @@ def read(rows: list[str], seen: dict[str, str], id_field: str | None = None, ima
     return tasks
 
 
-def _row(text: str, id_field: str | None, image_field: str | None) -> dict:
+def _row(text: str, id_field: str | None, image_field: str | None) -> dict[str, Any]:
     def unique(pairs):
         out = {}
         for k, v in pairs:
@@ -113,7 +115,7 @@ def _kind(v) -> str:
             int: "a number", float: "a number"}.get(type(v), "a string")
 
 
-def _id_of(row: dict, field: str | None) -> tuple[str, list[str]]:
+def _id_of(row: dict[str, Any], field: str | None) -> tuple[str, list[str]]:
     if field:
         v = _scalar(row.get(field))
         if v is None:
@@ -132,7 +134,7 @@ def _id_of(row: dict, field: str | None) -> tuple[str, list[str]]:
                     "name the id field with id_field")
 
 
-def _image_of(row: dict, field: str | None, tid: str) -> tuple[str, str]:
+def _image_of(row: dict[str, Any], field: str | None, tid: str) -> tuple[str, str]:
     if field:
         v = row.get(field)
         if not isinstance(v, str) or not v:
@@ -156,7 +158,7 @@ def swebench_image(instance_id: str) -> str:
     return "docker.io/swebench/sweb.eval.x86_64." + instance_id.replace("__", "_1776_").lower() + ":latest"
 
 
-def _add(where: str, task: dict, seen: dict[str, str], rules: list[tuple[str, str]]) -> dict:
+def _add(where: str, task: dict[str, Any], seen: dict[str, str], rules: list[tuple[str, str]]) -> dict[str, Any]:
     tid = task["id"]
     if not tid or len(tid) > 63 or not _LABEL_VALUE.match(tid):
         raise _Problems(f"task id {_q(tid)} cannot be a Kubernetes label value; choose another field with id_field")

@@ -5,6 +5,8 @@ renewed by the synchronous client's one background thread."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import contextlib
 import io
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -232,7 +234,7 @@ class AsyncProcess:
         self.id = pid
         self.exit_code: int | None = None
 
-    def _msg(self) -> dict:
+    def _msg(self) -> dict[str, Any]:
         return self.handle.handle._ref(process=self.id)
 
     async def events(self, start: int = 0) -> AsyncIterator[_Event]:
@@ -275,26 +277,26 @@ class AsyncSandboxFleet:
         return self.sync.client_id
 
     async def add_tasks(self, rows: Iterable[Mapping | str], id_field: str | None = None, image_field: str | None = None,
-                        rewrite: Iterable[str] = ()) -> dict:
+                        rewrite: Iterable[str] = ()) -> dict[str, Any]:
         return await self._t.unary("AddTasks", _rows.request(rows, id_field, image_field, rewrite))
 
     async def run(self, fn, strategy: str = "naive", concurrency: int | None = None, *, epochs: int = 1,
-                  keep_warm: bool = False, recycle: bool = False) -> list:
+                  keep_warm: bool = False, recycle: bool = False) -> list[Any]:
         """SandboxFleet.run on the loop: ``fn`` is a coroutine function
         (given the AsyncHandle) or a plain one (run in a thread, given the
         synchronous Handle)."""
         return await runner.arun(self, fn, strategy, concurrency, epochs, keep_warm, recycle)
 
-    async def _plan_run(self, strategy: str, concurrency: int) -> dict:
+    async def _plan_run(self, strategy: str, concurrency: int) -> dict[str, Any]:
         return await self._t.unary("PlanRun", {"strategy": strategy, "concurrency": concurrency})
 
     async def _cool(self, images: list[str]) -> list[str]:
         return (await self._t.unary("Unwarm", {"images": images})).get("images", [])
 
-    async def lookahead(self, tasks_or_images: Iterable) -> list[dict]:
+    async def lookahead(self, tasks_or_images: Iterable[Any]) -> list[dict]:
         return (await self._t.unary("Lookahead", _lookahead_msg(tasks_or_images))).get("pools", [])
 
-    async def wait_pools_ready(self, timeout: float = 600.0, images: Iterable[str] = ()) -> dict:
+    async def wait_pools_ready(self, timeout: float = 600.0, images: Iterable[str] = ()) -> dict[str, Any]:
         out = await self._t.unary("WaitPoolsReady", {"timeout": _seconds(timeout), "images": list(images)}, timeout=timeout + 30)
         return {"ready": bool(out.get("ready")), "pools": out.get("pools", [])}
 
@@ -319,7 +321,7 @@ class AsyncSandboxFleet:
         finally:
             self.sync._unhold(hid)
 
-    async def status(self) -> dict:
+    async def status(self) -> dict[str, Any]:
         return await self._t.unary("Status", {})
 
     async def close(self) -> None:

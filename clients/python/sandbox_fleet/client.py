@@ -12,7 +12,7 @@ import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Any, Union
 
 from . import _archive, _rows, runner
 from ._connect import CLIENT_KEY_HEADER, RECONNECT, Transport, b64, unb64
@@ -91,7 +91,7 @@ class Handle:
     # that recycles); 0 is a fresh sandbox.
     resets: int = 0
 
-    def _ref(self, **more) -> dict:
+    def _ref(self, **more) -> dict[str, Any]:
         """The message fields that name this sandbox and its client."""
         return {"handle": self.id, "clientId": self.fleet.client_id, **more}
 
@@ -169,7 +169,7 @@ class Handle:
         finally:
             self.fleet._t.unary("ClosePortForward", self._ref(forward=out["forward"]))
 
-    def _command(self, command: Command, env: Mapping[str, str] | None, cwd: str | None, container: str | None) -> dict:
+    def _command(self, command: Command, env: Mapping[str, str] | None, cwd: str | None, container: str | None) -> dict[str, Any]:
         msg = self._ref(argv=_argv(command))
         if env:
             msg["env"] = dict(env)
@@ -309,7 +309,7 @@ def _split_file(path: str) -> tuple[str, str]:
     return directory or "/", name
 
 
-def _tar_messages(hid: str, client_id: str, directory: str, archive: bytes, chunk: int) -> Iterator[dict]:
+def _tar_messages(hid: str, client_id: str, directory: str, archive: bytes, chunk: int) -> Iterator[dict[str, Any]]:
     yield {"handle": hid, "clientId": client_id, "directory": directory, "tar": b64(archive[:chunk])}
     for i in range(chunk, len(archive), chunk):
         yield {"tar": b64(archive[i:i + chunk])}
@@ -322,7 +322,7 @@ def _file_of(files: dict[str, bytes], path: str) -> bytes:
     return files[key]
 
 
-def _events_of(m: dict) -> list[tuple[str, bytes | int | bool]]:
+def _events_of(m: dict[str, Any]) -> list[tuple[str, bytes | int | bool]]:
     """The events one Exec-like stream message carries."""
     out: list[tuple[str, bytes | int | bool]] = []
     if "stdout" in m:
@@ -336,7 +336,7 @@ def _events_of(m: dict) -> list[tuple[str, bytes | int | bool]]:
     return out
 
 
-def _output(messages: Iterable[dict]) -> Iterator[tuple[str, bytes | int | bool]]:
+def _output(messages: Iterable[dict[str, Any]]) -> Iterator[tuple[str, bytes | int | bool]]:
     for m in messages:
         yield from _events_of(m)
 
@@ -408,10 +408,10 @@ class Shell:
         self.handle = handle
         self.name = name
 
-    def _msg(self) -> dict:
+    def _msg(self) -> dict[str, Any]:
         return self.handle._ref(shell=self.name)
 
-    def _run_msg(self, script: str, timeout: float | None, merge_stderr: bool) -> dict:
+    def _run_msg(self, script: str, timeout: float | None, merge_stderr: bool) -> dict[str, Any]:
         msg = {**self._msg(), "script": script}
         if timeout:
             msg["timeout"] = _seconds(timeout)
@@ -474,7 +474,7 @@ class Process:
         self.id = pid
         self.exit_code: int | None = None
 
-    def _msg(self) -> dict:
+    def _msg(self) -> dict[str, Any]:
         return self.handle._ref(process=self.id)
 
     def events(self, start: int = 0) -> Iterator[tuple[str, bytes | int]]:
@@ -512,7 +512,7 @@ class Process:
                 raise TimeoutError(f"process {self.id} in sandbox {self.handle.id} still runs after {timeout}s")
 
 
-def _handle(fleet: "SandboxFleet", h: dict) -> Handle:
+def _handle(fleet: "SandboxFleet", h: dict[str, Any]) -> Handle:
     return Handle(fleet=fleet, id=h["id"], task_id=h.get("taskId", ""), image=h.get("image", ""),
                   cluster=h.get("cluster", ""), namespace=h.get("namespace", ""), claim=h.get("claim", ""),
                   sandbox=h.get("sandbox", ""), pod=h.get("pod", ""), pod_ip=h.get("podIp", ""),
@@ -520,7 +520,7 @@ def _handle(fleet: "SandboxFleet", h: dict) -> Handle:
                   resets=int(h.get("resets", 0)))
 
 
-def _lookahead_msg(tasks_or_images: Iterable) -> dict:
+def _lookahead_msg(tasks_or_images: Iterable[Any]) -> dict[str, Any]:
     ids, images = [], []
     for x in tasks_or_images:
         if isinstance(x, Mapping):
@@ -532,7 +532,7 @@ def _lookahead_msg(tasks_or_images: Iterable) -> dict:
     return {"taskIds": ids, "images": images}
 
 
-def _acquire_msg(client_id: str, task_id, image: str | None, timeout: float | None) -> dict:
+def _acquire_msg(client_id: str, task_id, image: str | None, timeout: float | None) -> dict[str, Any]:
     if isinstance(task_id, Mapping):
         task_id = str(task_id["id"])
     msg = {"requestId": uuid.uuid4().hex, "clientId": client_id}
@@ -545,7 +545,7 @@ def _acquire_msg(client_id: str, task_id, image: str | None, timeout: float | No
     return msg
 
 
-def _release_msg(client_id: str, handle, reuse: bool) -> tuple[str, dict]:
+def _release_msg(client_id: str, handle, reuse: bool) -> tuple[str, dict[str, Any]]:
     hid = handle if isinstance(handle, str) else handle.id
     msg = {"handle": hid, "clientId": client_id}
     if reuse:
@@ -593,8 +593,8 @@ class SandboxFleet:
 
     # The plan.
 
-    def add_tasks(self, rows: Iterable[Mapping | str], id_field: str | None = None, image_field: str | None = None,
-                  rewrite: Iterable[str] = ()) -> dict:
+    def add_tasks(self, rows: Iterable[Mapping[str, Any] | str], id_field: str | None = None, image_field: str | None = None,
+                  rewrite: Iterable[str] = ()) -> dict[str, Any]:
         """Adds tasks to the plan: rows as ``run --tasks`` reads them, by the
         same parser — dicts (``{"id", "image"}``, SWE-bench rows with
         ``instance_id`` and maybe ``docker_image``, R2E-Gym rows with
@@ -606,13 +606,13 @@ class SandboxFleet:
         its index, and nothing is added. Returns added, total, pools."""
         return self._t.unary("AddTasks", _rows.request(rows, id_field, image_field, rewrite))
 
-    def lookahead(self, tasks_or_images: Iterable) -> list[dict]:
+    def lookahead(self, tasks_or_images: Iterable[Any]) -> list[dict[str, Any]]:
         """Starts warming the pools of these tasks (dicts or ids) or images
         ("repo:tag" strings with a ':' or '/') and returns at once."""
         return self._t.unary("Lookahead", _lookahead_msg(tasks_or_images)).get("pools", [])
 
     def run(self, fn, strategy: str = "naive", concurrency: int | None = None, *, epochs: int = 1,
-            keep_warm: bool = False, recycle: bool = False) -> list:
+            keep_warm: bool = False, recycle: bool = False) -> list[Any]:
         """Runs ``fn(task, handle)`` once for each task of the session (each
         epoch), at most ``concurrency`` at once (the session's when None),
         warming pools by ``strategy`` as the session plans it: ``naive``
@@ -629,13 +629,13 @@ class SandboxFleet:
         """
         return runner.run(self, fn, strategy, concurrency, epochs, keep_warm, recycle)
 
-    def _plan_run(self, strategy: str, concurrency: int) -> dict:
+    def _plan_run(self, strategy: str, concurrency: int) -> dict[str, Any]:
         return self._t.unary("PlanRun", {"strategy": strategy, "concurrency": concurrency})
 
     def _cool(self, images: list[str]) -> list[str]:
         return self._t.unary("Unwarm", {"images": images}).get("images", [])
 
-    def wait_pools_ready(self, timeout: float = 600.0, images: Iterable[str] = ()) -> dict:
+    def wait_pools_ready(self, timeout: float = 600.0, images: Iterable[str] = ()) -> dict[str, Any]:
         """Waits until the pools are Ready or timeout passes; returns
         {"ready": bool, "pools": [...]}, never raising for not ready. Pools
         nothing asked to warm (no lookahead or acquire) would never be: that
@@ -646,7 +646,7 @@ class SandboxFleet:
 
     # Sandboxes.
 
-    def acquire(self, task_id: str | Mapping | None = None, image: str | None = None,
+    def acquire(self, task_id: str | Mapping[str, Any] | None = None, image: str | None = None,
                 timeout: float | None = None) -> Handle:
         """A Ready sandbox for a task (id or dict) or an image. Retried on a
         dropped connection with the same request id, so a retry never takes
@@ -685,7 +685,7 @@ class SandboxFleet:
         with self._lock:
             self._held.discard(hid)
 
-    def renew(self) -> dict:
+    def renew(self) -> dict[str, Any]:
         out = self._t.unary("Renew", {"clientId": self.client_id})
         ttl = out.get("leaseTtl", "60s")
         self._ttl = float(ttl.rstrip("s")) if isinstance(ttl, str) else 60.0
@@ -713,7 +713,7 @@ class SandboxFleet:
 
     # The session.
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         return self._t.unary("Status", {})
 
     def close(self) -> None:
@@ -741,12 +741,12 @@ class LookaheadWarmer:
     With AsyncSandboxFleet, ``async for step in LookaheadWarmer(afleet, steps)``.
     """
 
-    def __init__(self, fleet, steps: Iterable[Iterable], depth: int = 1):
+    def __init__(self, fleet, steps: Iterable[Iterable[Any]], depth: int = 1):
         self.fleet = fleet
         self.steps = [list(s) for s in steps]
         self.depth = depth
 
-    def _ahead(self, i: int) -> list:
+    def _ahead(self, i: int) -> list[Any]:
         return [t for s in self.steps[i + 1:i + 1 + self.depth] for t in s]
 
     def __iter__(self):

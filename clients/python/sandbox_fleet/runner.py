@@ -84,7 +84,7 @@ class RunReport:
         with self._lock:
             self.claims += 1
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         with self._lock:
             names = [n for n in _PHASE_ORDER if n in self._phases] + sorted(set(self._phases) - set(_PHASE_ORDER))
             phases = [_summarise(n, self._phases[n]) for n in names]
@@ -109,7 +109,7 @@ class RunReport:
         return "\n".join(lines)
 
 
-def _summarise(name: str, values: list[float]) -> dict:
+def _summarise(name: str, values: list[float]) -> dict[str, Any]:
     s = sorted(values)
 
     def pct(q: float) -> float:
@@ -134,13 +134,13 @@ class _Timed:
 class _Plan:
     strategy: str
     concurrency: int
-    windows: list[dict]
-    tasks: list[dict]
+    windows: list[dict[str, Any]]
+    tasks: list[dict[str, Any]]
     recycle: bool = False
-    by_id: dict = field(default_factory=dict)
+    by_id: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, msg: dict) -> "_Plan":
+    def of(cls, msg: dict[str, Any]) -> "_Plan":
         tasks = [{**(t.get("metadata") or {}), "id": t["id"], "image": t["image"]} for t in msg.get("tasks", [])]
         windows = [{"images": w.get("images", []), "task_ids": w.get("taskIds", [])} for w in msg.get("windows", [])]
         return cls(msg["strategy"], int(msg["concurrency"]), windows, tasks, bool(msg.get("recycle")),
@@ -156,14 +156,14 @@ def check_args(strategy: str, concurrency: int | None, epochs: int) -> None:
         raise ValueError(f"concurrency is {concurrency}: at least one task runs at once")
 
 
-def plan_of(msg: dict, recycle: bool) -> _Plan:
+def plan_of(msg: dict[str, Any], recycle: bool) -> _Plan:
     plan = _Plan.of(msg)
     if recycle and not plan.recycle:
         raise FailedPreconditionError("recycle=True needs a session that recycles sandboxes: start serve with --recycle")
     return plan
 
 
-def shape(results: list[list[RunResult]], epochs: int) -> list:
+def shape(results: list[list[RunResult]], epochs: int) -> list[Any]:
     return results[0] if epochs == 1 else results
 
 
@@ -173,8 +173,8 @@ def verdict_of(e: BaseException) -> tuple[str, str]:
     return "task", ""
 
 
-def run(fleet, fn: Callable, strategy: str, concurrency: int | None, epochs: int, keep_warm: bool,
-        recycle: bool) -> list:
+def run(fleet, fn: Callable[..., Any], strategy: str, concurrency: int | None, epochs: int, keep_warm: bool,
+        recycle: bool) -> list[Any]:
     """SandboxFleet.run's body over a synchronous fleet (the session's or
     FakeFleet)."""
     check_args(strategy, concurrency, epochs)
@@ -238,7 +238,7 @@ class _Attempt:
     """One task's run, as its steps end: the bookkeeping the synchronous and
     the async runner share."""
 
-    def __init__(self, task: dict, epoch: int, report: RunReport):
+    def __init__(self, task: dict[str, Any], epoch: int, report: RunReport):
         self.task, self.epoch, self.report = task, epoch, report
         self.started = time.monotonic()
         self.result: RunResult | None = None
@@ -273,7 +273,7 @@ class _Attempt:
         return self.result
 
 
-def _one(fleet, fn: Callable, task: dict, epoch: int, recycle: bool, report: RunReport) -> RunResult:
+def _one(fleet, fn: Callable[..., Any], task: dict[str, Any], epoch: int, recycle: bool, report: RunReport) -> RunResult:
     a = _Attempt(task, epoch, report)
     try:
         with _Timed(report, "claim"):
@@ -296,8 +296,8 @@ def _one(fleet, fn: Callable, task: dict, epoch: int, recycle: bool, report: Run
     return a.done()
 
 
-async def arun(fleet, fn: Callable, strategy: str, concurrency: int | None, epochs: int, keep_warm: bool,
-               recycle: bool) -> list:
+async def arun(fleet, fn: Callable[..., Any], strategy: str, concurrency: int | None, epochs: int, keep_warm: bool,
+               recycle: bool) -> list[Any]:
     """AsyncSandboxFleet.run's body: fn may be a coroutine function (awaited
     on the loop, with the AsyncHandle) or a plain one (run in a thread, with
     the synchronous Handle)."""
@@ -310,7 +310,7 @@ async def arun(fleet, fn: Callable, strategy: str, concurrency: int | None, epoc
     gate = asyncio.Semaphore(plan.concurrency)
     results: list[list[RunResult]] = []
 
-    async def one(task: dict, epoch: int) -> RunResult:
+    async def one(task: dict[str, Any], epoch: int) -> RunResult:
         async with gate:
             return await _aone(fleet, fn, task, epoch, recycle, report)
 
@@ -335,7 +335,7 @@ async def arun(fleet, fn: Callable, strategy: str, concurrency: int | None, epoc
     return shape(results, epochs)
 
 
-async def _aone(fleet, fn: Callable, task: dict, epoch: int, recycle: bool, report: RunReport) -> RunResult:
+async def _aone(fleet, fn: Callable[..., Any], task: dict[str, Any], epoch: int, recycle: bool, report: RunReport) -> RunResult:
     a = _Attempt(task, epoch, report)
     try:
         with _Timed(report, "claim"):

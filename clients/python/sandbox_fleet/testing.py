@@ -10,6 +10,8 @@ handles released twice or held by another fleet."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import contextlib
 import io
 import os
@@ -55,7 +57,7 @@ def _parent(pid: int) -> int:
         return 0
 
 
-def _kill_group(p: subprocess.Popen, sig=signal.SIGKILL) -> None:
+def _kill_group(p: subprocess.Popen[bytes], sig=signal.SIGKILL) -> None:
     try:
         os.killpg(p.pid, sig)
     except ProcessLookupError:
@@ -74,7 +76,7 @@ class FakeShell(Shell):
         self._running = False
         self.closed = False
 
-    def _read_until(self, stream, marker: bytes, sink: list) -> bytes | None:
+    def _read_until(self, stream, marker: bytes, sink: list[Any]) -> bytes | None:
         """Copies what comes before the marker to sink and returns what
         follows it on its line; None at the shell's end."""
         buf = b""
@@ -181,10 +183,10 @@ class FakeShell(Shell):
 class FakeProcess(Process):
     """A process of a FakeHandle: a local process in a group of its own."""
 
-    def __init__(self, handle: "FakeHandle", pid: str, p: subprocess.Popen):
+    def __init__(self, handle: "FakeHandle", pid: str, p: subprocess.Popen[bytes]):
         super().__init__(handle, pid)
         self._p = p
-        self._events: list = []
+        self._events: list[Any] = []
         self._cond = threading.Condition()
         readers = [threading.Thread(target=self._read, args=(p.stdout, "stdout"), daemon=True),
                    threading.Thread(target=self._read, args=(p.stderr, "stderr"), daemon=True)]
@@ -273,7 +275,7 @@ class FakeHandle(Handle):
         return _jail.local(self.root, path)
 
     def _spawn(self, command: Command, env: Mapping[str, str] | None, cwd: str | None,
-               wrapped: bool = True) -> subprocess.Popen:
+               wrapped: bool = True) -> subprocess.Popen[bytes]:
         """Starts command in the sandbox, in a process group of its own,
         with pipes to its stdin, stdout and stderr. ``wrapped`` runs it
         under ``sh -c 'exec "$@"'``, so that a program that is not there
@@ -304,7 +306,7 @@ class FakeHandle(Handle):
             return
         # Output streams as it comes, as from the sandbox: a caller that
         # stops reading (past its max_output) stops the command.
-        events: queue.Queue = queue.Queue(maxsize=64)
+        events: queue.Queue[Any] = queue.Queue(maxsize=64)
         stop = threading.Event()
 
         def pump(stream, kind: str) -> None:
@@ -490,7 +492,7 @@ class FakeFleet:
             if not os.path.isdir(path):
                 raise ValueError(f"image_roots[{image!r}]: {path!r} is not a directory")
         self.client_id = client_id or "fake-" + uuid.uuid4().hex[:8]
-        self._tasks: dict[str, dict] = {}
+        self._tasks: dict[str, dict[str, Any]] = {}
         self._seen: dict[str, str] = {}  # task id -> the row it came from
         self._images: dict[str, int] = {}
         self._warm: set[str] = set()
@@ -530,7 +532,7 @@ class FakeFleet:
         self._start_failures[self._image_of(task_or_image)] = (times, reason)
 
     def add_tasks(self, rows: Iterable[Mapping | str], id_field: str | None = None, image_field: str | None = None,
-                  rewrite: Iterable[str] = ()) -> dict:
+                  rewrite: Iterable[str] = ()) -> dict[str, Any]:
         self._open()
         texts = _rows.encode(rows)
         if not texts:
@@ -550,18 +552,18 @@ class FakeFleet:
             return x
         raise NotFoundError(f"no task or image {x!r} in this session: add it with add_tasks first")
 
-    def lookahead(self, tasks_or_images: Iterable) -> list[dict]:
+    def lookahead(self, tasks_or_images: Iterable[Any]) -> list[dict]:
         self._open()
         images = {self._image_of(x) for x in tasks_or_images}
         self._warm |= images
         return [self._pool(i) for i in sorted(images)]
 
-    def _pool(self, image: str) -> dict:
+    def _pool(self, image: str) -> dict[str, Any]:
         n = self._images[image]
         return {"image": image, "desired": n, "ready": n if image in self._warm else 0, "warm": image in self._warm}
 
     def run(self, fn, strategy: str = "naive", concurrency: int | None = None, *, epochs: int = 1,
-            keep_warm: bool = False, recycle: bool = False) -> list:
+            keep_warm: bool = False, recycle: bool = False) -> list[Any]:
         """SandboxFleet.run on local sandboxes. The fake plans no windows by
         size: naive and sliding warm every image at once, pipelined and none
         go an image at a time; concurrency is 1 unless given; it does not
@@ -569,7 +571,7 @@ class FakeFleet:
         --recycle)."""
         return runner.run(self, fn, strategy, concurrency, epochs, keep_warm, recycle)
 
-    def _plan_run(self, strategy: str, concurrency: int) -> dict:
+    def _plan_run(self, strategy: str, concurrency: int) -> dict[str, Any]:
         self._open()
         if not self._tasks:
             raise InvalidArgumentError("no tasks to run: add them with add_tasks first")
@@ -586,7 +588,7 @@ class FakeFleet:
         self._warm -= set(gone)
         return gone
 
-    def wait_pools_ready(self, timeout: float = 600.0, images: Iterable[str] = ()) -> dict:
+    def wait_pools_ready(self, timeout: float = 600.0, images: Iterable[str] = ()) -> dict[str, Any]:
         self._open()
         names = list(images) or sorted(self._warm)
         cold = [i for i in names if i not in self._warm]
@@ -634,7 +636,7 @@ class FakeFleet:
         shutil.rmtree(h.root, ignore_errors=True)
         return "released"
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         return {"tasks": len(self._tasks), "pools": [self._pool(i) for i in sorted(self._images)],
                 "handles": [{"id": h.id, "taskId": h.task_id, "image": h.image} for h in self._held.values()],
                 "counts": dict(self.counts)}

@@ -83,7 +83,7 @@ def _opentelemetry_propagate():
     global _propagate
     if _propagate is _UNSET:
         try:
-            from opentelemetry import propagate
+            from opentelemetry import propagate  # type: ignore[import]
         except ImportError:
             propagate = None
         _propagate = propagate

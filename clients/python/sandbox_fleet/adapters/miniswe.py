@@ -43,7 +43,7 @@ import os
 import platform
 import subprocess
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 SUBMIT_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
@@ -52,16 +52,19 @@ class _Submitted(Exception):
     """Stands in for minisweagent.exceptions.Submitted when mini-swe-agent is
     not installed: raised with the exit message, as v2 raises it."""
 
-    def __init__(self, *messages: dict):
+    def __init__(self, *messages: dict[str, Any]):
         self.messages = messages
         super().__init__()
 
 
-try:
-    # The agent that catches it is mini-swe-agent's: raise its own class.
-    from minisweagent.exceptions import Submitted  # type: ignore[import-not-found]
-except ImportError:
+if TYPE_CHECKING:
     Submitted = _Submitted
+else:
+    try:
+        # The agent that catches it is mini-swe-agent's: raise its own class.
+        from minisweagent.exceptions import Submitted
+    except ImportError:
+        Submitted = _Submitted
 
 
 @dataclass
@@ -103,7 +106,7 @@ class MiniSweEnvironment:
         forwarded = {k: v for k in self.config.forward_env if (v := os.getenv(k)) is not None}
         return {**forwarded, **self.config.env}
 
-    def execute(self, action: str | dict, cwd: str = "", *, timeout: int | None = None) -> dict[str, Any]:
+    def execute(self, action: str | dict[str, Any], cwd: str = "", *, timeout: int | None = None) -> dict[str, Any]:
         """Runs the command (v1: a string; v2: ``action["command"]``) and
         returns ``{"output", "returncode"}`` as that version does."""
         v2 = isinstance(action, dict)
@@ -130,7 +133,7 @@ class MiniSweEnvironment:
             self._check_finished(out)
         return out
 
-    def _check_finished(self, output: dict) -> None:
+    def _check_finished(self, output: dict[str, Any]) -> None:
         lines = output.get("output", "").lstrip().splitlines(keepends=True)
         if lines and lines[0].strip() == SUBMIT_MARKER and output["returncode"] == 0:
             submission = "".join(lines[1:])
@@ -140,7 +143,7 @@ class MiniSweEnvironment:
     def get_template_vars(self, **kwargs) -> dict[str, Any]:
         return {**self.config.model_dump(), **platform.uname()._asdict(), "sandbox": self.handle.id, **kwargs}
 
-    def serialize(self) -> dict:
+    def serialize(self) -> dict[str, Any]:
         return {"info": {"config": {"environment": self.config.model_dump(mode="json"),
                                     "environment_type": f"{type(self).__module__}.{type(self).__name__}"}}}
 

@@ -75,7 +75,7 @@ class _FleetContainer:
     fleet sandbox instead: the attributes its calling code reads, and
     running commands and copying files in."""
 
-    def __init__(self, handle, ds: dict | None = None, repo_path: str = "/testbed", alt_path: str = "/root",
+    def __init__(self, handle, ds: dict[str, Any] | None = None, repo_path: str = "/testbed", alt_path: str = "/root",
                  docker_image: str | None = None, command: str | list[str] = "/bin/bash", logger: Any = None,
                  path: str = DOCKER_PATH, **_ignored: Any):
         self.handle = handle
@@ -235,37 +235,37 @@ class R2EGymRuntime(_FleetContainer):
                                   "it on the sandbox")
 
 
-def docker_runtime(handle, ds: dict, **kwargs: Any):
+def docker_runtime(handle, ds: dict[str, Any], **kwargs: Any):
     """R2E-Gym's own ``DockerRuntime`` over a fleet sandbox: its methods as
     they are (reward, log parsing, ``setup_env``), its container calls the
     fleet's. It runs R2E-Gym's ``setup_env`` on the sandbox, as
     ``DockerRuntime.__init__`` does after starting its container. Needs
     R2E-Gym installed (``import r2egym``)."""
-    from r2egym.agenthub.runtime.docker import DockerRuntime  # type: ignore[import-not-found]
+    from r2egym.agenthub.runtime.docker import DockerRuntime  # type: ignore[import]
 
     cls = type("FleetDockerRuntime", (_FleetContainer, DockerRuntime), {"__module__": __name__})
     runtime = cls(handle, ds=ds, **kwargs)
     if runtime.swebench_verified:
-        from r2egym.agenthub.trajectory.swebench_utils import make_test_spec  # type: ignore[import-not-found]
+        from r2egym.agenthub.trajectory.swebench_utils import make_test_spec  # type: ignore[import]
 
         runtime.test_spec = make_test_spec(runtime.ds)
     if runtime.commit_json:
         import json
 
-        from r2egym.commit_models.diff_classes import ParsedCommit  # type: ignore[import-not-found]
+        from r2egym.commit_models.diff_classes import ParsedCommit  # type: ignore[import]
 
         runtime.commit = ParsedCommit(**json.loads(runtime.commit_json))
     runtime.setup_env()
     return runtime
 
 
-def repo_env(handle, ds: dict, logger: Any = None, **kwargs: Any):
+def repo_env(handle, ds: dict[str, Any], logger: Any = None, **kwargs: Any):
     """R2E-Gym's own ``RepoEnv`` over a fleet sandbox: as
     ``RepoEnv(EnvArgs(ds=ds))`` builds it, with ``docker_runtime(handle,
     ds)`` in place of the Docker container it would start. Needs R2E-Gym
     installed."""
-    from r2egym.agenthub.agent.commands import ParseCommandBash  # type: ignore[import-not-found]
-    from r2egym.agenthub.environment.env import EnvArgs, RepoEnv  # type: ignore[import-not-found]
+    from r2egym.agenthub.agent.commands import ParseCommandBash  # type: ignore[import]
+    from r2egym.agenthub.environment.env import EnvArgs, RepoEnv  # type: ignore[import]
 
     env = RepoEnv.__new__(RepoEnv)
     env.logger = logger or logging.getLogger("RepoEnv")

@@ -39,104 +39,29 @@ from __future__ import annotations
 import asyncio
 import re
 import shlex
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._files import copy_in
 
-try:
-    # Raise SWE-ReX's own classes where it is installed: SWE-agent catches them.
-    from swerex.exceptions import (  # type: ignore[import-not-found]
-        BashIncorrectSyntaxError,
-        CommandTimeoutError,
-        DeploymentNotStartedError,
-        NonZeroExitCodeError,
-        SessionDoesNotExistError,
-        SessionExistsError,
-        SwerexException,
-    )
-    from swerex.runtime.abstract import (  # type: ignore[import-not-found]
-        BashObservation,
-        CloseBashSessionResponse,
-        CloseResponse,
-        CommandResponse,
-        CreateBashSessionResponse,
-        IsAliveResponse,
-        ReadFileResponse,
-        UploadResponse,
-        WriteFileResponse,
-    )
-except ImportError:
-    class SwerexException(Exception):
-        """Stands in for swerex.exceptions.SwerexException."""
-
-    class NonZeroExitCodeError(SwerexException, RuntimeError):
-        pass
-
-    class BashIncorrectSyntaxError(SwerexException, RuntimeError):
-        def __init__(self, message: str, *, extra_info: dict[str, Any] | None = None):
-            super().__init__(message)
-            self.extra_info = extra_info or {}
-
-    class CommandTimeoutError(SwerexException, RuntimeError, TimeoutError):
-        pass
-
-    class SessionExistsError(SwerexException, ValueError):
-        pass
-
-    class SessionDoesNotExistError(SwerexException, ValueError):
-        pass
-
-    class DeploymentNotStartedError(SwerexException, RuntimeError):
-        def __init__(self, message: str = "Deployment not started"):
-            super().__init__(message)
-
-    @dataclass
-    class IsAliveResponse:
-        is_alive: bool
-        message: str = ""
-
-        def __bool__(self) -> bool:
-            return self.is_alive
-
-    @dataclass
-    class CreateBashSessionResponse:
-        output: str = ""
-        session_type: str = "bash"
-
-    @dataclass
-    class BashObservation:
-        output: str = ""
-        exit_code: int | None = None
-        failure_reason: str = ""
-        expect_string: str = ""
-        session_type: str = "bash"
-
-    @dataclass
-    class CloseBashSessionResponse:
-        session_type: str = "bash"
-
-    @dataclass
-    class CommandResponse:
-        stdout: str = ""
-        stderr: str = ""
-        exit_code: int | None = None
-
-    @dataclass
-    class ReadFileResponse:
-        content: str = ""
-
-    @dataclass
-    class WriteFileResponse:
-        pass
-
-    @dataclass
-    class UploadResponse:
-        pass
-
-    @dataclass
-    class CloseResponse:
-        pass
+if TYPE_CHECKING:
+    from ._swerex_types import (BashIncorrectSyntaxError, BashObservation, CloseBashSessionResponse, CloseResponse,
+                                CommandResponse, CommandTimeoutError, CreateBashSessionResponse, DeploymentNotStartedError,
+                                IsAliveResponse, NonZeroExitCodeError, ReadFileResponse, SessionDoesNotExistError,
+                                SessionExistsError, SwerexException, UploadResponse, WriteFileResponse)
+else:
+    try:
+        # Raise SWE-ReX's own classes where it is installed: SWE-agent catches them.
+        from swerex.exceptions import (BashIncorrectSyntaxError, CommandTimeoutError, DeploymentNotStartedError,
+                                       NonZeroExitCodeError, SessionDoesNotExistError, SessionExistsError, SwerexException)
+        from swerex.runtime.abstract import (BashObservation, CloseBashSessionResponse, CloseResponse, CommandResponse,
+                                             CreateBashSessionResponse, IsAliveResponse, ReadFileResponse, UploadResponse,
+                                             WriteFileResponse)
+    except ImportError:
+        from ._swerex_types import (BashIncorrectSyntaxError, BashObservation, CloseBashSessionResponse, CloseResponse,
+                                    CommandResponse, CommandTimeoutError, CreateBashSessionResponse,
+                                    DeploymentNotStartedError, IsAliveResponse, NonZeroExitCodeError, ReadFileResponse,
+                                    SessionDoesNotExistError, SessionExistsError, SwerexException, UploadResponse,
+                                    WriteFileResponse)
 
 
 _ANSI = re.compile(r"\x1B[@-_][0-?]*[ -/]*[@-~]")
@@ -301,7 +226,7 @@ class SweRexDeployment:
 
     def __init__(self, handle):
         self.handle = handle
-        self.hooks: list = []
+        self.hooks: list[Any] = []
         self._runtime: SweRexRuntime | None = None
 
     def add_hook(self, hook) -> None:
