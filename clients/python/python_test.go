@@ -4,6 +4,8 @@
 package python_test
 
 import (
+	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/otlptree"
@@ -14,6 +16,23 @@ import (
 var cluster *testcluster.Cluster
 
 func TestMain(m *testing.M) { testcluster.Main(m, &cluster) }
+
+// The package type-checks under Debian's mypy --strict: its py.typed
+// tells trainers' type checkers to trust its annotations.
+func TestPythonClientTypes(t *testing.T) {
+	if _, err := exec.LookPath("mypy"); err != nil {
+		t.Fatalf("mypy is missing (make node-deps installs it): %v", err)
+	}
+	root, err := testcluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("mypy", "--strict", "--cache-dir", t.TempDir(), "sandbox_fleet")
+	cmd.Dir = filepath.Join(root, "clients", "python")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("mypy --strict sandbox_fleet: %v\n%s", err, out)
+	}
+}
 
 func TestPythonClient(t *testing.T) {
 	testpython.Run(t, cluster.Kubeconfig(), cluster.NewNamespace(t), []string{"tests"})

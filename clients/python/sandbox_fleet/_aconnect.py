@@ -5,16 +5,19 @@ at once use as many connections."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import asyncio
 import contextlib
 import json
 import struct
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, Iterable
+from typing import Any
 
-from ._connect import (_END_STREAM, _MAX_IDLE, IDEMPOTENT, SERVICE, Reconnect, Transport, _end_error, _envelope, _not_listening,
-                       broken_after_sending)
+from ._connect import (_END_STREAM, _MAX_IDLE, IDEMPOTENT, SERVICE, Reconnect, Transport, _end_error, _envelope, _message,
+                       _not_listening, broken_after_sending)
+
+# A stream of the session's messages on the loop; closing it (aclose)
+# closes its connection, which stops the call at the server.
+AsyncStream = AsyncGenerator[dict[str, Any], None]
 from .errors import FleetError, InfraError, from_connect
 
 
@@ -129,7 +132,8 @@ class AsyncTransport:
             try:
                 w = conn.writer
                 if chunks is None:
-                    w.write(self._head(method, content_type, len(body)) + body)
+                    payload = body or b""
+                    w.write(self._head(method, content_type, len(payload)) + payload)
                 else:
                     w.write(self._head(method, content_type, None))
                     for c in chunks:
@@ -184,9 +188,9 @@ class AsyncTransport:
         self._give(resp)
         if resp.status != 200:
             raise _error(method, resp.headers, body)
-        return json.loads(body) if body else {}
+        return _message(body) if body else {}
 
-    async def server_stream(self, method: str, msg: dict[str, Any]) -> AsyncIterator[dict]:
+    async def server_stream(self, method: str, msg: dict[str, Any]) -> AsyncStream:
         resp = await self._send(method, "application/connect+json", body=_envelope(json.dumps(msg).encode()))
         # Closed with this stream, so a caller that stops reading closes
         # the connection now, which stops the call at the server.
@@ -194,14 +198,14 @@ class AsyncTransport:
             async for m in stream:
                 yield m
 
-    async def client_stream(self, method: str, msgs: Iterable[dict]) -> dict[str, Any]:
+    async def client_stream(self, method: str, msgs: Iterable[dict[str, Any]]) -> dict[str, Any]:
         resp = await self._send(method, "application/connect+json", chunks=(_envelope(json.dumps(m).encode()) for m in msgs))
         out = None
         async for m in self._read_stream(method, resp):
             out = m
         return out or {}
 
-    async def _read_stream(self, method: str, resp: _Response) -> AsyncIterator[dict]:
+    async def _read_stream(self, method: str, resp: _Response) -> AsyncStream:
         ended = False
         try:
             if resp.status != 200:
@@ -221,7 +225,7 @@ class AsyncTransport:
                     if err := _end_error(method, data):
                         raise err
                     return
-                yield json.loads(data)
+                yield _message(data)
         except (ConnectionError, asyncio.IncompleteReadError, OSError) as e:
             raise InfraError(f"{method}: the connection broke: {e}", "unavailable", "api") from e
         finally:

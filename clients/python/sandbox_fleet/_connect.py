@@ -6,8 +6,6 @@ as many connections."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import base64
 import http.client
 import ipaddress
@@ -20,12 +18,17 @@ import struct
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
+from typing import Any
 
 from . import tracecontext
 from .errors import FleetError, InfraError, from_connect
 
 SERVICE = "/sandboxfleet.fleet.v1.FleetService/"
+
+# A stream of the session's messages; closing it closes its connection,
+# which stops the call at the server.
+Stream = Generator[dict[str, Any], None, None]
 
 # Connect streams wrap each message in an envelope: one flag byte and a
 # four-byte big-endian length.
@@ -148,6 +151,8 @@ class Transport:
         self.headers = dict(headers or {})
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
+        self._unix: str | None
+        self._scheme, self._host, self._port = "http", "", None
         if address.startswith("unix://"):
             self._unix = address[len("unix://"):]
         elif address.startswith("/") or address.startswith("."):
@@ -170,6 +175,7 @@ class Transport:
         return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
 
     def _read_token(self) -> None:
+        assert self.token_file is not None
         st = os.stat(self.token_file)
         stamp = (st.st_mtime_ns, st.st_ino)
         if stamp != self._token_stamp:
@@ -221,7 +227,8 @@ class Transport:
         for conn in idle:
             conn.close()
 
-    def _send(self, method: str, body, content_type: str, timeout: float | None, chunked: bool = False):
+    def _send(self, method: str, body: bytes | Iterable[bytes], content_type: str, timeout: float | None,
+              chunked: bool = False) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         tries = Reconnect(self.reconnect)
         while True:
             # A streamed body cannot be sent twice: it takes a new connection.
@@ -254,14 +261,14 @@ class Transport:
         self._give(conn, resp)
         if resp.status != 200:
             raise _unary_error(method, resp, body)
-        return json.loads(body) if body else {}
+        return _message(body) if body else {}
 
-    def server_stream(self, method: str, msg: dict[str, Any], timeout: float | None = None) -> Iterator[dict]:
+    def server_stream(self, method: str, msg: dict[str, Any], timeout: float | None = None) -> Stream:
         body = _envelope(json.dumps(msg).encode())
         conn, resp = self._send(method, body, "application/connect+json", timeout or self.timeout)
         yield from _read_stream(method, conn, resp, self._give)
 
-    def client_stream(self, method: str, msgs: Iterable[dict], timeout: float | None = None) -> dict[str, Any]:
+    def client_stream(self, method: str, msgs: Iterable[dict[str, Any]], timeout: float | None = None) -> dict[str, Any]:
         body = (_envelope(json.dumps(m).encode()) for m in msgs)
         conn, resp = self._send(method, body, "application/connect+json", timeout or self.timeout, chunked=True)
         out = None
@@ -274,14 +281,23 @@ def _envelope(data: bytes, flags: int = 0) -> bytes:
     return struct.pack(">BI", flags, len(data)) + data
 
 
-def _read_exact(resp, n: int) -> bytes:
+def _message(data: bytes) -> dict[str, Any]:
+    """A message of the session: a JSON object."""
+    m = json.loads(data)
+    if not isinstance(m, dict):
+        raise InfraError(f"the fleet session sent {type(m).__name__}, not a message", "unavailable", "api")
+    return m
+
+
+def _read_exact(resp: http.client.HTTPResponse, n: int) -> bytes:
     data = resp.read(n)
     if len(data) != n:
         raise InfraError("the stream from the fleet session ended early", "unavailable", "api")
     return data
 
 
-def _read_stream(method: str, conn, resp, give) -> Iterator[dict]:
+def _read_stream(method: str, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse,
+                 give: Callable[[http.client.HTTPConnection, http.client.HTTPResponse], None]) -> Stream:
     ended = False
     try:
         if resp.status != 200:
@@ -300,7 +316,7 @@ def _read_stream(method: str, conn, resp, give) -> Iterator[dict]:
                 if err := _end_error(method, data):
                     raise err
                 return
-            yield json.loads(data)
+            yield _message(data)
     except (OSError, http.client.HTTPException) as e:
         raise InfraError(f"{method}: the connection broke: {e}", "unavailable", "api") from e
     finally:
@@ -322,7 +338,7 @@ def _end_error(method: str, data: bytes) -> FleetError | None:
     return from_connect(err.get("code", "unknown"), f"{method}: {err.get('message', '')}", meta)
 
 
-def _unary_error(method: str, resp, body: bytes) -> FleetError:
+def _unary_error(method: str, resp: http.client.HTTPResponse, body: bytes) -> FleetError:
     try:
         err = json.loads(body)
     except ValueError:

@@ -5,11 +5,10 @@ FakeFleet, which has no server. test_serve.py checks the two agree."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import json
 import re
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .errors import InvalidArgumentError
 
@@ -17,7 +16,7 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _DOCKER_HUB = "docker.io"
 
 
-def encode(rows: Iterable[Mapping | str]) -> list[str]:
+def encode(rows: Iterable[Mapping[str, Any] | str]) -> list[str]:
     """Each row as the text a task file's line would hold."""
     out = []
     for i, row in enumerate(rows):
@@ -31,7 +30,7 @@ def encode(rows: Iterable[Mapping | str]) -> list[str]:
     return out
 
 
-def request(rows: Iterable[Mapping | str], id_field: str | None, image_field: str | None,
+def request(rows: Iterable[Mapping[str, Any] | str], id_field: str | None, image_field: str | None,
             rewrite: Iterable[str]) -> dict[str, Any]:
     msg: dict[str, Any] = {"rows": encode(rows)}
     if id_field:
@@ -53,7 +52,7 @@ def _q(s: str) -> str:
 
 
 def read(rows: list[str], seen: dict[str, str], id_field: str | None = None, image_field: str | None = None,
-         rewrite: Iterable[str] = ()) -> list[dict]:
+         rewrite: Iterable[str] = ()) -> list[dict[str, Any]]:
     """The tasks of rows (``{"id", "image", **metadata}``), read as serve
     reads them, or FleetError naming every bad row; seen (id -> where) is
     updated only when all are good."""
@@ -80,8 +79,8 @@ def read(rows: list[str], seen: dict[str, str], id_field: str | None = None, ima
 
 
 def _row(text: str, id_field: str | None, image_field: str | None) -> dict[str, Any]:
-    def unique(pairs):
-        out = {}
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
         for k, v in pairs:
             if k in out:
                 raise _Problems(f"invalid JSON: the key {_q(k)} appears twice")
@@ -100,7 +99,7 @@ def _row(text: str, id_field: str | None, image_field: str | None) -> dict[str, 
     return {**meta, "id": tid, "image": image}
 
 
-def _scalar(v) -> str | None:
+def _scalar(v: Any) -> str | None:
     if isinstance(v, bool):
         return None
     if isinstance(v, str):
@@ -110,7 +109,7 @@ def _scalar(v) -> str | None:
     return None
 
 
-def _kind(v) -> str:
+def _kind(v: Any) -> str:
     return {list: "a list", dict: "an object", bool: "a boolean", type(None): "null",
             int: "a number", float: "a number"}.get(type(v), "a string")
 

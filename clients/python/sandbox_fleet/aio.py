@@ -5,17 +5,18 @@ renewed by the synchronous client's one background thread."""
 
 from __future__ import annotations
 
-from typing import Any
-
+import builtins
 import contextlib
 import io
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
+from typing import Any
 
 from . import _archive, _rows, runner
 from ._aconnect import AsyncTransport
+from ._connect import RECONNECT, b64, unb64
 from .client import (_LIST, Command, _shown, MAX_OUTPUT, MAX_TAR, ExecResult, Handle, SandboxFleet, Shell, _acquire_msg, _Capped, _events_of, _failed,
                      _file_of, _handle, _listed, _Output, _lookahead_msg, _release_msg, _removed, _seconds, _signal_name,
-                     _split_file, _tar_messages, _tar_of, _tar_tree, b64, unb64)
+                     _split_file, _tar_messages, _tar_of, _tar_tree, Writable)
 from .errors import InfraError, TaskError
 
 _Event = tuple[str, bytes | int | bool]
@@ -89,7 +90,7 @@ class AsyncHandle:
 
     async def exec_stream(self, command: Command, stdin: bytes | str | None = None, timeout: float | None = None,
                           env: Mapping[str, str] | None = None, cwd: str | None = None,
-                          container: str | None = None) -> AsyncIterator[_Event]:
+                          container: str | None = None) -> AsyncGenerator[_Event, None]:
         """As ``Handle.exec_stream``, for ``async for``."""
         msg = self.handle._command(command, env, cwd, container)
         if stdin is not None:
@@ -101,10 +102,13 @@ class AsyncHandle:
                 for e in _events_of(m):
                     yield e
 
-    async def exec(self, command: Command, check: bool = False, max_output: int = MAX_OUTPUT, **kw) -> ExecResult:
+    async def exec(self, command: Command, stdin: bytes | str | None = None, timeout: float | None = None,
+                   env: Mapping[str, str] | None = None, cwd: str | None = None, container: str | None = None,
+                   check: bool = False, max_output: int = MAX_OUTPUT) -> ExecResult:
         """As ``Handle.exec``: a string is shell text, a list the argv; a
         timeout is a result (``timed_out``, 124)."""
-        result = await _acollect(self.exec_stream(command, **kw), max_output)
+        result = await _acollect(self.exec_stream(command, stdin=stdin, timeout=timeout, env=env, cwd=cwd, container=container),
+                                 max_output)
         if check and not result.ok:
             raise TaskError(f"{_shown(command)} {_failed(result)} in sandbox {self.id}", result.exit_code, result.stdout, result.stderr)
         return result
@@ -150,7 +154,7 @@ class AsyncHandle:
         await self.read_tar_into(paths, _Capped(buf, max_bytes, "ReadFiles"))
         return buf.getvalue()
 
-    async def read_tar_into(self, paths: Iterable[str], out) -> int:
+    async def read_tar_into(self, paths: Iterable[str], out: Writable) -> int:
         msg = self.handle._ref(paths=list(paths))
         n = 0
         stream = self._t.server_stream("ReadFiles", msg)
@@ -181,7 +185,7 @@ class AsyncHandle:
     async def upload(self, local_dir: str, remote_dir: str) -> int:
         return await self.write_tar(remote_dir, _tar_tree(local_dir))
 
-    async def download(self, remote_dir: str, local_dir: str, max_bytes: int = MAX_TAR) -> list[str]:
+    async def download(self, remote_dir: str, local_dir: str, max_bytes: int = MAX_TAR) -> builtins.list[str]:
         return _archive.untar_tree(await self.read_tar([remote_dir], max_bytes), remote_dir, local_dir, max_bytes)
 
     async def release(self, reuse: bool = False) -> str:
@@ -190,7 +194,7 @@ class AsyncHandle:
     async def __aenter__(self) -> "AsyncHandle":
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.release()
 
 
@@ -202,7 +206,8 @@ class AsyncShell:
         self.name = name
         self._sync = Shell(handle.handle, name)
 
-    async def run_stream(self, script: str, timeout: float | None = None, merge_stderr: bool = False) -> AsyncIterator[_Event]:
+    async def run_stream(self, script: str, timeout: float | None = None,
+                         merge_stderr: bool = False) -> AsyncGenerator[_Event, None]:
         async with contextlib.aclosing(self.handle._t.server_stream("ShellRun", self._sync._run_msg(script, timeout, merge_stderr))) as stream:
             async for m in stream:
                 for e in _events_of(m):
@@ -222,7 +227,7 @@ class AsyncShell:
     async def __aenter__(self) -> "AsyncShell":
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
 
@@ -237,11 +242,11 @@ class AsyncProcess:
     def _msg(self) -> dict[str, Any]:
         return self.handle.handle._ref(process=self.id)
 
-    async def events(self, start: int = 0) -> AsyncIterator[_Event]:
+    async def events(self, start: int = 0) -> AsyncGenerator[_Event, None]:
         async for m in self.handle._t.server_stream("ProcessEvents", {**self._msg(), "from": start}):
             for kind, data in _events_of(m):
                 if kind == "exit":
-                    self.exit_code = data
+                    self.exit_code = int(data)
                 yield kind, data
 
     async def write_stdin(self, data: bytes | str) -> None:
@@ -251,7 +256,7 @@ class AsyncProcess:
     async def close_stdin(self) -> None:
         await self.handle._t.unary("WriteStdin", {**self._msg(), "close": True})
 
-    async def signal(self, sig) -> None:
+    async def signal(self, sig: int | str) -> None:
         await self.handle._t.unary("Signal", {**self._msg(), "signal": _signal_name(sig)})
 
     async def wait(self, timeout: float | None = None) -> int:
@@ -268,19 +273,23 @@ class AsyncProcess:
 class AsyncSandboxFleet:
     """SandboxFleet for asyncio trainers: the same methods, awaited."""
 
-    def __init__(self, address: str, **kw):
-        self.sync = SandboxFleet(address, **kw)
+    def __init__(self, address: str, token: str | None = None, client_id: str | None = None,
+                 timeout: float | None = 60.0, retries: int = 3, token_file: str | None = None,
+                 reconnect: float = RECONNECT, ca_file: str | None = None):
+        """As SandboxFleet's."""
+        self.sync = SandboxFleet(address, token=token, client_id=client_id, timeout=timeout, retries=retries,
+                                 token_file=token_file, reconnect=reconnect, ca_file=ca_file)
         self._t = AsyncTransport(self.sync._t)
 
     @property
     def client_id(self) -> str:
         return self.sync.client_id
 
-    async def add_tasks(self, rows: Iterable[Mapping | str], id_field: str | None = None, image_field: str | None = None,
+    async def add_tasks(self, rows: Iterable[Mapping[str, Any] | str], id_field: str | None = None, image_field: str | None = None,
                         rewrite: Iterable[str] = ()) -> dict[str, Any]:
         return await self._t.unary("AddTasks", _rows.request(rows, id_field, image_field, rewrite))
 
-    async def run(self, fn, strategy: str = "naive", concurrency: int | None = None, *, epochs: int = 1,
+    async def run(self, fn: Callable[..., Any], strategy: str = "naive", concurrency: int | None = None, *, epochs: int = 1,
                   keep_warm: bool = False, recycle: bool = False) -> list[Any]:
         """SandboxFleet.run on the loop: ``fn`` is a coroutine function
         (given the AsyncHandle) or a plain one (run in a thread, given the
@@ -293,14 +302,14 @@ class AsyncSandboxFleet:
     async def _cool(self, images: list[str]) -> list[str]:
         return (await self._t.unary("Unwarm", {"images": images})).get("images", [])
 
-    async def lookahead(self, tasks_or_images: Iterable[Any]) -> list[dict]:
+    async def lookahead(self, tasks_or_images: Iterable[Any]) -> list[dict[str, Any]]:
         return (await self._t.unary("Lookahead", _lookahead_msg(tasks_or_images))).get("pools", [])
 
     async def wait_pools_ready(self, timeout: float = 600.0, images: Iterable[str] = ()) -> dict[str, Any]:
         out = await self._t.unary("WaitPoolsReady", {"timeout": _seconds(timeout), "images": list(images)}, timeout=timeout + 30)
         return {"ready": bool(out.get("ready")), "pools": out.get("pools", [])}
 
-    async def acquire(self, task_id=None, image: str | None = None, timeout: float | None = None) -> AsyncHandle:
+    async def acquire(self, task_id: str | Mapping[str, Any] | None = None, image: str | None = None, timeout: float | None = None) -> AsyncHandle:
         msg = _acquire_msg(self.client_id, task_id, image, timeout)
         wait = (timeout or 900.0) + 30
         for attempt in range(self.sync.retries + 1):
@@ -313,7 +322,7 @@ class AsyncSandboxFleet:
         self.sync._hold(h.id)
         return AsyncHandle(self, h)
 
-    async def release(self, handle, reuse: bool = False) -> str:
+    async def release(self, handle: AsyncHandle | Handle | str, reuse: bool = False) -> str:
         h = handle.handle if isinstance(handle, AsyncHandle) else handle
         hid, msg = _release_msg(self.client_id, h, reuse)
         try:
@@ -333,7 +342,7 @@ class AsyncSandboxFleet:
         self.sync.disconnect()
 
 
-async def _acollect(events: AsyncIterator[_Event], limit: int) -> ExecResult:
+async def _acollect(events: AsyncGenerator[_Event, None], limit: int) -> ExecResult:
     """As ``_collect``, for an asyncio stream of events."""
     o = _Output(limit)
     try:

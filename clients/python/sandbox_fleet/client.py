@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import inspect
 import io
@@ -10,9 +11,9 @@ import secrets
 import tarfile
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Protocol, Union
 
 from . import _archive, _rows, runner
 from ._connect import CLIENT_KEY_HEADER, RECONNECT, Transport, b64, unb64
@@ -23,6 +24,12 @@ from .errors import FailedPreconditionError, FleetError, InfraError, OutputTooLa
 # A sandbox printing without end must not take the trainer's memory.
 MAX_OUTPUT = 64 << 20
 MAX_TAR = 1 << 30
+
+
+class Writable(Protocol):
+    """Where an archive is written as it comes: a binary file."""
+
+    def write(self, data: bytes, /) -> Any: ...
 
 
 def _seconds(t: float) -> str:
@@ -91,7 +98,7 @@ class Handle:
     # that recycles); 0 is a fresh sandbox.
     resets: int = 0
 
-    def _ref(self, **more) -> dict[str, Any]:
+    def _ref(self, **more: Any) -> dict[str, Any]:
         """The message fields that name this sandbox and its client."""
         return {"handle": self.id, "clientId": self.fleet.client_id, **more}
 
@@ -202,7 +209,7 @@ class Handle:
         self.read_tar_into(paths, _Capped(buf, max_bytes, "ReadFiles"))
         return buf.getvalue()
 
-    def read_tar_into(self, paths: Iterable[str], out) -> int:
+    def read_tar_into(self, paths: Iterable[str], out: Writable) -> int:
         """Writes a tar archive of paths into ``out`` (a binary file) as it
         comes, and returns its size: for trees too large to hold."""
         msg = self._ref(paths=list(paths))
@@ -246,7 +253,7 @@ class Handle:
         files, directories, links and modes. Returns the bytes sent."""
         return self.write_tar(remote_dir, _tar_tree(local_dir))
 
-    def download(self, remote_dir: str, local_dir: str, max_bytes: int = MAX_TAR) -> list[str]:
+    def download(self, remote_dir: str, local_dir: str, max_bytes: int = MAX_TAR) -> builtins.list[str]:
         """Copies the tree under remote_dir into local_dir (made if missing);
         returns the paths written. Nothing lands outside local_dir: links
         are made last, and one that leads out of it or through another
@@ -261,7 +268,7 @@ class Handle:
     def __enter__(self) -> "Handle":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.fleet.release(self)
 
 
@@ -351,8 +358,8 @@ class _Output:
         self.code: int | None = None
         self.timed_out = False
 
-    def add(self, kind: str, data) -> None:
-        if kind in ("stdout", "stderr"):
+    def add(self, kind: str, data: bytes | int | bool) -> None:
+        if isinstance(data, bytes):
             self.size += len(data)
             if self.size > self.limit:
                 raise OutputTooLarge(f"the command wrote more than {self.limit} bytes: it was stopped; pass a larger max_output, "
@@ -361,7 +368,7 @@ class _Output:
         elif kind == "timed_out":
             self.timed_out = True
         else:
-            self.code = data
+            self.code = int(data)
 
     def result(self) -> ExecResult:
         if self.code is None:
@@ -386,7 +393,7 @@ def _collect(events: Iterator[tuple[str, bytes | int | bool]], limit: int = MAX_
 class _Capped:
     """A binary file that takes at most limit bytes, for a read's archive."""
 
-    def __init__(self, out, limit: int, method: str):
+    def __init__(self, out: Writable, limit: int, method: str):
         self.out, self.limit, self.method, self.size = out, limit, method, 0
 
     def write(self, data: bytes) -> int:
@@ -394,7 +401,8 @@ class _Capped:
         if self.size > self.limit:
             raise OutputTooLarge(f"{self.method}: the archive is larger than {self.limit} bytes: pass a larger max_bytes, "
                                  "or write it to a file as it comes with read_tar_into")
-        return self.out.write(data)
+        self.out.write(data)
+        return len(data)
 
 
 def _failed(r: ExecResult) -> str:
@@ -412,7 +420,7 @@ class Shell:
         return self.handle._ref(shell=self.name)
 
     def _run_msg(self, script: str, timeout: float | None, merge_stderr: bool) -> dict[str, Any]:
-        msg = {**self._msg(), "script": script}
+        msg: dict[str, Any] = {**self._msg(), "script": script}
         if timeout:
             msg["timeout"] = _seconds(timeout)
         if merge_stderr:
@@ -454,11 +462,11 @@ class Shell:
     def __enter__(self) -> "Shell":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def _signal_name(sig) -> str:
+def _signal_name(sig: int | str) -> str:
     if isinstance(sig, int):
         import signal as _signal
 
@@ -484,7 +492,7 @@ class Process:
         msg = {**self._msg(), "from": start}
         for kind, data in _output(self.handle.fleet._t.server_stream("ProcessEvents", msg, timeout=None)):
             if kind == "exit":
-                self.exit_code = data
+                self.exit_code = int(data)
             yield kind, data
 
     def write_stdin(self, data: bytes | str) -> None:
@@ -494,7 +502,7 @@ class Process:
     def close_stdin(self) -> None:
         self.handle.fleet._t.unary("WriteStdin", {**self._msg(), "close": True})
 
-    def signal(self, sig) -> None:
+    def signal(self, sig: int | str) -> None:
         """Sends sig (``signal.SIGINT``, ``"SIGTERM"``, ``"KILL"``, ...) to the
         process and what it started."""
         self.handle.fleet._t.unary("Signal", {**self._msg(), "signal": _signal_name(sig)})
@@ -532,7 +540,8 @@ def _lookahead_msg(tasks_or_images: Iterable[Any]) -> dict[str, Any]:
     return {"taskIds": ids, "images": images}
 
 
-def _acquire_msg(client_id: str, task_id, image: str | None, timeout: float | None) -> dict[str, Any]:
+def _acquire_msg(client_id: str, task_id: str | Mapping[str, Any] | None, image: str | None,
+                 timeout: float | None) -> dict[str, Any]:
     if isinstance(task_id, Mapping):
         task_id = str(task_id["id"])
     msg = {"requestId": uuid.uuid4().hex, "clientId": client_id}
@@ -545,9 +554,9 @@ def _acquire_msg(client_id: str, task_id, image: str | None, timeout: float | No
     return msg
 
 
-def _release_msg(client_id: str, handle, reuse: bool) -> tuple[str, dict[str, Any]]:
+def _release_msg(client_id: str, handle: Handle | str, reuse: bool) -> tuple[str, dict[str, Any]]:
     hid = handle if isinstance(handle, str) else handle.id
-    msg = {"handle": hid, "clientId": client_id}
+    msg: dict[str, Any] = {"handle": hid, "clientId": client_id}
     if reuse:
         msg["reuse"] = True
     return hid, msg
@@ -611,7 +620,7 @@ class SandboxFleet:
         ("repo:tag" strings with a ':' or '/') and returns at once."""
         return self._t.unary("Lookahead", _lookahead_msg(tasks_or_images)).get("pools", [])
 
-    def run(self, fn, strategy: str = "naive", concurrency: int | None = None, *, epochs: int = 1,
+    def run(self, fn: Callable[..., Any], strategy: str = "naive", concurrency: int | None = None, *, epochs: int = 1,
             keep_warm: bool = False, recycle: bool = False) -> list[Any]:
         """Runs ``fn(task, handle)`` once for each task of the session (each
         epoch), at most ``concurrency`` at once (the session's when None),
@@ -741,7 +750,7 @@ class LookaheadWarmer:
     With AsyncSandboxFleet, ``async for step in LookaheadWarmer(afleet, steps)``.
     """
 
-    def __init__(self, fleet, steps: Iterable[Iterable[Any]], depth: int = 1):
+    def __init__(self, fleet: Any, steps: Iterable[Iterable[Any]], depth: int = 1):
         self.fleet = fleet
         self.steps = [list(s) for s in steps]
         self.depth = depth
@@ -749,15 +758,15 @@ class LookaheadWarmer:
     def _ahead(self, i: int) -> list[Any]:
         return [t for s in self.steps[i + 1:i + 1 + self.depth] for t in s]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[list[Any]]:
         for i, step in enumerate(self.steps):
             for batch in ([step] if i == 0 else []) + [self._ahead(i)]:
-                if batch and inspect.isawaitable(r := self.fleet.lookahead(batch)):
+                if batch and inspect.iscoroutine(r := self.fleet.lookahead(batch)):
                     r.close()
                     raise TypeError("LookaheadWarmer over an AsyncSandboxFleet: iterate it with `async for`")
             yield step
 
-    async def __aiter__(self):
+    async def __aiter__(self) -> AsyncIterator[list[Any]]:
         for i, step in enumerate(self.steps):
             for batch in ([step] if i == 0 else []) + [self._ahead(i)]:
                 if batch and inspect.isawaitable(r := self.fleet.lookahead(batch)):

@@ -157,5 +157,5 @@ def from_connect(code: str, message: str, meta: dict[str, str]) -> FleetError:
     if code in ("unavailable", "deadline_exceeded") and verdict is None:
         # The server could not be reached or answer in time.
         return InfraError(message, code, "api")
-    cls = _BY_REASON.get((code, reason or "")) or _BY_CODE.get(code, FleetError)
+    cls = _BY_REASON.get((code, reason or "")) or _BY_CODE.get(code) or FleetError
     return cls(message, code, reason)

@@ -123,10 +123,10 @@ class _Timed:
     def __init__(self, report: RunReport, name: str):
         self.report, self.name = report, name
 
-    def __enter__(self):
+    def __enter__(self) -> None:
         self.start = time.monotonic()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.report.phase(self.name, time.monotonic() - self.start)
 
 
@@ -164,16 +164,18 @@ def plan_of(msg: dict[str, Any], recycle: bool) -> _Plan:
 
 
 def shape(results: list[list[RunResult]], epochs: int) -> list[Any]:
-    return results[0] if epochs == 1 else results
+    if epochs == 1:
+        return results[0]
+    return results
 
 
 def verdict_of(e: BaseException) -> tuple[str, str]:
     if isinstance(e, InfraError):
-        return "infra", e.reason
+        return "infra", e.reason or ""
     return "task", ""
 
 
-def run(fleet, fn: Callable[..., Any], strategy: str, concurrency: int | None, epochs: int, keep_warm: bool,
+def run(fleet: Any, fn: Callable[..., Any], strategy: str, concurrency: int | None, epochs: int, keep_warm: bool,
         recycle: bool) -> list[Any]:
     """SandboxFleet.run's body over a synchronous fleet (the session's or
     FakeFleet)."""
@@ -228,7 +230,7 @@ def _to_warm(plan: _Plan, i: int) -> list[str]:
     return images
 
 
-def _warm(fleet, plan: _Plan, i: int, report: RunReport) -> None:
+def _warm(fleet: Any, plan: _Plan, i: int, report: RunReport) -> None:
     if images := _to_warm(plan, i):
         with _Timed(report, "create_warmpool"):
             fleet.lookahead(images)
@@ -241,7 +243,7 @@ class _Attempt:
     def __init__(self, task: dict[str, Any], epoch: int, report: RunReport):
         self.task, self.epoch, self.report = task, epoch, report
         self.started = time.monotonic()
-        self.result: RunResult | None = None
+        self.result = RunResult(task["id"], epoch, "ok")
 
     def unclaimed(self, e: FleetError) -> RunResult:
         """No sandbox could be had: the task did not run."""
@@ -250,16 +252,16 @@ class _Attempt:
         self.report.task(r, ran=False)
         return r
 
-    def claimed(self, h) -> None:
+    def claimed(self, h: Any) -> None:
         self.report.claim()
-        self.result = RunResult(self.task["id"], self.epoch, "ok", node=h.node, resets=h.resets)
+        self.result.node, self.result.resets = h.node, h.resets
 
     def failed(self, e: Exception) -> None:
         """fn raised, or the sandbox failed under it: the task's result."""
         self.result.verdict, self.result.reason = verdict_of(e)
         self.result.error = e
 
-    def released(self, h, outcome: str | FleetError, since: float) -> None:
+    def released(self, h: Any, outcome: str | FleetError, since: float) -> None:
         if isinstance(outcome, FleetError):
             # The work is done and scored; a sandbox the session could not
             # hand back is the session's to reap (its lease runs out).
@@ -273,7 +275,7 @@ class _Attempt:
         return self.result
 
 
-def _one(fleet, fn: Callable[..., Any], task: dict[str, Any], epoch: int, recycle: bool, report: RunReport) -> RunResult:
+def _one(fleet: Any, fn: Callable[..., Any], task: dict[str, Any], epoch: int, recycle: bool, report: RunReport) -> RunResult:
     a = _Attempt(task, epoch, report)
     try:
         with _Timed(report, "claim"):
@@ -296,7 +298,7 @@ def _one(fleet, fn: Callable[..., Any], task: dict[str, Any], epoch: int, recycl
     return a.done()
 
 
-async def arun(fleet, fn: Callable[..., Any], strategy: str, concurrency: int | None, epochs: int, keep_warm: bool,
+async def arun(fleet: Any, fn: Callable[..., Any], strategy: str, concurrency: int | None, epochs: int, keep_warm: bool,
                recycle: bool) -> list[Any]:
     """AsyncSandboxFleet.run's body: fn may be a coroutine function (awaited
     on the loop, with the AsyncHandle) or a plain one (run in a thread, with
@@ -335,7 +337,7 @@ async def arun(fleet, fn: Callable[..., Any], strategy: str, concurrency: int | 
     return shape(results, epochs)
 
 
-async def _aone(fleet, fn: Callable[..., Any], task: dict[str, Any], epoch: int, recycle: bool, report: RunReport) -> RunResult:
+async def _aone(fleet: Any, fn: Callable[..., Any], task: dict[str, Any], epoch: int, recycle: bool, report: RunReport) -> RunResult:
     a = _Attempt(task, epoch, report)
     try:
         with _Timed(report, "claim"):

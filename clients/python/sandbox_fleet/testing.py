@@ -10,8 +10,6 @@ handles released twice or held by another fleet."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import contextlib
 import io
 import os
@@ -24,10 +22,12 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import IO, Any
 
 from . import _jail, _rows, runner
-from .client import MAX_OUTPUT, MAX_TAR, Command, ExecResult, Handle, Process, Shell, _argv, _Capped, _Output, _signal_name
+from .client import (MAX_OUTPUT, MAX_TAR, Command, ExecResult, Handle, Process, Shell, Writable, _argv, _Capped, _Output,
+                     _signal_name)
 from .errors import (FailedPreconditionError, InfraError, InvalidArgumentError, NotFoundError, NotWarmingError, SandboxLostError,
                      SandboxStartError, SessionClosedError)
 
@@ -57,16 +57,24 @@ def _parent(pid: int) -> int:
         return 0
 
 
-def _kill_group(p: subprocess.Popen[bytes], sig=signal.SIGKILL) -> None:
+def _kill_group(p: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
     try:
         os.killpg(p.pid, sig)
     except ProcessLookupError:
         pass
 
 
+def _pipe(f: IO[bytes] | None) -> IO[bytes]:
+    """A pipe of a process started with stdin, stdout and stderr piped."""
+    assert f is not None
+    return f
+
+
 class FakeShell(Shell):
     """A shell of a FakeHandle: a local bash (or sh) run as the real one is,
     its state kept between scripts."""
+
+    handle: FakeHandle
 
     def __init__(self, handle: "FakeHandle", name: str):
         super().__init__(handle, name)
@@ -76,7 +84,7 @@ class FakeShell(Shell):
         self._running = False
         self.closed = False
 
-    def _read_until(self, stream, marker: bytes, sink: list[Any]) -> bytes | None:
+    def _read_until(self, stream: IO[bytes], marker: bytes, sink: list[bytes]) -> bytes | None:
         """Copies what comes before the marker to sink and returns what
         follows it on its line; None at the shell's end."""
         buf = b""
@@ -93,7 +101,7 @@ class FakeShell(Shell):
                 return None
             buf += chunk
 
-    def _signal_children(self, sig) -> None:
+    def _signal_children(self, sig: int) -> None:
         # The shell is bwrap's one child where the sandbox is fenced.
         shell = self._p.pid
         if self.handle._fenced:
@@ -107,7 +115,8 @@ class FakeShell(Shell):
             except ProcessLookupError:
                 pass
 
-    def run_stream(self, script: str, timeout: float | None = None, merge_stderr: bool = False):
+    def run_stream(self, script: str, timeout: float | None = None,
+                   merge_stderr: bool = False) -> Iterator[tuple[str, bytes | int | bool]]:
         r = self.run(script, timeout=timeout, merge_stderr=merge_stderr)
         if r.stdout:
             yield "stdout", r.stdout
@@ -127,14 +136,16 @@ class FakeShell(Shell):
         quoted = "'" + script.replace("'", "'\\''") + "'"
         redirect = "2>&1 3>&-" if merge_stderr else "2>&3 3>&-"
         text = f"command eval {quoted} {redirect} </dev/null\nprintf '\\n%s %d\\n' {marker.decode()} \"$?\"; printf '\\n%s\\n' {marker.decode()} >&3\n"
-        out, err, tails = [], [], {}
+        out: list[bytes] = []
+        err: list[bytes] = []
+        tails: dict[str, bytes | None] = {}
         with self._lock:
             self._running = True
             try:
-                self._p.stdin.write(text.encode())
-                self._p.stdin.flush()
-                readers = [threading.Thread(target=lambda: tails.__setitem__("out", self._read_until(self._p.stdout, marker, out))),
-                           threading.Thread(target=lambda: tails.__setitem__("err", self._read_until(self._p.stderr, marker, err)))]
+                _pipe(self._p.stdin).write(text.encode())
+                _pipe(self._p.stdin).flush()
+                readers = [threading.Thread(target=lambda: tails.__setitem__("out", self._read_until(_pipe(self._p.stdout), marker, out))),
+                           threading.Thread(target=lambda: tails.__setitem__("err", self._read_until(_pipe(self._p.stderr), marker, err)))]
                 for t in readers:
                     t.start()
                 readers[0].join(timeout)
@@ -171,7 +182,7 @@ class FakeShell(Shell):
         _kill_group(self._p)
         self._p.wait()
         for f in (self._p.stdin, self._p.stdout, self._p.stderr):
-            f.close()
+            _pipe(f).close()
 
     def close(self) -> None:
         self.handle.fleet._check(self.handle.id)
@@ -183,6 +194,8 @@ class FakeShell(Shell):
 class FakeProcess(Process):
     """A process of a FakeHandle: a local process in a group of its own."""
 
+    handle: FakeHandle
+
     def __init__(self, handle: "FakeHandle", pid: str, p: subprocess.Popen[bytes]):
         super().__init__(handle, pid)
         self._p = p
@@ -193,7 +206,7 @@ class FakeProcess(Process):
         for t in readers:
             t.start()
 
-        def ender():
+        def ender() -> None:
             for t in readers:
                 t.join()
             rc = p.wait()
@@ -202,13 +215,13 @@ class FakeProcess(Process):
                 self._cond.notify_all()
         threading.Thread(target=ender, daemon=True).start()
 
-    def _read(self, stream, kind: str) -> None:
+    def _read(self, stream: IO[bytes], kind: str) -> None:
         while chunk := os.read(stream.fileno(), 65536):
             with self._cond:
                 self._events.append((kind, chunk))
                 self._cond.notify_all()
 
-    def events(self, start: int = 0):
+    def events(self, start: int = 0) -> Iterator[tuple[str, bytes | int]]:
         i = start
         while True:
             with self._cond:
@@ -224,14 +237,14 @@ class FakeProcess(Process):
 
     def write_stdin(self, data: bytes | str) -> None:
         self.handle.fleet._check(self.handle.id)
-        self._p.stdin.write(data.encode() if isinstance(data, str) else data)
-        self._p.stdin.flush()
+        _pipe(self._p.stdin).write(data.encode() if isinstance(data, str) else data)
+        _pipe(self._p.stdin).flush()
 
     def close_stdin(self) -> None:
         self.handle.fleet._check(self.handle.id)
-        self._p.stdin.close()
+        _pipe(self._p.stdin).close()
 
-    def signal(self, sig) -> None:
+    def signal(self, sig: int | str) -> None:
         self.handle.fleet._check(self.handle.id)
         name = _signal_name(sig).upper()
         sig = signal.Signals[name if name.startswith("SIG") else "SIG" + name]
@@ -260,7 +273,11 @@ class FakeProcess(Process):
 class FakeHandle(Handle):
     """A sandbox of FakeFleet: a local directory."""
 
+    fleet: FakeFleet  # type: ignore[assignment]
     root: str = ""
+    _fenced: bool
+    _shells: dict[str, FakeShell]
+    _procs: list[FakeProcess]
 
     lost_reason: str | None = None
 
@@ -293,7 +310,9 @@ class FakeHandle(Handle):
         return subprocess.Popen(full, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=where,
                                 env=environment, start_new_session=True)
 
-    def exec_stream(self, command, stdin=None, timeout=None, env=None, cwd=None, container=None) -> Iterator[tuple[str, bytes | int | bool]]:
+    def exec_stream(self, command: Command, stdin: bytes | str | None = None, timeout: float | None = None,
+                    env: Mapping[str, str] | None = None, cwd: str | None = None,
+                    container: str | None = None) -> Iterator[tuple[str, bytes | int | bool]]:
         self.fleet._check(self.id)
         if not _argv(command):
             raise InvalidArgumentError("Exec: no command: argv is empty")
@@ -309,9 +328,9 @@ class FakeHandle(Handle):
         events: queue.Queue[Any] = queue.Queue(maxsize=64)
         stop = threading.Event()
 
-        def pump(stream, kind: str) -> None:
+        def pump(stream: IO[bytes], kind: str) -> None:
             try:
-                while chunk := stream.read1(1 << 16):
+                while chunk := os.read(stream.fileno(), 1 << 16):
                     while not stop.is_set():
                         try:
                             events.put((kind, chunk), timeout=0.1)
@@ -325,9 +344,9 @@ class FakeHandle(Handle):
 
         def feed() -> None:
             with contextlib.suppress(OSError, ValueError):
-                p.stdin.write(data or b"")
+                _pipe(p.stdin).write(data or b"")
             with contextlib.suppress(OSError, ValueError):
-                p.stdin.close()
+                _pipe(p.stdin).close()
 
         threads = [threading.Thread(target=pump, args=(p.stdout, "stdout"), daemon=True),
                    threading.Thread(target=pump, args=(p.stderr, "stderr"), daemon=True),
@@ -358,7 +377,7 @@ class FakeHandle(Handle):
             for t in threads:
                 t.join(5)
             for f in (p.stdout, p.stderr):
-                f.close()
+                _pipe(f).close()
         self.fleet._check(self.id)
         if timed_out:
             yield "timed_out", True
@@ -397,7 +416,8 @@ class FakeHandle(Handle):
             self._shells[name] = FakeShell(self, name)
         return self._shells[name]
 
-    def start(self, command, env=None, cwd=None, container=None) -> FakeProcess:
+    def start(self, command: Command, env: Mapping[str, str] | None = None, cwd: str | None = None,
+              container: str | None = None) -> FakeProcess:
         self.fleet._check(self.id)
         p = self._spawn(command, env, cwd)
         proc = FakeProcess(self, f"p{len(self._procs) + 1}", p)
@@ -405,7 +425,7 @@ class FakeHandle(Handle):
         return proc
 
     @contextlib.contextmanager
-    def port_forward(self, port: int):
+    def port_forward(self, port: int) -> Iterator[str]:
         """The fake's sandbox is this machine: its port is here already."""
         self.fleet._check(self.id)
         if not 1 <= int(port) <= 65535:
@@ -447,7 +467,7 @@ class FakeHandle(Handle):
         _Capped(io.BytesIO(), max_bytes, "ReadFiles").write(archive)
         return archive
 
-    def read_tar_into(self, paths: Iterable[str], out) -> int:
+    def read_tar_into(self, paths: Iterable[str], out: Writable) -> int:
         archive = self._tar(paths)
         out.write(archive)
         return len(archive)
@@ -518,7 +538,7 @@ class FakeFleet:
 
     # Failures a trainer's tests can make happen.
 
-    def lose(self, handle, reason: str = "its Pod was deleted (FakeFleet.lose)") -> None:
+    def lose(self, handle: Handle | str, reason: str = "its Pod was deleted (FakeFleet.lose)") -> None:
         """Makes a held sandbox lost, as a deleted Pod is: its processes and
         shells end, every later call on it raises SandboxLostError, and
         ``is_alive()`` is False. It can still be released."""
@@ -526,12 +546,12 @@ class FakeFleet:
         h.lost_reason = reason
         h._end()
 
-    def fail_start(self, task_or_image, times: int = 1, reason: str = "the image could not be pulled (FakeFleet.fail_start)") -> None:
+    def fail_start(self, task_or_image: str | Mapping[str, Any], times: int = 1, reason: str = "the image could not be pulled (FakeFleet.fail_start)") -> None:
         """Makes the next ``times`` acquires of a task (id or dict) or an image
         raise SandboxStartError, as a sandbox that cannot start does."""
         self._start_failures[self._image_of(task_or_image)] = (times, reason)
 
-    def add_tasks(self, rows: Iterable[Mapping | str], id_field: str | None = None, image_field: str | None = None,
+    def add_tasks(self, rows: Iterable[Mapping[str, Any] | str], id_field: str | None = None, image_field: str | None = None,
                   rewrite: Iterable[str] = ()) -> dict[str, Any]:
         self._open()
         texts = _rows.encode(rows)
@@ -543,16 +563,16 @@ class FakeFleet:
             self._images[t["image"]] = self._images.get(t["image"], 0) + 1
         return {"added": len(new), "total": len(self._tasks), "pools": []}
 
-    def _image_of(self, x) -> str:
+    def _image_of(self, x: str | Mapping[str, Any]) -> str:
         if isinstance(x, Mapping):
             x = str(x["id"])
         if x in self._tasks:
-            return self._tasks[x]["image"]
+            return str(self._tasks[x]["image"])
         if x in self._images:
             return x
         raise NotFoundError(f"no task or image {x!r} in this session: add it with add_tasks first")
 
-    def lookahead(self, tasks_or_images: Iterable[Any]) -> list[dict]:
+    def lookahead(self, tasks_or_images: Iterable[Any]) -> list[dict[str, Any]]:
         self._open()
         images = {self._image_of(x) for x in tasks_or_images}
         self._warm |= images
@@ -562,7 +582,7 @@ class FakeFleet:
         n = self._images[image]
         return {"image": image, "desired": n, "ready": n if image in self._warm else 0, "warm": image in self._warm}
 
-    def run(self, fn, strategy: str = "naive", concurrency: int | None = None, *, epochs: int = 1,
+    def run(self, fn: Callable[..., Any], strategy: str = "naive", concurrency: int | None = None, *, epochs: int = 1,
             keep_warm: bool = False, recycle: bool = False) -> list[Any]:
         """SandboxFleet.run on local sandboxes. The fake plans no windows by
         size: naive and sliding warm every image at once, pipelined and none
@@ -598,11 +618,11 @@ class FakeFleet:
                              "ask for it first with Lookahead (lookahead() in Python) or Acquire")
         return {"ready": all(i in self._warm for i in names), "pools": [self._pool(i) for i in names]}
 
-    def acquire(self, task_id=None, image: str | None = None, timeout: float | None = None) -> FakeHandle:
+    def acquire(self, task_id: str | Mapping[str, Any] | None = None, image: str | None = None, timeout: float | None = None) -> FakeHandle:
         self._open()
         if (task_id is None) == (image is None):
             raise InvalidArgumentError("name either a task id or an image")
-        img = self._image_of(task_id if task_id is not None else image)
+        img = self._image_of(task_id if task_id is not None else image or "")
         tid = str(task_id["id"] if isinstance(task_id, Mapping) else task_id or "")
         times, reason = self._start_failures.get(img, (0, ""))
         if times > 0:
@@ -616,15 +636,16 @@ class FakeFleet:
         root = tempfile.mkdtemp(prefix="sandbox-fleet-fake-")
         if img in self._image_roots:
             shutil.copytree(self._image_roots[img], root, symlinks=True, dirs_exist_ok=True)
-        h = FakeHandle(fleet=self, id=hid, task_id=tid, image=img, cluster="fake", namespace="fake", claim=hid,
-                       sandbox=hid, pod=hid, pod_ip="127.0.0.1", hostname=hid, node="localhost", container="sandbox")
+        # A FakeHandle's fleet is this FakeFleet, which is no SandboxFleet.
+        h = FakeHandle(fleet=self, id=hid, task_id=tid, image=img, cluster="fake", namespace="fake",  # type: ignore[arg-type]
+                       claim=hid, sandbox=hid, pod=hid, pod_ip="127.0.0.1", hostname=hid, node="localhost", container="sandbox")
         h._prepare(root, fenced)
         with self._lock:
             self._held[hid] = h
             self.counts["acquired"] += 1
         return h
 
-    def release(self, handle, reuse: bool = False) -> str:
+    def release(self, handle: Handle | str, reuse: bool = False) -> str:
         """Ends its shells and processes and deletes the sandbox's directory. The fake does not recycle: with
         reuse too the sandbox is deleted, and the outcome is "released"."""
         hid = handle.id if isinstance(handle, Handle) else handle

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from typing import Any
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -74,10 +75,10 @@ def headers() -> dict[str, str]:
 
 
 _UNSET = object()
-_propagate = _UNSET
+_propagate: Any = _UNSET
 
 
-def _opentelemetry_propagate():
+def _opentelemetry_propagate() -> Any:
     """The opentelemetry package's propagate module, or None without it;
     looked for once, not on every call."""
     global _propagate

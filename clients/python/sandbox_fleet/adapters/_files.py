@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import stat
 
+from ..client import Handle
 
-def copy_in(handle, source: str, target: str) -> None:
+
+def copy_in(handle: Handle, source: str, target: str) -> None:
     """Copies a local file, or a tree, to target in handle's sandbox, with
     its mode."""
     if os.path.isdir(source):

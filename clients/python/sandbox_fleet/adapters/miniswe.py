@@ -45,6 +45,8 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..client import Handle
+
 SUBMIT_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
 
@@ -93,7 +95,7 @@ class MiniSweEnvironment:
             agent.run(task["problem_statement"])
     """
 
-    def __init__(self, handle, *, cwd: str = "/", env: dict[str, str] | None = None, timeout: int = 30,
+    def __init__(self, handle: Handle, *, cwd: str = "/", env: dict[str, str] | None = None, timeout: int = 30,
                  interpreter: list[str] | None = None, forward_env: list[str] | None = None, **_ignored: Any):
         self.handle = handle
         self.config = MiniSweConfig(image=getattr(handle, "image", ""), cwd=cwd, env=dict(env or {}),
@@ -110,7 +112,7 @@ class MiniSweEnvironment:
         """Runs the command (v1: a string; v2: ``action["command"]``) and
         returns ``{"output", "returncode"}`` as that version does."""
         v2 = isinstance(action, dict)
-        command = action.get("command", "") if v2 else action
+        command = str(action.get("command", "")) if isinstance(action, dict) else action
         limit = timeout or self.config.timeout
         shown = [*self.config.interpreter, command]
         # stderr interleaved into stdout as written, as stderr=STDOUT does.
@@ -140,7 +142,7 @@ class MiniSweEnvironment:
             raise Submitted({"role": "exit", "content": submission,
                                       "extra": {"exit_status": "Submitted", "submission": submission}})
 
-    def get_template_vars(self, **kwargs) -> dict[str, Any]:
+    def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
         return {**self.config.model_dump(), **platform.uname()._asdict(), "sandbox": self.handle.id, **kwargs}
 
     def serialize(self) -> dict[str, Any]:

@@ -58,6 +58,7 @@ import shlex
 import uuid
 from typing import Any
 
+from ..client import ExecResult, Handle
 from ._files import copy_in
 
 CMD_TIMEOUT = 120
@@ -75,12 +76,12 @@ class _FleetContainer:
     fleet sandbox instead: the attributes its calling code reads, and
     running commands and copying files in."""
 
-    def __init__(self, handle, ds: dict[str, Any] | None = None, repo_path: str = "/testbed", alt_path: str = "/root",
+    def __init__(self, handle: Handle, ds: dict[str, Any] | None = None, repo_path: str = "/testbed", alt_path: str = "/root",
                  docker_image: str | None = None, command: str | list[str] = "/bin/bash", logger: Any = None,
                  path: str = DOCKER_PATH, **_ignored: Any):
         self.handle = handle
         self.ds = dict(ds or {})
-        self.docker_image = docker_image or getattr(handle, "image", "") or self.ds.get("docker_image", "")
+        self.docker_image: str = docker_image or handle.image or str(self.ds.get("docker_image", ""))
         self.swebench_verified = "swebench" in self.docker_image
         self.repo_path = repo_path
         self.alt_path = alt_path
@@ -90,11 +91,11 @@ class _FleetContainer:
         self.commit_json = self.ds.get("parsed_commit" if self.swebench_verified else "parsed_commit_content")
         self.logger = logger or logging.getLogger("DockerRuntime")
         # The sandbox's Pod stands for the container R2E-Gym names.
-        self.container_name = getattr(handle, "pod", "") or getattr(handle, "id", "")
+        self.container_name = handle.pod or handle.id
         self.docker_kwargs: dict[str, Any] = {}
         self.current_commit = ""
 
-    def _exec(self, argv: list[str], timeout: int, workdir: str | None, merge: bool, stdin: str | None = None):
+    def _exec(self, argv: list[str], timeout: int, workdir: str | None, merge: bool, stdin: str | None = None) -> ExecResult:
         if merge:
             argv = ["/bin/sh", "-c", 'exec "$@" 2>&1', "sh", *argv]
         return self.handle.exec(argv, stdin=stdin, timeout=timeout + _GRACE, cwd=workdir or self.repo_path,
@@ -154,7 +155,7 @@ class _FleetContainer:
         return self._patch(patch, "git apply -R")
 
     def get_task_instruction(self) -> str:
-        content = self.ds.get("problem_statement", "")
+        content = str(self.ds.get("problem_statement", ""))
         found = _ISSUE.search(content)
         return found.group(1) if found else content
 
@@ -235,7 +236,7 @@ class R2EGymRuntime(_FleetContainer):
                                   "it on the sandbox")
 
 
-def docker_runtime(handle, ds: dict[str, Any], **kwargs: Any):
+def docker_runtime(handle: Handle, ds: dict[str, Any], **kwargs: Any) -> Any:
     """R2E-Gym's own ``DockerRuntime`` over a fleet sandbox: its methods as
     they are (reward, log parsing, ``setup_env``), its container calls the
     fleet's. It runs R2E-Gym's ``setup_env`` on the sandbox, as
@@ -259,7 +260,7 @@ def docker_runtime(handle, ds: dict[str, Any], **kwargs: Any):
     return runtime
 
 
-def repo_env(handle, ds: dict[str, Any], logger: Any = None, **kwargs: Any):
+def repo_env(handle: Handle, ds: dict[str, Any], logger: Any = None, **kwargs: Any) -> Any:
     """R2E-Gym's own ``RepoEnv`` over a fleet sandbox: as
     ``RepoEnv(EnvArgs(ds=ds))`` builds it, with ``docker_runtime(handle,
     ds)`` in place of the Docker container it would start. Needs R2E-Gym

@@ -39,7 +39,10 @@ from __future__ import annotations
 import asyncio
 import re
 import shlex
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+from ..client import Handle, Shell
 
 from ._files import copy_in
 
@@ -64,6 +67,9 @@ else:
                                     WriteFileResponse)
 
 
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
 _ANSI = re.compile(r"\x1B[@-_][0-?]*[ -/]*[@-~]")
 
 
@@ -79,18 +85,18 @@ class SweRexRuntime:
     fields) and returning its response; the blocking calls run in a thread,
     so each ``asyncio.run`` SWE-agent makes works on its own loop."""
 
-    def __init__(self, handle):
+    def __init__(self, handle: Handle):
         self.handle = handle
-        self._sessions: dict[str, Any] = {}
+        self._sessions: dict[str, Shell] = {}
 
-    async def _call(self, fn, *args, **kw):
+    async def _call(self, fn: Callable[_P, _T], *args: _P.args, **kw: _P.kwargs) -> _T:
         return await asyncio.to_thread(fn, *args, **kw)
 
     async def is_alive(self, *, timeout: float | None = None) -> IsAliveResponse:
         reason = await self._call(self.handle.alive_reason)
         return IsAliveResponse(is_alive=reason is None, message=reason or "")
 
-    async def create_session(self, request) -> CreateBashSessionResponse:
+    async def create_session(self, request: Any) -> CreateBashSessionResponse:
         name = getattr(request, "session", "default")
         if name in self._sessions:
             raise SessionExistsError(f"session {name} already exists")
@@ -106,12 +112,12 @@ class SweRexRuntime:
         r = shell.run(" ; ".join(f"source {shlex.quote(p)}" for p in sources), timeout=timeout, merge_stderr=True)
         return CreateBashSessionResponse(output=_text(r.stdout))
 
-    def _session(self, name: str):
+    def _session(self, name: str) -> Shell:
         if name not in self._sessions:
             raise SessionDoesNotExistError(f"session {name!r} does not exist")
         return self._sessions[name]
 
-    async def run_in_session(self, action) -> BashObservation:
+    async def run_in_session(self, action: Any) -> BashObservation:
         shell = self._session(getattr(action, "session", "default"))
         if getattr(action, "action_type", "bash") == "bash_interrupt":
             await self._call(shell.interrupt)
@@ -121,7 +127,7 @@ class SweRexRuntime:
                                   "run the program with its input instead (a heredoc or a file)")
         return await self._call(self._run, shell, action)
 
-    def _run(self, shell, action) -> BashObservation:
+    def _run(self, shell: Shell, action: Any) -> BashObservation:
         command = action.command
         # SWE-ReX checks the whole command with bash -n before running any of it.
         checked = shell.run(f"printf '%s\\n' {shlex.quote(command)} | bash -n")
@@ -146,19 +152,19 @@ class SweRexRuntime:
             raise NonZeroExitCodeError(msg)
         return BashObservation(output=output, exit_code=r.exit_code)
 
-    async def close_session(self, request) -> CloseBashSessionResponse:
+    async def close_session(self, request: Any) -> CloseBashSessionResponse:
         shell = self._session(getattr(request, "session", "default"))
         del self._sessions[shell.name]
         await self._call(shell.close)
         return CloseBashSessionResponse()
 
-    async def execute(self, command) -> CommandResponse:
+    async def execute(self, command: Any) -> CommandResponse:
         """Runs a command apart from every session, as ``subprocess.run``
         would: a list is the argv, a string with ``shell=True`` is sh text;
         ``env``, when given, is the whole environment."""
         return await self._call(self._execute, command)
 
-    def _execute(self, command) -> CommandResponse:
+    def _execute(self, command: Any) -> CommandResponse:
         argv = command.command
         if getattr(command, "shell", False):
             argv = ["/bin/sh", "-c", argv if isinstance(argv, str) else shlex.join(argv)]
@@ -183,7 +189,7 @@ class SweRexRuntime:
             raise NonZeroExitCodeError(msg)
         return out
 
-    async def read_file(self, request) -> ReadFileResponse:
+    async def read_file(self, request: Any) -> ReadFileResponse:
         data = await self._call(self._read, request.path)
         return ReadFileResponse(content=data.decode(getattr(request, "encoding", None) or "utf-8",
                                                     getattr(request, "errors", None) or "strict"))
@@ -193,7 +199,7 @@ class SweRexRuntime:
             raise FileNotFoundError(f"No such file or directory: {path!r}")
         return self.handle.read_file(path)
 
-    async def write_file(self, request) -> WriteFileResponse:
+    async def write_file(self, request: Any) -> WriteFileResponse:
         await self._call(self._write, request.path, request.content)
         return WriteFileResponse()
 
@@ -204,7 +210,7 @@ class SweRexRuntime:
         self.handle.exec(["sh", "-c", 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"', "sh", path],
                          stdin=content.encode(), check=True)
 
-    async def upload(self, request) -> UploadResponse:
+    async def upload(self, request: Any) -> UploadResponse:
         """Copies a local file or tree to target_path in the sandbox."""
         await self._call(copy_in, self.handle, request.source_path, request.target_path)
         return UploadResponse()
@@ -224,19 +230,19 @@ class SweRexDeployment:
     (the fleet warmed and claimed the sandbox); ``stop`` closes the
     runtime's sessions and leaves the sandbox to whoever acquired it."""
 
-    def __init__(self, handle):
+    def __init__(self, handle: Handle):
         self.handle = handle
         self.hooks: list[Any] = []
         self._runtime: SweRexRuntime | None = None
 
-    def add_hook(self, hook) -> None:
+    def add_hook(self, hook: Any) -> None:
         self.hooks.append(hook)
 
-    async def start(self, *args, **kwargs) -> None:
+    async def start(self, *args: Any, **kwargs: Any) -> None:
         if self._runtime is None:
             self._runtime = SweRexRuntime(self.handle)
 
-    async def stop(self, *args, **kwargs) -> None:
+    async def stop(self, *args: Any, **kwargs: Any) -> None:
         if self._runtime is not None:
             await self._runtime.close()
             self._runtime = None
