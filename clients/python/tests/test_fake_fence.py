@@ -69,6 +69,13 @@ def test_the_training_loop_of_the_docs_runs_as_written(image_root):
         assert "a - b" in f.read()
 
 
+def _marked(mark: str) -> list[str]:
+    """What this machine's /, /tmp and home hold whose name has mark (other
+    tests run beside this one, so only the names the sandbox's commands
+    wrote are looked for)."""
+    return [os.path.join(d, n) for d in ("/", "/tmp", os.path.expanduser("~")) for n in os.listdir(d) if mark in n]
+
+
 def test_commands_see_the_sandbox_not_this_machine(image_root, tmp_path):
     mark = "sf-fence-" + uuid.uuid4().hex[:8]
     host_tmp, host_root = os.path.join("/tmp", mark), os.path.join(os.path.expanduser("~"), mark)
@@ -85,7 +92,8 @@ def test_commands_see_the_sandbox_not_this_machine(image_root, tmp_path):
             assert mark not in env and "SF_TRAINER_ONLY" not in env, env
             assert "HOME=/root" in env and "PATH=/usr/local/sbin:" in env, env
             # Writes to absolute paths land in the sandbox's directory.
-            r = h.exec(f"echo x > /tmp/{mark} && echo y > /root/{mark} && echo z > /testbed/{mark} && cat /tmp/{mark}")
+            r = h.exec(f"echo x > /tmp/{mark} && echo y > /root/{mark} && echo z > /testbed/{mark} && echo w > /{mark} "
+                       f"&& cat /tmp/{mark}")
             assert (r.exit_code, r.stdout) == (0, b"x\n"), r
             p = h.start(["sh", "-c", f"echo w > /tmp/{mark}.proc"])
             assert p.wait(10) == 0
@@ -97,6 +105,7 @@ def test_commands_see_the_sandbox_not_this_machine(image_root, tmp_path):
         fleet.close()
         for path in (host_tmp, host_root, host_tmp + ".proc", os.path.join("/testbed", mark)):
             assert not os.path.lexists(path), f"a command of the fake sandbox wrote {path} on this machine"
+        assert _marked(mark) == [], "the fake sandbox's commands wrote these on this machine"
     finally:
         del os.environ["SF_TRAINER_ONLY"]
 
