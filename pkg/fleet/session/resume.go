@@ -166,7 +166,10 @@ func sameConfig(given, recorded config.Fleet) error {
 
 // Admit binds client id to key on its first call, and refuses a call
 // whose key is not the one bound: no caller can act on another's
-// sandboxes. The first client admitted owns the session.
+// sandboxes. An id whose holder is gone — its lease ran out and it holds
+// no sandbox — is bound to the new key instead, so that a trainer
+// restarted with a fixed client id gets it back. The first client
+// admitted owns the session.
 func (s *Session) Admit(id, key string) error {
 	if id == "" {
 		return nil
@@ -184,10 +187,25 @@ func (s *Session) Admit(id, key string) error {
 		s.changedLocked()
 		return nil
 	}
-	if subtle.ConstantTimeCompare([]byte(bound), []byte(digest)) != 1 {
-		return fmt.Errorf("%w: client id %q belongs to another caller (its key differs): use a client id of your own", ErrForeign, id)
+	if subtle.ConstantTimeCompare([]byte(bound), []byte(digest)) == 1 {
+		return nil
 	}
+	if time.Now().Before(s.clients[id]) || s.holdsLocked(id) {
+		return fmt.Errorf("%w: client id %q belongs to another caller (its key differs) that holds a lease or a sandbox: use a client id of your own, or wait until its lease runs out", ErrForeign, id)
+	}
+	s.keys[id] = digest
+	s.changedLocked()
 	return nil
+}
+
+// holdsLocked says whether client id holds a sandbox. Callers hold s.mu.
+func (s *Session) holdsLocked(id string) bool {
+	for _, h := range s.handles {
+		if h.Client == id {
+			return true
+		}
+	}
+	return false
 }
 
 // MayClose refuses a Close by any client but the owner.
