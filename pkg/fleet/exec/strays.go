@@ -16,9 +16,9 @@ import (
 // more. strayScript finds every such command (parent PID 0, not PID 1,
 // not itself), stops it so that it starts nothing more (a shell's loop
 // would start its next command as the last one dies), kills its tree as
-// signalScript does, and prints how many it stopped. With a shared PID namespace (PID 1 the pause
-// container) the containers' own processes have parent 0 too: then it
-// stops nothing and says so.
+// signalScript does, and prints how many it stopped. With a shared PID
+// namespace (PID 1 the pause container) the containers' own processes
+// have parent 0 too: then it stops nothing and says so.
 const strayScript = `kill=$1
 self=$$
 read -r l </proc/1/cmdline 2>/dev/null

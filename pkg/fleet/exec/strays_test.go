@@ -26,7 +26,9 @@ func newContainer(t *testing.T) *container {
 	if os.Geteuid() != 0 {
 		t.Skip("a PID namespace needs root")
 	}
-	c := &container{init: osexec.Command("unshare", "--pid", "--fork", "--mount-proc", "sleep", "3600")}
+	// --kill-child: the namespace's PID 1 dies with unshare, and the
+	// kernel then ends every process of the namespace.
+	c := &container{init: osexec.Command("unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "sleep", "3600")}
 	c.init.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := c.init.Start(); err != nil {
 		t.Fatal(err)
@@ -55,8 +57,7 @@ func (c *container) run(ctx context.Context, r exec.Request) (int, error) {
 }
 
 // start runs argv in the container and leaves it running, as a dead
-// driver leaves its commands; it returns the PID on this machine of the
-// process that entered it (nsenter's child).
+// driver leaves its commands.
 func (c *container) start(t *testing.T, argv ...string) {
 	t.Helper()
 	cmd := osexec.Command("nsenter", append([]string{"-t", strconv.Itoa(c.pid), "-p", "-m", "--"}, argv...)...)
