@@ -16,8 +16,11 @@ import. ``sandbox_fleet.testing.FakeFleet`` offers the same interface with
 no cluster, for trainers' unit tests.
 """
 
-from .aio import AsyncHandle, AsyncProcess, AsyncSandboxFleet, AsyncShell
-from .client import ExecResult, Handle, LookaheadWarmer, Process, SandboxFleet, Shell
+from ._commands import Command, ExecResult
+from ._fleet import AsyncSandboxFleet, LookaheadWarmer, SandboxFleet
+from ._handle import AsyncHandle, Handle
+from ._process import AsyncProcess, Process
+from ._shell import AsyncShell, Shell
 from .errors import (FailedPreconditionError, FleetError, ForeignHandleError, InfraError, InvalidArgumentError, NotFoundError,
                      NotWarmingError, OutputTooLarge, PermissionDeniedError, SandboxLostError, SandboxStartError,
                      SessionClosedError, TaskError, UnsafeArchiveError)
@@ -25,7 +28,7 @@ from .runner import RunReport, RunResult
 from .tracecontext import new_traceparent, trace_context
 
 __all__ = [
-    "AsyncHandle", "AsyncProcess", "AsyncSandboxFleet", "AsyncShell", "ExecResult", "FailedPreconditionError", "FleetError",
+    "AsyncHandle", "AsyncProcess", "AsyncSandboxFleet", "AsyncShell", "Command", "ExecResult", "FailedPreconditionError", "FleetError",
     "ForeignHandleError", "Handle", "InfraError", "InvalidArgumentError", "LookaheadWarmer", "NotFoundError", "NotWarmingError",
     "OutputTooLarge", "PermissionDeniedError", "Process", "RunReport", "RunResult", "SandboxFleet", "SandboxLostError",
     "SandboxStartError", "SessionClosedError", "Shell", "TaskError", "UnsafeArchiveError", "new_traceparent", "trace_context",

@@ -26,8 +26,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import IO, Any
 
 from . import _jail, _rows, runner
-from .client import (MAX_OUTPUT, MAX_TAR, Command, ExecResult, Handle, Process, Shell, Writable, _argv, _Capped, _Output,
-                     _signal_name)
+from ._commands import MAX_OUTPUT, Command, ExecResult, _argv, _Output, _signal_name
+from ._files import MAX_TAR, Writable, _Capped
+from ._handle import Handle
+from ._process import Process
+from ._shell import Shell
 from .errors import (FailedPreconditionError, InfraError, InvalidArgumentError, NotFoundError, NotWarmingError, SandboxLostError,
                      SandboxStartError, SessionClosedError)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import stat
 
-from ..client import Handle
+from .._handle import Handle
 
 
 def copy_in(handle: Handle, source: str, target: str) -> None:

@@ -58,7 +58,8 @@ import shlex
 import uuid
 from typing import Any
 
-from ..client import ExecResult, Handle
+from .._commands import ExecResult
+from .._handle import Handle
 from ._files import copy_in
 
 CMD_TIMEOUT = 120

@@ -42,7 +42,8 @@ import shlex
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from ..client import Handle, Shell
+from .._handle import Handle
+from .._shell import Shell
 
 from ._files import copy_in
 
