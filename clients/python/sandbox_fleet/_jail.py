@@ -7,6 +7,7 @@ nothing of the trainer's environment reaches a command."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import shutil
 import subprocess
@@ -117,15 +118,32 @@ def wrap(root: str, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> li
         if os.path.isdir(host) and not os.path.islink(host):
             out += ["--ro-bind", host, host]
     out += ["--bind", os.path.join(root, "usr", "local"), "/usr/local"]
-    # No --die-with-parent: the kernel ties it to the thread that started
-    # bwrap, and a call made through asyncio.to_thread (the SWE-ReX
-    # adapter's) ends its thread while the shell it opened lives on. The
-    # fake ends its sandboxes' processes at release and close.
-    out += ["--proc", "/proc", "--dev", "/dev", "--clearenv"]
+    # --die-with-parent follows the thread that started bwrap: start it
+    # with spawn(), whose thread lives as long as this process.
+    out += ["--proc", "/proc", "--dev", "/dev", "--die-with-parent", "--clearenv"]
     for k, v in env.items():
         out += ["--setenv", k, v]
     out += ["--chdir", cwd, "--", *argv]
     return out
+
+
+# One thread starts every fenced command and lives as long as this process:
+# the kernel ends bwrap (--die-with-parent) when the thread that started it
+# ends, and a call made through asyncio.to_thread (the SWE-ReX adapter's)
+# ends its thread while the shell it opened lives on. So the sandboxes'
+# processes end with the trainer's process, however it ends, and not
+# before.
+_spawner = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-fleet-fake-spawn")
+
+
+def spawn(argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """Starts argv (a wrap()ped command) with pipes to its stdin, stdout
+    and stderr, in a process group of its own, from the spawning thread."""
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
+                                env=dict(env), start_new_session=True)
+
+    return _spawner.submit(start).result()
 
 
 def local(root: str, path: str) -> str:

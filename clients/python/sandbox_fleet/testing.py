@@ -305,13 +305,10 @@ class FakeHandle(Handle):
             argv = ["sh", "-c", 'exec "$@"', "sh", *argv]
         environment = _jail.environment(self.hostname, env)
         if self._fenced:
-            full, where = _jail.wrap(self.root, argv, cwd or "/", environment), self.root
-            environment = {}
-        else:
-            full, where = argv, self._local(cwd) if cwd else self.root
-            environment = {**environment, "HOME": self._local("/root"), "SANDBOX_ROOT": self.root, **(env or {})}
-        return subprocess.Popen(full, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=where,
-                                env=environment, start_new_session=True)
+            return _jail.spawn(_jail.wrap(self.root, argv, cwd or "/", environment), self.root, {})
+        environment = {**environment, "HOME": self._local("/root"), "SANDBOX_ROOT": self.root, **(env or {})}
+        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                cwd=self._local(cwd) if cwd else self.root, env=environment, start_new_session=True)
 
     def exec_stream(self, command: Command, stdin: bytes | str | None = None, timeout: float | None = None,
                     env: Mapping[str, str] | None = None, cwd: str | None = None,

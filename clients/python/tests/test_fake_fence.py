@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import uuid
 
 import pytest
@@ -129,3 +131,59 @@ def test_errors_name_their_case():
     with pytest.raises(NotWarmingError):
         fleet.wait_pools_ready(timeout=1)
     fleet.close()
+
+
+TRAINER = """
+import sys
+from sandbox_fleet.testing import FakeFleet
+f = FakeFleet(isolate=True)
+f.add_tasks([{"id": "t", "image": "busybox:1.36"}])
+h = f.acquire("t")
+h.start(["sleep", sys.argv[1]])
+h.shell().run("true")
+print(h.root, flush=True)
+sys.stdin.read()
+"""
+
+
+def _running(word: str) -> list[str]:
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if word in cmdline.split():
+            out.append(f"{pid} {cmdline}")
+    return out
+
+
+def test_a_killed_trainers_sandboxes_end_with_it():
+    """A trainer SIGKILLed with a fake sandbox's process and shell running:
+    they end with it (bwrap --die-with-parent), nothing is left running."""
+    import signal
+    import sys
+    import time
+
+    seconds = str(3000 + int.from_bytes(os.urandom(2), "big") % 1000)  # a sleep no one else runs
+    trainer = subprocess.Popen([sys.executable, "-P", "-c", TRAINER, seconds], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    root = ""
+    try:
+        root = trainer.stdout.readline().strip()
+        assert root, "the trainer did not start"
+        assert _running(seconds), "the sandbox's process did not start"
+        trainer.send_signal(signal.SIGKILL)
+        trainer.wait(10)
+        deadline = time.monotonic() + 10
+        while _running(seconds) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _running(seconds) == [], "the killed trainer's sandbox still runs"
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+            trainer.wait()
+        # What a killed trainer cannot delete: its fake sandbox's directory.
+        if root.startswith(tempfile.gettempdir()):
+            shutil.rmtree(root, ignore_errors=True)
