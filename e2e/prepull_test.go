@@ -365,7 +365,12 @@ func TestServePrepull(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	n, ns, clients, img := pullingNode(t, ctx, "serve-prepull")
-	sock := filepath.Join(t.TempDir(), "serve.sock")
+	// A directory only this user may enter, as serve requires of a socket's.
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "serve.sock")
 	served := make(chan string, 1)
 	go func() {
 		code, _, stderr := plugin("serve", "-n", ns, "--listen", "unix://"+sock, "--prepull", "--prepull-high-water", strconv.Itoa(highWater))

@@ -84,12 +84,22 @@ func code(err error) connect.Code {
 	return 0
 }
 
+// socketDir is a directory only this user may enter, as serve requires of
+// a socket's (t.TempDir makes them 0755).
+func socketDir(t *testing.T) string {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // The Go client over a unix socket: the plan grows, pools warm, a retried
 // Acquire gets the same sandbox, and bad requests get precise errors.
 func TestSessionOverUnixSocket(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	_, addr, _ := startSession(t, ctx, serve.Access{Address: filepath.Join(t.TempDir(), "s.sock")})
+	_, addr, _ := startSession(t, ctx, serve.Access{Address: filepath.Join(socketDir(t), "s.sock")})
 	c, err := fleetclient.New(addr)
 	if err != nil {
 		t.Fatal(err)
@@ -250,7 +260,7 @@ func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 func TestCallsWaitForARestartingServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	access := serve.Access{Address: filepath.Join(t.TempDir(), "s.sock")}
+	access := serve.Access{Address: filepath.Join(socketDir(t), "s.sock")}
 	v, addr, stopServing := startSession(t, ctx, access)
 	c, err := fleetclient.New(addr)
 	if err != nil {
