@@ -10,7 +10,7 @@ tells apart::
     ├── InvalidArgumentError       a bad request (a field, a path, a name)
     ├── NotFoundError              no such task, image, handle, shell or process
     ├── PermissionDeniedError      the session refused the caller
-    │   └── ForeignHandleError     the sandbox is held by another client
+    │   └── ForeignHandleError     another client's: its sandbox, its id, the session
     ├── FailedPreconditionError    the call cannot be made now
     │   ├── SessionClosedError     the session is closed
     │   └── NotWarmingError        a wait for pools nothing asked to warm
@@ -62,8 +62,9 @@ class PermissionDeniedError(FleetError):
 
 
 class ForeignHandleError(PermissionDeniedError):
-    """The sandbox is held by another client: only the client that
-    acquired it may use or release it."""
+    """What the call names is another client's: a sandbox it holds, a
+    client id bound to its key while it holds a lease or a sandbox, or
+    the session only its owner may close."""
 
 
 class FailedPreconditionError(FleetError):
