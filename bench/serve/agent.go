@@ -71,7 +71,11 @@ func runAgent(ctx context.Context, rounds int, sh agentShape) error {
 	if err != nil {
 		return err
 	}
-	sock := filepath.Join(os.TempDir(), fmt.Sprintf("bench-agent-%d.sock", time.Now().UnixNano()))
+	sock, cleanup, err := socketPath("bench-agent")
+	if err != nil {
+		return err
+	}
+	defer cleanup()
 	server, err := startLines(ctx, self, childArgs("serve", ns, "-socket", sock)...)
 	if err != nil {
 		return err

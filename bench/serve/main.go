@@ -225,7 +225,11 @@ func trial(ctx context.Context, self, name, kubeconfig, ns string, sh shape) (re
 		}
 		return res, json.Unmarshal(out, &res)
 	case "python-serve":
-		sock := filepath.Join(os.TempDir(), fmt.Sprintf("bench-serve-%d.sock", time.Now().UnixNano()))
+		sock, cleanup, err := socketPath("bench-serve")
+		if err != nil {
+			return result{}, err
+		}
+		defer cleanup()
 		server, err := startLines(ctx, self, childArgs("serve", "-socket", sock)...)
 		if err != nil {
 			return result{}, err
@@ -544,4 +548,14 @@ func printPerRound(title string, names []string, values map[string][]float64) {
 		}
 		fmt.Printf("%-24s %s  median %.2f\n", n, strings.Join(each, " "), stats.Median(values[n]))
 	}
+}
+
+// socketPath is a unix socket path for a serve, in a directory of its own
+// that only this user can enter, as serve requires; cleanup removes it.
+func socketPath(prefix string) (string, func(), error) {
+	dir, err := os.MkdirTemp("", prefix+"-")
+	if err != nil {
+		return "", nil, err
+	}
+	return filepath.Join(dir, "serve.sock"), func() { os.RemoveAll(dir) }, nil
 }
