@@ -23,7 +23,7 @@ SCRIPTS = [" ".join(a) for a in ARGV]
 fleet = SandboxFleet(address)
 fleet.add_tasks([{"id": f"r{i}", "image": image} for i in range(rollouts)])
 fleet.lookahead(["r0"])
-if not fleet.wait_pools_ready(timeout=600)["ready"]:
+if not fleet.wait_pools_ready(timeout=600).ready:
     sys.exit("the pool did not become ready")
 with ThreadPoolExecutor(max_workers=rollouts) as pool:
     handles = list(pool.map(fleet.acquire, [f"r{i}" for i in range(rollouts)]))

@@ -19,7 +19,7 @@ batches = [[{"id": f"s{s}-p{p}-g{g}", "image": f"bench.example/problem-{s}-{p}:v
             for p in range(problems) for g in range(group)] for s in range(steps)]
 fleet.add_tasks([t for b in batches for t in b])
 fleet.lookahead([t["id"] for b in batches for t in b])
-if not fleet.wait_pools_ready(timeout=600)["ready"]:
+if not fleet.wait_pools_ready(timeout=600).ready:
     sys.exit("the pools did not become ready")
 
 

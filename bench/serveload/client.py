@@ -20,7 +20,7 @@ fleet = SandboxFleet(address, client_id=f"load-{k}")
 tasks = [f"c{k}-{i}" for i in range(concurrency * rounds)]
 fleet.add_tasks([{"id": t, "image": image} for t in tasks])
 fleet.lookahead([image])
-if not fleet.wait_pools_ready(timeout=900, images=[image])["ready"]:
+if not fleet.wait_pools_ready(timeout=900, images=[image]).ready:
     sys.exit(f"client {k}: the pool of {image} did not become ready")
 print("ready", flush=True)
 sys.stdin.readline()

@@ -12,8 +12,9 @@ address it prints::
         print(h.exec(["echo", "hi"]).stdout)
 
 The names follow the Python package agent-sandbox-rl, so switching is an
-import. ``sandbox_fleet.testing.FakeFleet`` offers the same interface with
-no cluster, for trainers' unit tests.
+import. ``sandbox_fleet.testing.FakeFleet`` (and ``AsyncFakeFleet``) is the
+same client over a session served in process, with no cluster, for
+trainers' unit tests.
 """
 
 from ._commands import Command, ExecResult
@@ -24,10 +25,12 @@ from ._shell import AsyncShell, Shell
 from .errors import (FailedPreconditionError, FleetError, ForeignHandleError, InfraError, InvalidArgumentError, NotFoundError,
                      NotWarmingError, OutputTooLarge, PermissionDeniedError, SandboxLostError, SandboxStartError,
                      SessionClosedError, TaskError, UnsafeArchiveError)
+from .results import Added, Counts, Held, Lease, Pool, PoolChange, PoolsReady, Status
 from .runner import RunReport, RunResult
 from .tracecontext import new_traceparent, trace_context
 
 __all__ = [
+    "Added", "Counts", "Held", "Lease", "Pool", "PoolChange", "PoolsReady", "Status",
     "AsyncHandle", "AsyncProcess", "AsyncSandboxFleet", "AsyncShell", "Command", "ExecResult", "FailedPreconditionError", "FleetError",
     "ForeignHandleError", "Handle", "InfraError", "InvalidArgumentError", "LookaheadWarmer", "NotFoundError", "NotWarmingError",
     "OutputTooLarge", "PermissionDeniedError", "Process", "RunReport", "RunResult", "SandboxFleet", "SandboxLostError",

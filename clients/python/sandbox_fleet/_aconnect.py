@@ -10,15 +10,30 @@ import contextlib
 import json
 import struct
 from collections.abc import AsyncGenerator, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from ._connect import (_END_STREAM, _MAX_IDLE, IDEMPOTENT, SERVICE, Reconnect, Transport, _end_error, _envelope, _message,
                        _not_listening, broken_after_sending)
+from .errors import FleetError, InfraError, from_connect
 
 # A stream of the session's messages on the loop; closing it (aclose)
 # closes its connection, which stops the call at the server.
 AsyncStream = AsyncGenerator[dict[str, Any], None]
-from .errors import FleetError, InfraError, from_connect
+
+
+class AsyncCalls(Protocol):
+    """What an asyncio client calls the session through: AsyncTransport,
+    or a fake one (sandbox_fleet.testing.AsyncFakeTransport)."""
+
+    async def unary(self, method: str, msg: dict[str, Any], timeout: float | None = None) -> dict[str, Any]: ...
+
+    def server_stream(self, method: str, msg: dict[str, Any]) -> AsyncStream:
+        """The call's messages as they come, for as long as it takes."""
+        ...
+
+    async def client_stream(self, method: str, msgs: Iterable[dict[str, Any]]) -> dict[str, Any]: ...
+
+    async def close(self) -> None: ...
 
 
 class _Conn:

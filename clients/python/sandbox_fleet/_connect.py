@@ -19,16 +19,39 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Generator, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import tracecontext
 from .errors import FleetError, InfraError, from_connect
+
+if TYPE_CHECKING:
+    from ._aconnect import AsyncCalls
 
 SERVICE = "/sandboxfleet.fleet.v1.FleetService/"
 
 # A stream of the session's messages; closing it closes its connection,
 # which stops the call at the server.
 Stream = Generator[dict[str, Any], None, None]
+
+
+class Calls(Protocol):
+    """What a client calls the session through: the HTTP Transport, or a
+    fake one (sandbox_fleet.testing.FakeTransport)."""
+
+    address: str
+
+    def unary(self, method: str, msg: dict[str, Any], timeout: float | None = None) -> dict[str, Any]: ...
+
+    def server_stream(self, method: str, msg: dict[str, Any], timeout: float | None = None) -> Stream: ...
+
+    def client_stream(self, method: str, msgs: Iterable[dict[str, Any]], timeout: float | None = None) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+    def asyncio(self) -> "AsyncCalls":
+        """The same calls for asyncio, to the same session."""
+        ...
+
 
 # Connect streams wrap each message in an envelope: one flag byte and a
 # four-byte big-endian length.
@@ -219,6 +242,11 @@ class Transport:
                 self._idle.append(conn)
                 return
         conn.close()
+
+    def asyncio(self) -> "AsyncCalls":
+        from ._aconnect import AsyncTransport
+
+        return AsyncTransport(self)
 
     def close(self) -> None:
         """Closes the idle connections."""

@@ -13,11 +13,11 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from . import _rows, runner
-from ._aconnect import AsyncTransport
 from ._commands import _seconds
-from ._connect import CLIENT_KEY_HEADER, RECONNECT, Transport
+from ._connect import CLIENT_KEY_HEADER, RECONNECT, Calls, Transport
 from ._handle import AsyncHandle, Handle, _handle
 from .errors import FleetError, InfraError
+from .results import Added, Lease, Pool, PoolsReady, Status, pools_of
 
 
 def _lookahead_msg(tasks_or_images: Iterable[Any]) -> dict[str, Any]:
@@ -54,6 +54,19 @@ def _release_msg(client_id: str, handle: Handle | str, reuse: bool) -> tuple[str
     return hid, msg
 
 
+def _transport(address: str, token: str | None, timeout: float | None, token_file: str | None, reconnect: float,
+               ca_file: str | None) -> Transport:
+    """The HTTP transport to the serve at address."""
+    if not address:
+        raise ValueError("give the address serve printed (unix:///PATH or http(s)://HOST:PORT)")
+    if token_file is not None and token is not None:
+        raise ValueError("give token or token_file, not both")
+    # The key binds client_id to this object at the server: no other
+    # caller can act on its sandboxes, whatever id it claims.
+    return Transport(address, token=token, timeout=timeout, headers={CLIENT_KEY_HEADER: secrets.token_hex(16)},
+                     reconnect=reconnect, token_file=token_file, ca_file=ca_file)
+
+
 class SandboxFleet:
     """A client of one fleet session.
 
@@ -73,17 +86,17 @@ class SandboxFleet:
     ``reconnect`` seconds for it to listen again; an acquire whose
     connection broke is sent again with its request id, so it never takes
     two sandboxes. Handles acquired before the restart work after it.
+
+    ``transport`` takes the place of HTTP to a serve: FakeFleet
+    (sandbox_fleet.testing) is this class over a FakeTransport.
     """
 
-    def __init__(self, address: str, token: str | None = None, client_id: str | None = None,
+    def __init__(self, address: str = "", token: str | None = None, client_id: str | None = None,
                  timeout: float | None = 60.0, retries: int = 3, token_file: str | None = None,
-                 reconnect: float = RECONNECT, ca_file: str | None = None):
-        if token_file is not None and token is not None:
-            raise ValueError("give token or token_file, not both")
-        # The key binds client_id to this object at the server: no other
-        # caller can act on its sandboxes, whatever id it claims.
-        self._t = Transport(address, token=token, timeout=timeout, headers={CLIENT_KEY_HEADER: secrets.token_hex(16)},
-                            reconnect=reconnect, token_file=token_file, ca_file=ca_file)
+                 reconnect: float = RECONNECT, ca_file: str | None = None, *, transport: Calls | None = None):
+        if transport is not None and address:
+            raise ValueError("give an address or a transport, not both")
+        self._t = transport or _transport(address, token, timeout, token_file, reconnect, ca_file)
         self.client_id = client_id or "py-" + uuid.uuid4().hex[:12]
         self.retries = retries
         self._held: set[str] = set()
@@ -95,7 +108,7 @@ class SandboxFleet:
     # The plan.
 
     def add_tasks(self, rows: Iterable[Mapping[str, Any] | str], id_field: str | None = None, image_field: str | None = None,
-                  rewrite: Iterable[str] = ()) -> dict[str, Any]:
+                  rewrite: Iterable[str] = ()) -> Added:
         """Adds tasks to the plan: rows as ``run --tasks`` reads them, by the
         same parser — dicts (``{"id", "image"}``, SWE-bench rows with
         ``instance_id`` and maybe ``docker_image``, R2E-Gym rows with
@@ -104,13 +117,14 @@ class SandboxFleet:
         ``id_field``/``image_field`` name the fields to use instead;
         ``rewrite`` rules (``"FROM=TO"``) redirect images, before the
         session's own. A bad row raises FleetError naming every bad row by
-        its index, and nothing is added. Returns added, total, pools."""
-        return self._t.unary("AddTasks", _rows.request(rows, id_field, image_field, rewrite))
+        its index, and nothing is added."""
+        return Added.of(self._t.unary("AddTasks", _rows.request(rows, id_field, image_field, rewrite)))
 
-    def lookahead(self, tasks_or_images: Iterable[Any]) -> list[dict[str, Any]]:
+    def lookahead(self, tasks_or_images: Iterable[Any]) -> list[Pool]:
         """Starts warming the pools of these tasks (dicts or ids) or images
-        ("repo:tag" strings with a ':' or '/') and returns at once."""
-        return self._t.unary("Lookahead", _lookahead_msg(tasks_or_images)).get("pools", [])
+        ("repo:tag" strings with a ':' or '/') and returns their pools at
+        once."""
+        return pools_of(self._t.unary("Lookahead", _lookahead_msg(tasks_or_images)).get("pools"))
 
     def run(self, fn: Callable[..., Any], strategy: str = "naive", concurrency: int | None = None, *, epochs: int = 1,
             keep_warm: bool = False, recycle: bool = False) -> list[Any]:
@@ -136,14 +150,13 @@ class SandboxFleet:
     def _cool(self, images: list[str]) -> list[str]:
         return self._t.unary("Unwarm", {"images": images}).get("images", [])
 
-    def wait_pools_ready(self, timeout: float = 600.0, images: Iterable[str] = ()) -> dict[str, Any]:
+    def wait_pools_ready(self, timeout: float = 600.0, images: Iterable[str] = ()) -> PoolsReady:
         """Waits until the pools are Ready or timeout passes; returns
-        {"ready": bool, "pools": [...]}, never raising for not ready. Pools
-        nothing asked to warm (no lookahead or acquire) would never be: that
-        raises FleetError at once, naming them."""
-        out = self._t.unary("WaitPoolsReady", {"timeout": _seconds(timeout), "images": list(images)},
-                            timeout=timeout + 30)
-        return {"ready": bool(out.get("ready")), "pools": out.get("pools", [])}
+        PoolsReady (true when all are, with each pool), never raising for
+        not ready. Pools nothing asked to warm (no lookahead or acquire)
+        would never be: that raises NotWarmingError at once, naming them."""
+        return PoolsReady.of(self._t.unary("WaitPoolsReady", {"timeout": _seconds(timeout), "images": list(images)},
+                                           timeout=timeout + 30))
 
     # Sandboxes.
 
@@ -186,11 +199,12 @@ class SandboxFleet:
         with self._lock:
             self._held.discard(hid)
 
-    def renew(self) -> dict[str, Any]:
-        out = self._t.unary("Renew", {"clientId": self.client_id})
-        ttl = out.get("leaseTtl", "60s")
-        self._ttl = float(ttl.rstrip("s")) if isinstance(ttl, str) else 60.0
-        return out
+    def renew(self) -> Lease:
+        """Renews this client's leases now (the background thread does it
+        while a sandbox is held)."""
+        lease = Lease.of(self._t.unary("Renew", {"clientId": self.client_id}))
+        self._ttl = lease.ttl or 60.0
+        return lease
 
     def _start_renewer(self) -> None:
         with self._lock:
@@ -214,8 +228,9 @@ class SandboxFleet:
 
     # The session.
 
-    def status(self) -> dict[str, Any]:
-        return self._t.unary("Status", {})
+    def status(self) -> Status:
+        """The session's tasks, pools, held sandboxes and counts."""
+        return Status.of(self._t.unary("Status", {}))
 
     def close(self) -> None:
         """Tears the whole session down (every sandbox and pool) and stops
@@ -269,21 +284,21 @@ class LookaheadWarmer:
 class AsyncSandboxFleet:
     """SandboxFleet for asyncio trainers: the same methods, awaited."""
 
-    def __init__(self, address: str, token: str | None = None, client_id: str | None = None,
+    def __init__(self, address: str = "", token: str | None = None, client_id: str | None = None,
                  timeout: float | None = 60.0, retries: int = 3, token_file: str | None = None,
-                 reconnect: float = RECONNECT, ca_file: str | None = None):
+                 reconnect: float = RECONNECT, ca_file: str | None = None, *, transport: Calls | None = None):
         """As SandboxFleet's."""
         self.sync = SandboxFleet(address, token=token, client_id=client_id, timeout=timeout, retries=retries,
-                                 token_file=token_file, reconnect=reconnect, ca_file=ca_file)
-        self._t = AsyncTransport(self.sync._t)
+                                 token_file=token_file, reconnect=reconnect, ca_file=ca_file, transport=transport)
+        self._t = self.sync._t.asyncio()
 
     @property
     def client_id(self) -> str:
         return self.sync.client_id
 
     async def add_tasks(self, rows: Iterable[Mapping[str, Any] | str], id_field: str | None = None, image_field: str | None = None,
-                        rewrite: Iterable[str] = ()) -> dict[str, Any]:
-        return await self._t.unary("AddTasks", _rows.request(rows, id_field, image_field, rewrite))
+                        rewrite: Iterable[str] = ()) -> Added:
+        return Added.of(await self._t.unary("AddTasks", _rows.request(rows, id_field, image_field, rewrite)))
 
     async def run(self, fn: Callable[..., Any], strategy: str = "naive", concurrency: int | None = None, *, epochs: int = 1,
                   keep_warm: bool = False, recycle: bool = False) -> list[Any]:
@@ -298,12 +313,12 @@ class AsyncSandboxFleet:
     async def _cool(self, images: list[str]) -> list[str]:
         return (await self._t.unary("Unwarm", {"images": images})).get("images", [])
 
-    async def lookahead(self, tasks_or_images: Iterable[Any]) -> list[dict[str, Any]]:
-        return (await self._t.unary("Lookahead", _lookahead_msg(tasks_or_images))).get("pools", [])
+    async def lookahead(self, tasks_or_images: Iterable[Any]) -> list[Pool]:
+        return pools_of((await self._t.unary("Lookahead", _lookahead_msg(tasks_or_images))).get("pools"))
 
-    async def wait_pools_ready(self, timeout: float = 600.0, images: Iterable[str] = ()) -> dict[str, Any]:
-        out = await self._t.unary("WaitPoolsReady", {"timeout": _seconds(timeout), "images": list(images)}, timeout=timeout + 30)
-        return {"ready": bool(out.get("ready")), "pools": out.get("pools", [])}
+    async def wait_pools_ready(self, timeout: float = 600.0, images: Iterable[str] = ()) -> PoolsReady:
+        return PoolsReady.of(await self._t.unary("WaitPoolsReady", {"timeout": _seconds(timeout), "images": list(images)},
+                                                 timeout=timeout + 30))
 
     async def acquire(self, task_id: str | Mapping[str, Any] | None = None, image: str | None = None, timeout: float | None = None) -> AsyncHandle:
         msg = _acquire_msg(self.client_id, task_id, image, timeout)
@@ -326,8 +341,13 @@ class AsyncSandboxFleet:
         finally:
             self.sync._unhold(hid)
 
-    async def status(self) -> dict[str, Any]:
-        return await self._t.unary("Status", {})
+    async def renew(self) -> Lease:
+        lease = Lease.of(await self._t.unary("Renew", {"clientId": self.client_id}))
+        self.sync._ttl = lease.ttl or 60.0
+        return lease
+
+    async def status(self) -> Status:
+        return Status.of(await self._t.unary("Status", {}))
 
     async def close(self) -> None:
         self.sync._stop.set()

@@ -20,7 +20,7 @@ from ._shell import AsyncShell, Shell
 from .errors import TaskError
 
 if TYPE_CHECKING:
-    from ._aconnect import AsyncTransport
+    from ._aconnect import AsyncCalls
     from ._fleet import AsyncSandboxFleet, SandboxFleet
 
 
@@ -235,7 +235,7 @@ class AsyncHandle:
 
     def __init__(self, fleet: "AsyncSandboxFleet", handle: Handle):
         self._fleet: AsyncSandboxFleet = fleet
-        self._t: AsyncTransport = fleet._t
+        self._t: AsyncCalls = fleet._t
         self.handle: Handle = handle
 
     @property

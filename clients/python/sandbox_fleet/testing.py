@@ -1,500 +1,57 @@
-"""FakeFleet: the SandboxFleet interface with no cluster, for trainers' unit
-tests. A sandbox is a local temporary directory standing for the sandbox's
-root (``/testbed/x`` is ``<dir>/testbed/x``), started as a copy of its
-image's directory where ``image_roots`` gives one. Its commands run in a
-mount namespace whose root is that directory (bubblewrap; see
+"""FakeFleet and AsyncFakeFleet: the real SandboxFleet and AsyncSandboxFleet
+over a fake transport, for trainers' unit tests with no cluster.
+
+``FakeSession`` serves the fleet session's API in this process, message
+for message as ``serve`` does (the JSON of api/fleet/v1, base64 streams and
+errors with their codes and reasons), and ``FakeTransport`` hands it the
+client's calls in place of HTTP, as httpx's ``MockTransport`` does. So the
+code a trainer's tests exercise — the clients, handles, shells, processes,
+files, the runner, ``LookaheadWarmer`` and the adapters — is the code that
+talks to ``serve``.
+
+A sandbox is a local temporary directory standing for the sandbox's root
+(``/testbed/x`` is ``<dir>/testbed/x``), started as a copy of its image's
+directory where ``image_roots`` gives one. Its commands run in a mount
+namespace whose root is that directory (bubblewrap; see
 ``sandbox_fleet._jail``), with an image's environment and nothing of the
-trainer's, so absolute paths in commands land in the sandbox. It checks
-what the real session checks: unknown tasks, images not in the plan,
-handles released twice or held by another fleet."""
+trainer's, so absolute paths in commands land in the sandbox. A run's
+windows are planned by the plugin's own planner (``kubectl-sandbox_fleet
+plan --offline``) where the plugin is installed, with the flags given as
+``plan_args``, as serve plans them."""
 
 from __future__ import annotations
 
-import contextlib
-import io
+import asyncio
+import concurrent.futures
+import json
 import os
-import queue
 import shutil
 import signal
 import subprocess
-import tarfile
-import tempfile
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import IO, Any
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
-from . import _jail, _rows, runner
-from ._commands import MAX_OUTPUT, Command, ExecResult, _argv, _Output, _signal_name
-from ._files import MAX_TAR, Writable, _Capped
-from ._handle import Handle
-from ._process import Process
-from ._shell import Shell
-from .errors import (FailedPreconditionError, InfraError, InvalidArgumentError, NotFoundError, NotWarmingError, SandboxLostError,
-                     SandboxStartError, SessionClosedError)
-
-
-def _descendants(pid: int) -> list[int]:
-    """The processes under pid, from /proc (Linux)."""
-    parents: dict[int, int] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    parents[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    found, more = set(), {pid}
-    while more:
-        more = {p for p, pp in parents.items() if pp in more and p not in found}
-        found |= more
-    return sorted(found)
+from . import _jail, _rows
+from ._aconnect import AsyncStream
+from ._connect import Stream, unb64
+from ._fakesandbox import CONTAINER, Proc, Sandbox, Shell
+from ._fleet import AsyncSandboxFleet, SandboxFleet
+from ._handle import AsyncHandle, Handle
+from .errors import (FleetError, ForeignHandleError, InvalidArgumentError, NotFoundError, NotWarmingError, SandboxLostError,
+                     SandboxStartError, SessionClosedError, from_connect)
+from .runner import STRATEGIES
 
 
-def _parent(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
+def _seconds(text: Any) -> float | None:
+    """A Duration's JSON (``"1.500s"``) in seconds; None when unset."""
+    return float(str(text).rstrip("s")) if text else None
 
 
-def _kill_group(p: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
-    try:
-        os.killpg(p.pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _pipe(f: IO[bytes] | None) -> IO[bytes]:
-    """A pipe of a process started with stdin, stdout and stderr piped."""
-    assert f is not None
-    return f
-
-
-class FakeShell(Shell):
-    """A shell of a FakeHandle: a local bash (or sh) run as the real one is,
-    its state kept between scripts."""
-
-    handle: FakeHandle
-
-    def __init__(self, handle: "FakeHandle", name: str):
-        super().__init__(handle, name)
-        program = "command -v bash >/dev/null && exec bash; exec sh"
-        self._p = handle._spawn(["sh", "-c", "exec 3>&2 2>/dev/null; " + program], None, None, wrapped=False)
-        self._lock = threading.Lock()
-        self._running = False
-        self.closed = False
-
-    def _read_until(self, stream: IO[bytes], marker: bytes, sink: list[bytes]) -> bytes | None:
-        """Copies what comes before the marker to sink and returns what
-        follows it on its line; None at the shell's end."""
-        buf = b""
-        sep = b"\n" + marker
-        while True:
-            i = buf.find(sep)
-            if i >= 0 and b"\n" in buf[i + len(sep):]:
-                sink.append(buf[:i])
-                rest = buf[i + len(sep):]
-                return rest[:rest.index(b"\n")].strip()
-            chunk = os.read(stream.fileno(), 65536)
-            if not chunk:
-                sink.append(buf)
-                return None
-            buf += chunk
-
-    def _signal_children(self, sig: int) -> None:
-        # The shell is bwrap's one child where the sandbox is fenced.
-        shell = self._p.pid
-        if self.handle._fenced:
-            children = [p for p in _descendants(shell) if _parent(p) == shell]
-            if not children:
-                return
-            shell = children[0]
-        for pid in _descendants(shell):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-
-    def run_stream(self, script: str, timeout: float | None = None,
-                   merge_stderr: bool = False) -> Iterator[tuple[str, bytes | int | bool]]:
-        r = self.run(script, timeout=timeout, merge_stderr=merge_stderr)
-        if r.stdout:
-            yield "stdout", r.stdout
-        if r.stderr:
-            yield "stderr", r.stderr
-        if r.timed_out:
-            yield "timed_out", True
-        yield "exit", r.exit_code
-
-    def run(self, script: str, timeout: float | None = None, merge_stderr: bool = False, check: bool = False,
-            max_output: int = MAX_OUTPUT) -> ExecResult:
-        h = self.handle
-        h.fleet._check(h.id)
-        if self.closed:
-            raise NotFoundError(f"ShellRun: sandbox {h.id} has no shell {self.name!r} open (closed, exited, or never opened): open it first")
-        marker = ("sandbox-fleet-" + uuid.uuid4().hex).encode()
-        quoted = "'" + script.replace("'", "'\\''") + "'"
-        redirect = "2>&1 3>&-" if merge_stderr else "2>&3 3>&-"
-        text = f"command eval {quoted} {redirect} </dev/null\nprintf '\\n%s %d\\n' {marker.decode()} \"$?\"; printf '\\n%s\\n' {marker.decode()} >&3\n"
-        out: list[bytes] = []
-        err: list[bytes] = []
-        tails: dict[str, bytes | None] = {}
-        with self._lock:
-            self._running = True
-            try:
-                _pipe(self._p.stdin).write(text.encode())
-                _pipe(self._p.stdin).flush()
-                readers = [threading.Thread(target=lambda: tails.__setitem__("out", self._read_until(_pipe(self._p.stdout), marker, out))),
-                           threading.Thread(target=lambda: tails.__setitem__("err", self._read_until(_pipe(self._p.stderr), marker, err)))]
-                for t in readers:
-                    t.start()
-                readers[0].join(timeout)
-                timed_out = readers[0].is_alive()
-                if timed_out:
-                    # As in the sandbox: SIGINT to what the shell runs, then SIGKILL.
-                    for sig, grace in ((signal.SIGINT, 1.0), (signal.SIGKILL, 2.0)):
-                        self._signal_children(sig)
-                        readers[0].join(grace)
-                        if not readers[0].is_alive():
-                            break
-                    else:
-                        self._close()
-                        raise InfraError(f"ShellRun: the script could not be stopped, so shell {self.name} went with it (open it again)", "internal", "exec")
-                for t in readers:
-                    t.join()
-            finally:
-                self._running = False
-        if tails["out"] is None:
-            # The script ended the shell.
-            self.closed = True
-            rc = self._p.wait()
-            return _capped(ExecResult(rc if rc >= 0 else 128 - rc, b"".join(out), b"".join(err)), max_output)
-        result = ExecResult(124 if timed_out else int(tails["out"]), b"".join(out), b"".join(err), timed_out)
-        return self._checked(_capped(result, max_output), script, check)
-
-    def interrupt(self) -> None:
-        self.handle.fleet._check(self.handle.id)
-        if self._running:
-            self._signal_children(signal.SIGINT)
-
-    def _close(self) -> None:
-        self.closed = True
-        _kill_group(self._p)
-        self._p.wait()
-        for f in (self._p.stdin, self._p.stdout, self._p.stderr):
-            _pipe(f).close()
-
-    def close(self) -> None:
-        self.handle.fleet._check(self.handle.id)
-        self.handle._shells.pop(self.name, None)
-        if not self.closed:
-            self._close()
-
-
-class FakeProcess(Process):
-    """A process of a FakeHandle: a local process in a group of its own."""
-
-    handle: FakeHandle
-
-    def __init__(self, handle: "FakeHandle", pid: str, p: subprocess.Popen[bytes]):
-        super().__init__(handle, pid)
-        self._p = p
-        self._events: list[Any] = []
-        self._cond = threading.Condition()
-        readers = [threading.Thread(target=self._read, args=(p.stdout, "stdout"), daemon=True),
-                   threading.Thread(target=self._read, args=(p.stderr, "stderr"), daemon=True)]
-        for t in readers:
-            t.start()
-
-        def ender() -> None:
-            for t in readers:
-                t.join()
-            rc = p.wait()
-            with self._cond:
-                self._events.append(("exit", rc if rc >= 0 else 128 - rc))
-                self._cond.notify_all()
-        threading.Thread(target=ender, daemon=True).start()
-
-    def _read(self, stream: IO[bytes], kind: str) -> None:
-        while chunk := os.read(stream.fileno(), 65536):
-            with self._cond:
-                self._events.append((kind, chunk))
-                self._cond.notify_all()
-
-    def events(self, start: int = 0) -> Iterator[tuple[str, bytes | int]]:
-        i = start
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: len(self._events) > i)
-                batch = self._events[i:]
-            for kind, data in batch:
-                i += 1
-                if kind == "exit":
-                    self.exit_code = data
-                yield kind, data
-                if kind == "exit":
-                    return
-
-    def write_stdin(self, data: bytes | str) -> None:
-        self.handle.fleet._check(self.handle.id)
-        _pipe(self._p.stdin).write(data.encode() if isinstance(data, str) else data)
-        _pipe(self._p.stdin).flush()
-
-    def close_stdin(self) -> None:
-        self.handle.fleet._check(self.handle.id)
-        _pipe(self._p.stdin).close()
-
-    def signal(self, sig: int | str) -> None:
-        self.handle.fleet._check(self.handle.id)
-        name = _signal_name(sig).upper()
-        sig = signal.Signals[name if name.startswith("SIG") else "SIG" + name]
-        if self.handle._fenced:
-            # To the process and what it started, not to bwrap: it would
-            # die of it and take them along unasked.
-            for pid in _descendants(self._p.pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, sig)
-        else:
-            _kill_group(self._p, sig)
-
-    def wait(self, timeout: float | None = None) -> int:
-        try:
-            rc = self._p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise TimeoutError(f"process {self.id} in sandbox {self.handle.id} still runs after {timeout}s") from None
-        self.exit_code = rc if rc >= 0 else 128 - rc
-        return self.exit_code
-
-    def _stop(self) -> None:
-        _kill_group(self._p)
-        self._p.wait()
-
-
-class FakeHandle(Handle):
-    """A sandbox of FakeFleet: a local directory."""
-
-    fleet: FakeFleet  # type: ignore[assignment]
-    root: str = ""
-    _fenced: bool
-    _shells: dict[str, FakeShell]
-    _procs: list[FakeProcess]
-
-    lost_reason: str | None = None
-
-    def _prepare(self, root: str, fenced: bool) -> None:
-        self.root = root
-        self._fenced = fenced
-        self._shells: dict[str, FakeShell] = {}
-        self._procs: list[FakeProcess] = []
-        _jail.prepare(root)
-
-    def _local(self, path: str) -> str:
-        return _jail.local(self.root, path)
-
-    def _spawn(self, command: Command, env: Mapping[str, str] | None, cwd: str | None,
-               wrapped: bool = True) -> subprocess.Popen[bytes]:
-        """Starts command in the sandbox, in a process group of its own,
-        with pipes to its stdin, stdout and stderr. ``wrapped`` runs it
-        under ``sh -c 'exec "$@"'``, so that a program that is not there
-        is exit 127 with sh's message, as in a container."""
-        argv = _argv(command)
-        if wrapped:
-            argv = ["sh", "-c", 'exec "$@"', "sh", *argv]
-        environment = _jail.environment(self.hostname, env)
-        if self._fenced:
-            return _jail.spawn(_jail.wrap(self.root, argv, cwd or "/", environment), self.root, {})
-        environment = {**environment, "HOME": self._local("/root"), "SANDBOX_ROOT": self.root, **(env or {})}
-        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                cwd=self._local(cwd) if cwd else self.root, env=environment, start_new_session=True)
-
-    def exec_stream(self, command: Command, stdin: bytes | str | None = None, timeout: float | None = None,
-                    env: Mapping[str, str] | None = None, cwd: str | None = None,
-                    container: str | None = None) -> Iterator[tuple[str, bytes | int | bool]]:
-        self.fleet._check(self.id)
-        if not _argv(command):
-            raise InvalidArgumentError("Exec: no command: argv is empty")
-        data = stdin.encode() if isinstance(stdin, str) else stdin
-        try:
-            p = self._spawn(command, env, cwd)
-        except (FileNotFoundError, NotADirectoryError) as e:
-            yield "stderr", str(e).encode()
-            yield "exit", 127 if isinstance(e, FileNotFoundError) and not cwd else 2
-            return
-        # Output streams as it comes, as from the sandbox: a caller that
-        # stops reading (past its max_output) stops the command.
-        events: queue.Queue[Any] = queue.Queue(maxsize=64)
-        stop = threading.Event()
-
-        def pump(stream: IO[bytes], kind: str) -> None:
-            try:
-                while chunk := os.read(stream.fileno(), 1 << 16):
-                    while not stop.is_set():
-                        try:
-                            events.put((kind, chunk), timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
-            except (OSError, ValueError):
-                pass
-            with contextlib.suppress(queue.Full):
-                events.put((kind, None), timeout=0.1)
-
-        def feed() -> None:
-            with contextlib.suppress(OSError, ValueError):
-                _pipe(p.stdin).write(data or b"")
-            with contextlib.suppress(OSError, ValueError):
-                _pipe(p.stdin).close()
-
-        threads = [threading.Thread(target=pump, args=(p.stdout, "stdout"), daemon=True),
-                   threading.Thread(target=pump, args=(p.stderr, "stderr"), daemon=True),
-                   threading.Thread(target=feed, daemon=True)]
-        for t in threads:
-            t.start()
-        deadline = None if not timeout else time.monotonic() + timeout
-        timed_out, open_streams = False, 2
-        try:
-            while open_streams:
-                try:
-                    kind, chunk = events.get(timeout=None if deadline is None or timed_out else max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    # As in the sandbox: the command and what it started are killed.
-                    _kill_group(p)
-                    timed_out = True
-                    continue
-                if chunk is None:
-                    open_streams -= 1
-                    continue
-                yield kind, chunk
-            p.wait()
-        finally:
-            stop.set()
-            if p.poll() is None:
-                _kill_group(p)
-                p.wait()
-            for t in threads:
-                t.join(5)
-            for f in (p.stdout, p.stderr):
-                _pipe(f).close()
-        self.fleet._check(self.id)
-        if timed_out:
-            yield "timed_out", True
-            yield "exit", 124
-        else:
-            yield "exit", p.returncode if p.returncode >= 0 else 128 - p.returncode
-
-    def list(self, path: str) -> list[str]:
-        self.fleet._check(self.id)
-        try:
-            return sorted(os.listdir(self._local(path)))
-        except OSError as e:
-            raise FailedPreconditionError(f"list {path}: not a directory, or not readable: {e}") from None
-
-    def exists(self, path: str) -> bool:
-        self.fleet._check(self.id)
-        return os.path.lexists(self._local(path))
-
-    def remove(self, path: str, recursive: bool = False) -> None:
-        self.fleet._check(self.id)
-        local = self._local(path)
-        if os.path.isdir(local) and not os.path.islink(local):
-            if not recursive:
-                raise FailedPreconditionError(f"remove {path}: rm: '{path}': Is a directory")
-            shutil.rmtree(local)
-        elif os.path.lexists(local):
-            os.remove(local)
-
-    def alive_reason(self) -> str | None:
-        self.fleet._check(self.id, alive=False)
-        return self.lost_reason
-
-    def shell(self, name: str = "default") -> FakeShell:
-        self.fleet._check(self.id)
-        if name not in self._shells or self._shells[name].closed:
-            self._shells[name] = FakeShell(self, name)
-        return self._shells[name]
-
-    def start(self, command: Command, env: Mapping[str, str] | None = None, cwd: str | None = None,
-              container: str | None = None) -> FakeProcess:
-        self.fleet._check(self.id)
-        p = self._spawn(command, env, cwd)
-        proc = FakeProcess(self, f"p{len(self._procs) + 1}", p)
-        self._procs.append(proc)
-        return proc
-
-    @contextlib.contextmanager
-    def port_forward(self, port: int) -> Iterator[str]:
-        """The fake's sandbox is this machine: its port is here already."""
-        self.fleet._check(self.id)
-        if not 1 <= int(port) <= 65535:
-            raise InvalidArgumentError(f"PortForward: port {port}: give a port from 1 to 65535")
-        yield f"http://127.0.0.1:{int(port)}"
-
-    def _end(self) -> None:
-        for sh in list(self._shells.values()):
-            if not sh.closed:
-                sh._close()
-        for p in self._procs:
-            p._stop()
-
-    def write_tar(self, directory: str, archive: bytes, chunk: int = 1 << 20) -> int:
-        self.fleet._check(self.id)
-        if not directory.startswith("/"):
-            raise InvalidArgumentError(f"WriteFiles: directory {directory!r}: give an absolute path")
-        dest = self._local(directory)
-        os.makedirs(dest, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            for m in tar.getmembers():
-                # What a sandbox's own tar could write is inside the
-                # sandbox; here that is the directory.
-                root = os.path.realpath(self.root) + os.sep
-                target = os.path.realpath(os.path.join(dest, m.name))
-                if not target.startswith(root) or m.islnk():
-                    raise InvalidArgumentError(f"WriteFiles: {m.name!r} would land outside the sandbox")
-                # A relative link within the sandbox is as the sandbox has
-                # it; an absolute one would point at this machine.
-                if m.issym() and (m.linkname.startswith("/") or
-                                  not os.path.realpath(os.path.join(os.path.dirname(target), m.linkname)).startswith(root)):
-                    raise InvalidArgumentError(f"WriteFiles: link {m.name!r} -> {m.linkname!r}: FakeFleet takes relative links "
-                                     "within the sandbox only")
-            tar.extractall(dest)
-        return len(archive)
-
-    def read_tar(self, paths: Iterable[str], max_bytes: int = MAX_TAR) -> bytes:
-        archive = self._tar(paths)
-        _Capped(io.BytesIO(), max_bytes, "ReadFiles").write(archive)
-        return archive
-
-    def read_tar_into(self, paths: Iterable[str], out: Writable) -> int:
-        archive = self._tar(paths)
-        out.write(archive)
-        return len(archive)
-
-    def _tar(self, paths: Iterable[str]) -> bytes:
-        self.fleet._check(self.id)
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            for p in paths:
-                local = self._local(p)
-                if not os.path.exists(local):
-                    raise FailedPreconditionError(f"ReadFiles: tar: {p}: No such file or directory")
-                tar.add(local, arcname=p.lstrip("/"))
-        return buf.getvalue()
-
-
-def _capped(r: ExecResult, limit: int) -> ExecResult:
-    """r, or OutputTooLarge when its output is past limit, as a shell's
-    run gives it."""
-    o = _Output(limit)
-    o.add("stdout", r.stdout)
-    o.add("stderr", r.stderr)
-    return r
-
-
-class FakeFleet:
-    """SandboxFleet with no cluster. ``FakeFleet()`` needs no argument.
+class FakeSession:
+    """The fleet session's API served in this process, on local sandboxes.
 
     ``image_roots`` maps an image to a local directory its sandboxes start
     as a copy of (say, one holding ``testbed/`` with a repository), as a
@@ -502,66 +59,132 @@ class FakeFleet:
     ``"auto"`` runs commands in a mount namespace of the sandbox's own where
     bubblewrap can make one, else on this machine after one loud warning;
     ``True`` requires the namespace; ``False`` runs on this machine, in the
-    sandbox's directory (absolute paths in commands are this machine's)."""
+    sandbox's directory (absolute paths in commands are this machine's).
+    ``recycle`` is serve's ``--recycle``: a release with reuse resets the
+    sandbox to its image's files and keeps it for the next acquire of its
+    image, ``max_reuses`` times. ``plan_args`` are the flags serve would be
+    given (``--max-concurrent 8``, ``--window-size 2``, ``-f fleet.yaml``):
+    a run's windows are planned by ``plugin`` (the kubectl plugin, found on
+    PATH when None) with them, offline."""
 
-    def __init__(self, client_id: str | None = None, *, image_roots: Mapping[str, str] | None = None,
-                 isolate: bool | str = "auto"):
+    def __init__(self, *, image_roots: Mapping[str, str] | None = None, isolate: bool | str = "auto",
+                 recycle: bool = False, max_reuses: int = 32, plan_args: Sequence[str] = (), plugin: str | None = None):
         self._isolation = _jail.Isolation(isolate)
         self._image_roots = dict(image_roots or {})
         for image, path in self._image_roots.items():
             if not os.path.isdir(path):
                 raise ValueError(f"image_roots[{image!r}]: {path!r} is not a directory")
-        self.client_id = client_id or "fake-" + uuid.uuid4().hex[:8]
+        if max_reuses < 1:
+            raise ValueError(f"max_reuses={max_reuses}: a recycled sandbox is reset at least once")
+        self.recycle, self.max_reuses = recycle, max_reuses
+        self.plan_args = list(plan_args)
+        self.plugin = plugin
+        self.run_id = "fake-" + uuid.uuid4().hex[:8]
+        self._lock = threading.RLock()
         self._tasks: dict[str, dict[str, Any]] = {}
         self._seen: dict[str, str] = {}  # task id -> the row it came from
         self._images: dict[str, int] = {}
+        self._replicas: dict[str, int] = {}
         self._warm: set[str] = set()
-        self._held: dict[str, FakeHandle] = {}
-        self._requests = 0
-        self._lock = threading.Lock()
+        self._held: dict[str, Sandbox] = {}
+        self._clean: dict[str, list[Sandbox]] = {}
+        self._requests: dict[str, tuple[str, str, str]] = {}  # request id -> client, what, handle
+        self._keys: dict[str, str] = {}  # client id -> its key
+        self._owner = ""
+        self._sandboxes = 0
         self._closed = False
-        self.counts = {"acquired": 0, "released": 0}
+        self.counts = {"acquired": 0, "released": 0, "failed": 0, "execs": 0, "reused": 0}
         self._start_failures: dict[str, tuple[int, str]] = {}
+        self._unary: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+            name: getattr(self, "_" + name) for name in (
+                "AddTasks", "PlanRun", "Unwarm", "Lookahead", "WaitPoolsReady", "Acquire", "Release", "Renew", "Status",
+                "Close", "Alive", "OpenShell", "ShellInterrupt", "CloseShell", "Start", "WriteStdin", "Signal", "Wait",
+                "PortForward", "ClosePortForward")}
+        self._streams: dict[str, Callable[[dict[str, Any]], Stream]] = {
+            "Exec": self._Exec, "ShellRun": self._ShellRun, "ProcessEvents": self._ProcessEvents, "ReadFiles": self._ReadFiles}
 
-    def _open(self) -> None:
-        if self._closed:
-            raise SessionClosedError("the session is closed")
+    # The calls, as FakeTransport makes them.
 
-    def _check(self, hid: str, alive: bool = True) -> None:
+    def unary(self, method: str, msg: dict[str, Any], key: str) -> dict[str, Any]:
+        handler = self._unary.get(method)
+        if handler is None:
+            raise _unimplemented(method)
+        self._admit(msg, key)
+        return handler(msg)
+
+    def server_stream(self, method: str, msg: dict[str, Any], key: str) -> Stream:
+        handler = self._streams.get(method)
+        if handler is None:
+            raise _unimplemented(method)
+        self._admit(msg, key)
+        return handler(msg)
+
+    def client_stream(self, method: str, msgs: Iterable[dict[str, Any]], key: str) -> dict[str, Any]:
+        if method != "WriteFiles":
+            raise _unimplemented(method)
+        it = iter(msgs)
+        first = next(it, None)
+        if first is None:
+            raise InvalidArgumentError("no message: the first names the handle and the directory")
+        self._admit(first, key)
+        return self._WriteFiles(first, it)
+
+    def _admit(self, msg: dict[str, Any], key: str) -> None:
+        """Binds a client id to the key of the first call naming it, as
+        serve does: no other caller may act as that client."""
+        client = msg.get("clientId")
+        if not client:
+            return
         with self._lock:
-            self._open()
-            if hid not in self._held:
-                raise NotFoundError(f"no sandbox {hid!r} is held in this session (released, expired, or never acquired)")
-            reason = self._held[hid].lost_reason
-        if alive and reason:
-            raise SandboxLostError(f"sandbox {hid} was lost: {reason}", "aborted", "lost")
+            bound = self._keys.setdefault(client, key)
+            self._owner = self._owner or client
+        if bound != key:
+            raise ForeignHandleError(f"client id {client!r} is another client's: give each client an id of its own",
+                                     "permission_denied", "foreign")
 
     # Failures a trainer's tests can make happen.
 
-    def lose(self, handle: Handle | str, reason: str = "its Pod was deleted (FakeFleet.lose)") -> None:
+    def lose(self, hid: str, reason: str = "its Pod was deleted (FakeFleet.lose)") -> None:
         """Makes a held sandbox lost, as a deleted Pod is: its processes and
         shells end, every later call on it raises SandboxLostError, and
         ``is_alive()`` is False. It can still be released."""
-        h = self._held[handle.id if isinstance(handle, Handle) else handle]
-        h.lost_reason = reason
-        h._end()
+        with self._lock:
+            sb = self._held[hid]
+            sb.lost = reason
+        sb.end()
 
-    def fail_start(self, task_or_image: str | Mapping[str, Any], times: int = 1, reason: str = "the image could not be pulled (FakeFleet.fail_start)") -> None:
+    def fail_start(self, task_or_image: str | Mapping[str, Any], times: int = 1,
+                   reason: str = "the image could not be pulled (FakeFleet.fail_start)") -> None:
         """Makes the next ``times`` acquires of a task (id or dict) or an image
         raise SandboxStartError, as a sandbox that cannot start does."""
-        self._start_failures[self._image_of(task_or_image)] = (times, reason)
+        with self._lock:
+            self._start_failures[self._image_of(task_or_image)] = (times, reason)
 
-    def add_tasks(self, rows: Iterable[Mapping[str, Any] | str], id_field: str | None = None, image_field: str | None = None,
-                  rewrite: Iterable[str] = ()) -> dict[str, Any]:
-        self._open()
-        texts = _rows.encode(rows)
-        if not texts:
-            raise InvalidArgumentError("no tasks to add")
-        new = _rows.read(texts, self._seen, id_field, image_field, rewrite)
-        for t in new:
-            self._tasks[t["id"]] = t
-            self._images[t["image"]] = self._images.get(t["image"], 0) + 1
-        return {"added": len(new), "total": len(self._tasks), "pools": []}
+    def root_of(self, hid: str) -> str:
+        """The local directory that is held sandbox hid's root."""
+        with self._lock:
+            return self._held[hid].root
+
+    # The plan.
+
+    def _open(self) -> None:
+        if self._closed:
+            raise SessionClosedError("the session is closed", "failed_precondition", "closed")
+
+    def _AddTasks(self, msg: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            self._open()
+            texts = list(msg.get("rows") or [])
+            if not texts:
+                raise InvalidArgumentError("no tasks to add")
+            new = _rows.read(texts, self._seen, msg.get("idField"), msg.get("imageField"), msg.get("rewrite") or ())
+            changes = []
+            for t in new:
+                self._tasks[t["id"]] = t
+                before = self._images.get(t["image"], 0)
+                self._images[t["image"]] = before + 1
+                changes.append({"image": t["image"], "before": before, "replicas": before + 1})
+            return {"added": len(new), "total": len(self._tasks), "pools": changes}
 
     def _image_of(self, x: str | Mapping[str, Any]) -> str:
         if isinstance(x, Mapping):
@@ -570,102 +193,502 @@ class FakeFleet:
             return str(self._tasks[x]["image"])
         if x in self._images:
             return x
-        raise NotFoundError(f"no task or image {x!r} in this session: add it with add_tasks first")
-
-    def lookahead(self, tasks_or_images: Iterable[Any]) -> list[dict[str, Any]]:
-        self._open()
-        images = {self._image_of(x) for x in tasks_or_images}
-        self._warm |= images
-        return [self._pool(i) for i in sorted(images)]
+        raise NotFoundError(f"no task or image {x!r} in this session: add it with AddTasks first")
 
     def _pool(self, image: str) -> dict[str, Any]:
-        n = self._images[image]
-        return {"image": image, "desired": n, "ready": n if image in self._warm else 0, "warm": image in self._warm}
+        desired = self._replicas.get(image, self._images[image])
+        warm = image in self._warm
+        return {"image": image, "name": "fake-" + image.replace("/", "-").replace(":", "-"), "cluster": "fake",
+                "tasks": self._images[image], "desired": desired, "ready": desired if warm else 0, "warm": warm}
 
-    def run(self, fn: Callable[..., Any], strategy: str = "naive", concurrency: int | None = None, *, epochs: int = 1,
-            keep_warm: bool = False, recycle: bool = False) -> list[Any]:
-        """SandboxFleet.run on local sandboxes. The fake plans no windows by
-        size: naive and sliding warm every image at once, pipelined and none
-        go an image at a time; concurrency is 1 unless given; it does not
-        recycle (recycle=True is refused, as by a session without
-        --recycle)."""
-        return runner.run(self, fn, strategy, concurrency, epochs, keep_warm, recycle)
-
-    def _plan_run(self, strategy: str, concurrency: int) -> dict[str, Any]:
-        self._open()
-        if not self._tasks:
-            raise InvalidArgumentError("no tasks to run: add them with add_tasks first")
-        images = list(dict.fromkeys(t["image"] for t in self._tasks.values()))
-        groups = [images] if strategy in ("naive", "sliding") else [[i] for i in images]
-        tasks = [{"id": t["id"], "image": t["image"], "metadata": {k: v for k, v in t.items() if k not in ("id", "image")}}
-                 for t in self._tasks.values()]
-        return {"strategy": strategy, "concurrency": concurrency or 1, "recycle": False, "tasks": tasks,
-                "windows": [{"images": g, "taskIds": [t["id"] for t in tasks if t["image"] in g]} for g in groups]}
-
-    def _cool(self, images: list[str]) -> list[str]:
-        held = {h.image for h in self._held.values()}
-        gone = [i for i in images if i in self._warm and i not in held]
-        self._warm -= set(gone)
-        return gone
-
-    def wait_pools_ready(self, timeout: float = 600.0, images: Iterable[str] = ()) -> dict[str, Any]:
-        self._open()
-        names = list(images) or sorted(self._warm)
-        cold = [i for i in names if i not in self._warm]
-        if not names or cold:
-            what = ", ".join(cold) if cold else "any image"
-            raise NotWarmingError(f"WaitPoolsReady: not warming: no pool is warming for {what}, so it would not become ready: "
-                             "ask for it first with Lookahead (lookahead() in Python) or Acquire")
-        return {"ready": all(i in self._warm for i in names), "pools": [self._pool(i) for i in names]}
-
-    def acquire(self, task_id: str | Mapping[str, Any] | None = None, image: str | None = None, timeout: float | None = None) -> FakeHandle:
-        self._open()
-        if (task_id is None) == (image is None):
-            raise InvalidArgumentError("name either a task id or an image")
-        img = self._image_of(task_id if task_id is not None else image or "")
-        tid = str(task_id["id"] if isinstance(task_id, Mapping) else task_id or "")
-        times, reason = self._start_failures.get(img, (0, ""))
-        if times > 0:
-            self._start_failures[img] = (times - 1, reason)
-            raise SandboxStartError(f"Acquire: the sandbox of {img} could not start: {reason}", "failed_precondition", "start")
-        self._warm.add(img)
+    def _Lookahead(self, msg: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
-            self._requests += 1
-            hid = f"fake-{self._requests}"
-        fenced = self._isolation.fenced()
-        root = tempfile.mkdtemp(prefix="sandbox-fleet-fake-")
-        if img in self._image_roots:
-            shutil.copytree(self._image_roots[img], root, symlinks=True, dirs_exist_ok=True)
-        # A FakeHandle's fleet is this FakeFleet, which is no SandboxFleet.
-        h = FakeHandle(fleet=self, id=hid, task_id=tid, image=img, cluster="fake", namespace="fake",  # type: ignore[arg-type]
-                       claim=hid, sandbox=hid, pod=hid, pod_ip="127.0.0.1", hostname=hid, node="localhost", container="sandbox")
-        h._prepare(root, fenced)
+            self._open()
+            images = {self._image_of(x) for x in list(msg.get("taskIds") or []) + list(msg.get("images") or [])}
+            self._warm |= images
+            return {"pools": [self._pool(i) for i in sorted(images)]}
+
+    def _Unwarm(self, msg: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
-            self._held[hid] = h
+            self._open()
+            held = {sb.image for sb in self._held.values()}
+            gone = [i for i in msg.get("images") or [] if i in self._warm and i not in held]
+            self._warm -= set(gone)
+            for i in gone:
+                for sb in self._clean.pop(i, []):
+                    sb.delete()
+            return {"images": gone}
+
+    def _WaitPoolsReady(self, msg: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            self._open()
+            names = list(msg.get("images") or []) or sorted(self._warm)
+            cold = [i for i in names if i not in self._warm]
+            if not names or cold:
+                what = ", ".join(cold) if cold else "any image"
+                raise NotWarmingError(f"not warming: no pool is warming for {what}, so it would not become ready: "
+                                      "ask for it first with Lookahead (lookahead() in Python) or Acquire",
+                                      "failed_precondition", "not_warming")
+            return {"ready": True, "pools": [self._pool(i) for i in names]}
+
+    def _PlanRun(self, msg: dict[str, Any]) -> dict[str, Any]:
+        strategy, concurrency = msg.get("strategy") or "naive", int(msg.get("concurrency") or 0)
+        with self._lock:
+            self._open()
+            if not self._tasks:
+                raise InvalidArgumentError("no tasks to run: add them with AddTasks first")
+            if strategy not in STRATEGIES:
+                raise InvalidArgumentError(f"strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
+            tasks = list(self._tasks.values())
+        windows, concurrency, replicas = _plan(self.plugin, self.plan_args, tasks, strategy, concurrency)
+        with self._lock:
+            self._replicas.update(replicas)
+        wire_tasks = [{"id": t["id"], "image": t["image"], "metadata": {k: v for k, v in t.items() if k not in ("id", "image")}}
+                      for t in tasks]
+        return {"strategy": strategy, "concurrency": concurrency, "recycle": self.recycle, "tasks": wire_tasks,
+                "windows": [{"images": w, "taskIds": [t["id"] for t in tasks if t["image"] in w]} for w in windows]}
+
+    # Leases.
+
+    def _Acquire(self, msg: dict[str, Any]) -> dict[str, Any]:
+        client, rid = msg.get("clientId", ""), msg.get("requestId", "")
+        tid, image = msg.get("taskId"), msg.get("image")
+        with self._lock:
+            self._open()
+            if not client:
+                raise InvalidArgumentError("a client id is required")
+            if (tid is None) == (image is None):
+                raise InvalidArgumentError("name either a task id or an image")
+            what = (tid or "") + (image or "")
+            if rid in self._requests:
+                # A retry of an acquire: its sandbox, not a second one.
+                c, w, hid = self._requests[rid]
+                if (c, w) != (client, what):
+                    raise InvalidArgumentError(f"request id {rid!r} was used for another acquire; use a new id per acquire")
+                if hid not in self._held:
+                    raise NotFoundError(f"the sandbox of request {rid!r} ({hid}) was released already")
+                return {"handle": self._held[hid].wire()}
+            img = self._image_of(tid if tid is not None else image or "")
+            times, reason = self._start_failures.get(img, (0, ""))
+            if times > 0:
+                self._start_failures[img] = (times - 1, reason)
+                self.counts["failed"] += 1
+                raise SandboxStartError(f"the sandbox of {img} could not start: {reason}", "failed_precondition", "start")
+            self._warm.add(img)
+            clean = self._clean.get(img)
+            sb = clean.pop(0) if clean else None
+            if sb is None:
+                self._sandboxes += 1
+                hid = f"fake-{self._sandboxes}"
+        if sb is None:
+            sb = Sandbox(hid, img, self._image_roots.get(img), self._isolation.fenced())
+        with self._lock:
+            sb.task_id, sb.client = tid or "", client
+            self._held[sb.id] = sb
+            if rid:
+                self._requests[rid] = (client, what, sb.id)
             self.counts["acquired"] += 1
-        return h
+            self.counts["reused"] += 1 if sb.resets else 0
+            return {"handle": sb.wire()}
 
-    def release(self, handle: Handle | str, reuse: bool = False) -> str:
-        """Ends its shells and processes and deletes the sandbox's directory. The fake does not recycle: with
-        reuse too the sandbox is deleted, and the outcome is "released"."""
-        hid = handle.id if isinstance(handle, Handle) else handle
-        self._check(hid, alive=False)
+    def _held_by(self, msg: dict[str, Any], alive: bool = True) -> Sandbox:
+        """The sandbox msg names, held by msg's client; a lost one only
+        where ``alive`` is False."""
+        hid = msg.get("handle", "")
         with self._lock:
-            h = self._held.pop(hid)
-            self.counts["released"] += 1
-        h._end()
-        shutil.rmtree(h.root, ignore_errors=True)
-        return "released"
+            self._open()
+            sb = self._held.get(hid)
+            if sb is None:
+                raise NotFoundError(f"no sandbox {hid!r} is held in this session (released, expired, or never acquired)")
+            if sb.client != msg.get("clientId"):
+                raise ForeignHandleError(f"sandbox {hid} is held by another client", "permission_denied", "foreign")
+        if alive and sb.lost:
+            raise SandboxLostError(f"sandbox {hid} was lost: {sb.lost}", "aborted", "lost")
+        return sb
 
-    def status(self) -> dict[str, Any]:
-        return {"tasks": len(self._tasks), "pools": [self._pool(i) for i in sorted(self._images)],
-                "handles": [{"id": h.id, "taskId": h.task_id, "image": h.image} for h in self._held.values()],
-                "counts": dict(self.counts)}
+    def _Release(self, msg: dict[str, Any]) -> dict[str, Any]:
+        reuse = bool(msg.get("reuse"))
+        if reuse and not self.recycle:
+            raise InvalidArgumentError("this session does not recycle sandboxes: start serve with --recycle "
+                                       "(FakeFleet(recycle=True)) to release with reuse")
+        sb = self._held_by(msg, alive=False)
+        with self._lock:
+            del self._held[sb.id]
+            self.counts["released"] += 1
+        if not reuse or sb.lost:
+            sb.delete()
+            return {"outcome": "released"}
+        if sb.resets >= self.max_reuses:
+            sb.delete()
+            return {"outcome": "rotated"}
+        sb.reset()
+        sb.resets += 1
+        with self._lock:
+            self._clean.setdefault(sb.image, []).append(sb)
+        return {"outcome": "reset"}
+
+    def _Renew(self, msg: dict[str, Any]) -> dict[str, Any]:
+        client = msg.get("clientId")
+        if not client:
+            raise InvalidArgumentError("a client id is required")
+        with self._lock:
+            self._open()
+            return {"handles": sum(sb.client == client for sb in self._held.values()), "leaseTtl": "60s"}
+
+    def _Status(self, msg: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            counts = {k: str(v) for k, v in self.counts.items() if v}
+            return {"runId": self.run_id, "namespace": "fake", "tasks": len(self._tasks),
+                    "pools": [self._pool(i) for i in sorted(self._images)],
+                    "handles": [sb.wire() for sb in self._held.values()], "counts": counts, "leaseTtl": "60s",
+                    "warmTtl": "600s"}
+
+    def _Close(self, msg: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            if self._owner and msg.get("clientId") != self._owner:
+                raise ForeignHandleError("only the client that opened the session may close it", "permission_denied", "foreign")
+        self.shutdown()
+        return {}
+
+    def shutdown(self) -> None:
+        """Ends every sandbox and closes the session, as serve's end does."""
+        with self._lock:
+            self._closed = True
+            sandboxes = list(self._held.values()) + [sb for c in self._clean.values() for sb in c]
+            self._held.clear()
+            self._clean.clear()
+        for sb in sandboxes:
+            sb.delete()
+
+    # Sandboxes.
+
+    def _Alive(self, msg: dict[str, Any]) -> dict[str, Any]:
+        sb = self._held_by(msg, alive=False)
+        return {"reason": sb.lost} if sb.lost else {"alive": True}
+
+    def _argv(self, msg: dict[str, Any]) -> list[str]:
+        argv = list(msg.get("argv") or [])
+        if not argv:
+            raise InvalidArgumentError("no command: argv is empty")
+        container = msg.get("container")
+        if container and container != CONTAINER:
+            raise InvalidArgumentError(f"container {container!r} is not in sandbox {msg.get('handle')}: "
+                                       f"a fake sandbox has one container, {CONTAINER!r}")
+        return argv
+
+    def _Exec(self, msg: dict[str, Any]) -> Stream:
+        sb = self._held_by(msg)
+        argv = self._argv(msg)
+        with self._lock:
+            self.counts["execs"] += 1
+        stdin = unb64(msg["stdin"]) if "stdin" in msg else None
+        return sb.exec(argv, stdin, _seconds(msg.get("timeout")), msg.get("env"), msg.get("cwd"))
+
+    def _OpenShell(self, msg: dict[str, Any]) -> dict[str, Any]:
+        sb = self._held_by(msg)
+        name = msg.get("shell") or "default"
+        with self._lock:
+            if name not in sb.shells or sb.shells[name].closed:
+                sb.shells[name] = Shell(sb, name)
+        return {}
+
+    def _shell(self, msg: dict[str, Any]) -> tuple[Sandbox, Shell]:
+        sb = self._held_by(msg)
+        name = msg.get("shell") or "default"
+        sh = sb.shells.get(name)
+        if sh is None or sh.closed:
+            raise NotFoundError(f"sandbox {sb.id} has no shell {name!r} open (closed, exited, or never opened): open it first")
+        return sb, sh
+
+    def _ShellRun(self, msg: dict[str, Any]) -> Stream:
+        sb, sh = self._shell(msg)
+        return self._checked(sb, sh.run(msg.get("script", ""), _seconds(msg.get("timeout")), bool(msg.get("mergeStderr"))))
+
+    def _checked(self, sb: Sandbox, messages: Stream) -> Stream:
+        yield from messages
+        sb.check_alive()
+
+    def _ShellInterrupt(self, msg: dict[str, Any]) -> dict[str, Any]:
+        _, sh = self._shell(msg)
+        if sh.running:
+            sh.signal_children(signal.SIGINT)
+        return {}
+
+    def _CloseShell(self, msg: dict[str, Any]) -> dict[str, Any]:
+        sb = self._held_by(msg)
+        sh = sb.shells.pop(msg.get("shell") or "default", None)
+        if sh is not None:
+            sh.close()
+        return {}
+
+    def _Start(self, msg: dict[str, Any]) -> dict[str, Any]:
+        sb = self._held_by(msg)
+        p = sb.command(self._argv(msg), msg.get("env"), msg.get("cwd"))
+        with self._lock:
+            pid = f"p{len(sb.procs) + 1}"
+            sb.procs[pid] = Proc(sb, pid, p)
+        return {"process": pid}
+
+    def _proc(self, msg: dict[str, Any], alive: bool = True) -> Proc:
+        sb = self._held_by(msg, alive)
+        proc = sb.procs.get(msg.get("process", ""))
+        if proc is None:
+            raise NotFoundError(f"sandbox {sb.id} has no process {msg.get('process')!r}")
+        return proc
+
+    def _ProcessEvents(self, msg: dict[str, Any]) -> Stream:
+        return self._proc(msg, alive=False).stream(int(msg.get("from") or 0))
+
+    def _WriteStdin(self, msg: dict[str, Any]) -> dict[str, Any]:
+        self._proc(msg).write(unb64(msg.get("data")), bool(msg.get("close")))
+        return {}
+
+    def _Signal(self, msg: dict[str, Any]) -> dict[str, Any]:
+        proc = self._proc(msg)
+        name = str(msg.get("signal", "")).upper()
+        try:
+            sig = signal.Signals[name if name.startswith("SIG") else "SIG" + name]
+        except KeyError:
+            raise InvalidArgumentError(f"signal {msg.get('signal')!r}: give a signal's name, such as SIGTERM") from None
+        proc.signal(sig)
+        return {}
+
+    def _Wait(self, msg: dict[str, Any]) -> dict[str, Any]:
+        return self._proc(msg, alive=False).wait(_seconds(msg.get("timeout")))
+
+    def _PortForward(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The fake's sandbox is this machine: its port is here already."""
+        sb = self._held_by(msg)
+        port = int(msg.get("port") or 0)
+        if not 1 <= port <= 65535:
+            raise InvalidArgumentError(f"port {port}: give a port from 1 to 65535")
+        forward = uuid.uuid4().hex[:8]
+        sb.forwards.add(forward)
+        return {"address": f"127.0.0.1:{port}", "forward": forward}
+
+    def _ClosePortForward(self, msg: dict[str, Any]) -> dict[str, Any]:
+        self._held_by(msg, alive=False).forwards.discard(msg.get("forward", ""))
+        return {}
+
+    def _WriteFiles(self, first: dict[str, Any], rest: Iterator[dict[str, Any]]) -> dict[str, Any]:
+        """Unpacks the streamed archive with the sandbox's tar, as serve does."""
+        sb = self._held_by(first)
+        directory = first.get("directory", "")
+        if not directory.startswith("/"):
+            raise InvalidArgumentError(f"directory {directory!r}: give an absolute path")
+        return {"bytes": str(sb.untar(directory, (unb64(m.get("tar")) for m in [first, *rest])))}
+
+    def _ReadFiles(self, msg: dict[str, Any]) -> Stream:
+        """Streams a tar archive of the paths, made by the sandbox's tar."""
+        sb = self._held_by(msg)
+        rel = [p.lstrip("/") or "." for p in msg.get("paths") or []]
+        if not rel:
+            raise InvalidArgumentError("no paths to read")
+        return sb.tar(rel)
+
+
+def _unimplemented(method: str) -> FleetError:
+    return FleetError(f"FakeSession does not serve {method}", "unimplemented")
+
+
+_warned_no_plugin = False
+
+
+def _plan(plugin: str | None, plan_args: Sequence[str], tasks: list[dict[str, Any]], strategy: str,
+          concurrency: int) -> tuple[list[list[str]], int, dict[str, int]]:
+    """The windows (images warm together, in run order), the concurrency
+    and each image's pool depth of a run, by the kubectl plugin's planner
+    as serve plans them. Without the plugin: one window of every image,
+    one task at a time unless concurrency says otherwise, said once."""
+    global _warned_no_plugin
+    images = list(dict.fromkeys(t["image"] for t in tasks))
+    found = plugin or shutil.which("kubectl-sandbox_fleet")
+    if found is None:
+        if not _warned_no_plugin:
+            _warned_no_plugin = True
+            warnings.warn("FakeFleet plans runs as one window of every image: the kubectl plugin "
+                          "(kubectl-sandbox_fleet), whose planner serve uses, is not on PATH; install it "
+                          "(kubectl krew install sandbox-fleet) or pass plugin= for the session's own windows",
+                          RuntimeWarning, stacklevel=6)
+        return [images], concurrency or 1, {}
+    rows = "".join(json.dumps({"id": t["id"], "image": t["image"]}) + "\n" for t in tasks)
+    argv = [found, "plan", "--offline", "--tasks", "-", "-o", "json", "--strategy", strategy, *plan_args]
+    if concurrency:
+        argv += ["--concurrency", str(concurrency)]
+    p = subprocess.run(argv, input=rows.encode(), capture_output=True, timeout=120)
+    if p.returncode != 0:
+        raise InvalidArgumentError(f"{' '.join(argv[1:])}: {p.stderr.decode(errors='replace').strip()}")
+    plan = json.loads(p.stdout)
+    windows = [list(w["images"]) for w in plan.get("windows") or []]
+    return windows, int(plan.get("concurrency") or 1), {pp["image"]: int(pp["replicas"]) for pp in plan.get("pools") or []}
+
+
+class FakeTransport:
+    """Hands a client's calls to a FakeSession in place of HTTP: messages
+    go in and come out as JSON objects, and errors as serve's (the
+    session's exception is made again from its code, reason and the
+    method's name, as the HTTP transport makes it)."""
+
+    def __init__(self, session: FakeSession):
+        self.session = session
+        self.address = "fake://" + session.run_id
+        self.key = uuid.uuid4().hex
+
+    def unary(self, method: str, msg: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        try:
+            return _wire(self.session.unary(method, _wire(msg), self.key))
+        except FleetError as e:
+            raise _as_sent(method, e) from None
+
+    def server_stream(self, method: str, msg: dict[str, Any], timeout: float | None = None) -> Stream:
+        try:
+            messages = self.session.server_stream(method, _wire(msg), self.key)
+            try:
+                for m in messages:
+                    yield _wire(m)
+            finally:
+                close = getattr(messages, "close", None)
+                if close is not None:
+                    close()
+        except FleetError as e:
+            raise _as_sent(method, e) from None
+
+    def client_stream(self, method: str, msgs: Iterable[dict[str, Any]], timeout: float | None = None) -> dict[str, Any]:
+        try:
+            return _wire(self.session.client_stream(method, (_wire(m) for m in msgs), self.key))
+        except FleetError as e:
+            raise _as_sent(method, e) from None
 
     def close(self) -> None:
-        for hid in list(self._held):
-            self.release(hid)
-        self._closed = True
-
-    def disconnect(self) -> None:
         pass
+
+    def asyncio(self) -> "AsyncFakeTransport":
+        return AsyncFakeTransport(self)
+
+
+class AsyncFakeTransport:
+    """FakeTransport for asyncio: each call runs in a thread, as a command
+    in the sandbox blocks; a stream's messages come as they are made, and
+    closing it (aclose) stops the call."""
+
+    def __init__(self, sync: FakeTransport):
+        self.sync = sync
+        # Threads of its own: calls that wait (a process's events, a Wait)
+        # must not starve the ones they wait for of the loop's few.
+        self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=256, thread_name_prefix="sandbox-fleet-fake")
+
+    async def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._threads, fn, *args)
+
+    async def unary(self, method: str, msg: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = await self._call(self.sync.unary, method, msg, timeout)
+        return out
+
+    async def server_stream(self, method: str, msg: dict[str, Any]) -> AsyncStream:
+        messages = self.sync.server_stream(method, msg)
+        done: dict[str, Any] = {}
+        pulling: concurrent.futures.Future[Any] | None = None
+
+        def pull() -> Any:
+            return next(messages, done)
+
+        try:
+            while True:
+                pulling = self._threads.submit(pull)
+                m = await asyncio.wrap_future(pulling)
+                if m is done:
+                    return
+                yield m
+        finally:
+            # A reader cancelled while a message was being made leaves its
+            # thread in the stream; the stream is closed (the command
+            # stopped) once that thread is out of it.
+            if pulling is not None and not pulling.done():
+                pulling.add_done_callback(lambda _: self._threads.submit(messages.close))
+            else:
+                await self._call(messages.close)
+
+    async def client_stream(self, method: str, msgs: Iterable[dict[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = await self._call(self.sync.client_stream, method, list(msgs))
+        return out
+
+    async def close(self) -> None:
+        """Nothing to close: calls after it reach the session, which says
+        it is closed, as a closed serve's address answers nothing."""
+
+
+def _wire(m: dict[str, Any]) -> dict[str, Any]:
+    """m as it crosses the wire: a JSON object, made anew (the handlers
+    write serve's messages, zero values left out where protobuf leaves
+    them out)."""
+    out = json.loads(json.dumps(m))
+    assert isinstance(out, dict)
+    return out
+
+
+def _as_sent(method: str, e: FleetError) -> FleetError:
+    """The error the client's HTTP transport would raise for e."""
+    meta = {"sandbox-fleet-verdict": e.verdict or "", "sandbox-fleet-reason": e.reason or ""}
+    return from_connect(e.code, f"{method}: {e}", {k: v for k, v in meta.items() if v})
+
+
+class FakeFleet(SandboxFleet):
+    """SandboxFleet with no cluster: the real client over a FakeSession of
+    its own (``FakeFleet()`` needs no argument; the keywords are
+    FakeSession's), or over ``session`` shared with other fake clients. The
+    fake's controls — ``lose``, ``fail_start``, ``root_of`` — are here as
+    well as on ``self.session``."""
+
+    def __init__(self, client_id: str | None = None, *, session: FakeSession | None = None, **session_options: Any):
+        self.session = session or FakeSession(**session_options)
+        super().__init__(transport=FakeTransport(self.session), client_id=client_id)
+
+    def lose(self, handle: Handle | AsyncHandle | str, reason: str = "its Pod was deleted (FakeFleet.lose)") -> None:
+        self.session.lose(_id(handle), reason)
+
+    def fail_start(self, task_or_image: str | Mapping[str, Any], times: int = 1,
+                   reason: str = "the image could not be pulled (FakeFleet.fail_start)") -> None:
+        self.session.fail_start(task_or_image, times, reason)
+
+    def root_of(self, handle: Handle | AsyncHandle | str) -> str:
+        """The local directory that is the sandbox's root."""
+        return self.session.root_of(_id(handle))
+
+    def close(self) -> None:
+        """Closes the session: its sandboxes' processes end and their
+        directories are deleted."""
+        self.disconnect()
+        if not self.session._closed:
+            super().close()
+
+
+class AsyncFakeFleet(AsyncSandboxFleet):
+    """AsyncSandboxFleet with no cluster, as FakeFleet."""
+
+    def __init__(self, client_id: str | None = None, *, session: FakeSession | None = None, **session_options: Any):
+        self.session = session or FakeSession(**session_options)
+        super().__init__(transport=FakeTransport(self.session), client_id=client_id)
+
+    def lose(self, handle: Handle | AsyncHandle | str, reason: str = "its Pod was deleted (FakeFleet.lose)") -> None:
+        self.session.lose(_id(handle), reason)
+
+    def fail_start(self, task_or_image: str | Mapping[str, Any], times: int = 1,
+                   reason: str = "the image could not be pulled (FakeFleet.fail_start)") -> None:
+        self.session.fail_start(task_or_image, times, reason)
+
+    def root_of(self, handle: Handle | AsyncHandle | str) -> str:
+        return self.session.root_of(_id(handle))
+
+    async def close(self) -> None:
+        self.disconnect()
+        if not self.session._closed:
+            await super().close()
+
+
+def _id(handle: Handle | AsyncHandle | str) -> str:
+    if isinstance(handle, AsyncHandle):
+        return handle.handle.id
+    return handle if isinstance(handle, str) else handle.id
+
+
+__all__ = ["AsyncFakeFleet", "AsyncFakeTransport", "FakeFleet", "FakeSession", "FakeTransport"]

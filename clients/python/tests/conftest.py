@@ -5,7 +5,7 @@ without them only the FakeFleet tests run."""
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import signal
 import subprocess
@@ -14,14 +14,19 @@ import time
 
 import pytest
 
+from blocking import Blocking, Loop
 from sandbox_fleet import SandboxFleet
-from sandbox_fleet.testing import FakeFleet
+from sandbox_fleet.testing import AsyncFakeFleet, FakeFleet
 
 BIN = os.environ.get("SANDBOX_FLEET_BIN")
 KUBECTL = os.environ.get("SANDBOX_FLEET_KUBECTL", "kubectl")
 NAMESPACE = os.environ.get("SANDBOX_FLEET_NAMESPACE")
 
 needs_cluster = pytest.mark.skipif(not (BIN and NAMESPACE), reason="needs the local test cluster (run through go test ./clients/python)")
+
+# The serve flags the sessions of these tests plan with, which the fakes
+# plan with too (by the plugin's planner).
+PLAN_ARGS = ["--max-concurrent", "4", "--max-warmpool-size", "2"]
 
 RUN_KINDS = "sandboxclaims,sandboxwarmpools,sandboxtemplates,sandboxes,pods,leases,configmaps"
 
@@ -61,7 +66,7 @@ class Server:
         self.log = open(os.path.join(self.dir, f"serve-{len(os.listdir(self.dir))}.log"), "w+")
         self.proc = subprocess.Popen(
             [BIN, "serve", "-n", NAMESPACE, "--listen", f"unix://{self.dir}/serve.sock", *session,
-             "--max-concurrent", "4", "--max-warmpool-size", "2", *args],
+             *PLAN_ARGS, *args],
             stdout=subprocess.PIPE, stderr=self.log, text=True, preexec_fn=_die_with_parent)
         self.address = self.proc.stdout.readline().strip()
         if not self.address:
@@ -108,21 +113,39 @@ def gone(s: Server) -> None:
         raise AssertionError(f"session {s.run_id} left {leftovers(s.run_id)} behind:\n{s.logs()}") from None
 
 
-@pytest.fixture(params=["fake", "serve"])
+@contextlib.contextmanager
+def fake_fleet(asynchronous: bool, **options):
+    """A FakeFleet, or an AsyncFakeFleet seen through blocking calls (the
+    same test body runs on both), planning runs as the tests' serves do,
+    closed at the end."""
+    options = {"isolate": True, "plugin": BIN, "plan_args": PLAN_ARGS, **options}
+    if not asynchronous:
+        f = FakeFleet(**options)
+        try:
+            yield f
+        finally:
+            f.close()
+        return
+    loop = Loop()
+    af = AsyncFakeFleet(**options)
+    try:
+        yield Blocking(af, loop)
+    finally:
+        loop.run(af.close())
+        loop.stop()
+
+
+@pytest.fixture(params=["fake", "fake-async", "serve"])
 def fleet(request, server):
-    """The same interface, as FakeFleet and through serve."""
-    if request.param == "fake":
-        f = FakeFleet(isolate=True)
-        yield f
-        f.close()
+    """The same interface, as FakeFleet and AsyncFakeFleet (the real
+    clients over the fake transport), and through serve."""
+    if request.param.startswith("fake"):
+        with fake_fleet(request.param == "fake-async") as f:
+            yield f
         return
     if not (BIN and NAMESPACE):
         pytest.skip("needs the local test cluster")
     yield server().client()
-
-
-def dump(obj) -> str:
-    return json.dumps(obj, indent=1, sort_keys=True)
 
 
 def wait_for(what: str, check, timeout: float = 30.0):

@@ -141,7 +141,7 @@ f.add_tasks([{"id": "t", "image": "busybox:1.36"}])
 h = f.acquire("t")
 h.start(["sleep", sys.argv[1]])
 h.shell().run("true")
-print(h.root, flush=True)
+print(f.root_of(h), flush=True)
 sys.stdin.read()
 """
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox_fleet import FleetError, SandboxFleet
+from blocking import is_fake
+from sandbox_fleet import FleetError, ForeignHandleError, NotFoundError, Pool, SandboxFleet
 from sandbox_fleet.testing import FakeFleet
 
 TASKS = [
@@ -16,25 +17,31 @@ TASKS = [
 
 def test_add_lookahead_acquire_release(fleet):
     added = fleet.add_tasks(TASKS)
-    assert added["added"] == 3 and added["total"] == 3
-    fleet.lookahead(["a-1", "registry.example/swe/b:1"])
+    assert added.added == 3 and added.total == 3
+    assert {p.image for p in added.pools} == {"registry.example/swe/a:1", "registry.example/swe/b:1"}
+    pools = fleet.lookahead(["a-1", "registry.example/swe/b:1"])
+    assert [p.image for p in pools] == ["registry.example/swe/a:1", "registry.example/swe/b:1"], pools
+    assert all(isinstance(p, Pool) and p.tasks >= 1 and p.desired >= 1 for p in pools), pools
     ready = fleet.wait_pools_ready(timeout=120)
-    assert ready["ready"], ready
-    assert {p["image"] for p in ready["pools"]} == {"registry.example/swe/a:1", "registry.example/swe/b:1"}
-    for p in ready["pools"]:
-        assert p["ready"] >= p["desired"] >= 1, p
+    assert ready.ready and ready, ready
+    assert {p.image for p in ready.pools} == {"registry.example/swe/a:1", "registry.example/swe/b:1"}
+    for p in ready.pools:
+        assert p.ready >= p.desired >= 1, p
 
     with fleet.acquire("a-1") as h:
         assert h.task_id == "a-1" and h.image == "registry.example/swe/a:1"
         assert h.pod and h.node and h.hostname
-        held = fleet.status()["handles"]
-        assert [x["id"] for x in held] == [h.id]
-    assert not fleet.status().get("handles")
+        status = fleet.status()
+        assert [(x.id, x.task_id, x.client_id) for x in status.handles] == [(h.id, "a-1", fleet.client_id)]
+        assert status.tasks == 3 and status.lease_ttl > 0 and status.run_id
+    assert not fleet.status().handles
 
     h = fleet.acquire(image="registry.example/swe/b:1")
     assert h.image == "registry.example/swe/b:1"
     fleet.release(h)
-    assert not fleet.status().get("handles")
+    status = fleet.status()
+    assert not status.handles and (status.counts.acquired, status.counts.released) == (2, 2), status
+    assert fleet.renew().handles == 0
 
 
 # Rows as trainers have them, and what `run --tasks` makes of the same rows
@@ -57,14 +64,14 @@ ROW_TASKS = {
 
 
 def test_rows_as_trainers_have_them(fleet):
-    assert fleet.add_tasks(ROWS)["total"] == 5
+    assert fleet.add_tasks(ROWS).total == 5
     for tid, image in ROW_TASKS.items():
-        assert [p["image"] for p in fleet.lookahead([tid])] == [image], tid
+        assert [p.image for p in fleet.lookahead([tid])] == [image], tid
     fleet.add_tasks([{"task": "named", "img": "registry.example/swe/named:1", "image": "kept as metadata"}],
                     id_field="task", image_field="img")
-    assert [p["image"] for p in fleet.lookahead(["named"])] == ["registry.example/swe/named:1"]
+    assert [p.image for p in fleet.lookahead(["named"])] == ["registry.example/swe/named:1"]
     fleet.add_tasks([{"id": "mirrored", "image": "busybox:1.36"}], rewrite=["docker.io=mirror.example/hub"])
-    assert [p["image"] for p in fleet.lookahead(["mirrored"])] == ["mirror.example/hub/library/busybox:1.36"]
+    assert [p.image for p in fleet.lookahead(["mirrored"])] == ["mirror.example/hub/library/busybox:1.36"]
 
 
 def test_bad_rows_add_nothing(fleet):
@@ -82,18 +89,18 @@ def test_bad_rows_add_nothing(fleet):
         fleet.add_tasks([{"id": "t", "image": "x:1"}], rewrite=["docker.io"])
     assert "rewrite[0]" in str(e.value) and "want FROM=TO" in str(e.value)
     # Nothing of the refused calls was added: "good" is free.
-    assert fleet.add_tasks([{"id": "good", "image": "registry.example/swe/a:1"}])["total"] == 1
+    assert fleet.add_tasks([{"id": "good", "image": "registry.example/swe/a:1"}]).total == 1
 
 
 def test_wait_pools_ready_is_no_error_when_not_ready(fleet):
     fleet.add_tasks([{"id": "x", "image": "registry.example/swe/x:1"}])
     fleet.lookahead(["x"])
     out = fleet.wait_pools_ready(timeout=0.001)
-    assert [p["image"] for p in out["pools"]] == ["registry.example/swe/x:1"], out
-    pool = out["pools"][0]
-    # Ready or not, it says how far the pool got (JSON leaves out a zero).
-    assert int(pool["desired"]) == 1
-    assert out["ready"] == (int(pool.get("ready", 0)) >= 1), out
+    assert [p.image for p in out.pools] == ["registry.example/swe/x:1"], out
+    pool = out.pools[0]
+    # Ready or not, it says how far the pool got.
+    assert pool.desired == 1
+    assert out.ready == (pool.ready >= 1), out
 
 
 def test_bad_input(fleet):
@@ -120,14 +127,20 @@ def test_bad_input(fleet):
 def test_foreign_handle(fleet):
     fleet.add_tasks(TASKS[:1])
     h = fleet.acquire("a-1")
-    if isinstance(fleet, FakeFleet):
-        other = FakeFleet(isolate=True)
+    # Another client of the same session, and a client of another.
+    if is_fake(fleet):
+        other, elsewhere = FakeFleet(session=fleet.session), FakeFleet(isolate=True)
     else:
-        other = SandboxFleet(fleet._t.address)
-    with pytest.raises(FleetError) as e:
+        other, elsewhere = SandboxFleet(fleet._t.address), None
+    with pytest.raises(ForeignHandleError):
         other.release(h.id)
-    assert e.value.code in ("permission_denied", "not_found")
-    assert [x["id"] for x in fleet.status()["handles"]] == [h.id]
+    with pytest.raises(ForeignHandleError):
+        SandboxFleet(transport=other._t, client_id=fleet.client_id).renew()
+    if elsewhere is not None:
+        with pytest.raises(NotFoundError):
+            elsewhere.release(h.id)
+        elsewhere.close()
+    assert [x.id for x in fleet.status().handles] == [h.id]
     fleet.release(h)
 
 
@@ -147,7 +160,7 @@ def test_managed_run(fleet):
     rows = [{"id": f"t{i:02d}", "image": images[i % 3], "n": i} for i in range(11)]
     rows.insert(5, {"id": "broken", "image": "registry.example/swe/broken:1"})
     fleet.add_tasks(rows)
-    fake = isinstance(fleet, FakeFleet)
+    fake = is_fake(fleet)
     if fake:
         fleet.fail_start("broken", times=2)
 
@@ -168,7 +181,7 @@ def test_managed_run(fleet):
                 assert r.verdict == "task" and isinstance(r.error, ValueError), r
             elif "n" in row:
                 assert r.ok and r.value == row["n"] * 10 and r.node, r
-    assert not fleet.status().get("handles")
+    assert not fleet.status().handles
     report = fleet.report.to_dict()
     assert report["strategy"] == "sliding" and report["tasksOk"] == (20 if fake else 22), report
     assert report["claims"] == (22 if fake else 24) and report["tasksNotRun"] == (2 if fake else 0), report
@@ -190,12 +203,12 @@ def test_managed_run_refuses_what_it_cannot_do(fleet):
 
 
 def test_managed_run_async(fleet):
-    """The asyncio twin over serve (FakeFleet is synchronous: the same
-    runner drives it in test_managed_run), with a coroutine and a plain fn."""
+    """The asyncio twin over serve, with a coroutine and a plain fn (on the
+    fake, the fake-async fleet runs every test body)."""
     import asyncio
 
-    if isinstance(fleet, FakeFleet):
-        pytest.skip("FakeFleet is synchronous")
+    if is_fake(fleet):
+        pytest.skip("the fake-async fleet runs test_managed_run's body")
     from sandbox_fleet import AsyncSandboxFleet
 
     fleet.add_tasks(TASKS)
@@ -212,4 +225,4 @@ def test_managed_run_async(fleet):
         assert [[r.value for r in rs] for rs in plain] == [["a-1", "a-2", "b-1"]] * 2
 
     asyncio.run(main())
-    assert not fleet.status().get("handles")
+    assert not fleet.status().handles

@@ -31,7 +31,7 @@ def session():
     c.add_tasks([{"id": f"bb-{i}", "image": BUSYBOX} for i in range(3)] +
                 [{"id": "swe", "image": PROBLEM}, {"id": "bad", "image": "docker.io/library/busybox:no-such-tag"}])
     c.lookahead(["bb-0", "swe"])
-    assert c.wait_pools_ready(timeout=300, images=[BUSYBOX, PROBLEM])["ready"]
+    assert c.wait_pools_ready(timeout=300, images=[BUSYBOX, PROBLEM]).ready
     yield c
     assert s.stop() == 0, s.logs()
     gone(s)
@@ -213,7 +213,7 @@ def test_a_pod_deleted_mid_exec(session):
     assert result["e"].verdict == "infra" and result["e"].reason == "lost"
     # A lost sandbox can still be released.
     session.release(h)
-    wait_for("no handle", lambda: not session.status().get("handles"))
+    wait_for("no handle", lambda: not session.status().handles)
 
 
 def test_trainer_example(session):
@@ -275,8 +275,8 @@ def test_recycled_rollouts_find_the_sandbox_pristine(recycling):
 
     fresh = recycling.acquire("rollout-2")
     assert fresh.claim != h.claim and fresh.resets == 0
-    counts = recycling.status()["counts"]
-    assert (int(counts.get("reused", 0)), int(counts.get("quarantined", 0))) == (1, 1), counts
+    counts = recycling.status().counts
+    assert (counts.reused, counts.quarantined) == (1, 1), counts
     assert fresh.release() == "released"
 
 

@@ -37,5 +37,5 @@ def test_managed_run(server):
                 assert r.verdict == "infra" and isinstance(r.error, SandboxStartError) and r.value is None, r
             else:
                 assert r.ok and r.value == r.task_id, r
-    assert not c.status().get("handles")
+    assert not c.status().handles
     assert c.report.to_dict()["tasksNotRun"] == 2

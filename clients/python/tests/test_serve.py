@@ -101,8 +101,8 @@ def test_acquire_is_idempotent_across_a_dropped_response(server):
         h = via.acquire("t0")
         assert proxy.dropped == 1
         status = direct.status()
-        assert [x["id"] for x in status["handles"]] == [h.id], status
-        assert int(status["counts"]["acquired"]) == 1, status
+        assert [x.id for x in status.handles] == [h.id], status
+        assert status.counts.acquired == 1, status
         claims = [o for o in leftovers(s.run_id) if o.startswith("sandboxclaim")]
         assert len(claims) == 1, claims
         via.release(h)
@@ -129,16 +129,16 @@ def test_a_killed_clients_sandboxes_are_released(server):
     try:
         hid = trainer.stdout.readline().strip()
         assert hid, "the trainer acquired nothing"
-        assert hid in [x["id"] for x in c.status()["handles"]]
+        assert hid in [x.id for x in c.status().handles]
         trainer.send_signal(signal.SIGKILL)
         trainer.wait(10)
         def released():
             st = c.status()
-            return st if hid not in [x["id"] for x in st.get("handles", [])] else None
+            return st if hid not in [x.id for x in st.handles] else None
 
         status = wait_for("the killed trainer's sandbox to be released", released)
-        assert int(status["counts"]["expired"]) == 1, status
-        assert [x["id"] for x in status["handles"]] == [keep.id]
+        assert status.counts.expired == 1, status
+        assert [x.id for x in status.handles] == [keep.id]
         wait_for("the released claim to go", lambda: not any(hid in o for o in leftovers(s.run_id)))
     finally:
         trainer.kill()
@@ -150,7 +150,7 @@ def test_close_tears_down_and_stops_the_server(server):
     c = s.client()
     c.add_tasks(TASKS)
     c.lookahead(["t0"])
-    assert c.wait_pools_ready(timeout=120)["ready"]
+    assert c.wait_pools_ready(timeout=120).ready
     c.acquire("t1")
     assert leftovers(s.run_id)
     c.close()
@@ -191,11 +191,11 @@ def test_a_pool_nobody_wants_is_removed_after_the_warm_ttl(server):
     c = s.client()
     c.add_tasks(TASKS)
     c.lookahead(["t0"])
-    assert c.wait_pools_ready(timeout=120)["ready"]
+    assert c.wait_pools_ready(timeout=120).ready
     assert any(o.startswith("sandboxwarmpool") for o in leftovers(s.run_id))
     wait_for("the unwanted pool to go", lambda: not any(o.startswith("sandboxwarmpool") for o in leftovers(s.run_id)))
-    pools = c.status()["pools"]
-    assert [p.get("warm", False) for p in pools] == [False], pools
+    pools = c.status().pools
+    assert [p.warm for p in pools] == [False], pools
 
 
 def test_async_client(server):
@@ -209,14 +209,14 @@ def test_async_client(server):
         fleet = AsyncSandboxFleet(s.address)
         await fleet.add_tasks(TASKS)
         await fleet.lookahead(["t0"])
-        assert (await fleet.wait_pools_ready(timeout=120))["ready"]
+        assert (await fleet.wait_pools_ready(timeout=120)).ready
         handles = await asyncio.gather(*(fleet.acquire(t["id"]) for t in TASKS))
         assert len({h.id for h in handles}) == 3 and all(h.pod for h in handles)
-        assert len((await fleet.status())["handles"]) == 3
+        assert len((await fleet.status()).handles) == 3
         for h in handles:
             async with h:
                 pass
-        assert not (await fleet.status()).get("handles")
+        assert not (await fleet.status()).handles
 
     asyncio.run(main())
 
@@ -243,8 +243,8 @@ def test_malformed_requests_change_nothing(server):
         if resp.status != 404:
             assert json.loads(err)["code"] == "invalid_argument", err
     st = c.status()
-    assert int(st["tasks"]) == 3, st
-    assert not st.get("handles") and not st.get("counts", {}).get("acquired"), st
+    assert st.tasks == 3, st
+    assert not st.handles and not st.counts.acquired, st
     assert not any(o.startswith("sandboxclaim") for o in leftovers(s.run_id))
 
 
@@ -255,7 +255,7 @@ def test_token_guards_tcp(server, tmp_path):
     s = server("--listen", "127.0.0.1:0", "--token-file", str(token))
     assert s.address.startswith("http://127.0.0.1:"), s.address
     with_token = SandboxFleet(s.address, token="s3cret")
-    assert with_token.status()["runId"] == s.run_id
+    assert with_token.status().run_id == s.run_id
     try:
         SandboxFleet(s.address).status()
         raise AssertionError("a call without the token went through")
@@ -271,7 +271,7 @@ def test_tcp_without_a_token_file_gets_one(server):
     m = re.search(r"bearer token in (\S+)\)", s.logs())
     assert m, s.logs()
     assert os.stat(m.group(1)).st_mode & 0o077 == 0, oct(os.stat(m.group(1)).st_mode)
-    assert SandboxFleet(s.address, token_file=m.group(1)).status()["runId"] == s.run_id
+    assert SandboxFleet(s.address, token_file=m.group(1)).status().run_id == s.run_id
     with pytest.raises(FleetError) as e:
         SandboxFleet(s.address).status()
     assert e.value.code == "unauthenticated", e.value
@@ -290,7 +290,7 @@ def test_another_caller_cannot_use_a_clients_sandboxes(server):
         with pytest.raises(ForeignHandleError) as e:
             call()
         assert e.value.code == "permission_denied", e.value
-    assert [x["id"] for x in owner.status()["handles"]] == [h.id]
+    assert [x.id for x in owner.status().handles] == [h.id]
     owner.release(h)
 
 
@@ -309,11 +309,11 @@ def test_lookahead_warmer_async(server):
         await fleet.add_tasks([t for step in steps for t in step])
         seen = []
         async for step in LookaheadWarmer(fleet, steps):
-            wanted = {p["image"] for p in (await fleet.status())["pools"] if p.get("lastWanted")}
+            wanted = {p.image for p in (await fleet.status()).pools if p.last_wanted}
             seen.append((step[0]["id"], sorted(wanted)))
         assert seen == [("s0", ["registry.example/swe/step0:1", "registry.example/swe/step1:1"]),
                         ("s1", ["registry.example/swe/step0:1", "registry.example/swe/step1:1"])], seen
-        assert (await fleet.wait_pools_ready(timeout=120))["ready"]
+        assert (await fleet.wait_pools_ready(timeout=120)).ready
 
     asyncio.run(main())
     try:
@@ -334,7 +334,7 @@ def test_keep_alive_reuses_connections(server):
     assert len(c._t._idle) == 1
     conn = c._t._idle[0]
     conn.sock.shutdown(socket.SHUT_RDWR)  # as a server that timed the idle connection out
-    assert c.status()["runId"] == s.run_id
+    assert c.status().run_id == s.run_id
 
 
 def test_wait_pools_ready_says_what_is_not_warming(server):
@@ -372,8 +372,8 @@ def test_add_tasks_reads_rows_as_plan_does(server, tmp_path):
     planned = {p["image"]: p["tasks"] for p in plan["pools"]}
     c = server().client()
     added = c.add_tasks(ROWS[:4])
-    assert added["added"] == 4
-    assert {p["image"] for p in added["pools"]} == set(planned)
+    assert added.added == 4
+    assert {p.image for p in added.pools} == set(planned)
     assert sorted(planned.items()) == sorted((image, 1) for tid, image in ROW_TASKS.items() if tid != "4")
 
 
