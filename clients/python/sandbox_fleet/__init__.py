@@ -1,7 +1,8 @@
 """sandbox_fleet: drive a fleet of Agent Sandboxes from a training loop.
 
-Start a session with ``kubectl sandbox-fleet serve`` and connect to the
-address it prints::
+Start a session of your own, ``kubectl sandbox-fleet serve`` as a child of
+the trainer (``sandbox_fleet.start(config, namespace=...)``), or connect to
+one started apart at the address it printed::
 
     from sandbox_fleet import SandboxFleet
 
@@ -18,12 +19,12 @@ trainers' unit tests.
 """
 
 from ._commands import Command, ExecResult
-from ._fleet import AsyncSandboxFleet, LookaheadWarmer, SandboxFleet
+from ._fleet import AsyncSandboxFleet, LookaheadWarmer, SandboxFleet, start, start_async
 from ._handle import AsyncHandle, Handle
 from ._process import AsyncProcess, Process
 from ._shell import AsyncShell, Shell
 from .errors import (FailedPreconditionError, FleetError, ForeignHandleError, InfraError, InvalidArgumentError, NotFoundError,
-                     NotWarmingError, OutputTooLarge, PermissionDeniedError, SandboxLostError, SandboxStartError,
+                     NotWarmingError, OutputTooLarge, PermissionDeniedError, PluginError, SandboxLostError, SandboxStartError,
                      SessionClosedError, TaskError, UnsafeArchiveError)
 from .results import Added, Counts, Held, Lease, Pool, PoolChange, PoolsReady, Status
 from .runner import RunReport, RunResult
@@ -33,6 +34,6 @@ __all__ = [
     "Added", "Counts", "Held", "Lease", "Pool", "PoolChange", "PoolsReady", "Status",
     "AsyncHandle", "AsyncProcess", "AsyncSandboxFleet", "AsyncShell", "Command", "ExecResult", "FailedPreconditionError", "FleetError",
     "ForeignHandleError", "Handle", "InfraError", "InvalidArgumentError", "LookaheadWarmer", "NotFoundError", "NotWarmingError",
-    "OutputTooLarge", "PermissionDeniedError", "Process", "RunReport", "RunResult", "SandboxFleet", "SandboxLostError",
-    "SandboxStartError", "SessionClosedError", "Shell", "TaskError", "UnsafeArchiveError", "new_traceparent", "trace_context",
+    "OutputTooLarge", "PermissionDeniedError", "PluginError", "Process", "RunReport", "RunResult", "SandboxFleet", "SandboxLostError",
+    "SandboxStartError", "SessionClosedError", "Shell", "TaskError", "UnsafeArchiveError", "new_traceparent", "start", "start_async", "trace_context",
 ]

@@ -118,7 +118,7 @@ class Sandbox:
         pipes to its stdin, stdout and stderr."""
         environment = _jail.environment(self.id, env)
         if self.fenced:
-            return _jail.spawn(_jail.wrap(self.root, argv, cwd or "/", environment), self.root, {})
+            return _jail.spawn(_jail.wrap(self.root, argv, cwd or "/", environment, self.id), self.root, {})
         environment = {**environment, "HOME": _jail.local(self.root, "/root"), "SANDBOX_ROOT": self.root, **(env or {})}
         return subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 cwd=_jail.local(self.root, cwd) if cwd else self.root, env=environment,

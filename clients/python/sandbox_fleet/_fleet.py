@@ -5,11 +5,12 @@ one background thread — and ``LookaheadWarmer``."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import secrets
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from . import _rows, runner
@@ -17,7 +18,11 @@ from ._commands import _seconds
 from ._connect import CLIENT_KEY_HEADER, RECONNECT, Calls, Transport
 from ._handle import AsyncHandle, Handle, _handle
 from .errors import FleetError, InfraError
+from ._start import Serve, find_plugin, serve_args
 from .results import Added, Lease, Pool, PoolsReady, Status, pools_of
+
+# How long a closed session's serve may take to tear it down and exit.
+_SERVE_CLOSE = 300.0
 
 
 def _lookahead_msg(tasks_or_images: Iterable[Any]) -> dict[str, Any]:
@@ -91,6 +96,9 @@ class SandboxFleet:
     (sandbox_fleet.testing) is this class over a FakeTransport.
     """
 
+    # The last run's report (run()).
+    report: runner.RunReport | None = None
+
     def __init__(self, address: str = "", token: str | None = None, client_id: str | None = None,
                  timeout: float | None = 60.0, retries: int = 3, token_file: str | None = None,
                  reconnect: float = RECONNECT, ca_file: str | None = None, *, transport: Calls | None = None):
@@ -104,6 +112,8 @@ class SandboxFleet:
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
         self._ttl = 60.0
+        # The serve this client started (start()), stopped with the session.
+        self._serve: Serve | None = None
 
     # The plan.
 
@@ -234,13 +244,75 @@ class SandboxFleet:
 
     def close(self) -> None:
         """Tears the whole session down (every sandbox and pool) and stops
-        the server."""
+        the server (and, for a session start() started, waits for it to
+        end)."""
         self._stop.set()
-        self._t.unary("Close", {"clientId": self.client_id}, timeout=None)
+        try:
+            self._t.unary("Close", {"clientId": self.client_id}, timeout=None)
+        finally:
+            self._end_serve()
+
+    def _end_serve(self) -> None:
+        if self._serve is not None:
+            self._serve.wait(_SERVE_CLOSE)
+            self._serve.stop()
 
     def disconnect(self) -> None:
         """Stops renewing this client's leases without closing the session."""
         self._stop.set()
+
+    def __enter__(self) -> "SandboxFleet":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Closes a session start() started; leaves one this client only
+        connected to (disconnects)."""
+        if self._serve is not None:
+            self.close()
+        else:
+            self.disconnect()
+
+
+def start(config: Mapping[str, Any] | str | None = None, *, tasks: Iterable[Mapping[str, Any] | str] = (),
+          namespace: str | None = None, kubeconfig: str | None = None, context: str | None = None,
+          run_id: str | None = None, args: Sequence[str] = (), plugin: str | None = None, client_id: str | None = None,
+          ready_timeout: float = 300.0) -> SandboxFleet:
+    """Starts a session of its own — ``kubectl-sandbox_fleet serve`` as a child
+    of this process, on a unix socket in a private directory — and returns
+    its client, which owns it: ``close()`` (or leaving ``with``) tears the
+    session down and ends serve, as does this process's end, however it
+    ends (serve gets SIGTERM when the trainer dies, and tears the session
+    down). ``config`` is a fleet configuration (a mapping with the fields
+    of examples/fleet.yaml, or a file's path); ``args`` more serve flags
+    (``["--recycle"]``); ``tasks`` rows to add at once. The plugin is
+    ``plugin``, $SANDBOX_FLEET_PLUGIN, the one a platform wheel carries, or
+    kubectl's on PATH; without one, or when serve does not start, it raises
+    PluginError saying why.::
+
+        with sandbox_fleet.start({"maxConcurrent": 8}, namespace="rl") as fleet:
+            fleet.add_tasks(rows)
+            results = fleet.run(rollout, strategy="sliding")
+    """
+    serve = Serve(find_plugin(plugin), serve_args(namespace, kubeconfig, context, run_id, args), config, ready_timeout)
+    fleet = SandboxFleet(serve.address, client_id=client_id)
+    fleet._serve = serve
+    try:
+        tasks = list(tasks)
+        if tasks:
+            fleet.add_tasks(tasks)
+    except BaseException:
+        fleet.close()
+        raise
+    return fleet
+
+
+async def start_async(config: Mapping[str, Any] | str | None = None, **options: Any) -> "AsyncSandboxFleet":
+    """start() for asyncio: the same session, its client an
+    AsyncSandboxFleet (``async with``)."""
+    fleet = await asyncio.to_thread(start, config, **options)
+    afleet = AsyncSandboxFleet(transport=fleet._t, client_id=fleet.client_id)
+    afleet.sync._serve = fleet._serve
+    return afleet
 
 
 class LookaheadWarmer:
@@ -283,6 +355,8 @@ class LookaheadWarmer:
 
 class AsyncSandboxFleet:
     """SandboxFleet for asyncio trainers: the same methods, awaited."""
+
+    report: runner.RunReport | None = None
 
     def __init__(self, address: str = "", token: str | None = None, client_id: str | None = None,
                  timeout: float | None = 60.0, retries: int = 3, token_file: str | None = None,
@@ -351,8 +425,21 @@ class AsyncSandboxFleet:
 
     async def close(self) -> None:
         self.sync._stop.set()
-        await self._t.unary("Close", {"clientId": self.client_id}, timeout=None)
-        await self._t.close()
+        try:
+            await self._t.unary("Close", {"clientId": self.client_id}, timeout=None)
+            await self._t.close()
+        finally:
+            await asyncio.to_thread(self.sync._end_serve)
 
     def disconnect(self) -> None:
         self.sync.disconnect()
+
+    async def __aenter__(self) -> "AsyncSandboxFleet":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """As SandboxFleet's ``with``."""
+        if self.sync._serve is not None:
+            await self.close()
+        else:
+            self.disconnect()

@@ -7,7 +7,6 @@ nothing of the trainer's environment reaches a command."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 import shutil
 import subprocess
@@ -15,6 +14,8 @@ import tempfile
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
+
+from . import _lifetime
 
 # The environment a container of an image without ENV lines starts with.
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -109,9 +110,10 @@ def environment(hostname: str, env: Mapping[str, str] | None) -> dict[str, str]:
     return {"PATH": IMAGE_PATH, "HOME": "/root", "HOSTNAME": hostname, **(env or {})}
 
 
-def wrap(root: str, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> list[str]:
+def wrap(root: str, argv: Sequence[str], cwd: str, env: Mapping[str, str], hostname: str = "sandbox") -> list[str]:
     """The bwrap command line that runs argv with root as /, in cwd (a
-    path in the sandbox), with env as its whole environment."""
+    path in the sandbox), with env as its whole environment and hostname
+    as its host name (a UTS namespace of its own, as a Pod has)."""
     out = [shutil.which("bwrap") or "bwrap", "--bind", root, "/"]
     for name in _SYSTEM:
         host = "/" + name
@@ -120,30 +122,21 @@ def wrap(root: str, argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> li
     out += ["--bind", os.path.join(root, "usr", "local"), "/usr/local"]
     # --die-with-parent follows the thread that started bwrap: start it
     # with spawn(), whose thread lives as long as this process.
-    out += ["--proc", "/proc", "--dev", "/dev", "--die-with-parent", "--clearenv"]
+    out += ["--proc", "/proc", "--dev", "/dev", "--unshare-uts", "--hostname", hostname, "--die-with-parent", "--clearenv"]
     for k, v in env.items():
         out += ["--setenv", k, v]
     out += ["--chdir", cwd, "--", *argv]
     return out
 
 
-# One thread starts every fenced command and lives as long as this process:
-# the kernel ends bwrap (--die-with-parent) when the thread that started it
-# ends, and a call made through asyncio.to_thread (the SWE-ReX adapter's)
-# ends its thread while the shell it opened lives on. So the sandboxes'
-# processes end with the trainer's process, however it ends, and not
-# before.
-_spawner = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-fleet-fake-spawn")
-
-
 def spawn(argv: Sequence[str], cwd: str, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
     """Starts argv (a wrap()ped command) with pipes to its stdin, stdout
-    and stderr, in a process group of its own, from the spawning thread."""
-    def start() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
-                                env=dict(env), start_new_session=True)
-
-    return _spawner.submit(start).result()
+    and stderr, in a process group of its own. --die-with-parent follows
+    the thread that started bwrap, so it starts from the thread that lives
+    as long as this process (_lifetime): the sandboxes' processes end with
+    the trainer's process, however it ends, and not before."""
+    return _lifetime.start(lambda: subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                    stderr=subprocess.PIPE, cwd=cwd, env=dict(env), start_new_session=True))
 
 
 def local(root: str, path: str) -> str:

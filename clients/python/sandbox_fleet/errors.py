@@ -16,6 +16,7 @@ tells apart::
     │   └── NotWarmingError        a wait for pools nothing asked to warm
     ├── OutputTooLarge             past the caller's cap on output or archive
     ├── UnsafeArchiveError         an archive from a sandbox was refused
+    ├── PluginError                the kubectl plugin is missing, or its serve did not start
     ├── InfraError                 the sandbox or the cluster failed
     │   ├── SandboxStartError
     │   └── SandboxLostError
@@ -131,6 +132,14 @@ class UnsafeArchiveError(FleetError):
     link that leads out of the destination. Nothing of it was written."""
 
     code_default = "invalid_argument"
+
+
+class PluginError(FleetError):
+    """A session the client starts itself could not be started: the kubectl
+    plugin (``kubectl-sandbox_fleet``) is not installed, is too old, or its
+    ``serve`` failed (the message has the end of its log)."""
+
+    code_default = "failed_precondition"
 
 
 # The class of each Connect code a caller tells apart, and of the reasons

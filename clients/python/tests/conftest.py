@@ -107,10 +107,15 @@ def server():
 
 def gone(s: Server) -> None:
     """Waits until nothing of s's run is left in the cluster."""
+    run_gone(s.run_id, s.logs)
+
+
+def run_gone(run_id: str, logs=lambda: "", timeout: float = 60) -> None:
+    """Waits until nothing of run_id is left in the cluster."""
     try:
-        wait_for(f"session {s.run_id}'s objects to go", lambda: leftovers(s.run_id) == [], timeout=60)
+        wait_for(f"session {run_id}'s objects to go", lambda: leftovers(run_id) == [], timeout=timeout)
     except AssertionError:
-        raise AssertionError(f"session {s.run_id} left {leftovers(s.run_id)} behind:\n{s.logs()}") from None
+        raise AssertionError(f"session {run_id} left {leftovers(run_id)} behind:\n{logs()}") from None
 
 
 @contextlib.contextmanager
