@@ -1,0 +1,66 @@
+"""sandbox_fleet.rl on the real node, through a serve the client starts
+itself: the README's quickstart as written (only its import line and its
+dataset's source differ), and a fleet used as a context manager leaving
+nothing behind. e2e/python_test.go runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+import reference_examples as ex
+from conftest import BIN, KUBECTL, NAMESPACE, leftovers, needs_cluster, run_gone, wait_for
+from test_rl import run_example
+
+pytestmark = [needs_cluster, pytest.mark.skipif(not os.environ.get("SANDBOX_FLEET_REAL_NODE"), reason="needs the real node (run through go test ./e2e)")]
+
+PROBLEM = os.environ.get("SANDBOX_FLEET_PROBLEM", "")
+PROBLEM2 = os.environ.get("SANDBOX_FLEET_PROBLEM2", "")
+
+
+@pytest.fixture(autouse=True)
+def plugin(monkeypatch):
+    monkeypatch.setenv("SANDBOX_FLEET_PLUGIN", BIN)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_quickstart_as_written(tmp_path):
+    """The README's namespace, made for the example, and its SWE-bench rows
+    from a local file: eight tasks over the node's two problem images."""
+    namespace = "rl-tunix-swebench"
+    subprocess.run([KUBECTL, "create", "namespace", namespace], check=True, capture_output=True)
+    try:
+        rows = tmp_path / "swebench.jsonl"
+        rows.write_text("".join(json.dumps({"instance_id": f"p__{i}", "docker_image": [PROBLEM, PROBLEM2][i % 2],
+                                            "repo": "p/p", "base_commit": "x"}) + "\n" for i in range(8)))
+        results = run_example(ex.QUICKSTART, str(rows), context=False)["results"]
+        assert len(results) == 8, results
+        for r in results:
+            assert isinstance(r, str) and r.startswith("READY "), results
+    finally:
+        subprocess.run([KUBECTL, "delete", "namespace", namespace, "--wait=false"], capture_output=True)
+
+
+def test_a_fleet_in_with_leaves_nothing():
+    from sandbox_fleet.rl import ClusterConfig, FleetConfig, SandboxFleet, swebench_probe
+
+    with SandboxFleet(FleetConfig(clusters=[ClusterConfig(namespace=NAMESPACE)], max_concurrent=4)) as fleet:
+        fleet.load_tasks([{"id": f"r{i}", "image": PROBLEM} for i in range(3)])
+        serve = fleet._session()._serve
+        assert serve is not None and not _gone(serve.proc.pid)
+        run_id = fleet.run_id
+        results = fleet.run(swebench_probe, strategy="naive", keep_warm=True)
+        assert all(r.startswith("READY ") for r in results), results
+        assert leftovers(run_id), "the session made nothing?"
+    wait_for("serve to end with the fleet", lambda: _gone(serve.proc.pid) or serve.proc.poll() is not None, timeout=60)
+    run_gone(run_id)
