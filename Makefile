@@ -22,7 +22,7 @@ build: ## build the kubectl plugin and its completion helper into bin/
 	install -m 0755 plugins/kubectl_complete-sandbox_fleet $(BIN)/
 
 .PHONY: dist
-dist: ## build the release archives for krew into dist/ and dist/sandbox-fleet.yaml with their sha256 (VERSION=vX.Y.Z)
+dist: ## build the release archives for krew into dist/ and dist/sandbox-fleet.yaml with their sha256, and the Python client's wheels, pure and per platform with the plugin (VERSION=vX.Y.Z)
 	go run ./hack/dist -version $(VERSION) -out dist -ldflags "$(LDFLAGS)"
 
 .PHONY: testbin

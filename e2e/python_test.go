@@ -1,8 +1,12 @@
 package e2e
 
 import (
+	"path/filepath"
 	"testing"
 
+	"github.com/sandbox-fleet/sandbox-fleet/internal/gobuild"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/pywheel"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testpython"
 )
@@ -16,4 +20,32 @@ import (
 func TestPythonClientOnTheRealNode(t *testing.T) {
 	testpython.Run(t, kubeconfig(), newNamespace(t), []string{"tests/test_real_node.py", "tests/test_real_node_run.py", "tests/test_resume.py", "tests/test_real_node_rl.py"},
 		"SANDBOX_FLEET_REAL_NODE=1", "SANDBOX_FLEET_BUSYBOX="+testimages.Busybox, "SANDBOX_FLEET_PROBLEM="+testimages.Problem(1), "SANDBOX_FLEET_PROBLEM2="+testimages.Problem(2))
+}
+
+// pip install of the platform wheel is all a trainer needs: in a venv with
+// only the linux/amd64 wheel hack/dist builds (the plugin inside), and a
+// PATH with no Go and no plugin, the reference's managed-runner example
+// runs on the real node on the serve the client starts from the binary
+// the wheel carries.
+func TestPythonPlatformWheelOnTheRealNode(t *testing.T) {
+	root, err := testcluster.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	pure, err := pywheel.BuildPure(filepath.Join(root, "clients", "python"), filepath.Join(dir, "build"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary := filepath.Join(dir, "linux_amd64", "kubectl-sandbox_fleet")
+	if err := gobuild.Command(root, "kubectl-sandbox_fleet", binary, gobuild.Target{GOOS: "linux", GOARCH: "amd64"}); err != nil {
+		t.Fatal(err)
+	}
+	wheel, err := pywheel.Platform(pure, binary, "linux", "amd64", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testpython.RunWheel(t, wheel, kubeconfig(), newNamespace(t), []string{"tests/test_real_node_rl.py::test_quickstart_as_written"},
+		"SANDBOX_FLEET_REAL_NODE=1", "SANDBOX_FLEET_BUNDLED_PLUGIN=1", "PATH=/usr/bin:/bin",
+		"SANDBOX_FLEET_PROBLEM="+testimages.Problem(1), "SANDBOX_FLEET_PROBLEM2="+testimages.Problem(2))
 }

@@ -1,6 +1,7 @@
 // Command dist builds the plugin's release archives, one per platform of
 // the krew manifest, and writes the manifest with their URLs and sha256
-// filled in: `make dist VERSION=v0.2.0`.
+// filled in; and the Python client's wheels: the pure one, and one per
+// platform carrying the plugin: `make dist VERSION=v0.2.0`.
 //
 //	go run ./hack/dist -version v0.2.0 -out dist [-url BASE] [-ldflags ...]
 package main
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/gobuild"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/pywheel"
 )
 
 const (
@@ -56,8 +58,9 @@ type Options struct {
 var uriLine = regexp.MustCompile(`(?m)^(\s*(?:-\s+)?uri:\s*)\S*/(` + plugin + `_([a-z0-9]+)_([a-z0-9]+)\.tar\.gz)\s*$`)
 
 // Build cross-compiles the plugin for every platform of the manifest,
-// archives it with its completion helper and the license, and writes the
-// filled manifest to Out/sandbox-fleet.yaml.
+// archives it with its completion helper and the license, writes the
+// filled manifest to Out/sandbox-fleet.yaml, and writes the client's pure
+// wheel and a platform wheel per platform, the plugin inside, to Out.
 func Build(o Options) error {
 	if !regexp.MustCompile(`^v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$`).MatchString(o.Version) {
 		return fmt.Errorf("-version %q: give a semantic version such as v0.2.0 (krew requires one)", o.Version)
@@ -73,14 +76,33 @@ func Build(o Options) error {
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return err
 	}
+	tmp, err := os.MkdirTemp("", "sandbox-fleet-dist-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	pure, err := pywheel.BuildPure(filepath.Join(o.Root, "clients", "python"), filepath.Join(tmp, "wheel"))
+	if err != nil {
+		return err
+	}
+	if err := copyFile(pure, filepath.Join(o.Out, filepath.Base(pure))); err != nil {
+		return err
+	}
 	sums := map[string]string{}
 	for _, m := range uriLine.FindAllStringSubmatch(string(manifest), -1) {
 		name, goos, goarch := m[2], m[3], m[4]
-		sum, err := archive(o, filepath.Join(o.Out, name), goos, goarch)
+		binary := filepath.Join(tmp, goos+"_"+goarch, plugin)
+		if err := gobuild.Command(o.Root, plugin, binary, gobuild.Target{GOOS: goos, GOARCH: goarch, LDFlags: o.LDFlags}); err != nil {
+			return fmt.Errorf("%s/%s: %w", goos, goarch, err)
+		}
+		sum, err := archive(o, filepath.Join(o.Out, name), binary)
 		if err != nil {
 			return fmt.Errorf("%s/%s: %w", goos, goarch, err)
 		}
 		sums[name] = sum
+		if _, err := pywheel.Platform(pure, binary, goos, goarch, o.Out); err != nil {
+			return fmt.Errorf("%s/%s wheel: %w", goos, goarch, err)
+		}
 	}
 	filled, err := Fill(manifest, o.Version, o.URL, sums)
 	if err != nil {
@@ -97,18 +119,19 @@ func under(root, path string) string {
 	return filepath.Join(root, path)
 }
 
-// archive builds the plugin for goos/goarch into a tar.gz at path and
-// returns its sha256. Entries carry a fixed time, so the same build makes
-// the same archive.
-func archive(o Options, path, goos, goarch string) (string, error) {
-	tmp, err := os.MkdirTemp("", "sandbox-fleet-dist-")
+// copyFile copies the file at src to dst.
+func copyFile(src, dst string) error {
+	data, err := os.ReadFile(src)
 	if err != nil {
-		return "", err
+		return err
 	}
-	defer os.RemoveAll(tmp)
-	if err := gobuild.Command(o.Root, plugin, filepath.Join(tmp, plugin), gobuild.Target{GOOS: goos, GOARCH: goarch, LDFlags: o.LDFlags}); err != nil {
-		return "", err
-	}
+	return os.WriteFile(dst, data, 0o644)
+}
+
+// archive writes binary (a platform's plugin), its completion helper and
+// the license into a tar.gz at path and returns its sha256. Entries carry
+// a fixed time, so the same build makes the same archive.
+func archive(o Options, path, binary string) (string, error) {
 
 	var buf bytes.Buffer
 	gz := gzip.NewWriter(&buf)
@@ -117,7 +140,7 @@ func archive(o Options, path, goos, goarch string) (string, error) {
 		src  string
 		mode int64
 	}{
-		{filepath.Join(tmp, plugin), 0o755},
+		{binary, 0o755},
 		{filepath.Join(o.Root, "plugins", completer), 0o755},
 		{filepath.Join(o.Root, "LICENSE"), 0o644},
 	} {

@@ -14,21 +14,25 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sandbox-fleet/sandbox-fleet/internal/pywheel"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 )
 
 // Python is Debian's interpreter, which has Debian's pytest; another
 // python3 first on PATH (pyenv) may not.
-func Python() string {
-	if _, err := os.Stat("/usr/bin/python3"); err == nil {
-		return "/usr/bin/python3"
-	}
-	return "python3"
-}
+func Python() string { return pywheel.Python() }
 
 // Run runs pytest on tests (paths under clients/python) with the cluster
-// of kubeconfig and namespace, and env added, and fails t if any fails.
+// of kubeconfig and namespace, and env added, against the client's pure
+// wheel built from the checkout, and fails t if any fails.
 func Run(t *testing.T, kubeconfig, namespace string, tests []string, env ...string) {
+	t.Helper()
+	RunWheel(t, "", kubeconfig, namespace, tests, env...)
+}
+
+// RunWheel is Run against wheel, a wheel built apart (a platform wheel,
+// say); "" builds the pure one.
+func RunWheel(t *testing.T, wheel, kubeconfig, namespace string, tests []string, env ...string) {
 	t.Helper()
 	if err := exec.Command(Python(), "-c", "import pytest").Run(); err != nil {
 		t.Fatalf("Debian's pytest is missing (make node-deps installs python3-pytest): %v", err)
@@ -46,7 +50,12 @@ func Run(t *testing.T, kubeconfig, namespace string, tests []string, env ...stri
 		t.Fatal(err)
 	}
 	source := filepath.Join(root, "clients", "python")
-	python, wheel, err := Install(t.TempDir(), source)
+	var python string
+	if wheel == "" {
+		python, wheel, err = Install(t.TempDir(), source)
+	} else {
+		python, err = Venv(t.TempDir(), wheel)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,37 +87,25 @@ func Run(t *testing.T, kubeconfig, namespace string, tests []string, env ...stri
 // does, and installs it into a new venv under dir that also sees Debian's
 // packages (pytest). It returns the venv's interpreter and the wheel.
 func Install(dir, source string) (python, wheel string, err error) {
-	src := filepath.Join(dir, "src")
-	if err := os.CopyFS(filepath.Join(src, "sandbox_fleet"), os.DirFS(filepath.Join(source, "sandbox_fleet"))); err != nil {
+	wheel, err = pywheel.BuildPure(source, dir)
+	if err != nil {
 		return "", "", err
 	}
-	for _, name := range []string{"pyproject.toml", "README.md"} {
-		data, err := os.ReadFile(filepath.Join(source, name))
-		if err != nil {
-			return "", "", err
-		}
-		if err := os.WriteFile(filepath.Join(src, name), data, 0o644); err != nil {
-			return "", "", err
-		}
-	}
-	dist := filepath.Join(dir, "dist")
+	python, err = Venv(dir, wheel)
+	return python, wheel, err
+}
+
+// Venv makes a new venv under dir that also sees Debian's packages
+// (pytest), installs wheel into it (a wheel only, no index, no
+// dependencies) and returns its interpreter.
+func Venv(dir, wheel string) (python string, err error) {
 	venv := filepath.Join(dir, "venv")
 	python = filepath.Join(venv, "bin", "python")
-	steps := [][]string{
-		{Python(), "-m", "build", "--wheel", "--no-isolation", "--outdir", dist, src},
-		{Python(), "-m", "venv", "--system-site-packages", venv},
+	if out, err := exec.Command(pywheel.Python(), "-m", "venv", "--system-site-packages", venv).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("python3 -m venv: %v\n%s\n(make node-deps installs python3-venv)", err, out)
 	}
-	for _, step := range steps {
-		if out, err := exec.Command(step[0], step[1:]...).CombinedOutput(); err != nil {
-			return "", "", fmt.Errorf("%v: %v\n%s\n(make node-deps installs python3-build, python3-venv and python3-setuptools)", step, err, out)
-		}
+	if out, err := exec.Command(python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", wheel).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("installing %s: %v\n%s", wheel, err, out)
 	}
-	wheels, err := filepath.Glob(filepath.Join(dist, "*.whl"))
-	if err != nil || len(wheels) != 1 {
-		return "", "", fmt.Errorf("building the wheel of %s gave %v, want one wheel (%v)", source, wheels, err)
-	}
-	if out, err := exec.Command(python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", wheels[0]).CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("installing %s: %v\n%s", wheels[0], err, out)
-	}
-	return python, wheels[0], nil
+	return python, nil
 }

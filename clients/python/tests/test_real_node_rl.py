@@ -23,7 +23,16 @@ PROBLEM2 = os.environ.get("SANDBOX_FLEET_PROBLEM2", "")
 
 @pytest.fixture(autouse=True)
 def plugin(monkeypatch):
-    monkeypatch.setenv("SANDBOX_FLEET_PLUGIN", BIN)
+    """The plugin the tests built; under SANDBOX_FLEET_BUNDLED_PLUGIN
+    (a platform wheel installed, no plugin on PATH) the one the wheel
+    carries, found by the client itself."""
+    if os.environ.get("SANDBOX_FLEET_BUNDLED_PLUGIN"):
+        from sandbox_fleet._start import find_plugin
+
+        monkeypatch.delenv("SANDBOX_FLEET_PLUGIN", raising=False)
+        assert find_plugin().endswith("/sandbox_fleet/_bin/kubectl-sandbox_fleet"), find_plugin()
+    else:
+        monkeypatch.setenv("SANDBOX_FLEET_PLUGIN", BIN)
 
 
 def _gone(pid: int) -> bool:
