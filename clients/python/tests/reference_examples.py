@@ -153,7 +153,11 @@ LOOKAHEAD = '''
 from sandbox_fleet.rl import LookaheadWarmer
 fleet = SandboxFleet(cfg); fleet.load_tasks(src[:2])
 fleet.add_tasks(src[2:])
-fleet.setup()
-ready = fleet.wait_pools_ready(timeout=60)
+ready = None
+for step in LookaheadWarmer(fleet, [fleet.tasks[:2], fleet.tasks[2:]]):
+    ready = fleet.wait_pools_ready(timeout=60)
+    handles = [fleet.acquire(t) for t in step]
+    for h in handles:
+        fleet.release(h)
 fleet.teardown()
 '''

@@ -387,6 +387,14 @@ class SandboxFleet:
             if wait:
                 native.wait_pools_ready(timeout=self.config.ready_timeout, images=images)
 
+    def lookahead(self, tasks: list[Task | str]) -> list[Any]:
+        """Starts warming the pools of these tasks (Tasks, ids or images)
+        and returns at once (LookaheadWarmer calls it for the next steps)."""
+        new = [t for t in tasks if isinstance(t, Task) and t.id not in self._by_id]
+        if new:
+            self.add_tasks(new)
+        return self._session().lookahead([t.id if isinstance(t, Task) else t for t in tasks])
+
     def wait_pools_ready(self, timeout: float | None = None) -> bool:
         """Waits up to timeout (ready_timeout when None) for the pools asked
         for; never raises for not ready."""
@@ -607,6 +615,9 @@ class AsyncSandboxFleet:
 
     async def start_warmpools(self, wait: bool = True, create_budget: int | None = None) -> None:
         await asyncio.to_thread(self._fleet.start_warmpools, wait, create_budget)
+
+    async def lookahead(self, tasks: Iterable[Task | str]) -> list[Any]:
+        return await asyncio.to_thread(self._fleet.lookahead, list(tasks))
 
     async def wait_pools_ready(self, timeout: float | None = None) -> bool:
         return await asyncio.to_thread(self._fleet.wait_pools_ready, timeout)
