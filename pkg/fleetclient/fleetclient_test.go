@@ -5,11 +5,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 
 	fleetv1 "github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1"
 	"github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1/fleetv1connect"
@@ -299,6 +302,93 @@ func TestCallsWaitForARestartingServer(t *testing.T) {
 	quick, _ := fleetclient.New(filepath.Join(t.TempDir(), "none.sock"), fleetclient.WithReconnect(0))
 	if _, err := quick.Renew(ctx, connect.NewRequest(&fleetv1.RenewRequest{ClientId: "go"})); code(err) != connect.CodeUnavailable {
 		t.Errorf("a call to nothing, without reconnect: %v, want Unavailable at once", err)
+	}
+}
+
+// reviewCounter counts the TokenReviews serve asks of the API server.
+type reviewCounter struct {
+	authenticationv1client.TokenReviewInterface
+	n atomic.Int64
+}
+
+func (c *reviewCounter) Create(ctx context.Context, tr *authenticationv1.TokenReview, opts metav1.CreateOptions) (*authenticationv1.TokenReview, error) {
+	c.n.Add(1)
+	return c.TokenReviewInterface.Create(ctx, tr, opts)
+}
+
+// A thousand calls with made-up tokens from one caller cost the API server
+// no more TokenReviews than serve's bound for a caller (its burst, and its
+// rate for the time they took), are refused as resource_exhausted past
+// it, and the allowed account, reviewed before, is served all along.
+func TestTokenReviewsBounded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	admin, err := cluster.Clients("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := cluster.NewNamespace(t)
+	if _, err := admin.Kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "trainer"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := admin.Kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "trainer",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: []string{serve.DefaultAudience}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reviews := &reviewCounter{TokenReviewInterface: admin.Kube.AuthenticationV1().TokenReviews()}
+	_, addr, _ := startSession(t, ctx, serve.Access{Address: "127.0.0.1:0", Kube: &serve.KubeAuth{
+		Reviews: reviews, Audience: serve.DefaultAudience, Allowed: []string{ns + "/trainer"}}})
+	trainer, _ := fleetclient.New(addr, fleetclient.WithToken(tr.Status.Token))
+	status := func(c fleetv1connect.FleetServiceClient) error {
+		_, err := c.Status(ctx, connect.NewRequest(&fleetv1.StatusRequest{}))
+		return err
+	}
+	if err := status(trainer); err != nil {
+		t.Fatal(err)
+	}
+	reviews.n.Store(0)
+	start := time.Now()
+	var exhausted atomic.Int64
+	var wg sync.WaitGroup
+	calls := make(chan int)
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range calls {
+				c, _ := fleetclient.New(addr, fleetclient.WithToken(fmt.Sprintf("made-up-%d", i)))
+				if code(status(c)) == connect.CodeResourceExhausted {
+					exhausted.Add(1)
+				}
+			}
+		}()
+	}
+	served := make(chan error, 1)
+	go func() {
+		var err error
+		for range 20 {
+			if err = status(trainer); err != nil {
+				break
+			}
+		}
+		served <- err
+	}()
+	for i := range 1000 {
+		calls <- i
+	}
+	close(calls)
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := <-served; err != nil {
+		t.Errorf("the allowed account during the flood: %v", err)
+	}
+	bound := int64(serve.DefaultReviewBurst + serve.DefaultReviewsPerSecond*elapsed.Seconds() + 1)
+	if n := reviews.n.Load(); n > bound {
+		t.Errorf("1000 made-up tokens in %s caused %d TokenReviews, want at most %d", elapsed, n, bound)
+	}
+	if exhausted.Load() < 1000-bound {
+		t.Errorf("%d of the calls were refused as resource_exhausted, want all but at most %d", exhausted.Load(), bound)
 	}
 }
 
