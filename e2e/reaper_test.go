@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	fleetv1 "github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/componentimage"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleetclient"
@@ -44,29 +43,15 @@ func TestReaperAsShipped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubectl := func(args ...string) string {
-		t.Helper()
-		out, err := exec.CommandContext(ctx, filepath.Join(bin, "kubectl"), append([]string{"--kubeconfig", kubeconfig()}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
-	img, err := componentimage.Build(componentimage.Options{Root: root, Command: "kubectl-sandbox_fleet"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tag := "v0.0.0-e2e." + strconv.FormatInt(time.Now().Unix(), 10)
-	if err := componentimage.Push(ctx, local.RegistryAddr()+"/sandbox-fleet/sandbox-fleet:"+tag, img); err != nil {
-		t.Fatal(err)
-	}
+	kubectl := kubectlOf(t, ctx)
+	repository, tag := pushPluginImage(t, ctx, root)
 	overlay := t.TempDir()
 	rel, err := filepath.Rel(overlay, filepath.Join(root, "manifests", "reaper"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	kustomization := fmt.Sprintf("resources: [%s]\nimages:\n- {name: ghcr.io/sandbox-fleet/sandbox-fleet, newName: %s/sandbox-fleet/sandbox-fleet, newTag: %q}\n",
-		rel, local.RegistryAddr(), tag)
+	kustomization := fmt.Sprintf("resources: [%s]\nimages:\n- {name: ghcr.io/sandbox-fleet/sandbox-fleet, newName: %s, newTag: %q}\n",
+		rel, repository, tag)
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +25,6 @@ import (
 
 	fleetv1 "github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1"
 	"github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1/fleetv1connect"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/componentimage"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/preflight"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
@@ -56,27 +54,13 @@ func TestServeInTheCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubectl := func(args ...string) string {
-		t.Helper()
-		out, err := exec.CommandContext(ctx, filepath.Join(bin, "kubectl"), append([]string{"--kubeconfig", kubeconfig()}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
+	kubectl := kubectlOf(t, ctx)
 	kc := kubeClient(t)
 	ns := newNamespace(t)
 	name := "sandbox-fleet-serve-" + ns
 	host := name + "." + ns + ".svc"
 
-	img, err := componentimage.Build(componentimage.Options{Root: root, Command: "kubectl-sandbox_fleet"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tag := "v0.0.0-e2e." + strconv.FormatInt(time.Now().Unix(), 10)
-	if err := componentimage.Push(ctx, local.RegistryAddr()+"/sandbox-fleet/sandbox-fleet:"+tag, img); err != nil {
-		t.Fatal(err)
-	}
+	repository, tag := pushPluginImage(t, ctx, root)
 	caFile, certFile, keyFile, err := testcluster.ServingCert(t.TempDir(), host)
 	if err != nil {
 		t.Fatal(err)
@@ -108,10 +92,10 @@ func TestServeInTheCluster(t *testing.T) {
 nameSuffix: -%s
 resources: [%s]
 images:
-- {name: ghcr.io/sandbox-fleet/sandbox-fleet, newName: %s/sandbox-fleet/sandbox-fleet, newTag: %q}
+- {name: ghcr.io/sandbox-fleet/sandbox-fleet, newName: %s, newTag: %q}
 configMapGenerator:
 - {name: sandbox-fleet-serve, behavior: replace, files: [fleet.yaml]}
-`, ns, ns, rel, local.RegistryAddr(), tag)
+`, ns, ns, rel, repository, tag)
 	for file, text := range map[string]string{"kustomization.yaml": kustomization, "fleet.yaml": "apiVersion: sandbox-fleet.io/v1alpha1\nkind: FleetConfig\nmaxConcurrent: 2\nmaxWarmPoolSize: 1\n"} {
 		if err := os.WriteFile(filepath.Join(overlay, file), []byte(text), 0o644); err != nil {
 			t.Fatal(err)

@@ -31,6 +31,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/session"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleetclient"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 )
 
 var cluster *testcluster.Cluster
@@ -305,6 +306,22 @@ func TestCallsWaitForARestartingServer(t *testing.T) {
 	}
 }
 
+// accountToken is a token of ServiceAccount ns/account (made if missing)
+// for audiences (none: the API server's).
+func accountToken(t *testing.T, ctx context.Context, admin *kube.Clients, ns, account string, audiences ...string) string {
+	t.Helper()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: account}}
+	if _, err := admin.Kube.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	tr, err := admin.Kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, account,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: audiences}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
 // reviewCounter counts the TokenReviews serve asks of the API server.
 type reviewCounter struct {
 	authenticationv1client.TokenReviewInterface
@@ -328,18 +345,11 @@ func TestTokenReviewsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := cluster.NewNamespace(t)
-	if _, err := admin.Kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "trainer"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	tr, err := admin.Kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "trainer",
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: []string{serve.DefaultAudience}}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	trainerToken := accountToken(t, ctx, admin, ns, "trainer", serve.DefaultAudience)
 	reviews := &reviewCounter{TokenReviewInterface: admin.Kube.AuthenticationV1().TokenReviews()}
 	_, addr, _ := startSession(t, ctx, serve.Access{Address: "127.0.0.1:0", Kube: &serve.KubeAuth{
 		Reviews: reviews, Audience: serve.DefaultAudience, Allowed: []string{ns + "/trainer"}}})
-	trainer, _ := fleetclient.New(addr, fleetclient.WithToken(tr.Status.Token))
+	trainer, _ := fleetclient.New(addr, fleetclient.WithToken(trainerToken))
 	status := func(c fleetv1connect.FleetServiceClient) error {
 		_, err := c.Status(ctx, connect.NewRequest(&fleetv1.StatusRequest{}))
 		return err
@@ -406,16 +416,7 @@ func TestServiceAccountsAdmitted(t *testing.T) {
 	ns := cluster.NewNamespace(t)
 	token := func(account string, audiences ...string) string {
 		t.Helper()
-		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: account}}
-		if _, err := admin.Kube.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-		tr, err := admin.Kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, account,
-			&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{Audiences: audiences}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tr.Status.Token
+		return accountToken(t, ctx, admin, ns, account, audiences...)
 	}
 	_, addr, _ := startSession(t, ctx, serve.Access{Address: "127.0.0.1:0", Kube: &serve.KubeAuth{
 		Reviews: admin.Kube.AuthenticationV1().TokenReviews(), Audience: serve.DefaultAudience, Allowed: []string{ns + "/trainer"}}})

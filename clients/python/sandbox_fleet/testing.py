@@ -632,7 +632,26 @@ def _as_sent(method: str, e: FleetError) -> FleetError:
     return from_connect(e.code, f"{method}: {e}", {k: v for k, v in meta.items() if v})
 
 
-class FakeFleet(SandboxFleet):
+class _Controls:
+    """The fake's controls, on FakeFleet and AsyncFakeFleet alike."""
+
+    session: FakeSession
+
+    def lose(self, handle: Handle | AsyncHandle | str, reason: str = "its Pod was deleted (FakeFleet.lose)") -> None:
+        """Makes a held sandbox lost (FakeSession.lose)."""
+        self.session.lose(_id(handle), reason)
+
+    def fail_start(self, task_or_image: str | Mapping[str, Any], times: int = 1,
+                   reason: str = "the image could not be pulled (FakeFleet.fail_start)") -> None:
+        """Makes the next acquires of a task or image fail (FakeSession.fail_start)."""
+        self.session.fail_start(task_or_image, times, reason)
+
+    def root_of(self, handle: Handle | AsyncHandle | str) -> str:
+        """The local directory that is the sandbox's root."""
+        return self.session.root_of(_id(handle))
+
+
+class FakeFleet(_Controls, SandboxFleet):
     """SandboxFleet with no cluster: the real client over a FakeSession of
     its own (``FakeFleet()`` needs no argument; the keywords are
     FakeSession's), or over ``session`` shared with other fake clients. The
@@ -643,17 +662,6 @@ class FakeFleet(SandboxFleet):
         self.session = session or FakeSession(**session_options)
         super().__init__(transport=FakeTransport(self.session), client_id=client_id)
 
-    def lose(self, handle: Handle | AsyncHandle | str, reason: str = "its Pod was deleted (FakeFleet.lose)") -> None:
-        self.session.lose(_id(handle), reason)
-
-    def fail_start(self, task_or_image: str | Mapping[str, Any], times: int = 1,
-                   reason: str = "the image could not be pulled (FakeFleet.fail_start)") -> None:
-        self.session.fail_start(task_or_image, times, reason)
-
-    def root_of(self, handle: Handle | AsyncHandle | str) -> str:
-        """The local directory that is the sandbox's root."""
-        return self.session.root_of(_id(handle))
-
     def close(self) -> None:
         """Closes the session: its sandboxes' processes end and their
         directories are deleted."""
@@ -662,22 +670,12 @@ class FakeFleet(SandboxFleet):
             super().close()
 
 
-class AsyncFakeFleet(AsyncSandboxFleet):
+class AsyncFakeFleet(_Controls, AsyncSandboxFleet):
     """AsyncSandboxFleet with no cluster, as FakeFleet."""
 
     def __init__(self, client_id: str | None = None, *, session: FakeSession | None = None, **session_options: Any):
         self.session = session or FakeSession(**session_options)
         super().__init__(transport=FakeTransport(self.session), client_id=client_id)
-
-    def lose(self, handle: Handle | AsyncHandle | str, reason: str = "its Pod was deleted (FakeFleet.lose)") -> None:
-        self.session.lose(_id(handle), reason)
-
-    def fail_start(self, task_or_image: str | Mapping[str, Any], times: int = 1,
-                   reason: str = "the image could not be pulled (FakeFleet.fail_start)") -> None:
-        self.session.fail_start(task_or_image, times, reason)
-
-    def root_of(self, handle: Handle | AsyncHandle | str) -> str:
-        return self.session.root_of(_id(handle))
 
     async def close(self) -> None:
         self.disconnect()
