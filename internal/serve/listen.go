@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -35,6 +36,9 @@ type Access struct {
 	// Kube, when set, admits callers by their ServiceAccount tokens
 	// instead of Token.
 	Kube *KubeAuth
+	// BodyBudget bounds the bytes of call bodies held at once; zero:
+	// DefaultBodyBudget.
+	BodyBudget int64
 }
 
 // Listen checks a and opens its listener. A unix socket is made mode 0600
@@ -181,9 +185,9 @@ func loopback(host string) bool {
 // stops taking calls, waits a moment for calls in flight, and returns.
 func Serve(ctx context.Context, l net.Listener, v *Service, a Access) error {
 	mux := http.NewServeMux()
-	path, handler := fleetv1connect.NewFleetServiceHandler(v, connect.WithReadMaxBytes(64<<20), connect.WithInterceptors(traced{}, callers{v.Session}))
+	path, handler := fleetv1connect.NewFleetServiceHandler(v, connect.WithReadMaxBytes(maxMessage), connect.WithInterceptors(traced{}, callers{v.Session}))
 	mux.Handle(path, handler)
-	var h http.Handler = mux
+	var h http.Handler = withBudget(cmp.Or(a.BodyBudget, DefaultBodyBudget), mux)
 	switch {
 	case a.Kube != nil:
 		h = a.Kube.Wrap(h)

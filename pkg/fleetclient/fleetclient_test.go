@@ -1,17 +1,23 @@
 package fleetclient_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -446,5 +452,96 @@ func TestServiceAccountsAdmitted(t *testing.T) {
 	st, err := trainer.Status(ctx, connect.NewRequest(&fleetv1.StatusRequest{}))
 	if err != nil || st.Msg.Tasks != 1 {
 		t.Errorf("after the refused calls: %v tasks (%v), want the 1 the trainer added", st.Msg.GetTasks(), err)
+	}
+}
+
+// Large calls from many callers at once cost serve no more than its body
+// budget: sixteen concurrent 64 MiB calls to a serve process leave its
+// peak memory under the shipped Deployment's 1 GiB limit, those past the
+// budget are refused as resource_exhausted, and serve answers its callers
+// after.
+func TestLargeCallsWithinServesMemory(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	plugin, err := testcluster.BuildCommand(t.TempDir(), "kubectl-sandbox_fleet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "serve.sock")
+	cmd := exec.Command(plugin, "--kubeconfig", cluster.Kubeconfig(), "serve", "-n", cluster.NewNamespace(t), "--listen", "unix://"+sock)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	if _, err := bufio.NewReader(stdout).ReadString('\n'); err != nil {
+		t.Fatalf("serve printed no address: %v", err)
+	}
+	httpc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	// One row, not valid JSON, of a 64 MiB message: read whole and decoded,
+	// then refused.
+	body := append(append([]byte(`{"rows":["{`), bytes.Repeat([]byte("x"), 64<<20-32)...), []byte(`"]}`)...)
+	codes := make([]int, 16)
+	var wg sync.WaitGroup
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://serve/sandboxfleet.fleet.v1.FleetService/AddTasks", bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := httpc.Do(req)
+			if err != nil {
+				t.Errorf("call %d: %v", i, err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			codes[i] = resp.StatusCode
+		}()
+	}
+	wg.Wait()
+	refused := 0
+	for _, c := range codes {
+		switch c {
+		case http.StatusTooManyRequests:
+			refused++
+		case http.StatusBadRequest:
+		default:
+			t.Errorf("a 64 MiB call: HTTP %d, want 400 (its row refused) or 429 (past the budget)", c)
+		}
+	}
+	if refused == 0 {
+		t.Errorf("none of 16 concurrent 64 MiB calls was refused: the budget held them all (%v)", codes)
+	}
+	c, _ := fleetclient.New("unix://" + sock)
+	if _, err := c.Status(ctx, connect.NewRequest(&fleetv1.StatusRequest{})); err != nil {
+		t.Errorf("serve after the large calls: %v", err)
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if kb, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var n int64
+			fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(kb), " kB"), &n)
+			t.Logf("serve's peak memory: %d MiB", n>>10)
+			if n<<10 >= 1<<30 {
+				t.Errorf("serve's peak memory %d MiB, want under the Deployment's 1 GiB limit", n>>10)
+			}
+		}
 	}
 }
