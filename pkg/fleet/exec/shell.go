@@ -29,8 +29,12 @@ import (
 // newline and a marker made of random bytes drawn for that command alone,
 // and on stdout its exit code. Output up to the marker is the command's;
 // the newline is the shell's, so output without a trailing newline comes
-// back as it was. A command cannot forge the marker: it never sees it
-// before it has exited. Its stdin is the bytes it was given, or none.
+// back as it was. A command cannot forge the marker: the shell takes it
+// into a variable of its own before the command starts, the command's
+// subshell drops it, and what is left of the command's text on the
+// shell's stdin while it runs — which a process in the sandbox can read
+// through /proc/<shell>/fd/0 — names the variable, not the marker. Its
+// stdin is the bytes it was given, or none.
 //
 // A command past its timeout, or interrupted, is signalled in the sandbox:
 // every process under the shell, leaving the shell itself (SIGINT, then
@@ -381,6 +385,8 @@ func newMarker() ([]byte, error) {
 // end).
 func script(c Command, marker []byte) string {
 	var b strings.Builder
+	// The marker is read, with this line, before the command starts.
+	fmt.Fprintf(&b, "%s=%s\n", markerVar, marker)
 	if len(c.Stdin) > 0 {
 		// printf's format turns octal escapes back into the bytes.
 		b.WriteString("printf '")
@@ -394,7 +400,7 @@ func script(c Command, marker []byte) string {
 		for i, a := range c.Argv {
 			words[i] = Quote(a)
 		}
-		b.WriteString("(" + strings.Join(words, " ") + ")")
+		b.WriteString("(unset " + markerVar + "; " + strings.Join(words, " ") + ")")
 	} else {
 		// Through command, a syntax error in the script is eval's failure
 		// (exit 2), not the end of the shell as POSIX has it for a special
@@ -409,9 +415,12 @@ func script(c Command, marker []byte) string {
 	if len(c.Stdin) == 0 {
 		b.WriteString(" </dev/null")
 	}
-	fmt.Fprintf(&b, "\nprintf '\\n%s %%d\\n' \"$?\"; printf '\\n%s\\n' >&3\n", marker, marker)
+	fmt.Fprintf(&b, "\nprintf '\\n%%s %%d\\n' \"$%[1]s\" \"$?\"; printf '\\n%%s\\n' \"$%[1]s\" >&3; unset %[1]s\n", markerVar)
 	return b.String()
 }
+
+// markerVar holds a command's marker in the shell while it runs.
+const markerVar = "__sandbox_fleet_marker"
 
 // framed reads a stream of framed outputs.
 type framed struct {

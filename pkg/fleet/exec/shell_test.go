@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	osexec "os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -269,5 +271,42 @@ func TestShellReady(t *testing.T) {
 	defer none.Close()
 	if err := none.Ready(t.Context()); !errors.Is(err, exec.ErrBroken) {
 		t.Errorf("Ready of a shell that exited = %v, want ErrBroken", err)
+	}
+}
+
+// A process in the sandbox that reads the shell's stdin through
+// /proc/<shell>/fd/0 while a command runs takes no marker: the shell read
+// it into a variable before the command started, and what is left of the
+// text names the variable. So it cannot forge a command's end or exit
+// code; the most it can do is take the rest of the text, and the shell
+// then never reports the command's end: the Shell is broken, no result.
+func TestShellMarkerUnreadable(t *testing.T) {
+	programs := []string{exec.ShellSh}
+	if _, err := osexec.LookPath("bash"); err == nil {
+		programs = append(programs, exec.ShellBashOrSh)
+	}
+	for _, program := range programs {
+		sh := exec.OpenShell(t.Context(), local, exec.Request{}, program)
+		stolen := filepath.Join(t.TempDir(), "stolen")
+		// The command's own stdin is /dev/null: the shell is the first
+		// ancestor whose stdin is not.
+		thief := `p=$PPID; while [ "$(readlink /proc/$p/fd/0)" = /dev/null ]; do p=$(cut -d' ' -f4 /proc/$p/stat); done
+timeout 1 cat /proc/$p/fd/0 > ` + stolen + ` & sleep 0.5; exit 3`
+		var stdout bytes.Buffer
+		r, runErr := sh.Run(t.Context(), exec.Command{Argv: []string{"sh", "-c", thief}, Timeout: 5 * time.Second}, &stdout, nil)
+		if runErr != nil && !errors.Is(runErr, exec.ErrBroken) {
+			t.Fatalf("%s: %v", program, runErr)
+		}
+		got, err := os.ReadFile(stolen)
+		if err != nil {
+			t.Fatalf("%s: the thief read nothing? %v", program, err)
+		}
+		if strings.Contains(string(got), "sandbox-fleet-") {
+			t.Errorf("%s: a process read the marker from the shell's stdin: %q", program, got)
+		}
+		if runErr == nil && r.ExitCode != 3 {
+			t.Errorf("%s: the command's exit code %d, want its own 3 (or no result, its text taken)", program, r.ExitCode)
+		}
+		_ = sh.Close()
 	}
 }
