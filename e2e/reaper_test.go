@@ -77,9 +77,18 @@ func TestReaperAsShipped(t *testing.T) {
 
 	kubectl("apply", "-k", overlay)
 	t.Cleanup(func() {
-		out, err := exec.Command(filepath.Join(bin, "kubectl"), "--kubeconfig", kubeconfig(), "delete", "-k", overlay, "--wait").CombinedOutput()
-		if err != nil {
-			t.Errorf("kubectl delete -k manifests/reaper: %v\n%s", err, out)
+		// No Job starts while the reaper goes, and those there go first,
+		// their Pods with them: a Pod caught starting as the cluster stops
+		// would leave its container half made.
+		for _, args := range [][]string{
+			{"patch", "cronjob", "sandbox-fleet-reaper", "-n", "sandbox-fleet-reaper", "-p", `{"spec":{"suspend":true}}`},
+			{"delete", "jobs", "--all", "-n", "sandbox-fleet-reaper", "--cascade=foreground", "--wait"},
+			{"delete", "-k", overlay, "--wait"},
+		} {
+			out, err := exec.Command(filepath.Join(bin, "kubectl"), append([]string{"--kubeconfig", kubeconfig()}, args...)...).CombinedOutput()
+			if err != nil {
+				t.Errorf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+			}
 		}
 	})
 	// The heartbeat (5s) expires at once; the CronJob runs every two

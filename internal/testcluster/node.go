@@ -135,7 +135,10 @@ func (c *Cluster) startRealNode(ctx context.Context) error {
 			n.NewHostPaths = append(n.NewHostPaths, p)
 		}
 	}
-	c.cleanups = append(c.cleanups, n.cleanHost)
+	// A pod CRI could not remove — a container caught half made, its runc
+	// init waiting, as the kubelet stopped — is killed with its shim once
+	// containerd is gone, so that its cgroups can go.
+	c.cleanups = append(c.cleanups, func() error { return errors.Join(n.killRemaining(c.bins.dir), n.cleanHost()) })
 	if err := n.createCgroups(); err != nil {
 		return err
 	}
