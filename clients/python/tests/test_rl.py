@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
-import os
 
 import pytest
 
