@@ -60,6 +60,25 @@ def test_quickstart_as_written(tmp_path):
         subprocess.run([KUBECTL, "delete", "namespace", namespace, "--wait=false"], capture_output=True)
 
 
+@pytest.mark.parametrize("name", ["PRIMITIVES", "ASYNC", "EPOCHS", "INSTANT_CLAIM", "RECYCLING", "RECIPES", "REWRITE", "REPORT",
+                                  "OBSERVABILITY_CONFIG", "VERIFY", "FAIL_FAST_OFF", "TEARDOWN_VERIFY", "LOOKAHEAD"])
+def test_example_as_written(name):
+    """Each of the other examples, as written, on the real node: the tasks
+    of CONTEXT are the node's problem image, in the test's namespace."""
+    scope = run_example(getattr(ex, name), scope={"NAMESPACE": NAMESPACE, "IMAGE": PROBLEM})
+    results = scope.get("results")
+    flat = [r for rs in results for r in rs] if results and isinstance(results[0], list) else results or []
+    assert not [r for r in flat if isinstance(r, BaseException)], results
+    fleet = scope.get("fleet")
+    if fleet is not None and hasattr(fleet, "_fleet"):
+        fleet = fleet._fleet
+    if fleet is not None:
+        fleet.teardown()
+        run_id = fleet._last_run_id
+        if run_id:
+            run_gone(run_id)
+
+
 def test_a_fleet_in_with_leaves_nothing():
     from sandbox_fleet.rl import ClusterConfig, FleetConfig, SandboxFleet, swebench_probe
 

@@ -44,10 +44,11 @@ def fake(monkeypatch):
     monkeypatch.setattr(sandbox_fleet.rl, "AsyncSandboxFleet", AsyncFakeFleet)
 
 
-def run_example(text: str, rows: str = "", context: bool = True) -> dict:
+def run_example(text: str, rows: str = "", context: bool = True, scope: dict | None = None) -> dict:
     """Runs an example's text (top-level await allowed) in a scope of its
-    own, after CONTEXT when it continues an earlier snippet."""
-    scope: dict = {"NAMESPACE": "rl", "IMAGE": IMAGE, "ROWS": rows}
+    own, after CONTEXT when it continues an earlier snippet; scope has the
+    names CONTEXT takes from its caller (NAMESPACE, IMAGE)."""
+    scope = {"NAMESPACE": "rl", "IMAGE": IMAGE, "ROWS": rows, **(scope or {})}
     for part in ([ex.CONTEXT] if context else []) + [text]:
         code = compile(part, "reference_examples.py", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
         result = eval(code, scope)

@@ -25,7 +25,7 @@ from .._start import find_plugin
 from ..errors import FleetError, PluginError
 from ..runner import RunReport as NativeReport
 from ..runner import RunResult
-from .config import FleetConfig, in_reference_terms, to_engine
+from .config import ClusterConfig, FleetConfig, in_reference_terms, to_engine
 from .tasks import Task, to_tasks
 
 
@@ -352,11 +352,24 @@ class SandboxFleet:
     # The lifecycle.
 
     def preflight(self) -> dict[str, Any]:
-        """Checks the clusters — reachable, the v1beta1 CRDs served, the
-        controller running, the namespace there — as the session does when
-        it opens; raises PreflightError saying what is wrong."""
-        self._session()
-        return {c.name: "ok" for c in self.config.clusters} or {"default": "ok"}
+        """Checks each cluster, creating nothing (``kubectl sandbox-fleet
+        preflight``): it answers and serves the v1beta1 API, the namespace
+        exists, the sandboxes' objects may be made there, the runtime class
+        and pull secret named exist. Returns each cluster's report; raises
+        PreflightError saying what failed."""
+        out = {}
+        for c in self.config.clusters or [ClusterConfig()]:
+            argv = [find_plugin(self._plugin), "preflight", "-o", "json", "-n", c.namespace]
+            for flag, value in (("--kubeconfig", c.kubeconfig), ("--context", c.context),
+                                ("--runtime-class", c.runtime_class or self.config.template.runtime_class),
+                                ("--image-pull-secret", c.image_pull_secret or self.config.template.image_pull_secret)):
+                if value:
+                    argv += [flag, value]
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+            if p.returncode != 0:
+                raise PreflightError(f"cluster {c.name}: {(p.stderr or p.stdout).strip()}")
+            out[c.name] = json.loads(p.stdout) if p.stdout.strip().startswith(("{", "[")) else p.stdout
+        return out
 
     def plan(self, strategy: str = "naive") -> FleetPlan:
         """The plan of the loaded tasks by the engine's planner (offline):
@@ -741,6 +754,10 @@ class FakeFleet(SandboxFleet):
             plan_args.append("--warm-per-task")
         return testing.FakeFleet(recycle=bool(recycle), max_reuses=int(recycle.get("maxReuses", 32)), plan_args=plan_args,
                                  plugin=self._plugin, **self._fake_options)
+
+    def preflight(self) -> dict[str, Any]:
+        """Nothing to check: the fake's session is in this process."""
+        return {c.name: "ok" for c in self.config.clusters} or {"default": "ok"}
 
     def plan(self, strategy: str = "naive") -> FleetPlan:
         try:
