@@ -194,3 +194,26 @@ def test_a_field_the_engine_refuses_is_named_as_the_reference_spells_it():
     with pytest.raises(FleetError) as e:
         fleet.plan()
     assert 'ResourceSpec.cpu: "lots" is not a quantity' in str(e.value), e.value
+
+
+def test_the_capacity_planner():
+    """The planner's API on the test cluster's nodes, by the engine's probe."""
+    import subprocess
+
+    from conftest import KUBECTL, NAMESPACE
+    from sandbox_fleet.rl import STRATEGIES, Cluster, plan_benchmark, probe_capacity, render_plan
+
+    if not (BIN and NAMESPACE):
+        pytest.skip("needs the local test cluster")
+    context = subprocess.run([KUBECTL, "config", "current-context"], capture_output=True, text=True, check=True).stdout.strip()
+    core = Cluster(ClusterConfig(name="test", context=context, namespace=NAMESPACE)).core_api
+    cap = probe_capacity(core)
+    assert cap.nodes >= 1 and cap.cpu_milli_total > 0 and cap.pods_total > 0, cap
+    assert cap.to_dict()["cpu_milli_per_node"] == cap.cpu_milli_total // cap.nodes
+    plan = plan_benchmark(cap, n_images=5, tasks_per_image=4, avg_image_gb=1)
+    assert plan.strategy in STRATEGIES and plan.max_concurrent >= 1 and plan.n_tasks == 20 and plan.bottleneck, plan
+    assert plan.warm_per_task and plan.colocate, "an RL shape gets instant claims"
+    text = render_plan(cap, plan)
+    assert "Recommended plan for 5 images x 4 = 20 tasks" in text and f"strategy          : {plan.strategy}" in text, text
+    with pytest.raises(ValueError):
+        plan_benchmark(cap, n_images=0)

@@ -15,6 +15,7 @@ equivalents, are in docs/migrating.md."""
 
 from .._fleet import LookaheadWarmer
 from ..errors import FleetError, SandboxLostError, SandboxStartError
+from .capacity import BenchmarkPlan, Cluster, ClusterCapacity, plan_benchmark, probe_capacity, render_plan
 from .config import (ClusterConfig, FailFastPolicy, FleetConfig, ObservabilityConfig, ResourceSpec, TemplateSpec)
 from .fleet import (AsyncSandboxFleet, CapacityError, FleetOvercommitError, FleetPlan, GitRestoreReset, NoClusterAvailableError,
                     PlanEntry, PreflightError, RunReport, SandboxFleet, SandboxHandle, SandboxSession, determinism_canary, reap,
@@ -25,10 +26,10 @@ from .tasks import (SWEBENCH_PROBE, ImageListSource, JsonlSource, ListSource, Sw
 STRATEGIES = ("none", "naive", "sliding", "pipelined")
 
 __all__ = [
-    "AsyncSandboxFleet", "CapacityError", "ClusterConfig", "FailFastPolicy", "FleetConfig", "FleetError", "FleetOvercommitError",
+    "AsyncSandboxFleet", "BenchmarkPlan", "CapacityError", "Cluster", "ClusterCapacity", "ClusterConfig", "FailFastPolicy", "FleetConfig", "FleetError", "FleetOvercommitError",
     "FleetPlan", "GitRestoreReset", "ImageListSource", "JsonlSource", "ListSource", "LookaheadWarmer", "NoClusterAvailableError",
     "ObservabilityConfig", "PlanEntry", "PreflightError", "ResourceSpec", "RunReport", "STRATEGIES", "SWEBENCH_PROBE",
     "SandboxFleet", "SandboxHandle", "SandboxLostError", "SandboxSession", "SandboxStartError", "SweBenchSource", "Task",
-    "TaskSource", "TemplateSpec", "determinism_canary", "load_image_list", "make_rewriter", "reap", "reap_orphans",
-    "rewrite_image", "swebench_probe", "to_tasks",
+    "TaskSource", "TemplateSpec", "determinism_canary", "load_image_list", "make_rewriter", "plan_benchmark", "probe_capacity", "reap", "reap_orphans",
+    "render_plan", "rewrite_image", "swebench_probe", "to_tasks",
 ]
