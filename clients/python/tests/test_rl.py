@@ -217,3 +217,26 @@ def test_the_capacity_planner():
     assert "Recommended plan for 5 images x 4 = 20 tasks" in text and f"strategy          : {plan.strategy}" in text, text
     with pytest.raises(ValueError):
         plan_benchmark(cap, n_images=0)
+
+
+def test_serve_metrics():
+    """serve_metrics serves what the open sessions' serves export."""
+    import urllib.request
+
+    from conftest import NAMESPACE
+    from sandbox_fleet.rl import SandboxFleet, serve_metrics
+
+    if not (BIN and NAMESPACE):
+        pytest.skip("needs the local test cluster")
+    fleet = SandboxFleet(FleetConfig(clusters=[ClusterConfig(name="c", namespace=NAMESPACE)]))
+    fleet.load_tasks([IMAGE])
+    server, _ = serve_metrics(port=0, addr="127.0.0.1")
+    try:
+        fleet.start_warmpools(wait=False)
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}/metrics", timeout=30) as resp:
+            text = resp.read().decode()
+        assert "asrl_session_pools" in text, text[:2000]
+        assert text.count("# TYPE asrl_session_pools ") == 1
+    finally:
+        server.shutdown()
+        fleet.teardown()

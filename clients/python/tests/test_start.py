@@ -88,3 +88,36 @@ def test_a_killed_trainer_takes_its_session_with_it():
         if trainer.poll() is None:
             trainer.kill()
             trainer.wait()
+
+
+COMPAT_TRAINER = """
+import sys, time
+from sandbox_fleet.rl import ClusterConfig, FleetConfig, SandboxFleet
+fleet = SandboxFleet(FleetConfig(clusters=[ClusterConfig(name="c", namespace=sys.argv[1])], max_concurrent=2), plugin=sys.argv[2])
+fleet.load_tasks([{"id": f"t{i}", "image": "registry.example/swe/killed-rl:1"} for i in range(2)])
+def rollout(task, h):
+    native = fleet._session()
+    print(native._serve.proc.pid, native.status().run_id, flush=True)
+    time.sleep(600)
+fleet.run(rollout, strategy="naive")
+"""
+
+
+@needs_cluster
+def test_a_trainer_killed_mid_run_of_the_compatible_fleet_leaves_nothing():
+    """agent-sandbox-rl's API, SIGKILLed in the middle of run(): its serve
+    ends and takes the session's objects with it."""
+    trainer = subprocess.Popen([sys.executable, "-P", "-c", COMPAT_TRAINER, NAMESPACE, BIN], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        line = trainer.stdout.readline().split()
+        assert len(line) == 2, "the trainer's run did not start"
+        pid, run_id = int(line[0]), line[1]
+        trainer.send_signal(signal.SIGKILL)
+        trainer.wait(10)
+        wait_for("serve to end with its trainer", lambda: _gone(pid), timeout=120)
+        run_gone(run_id)
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+            trainer.wait()

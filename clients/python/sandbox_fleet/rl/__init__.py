@@ -20,6 +20,7 @@ from .config import (ClusterConfig, FailFastPolicy, FleetConfig, ObservabilityCo
 from .fleet import (AsyncSandboxFleet, CapacityError, FleetOvercommitError, FleetPlan, GitRestoreReset, NoClusterAvailableError,
                     PlanEntry, PreflightError, RunReport, SandboxFleet, SandboxHandle, SandboxSession, determinism_canary, reap,
                     reap_orphans)
+from .metrics import serve_metrics
 from .tasks import (SWEBENCH_PROBE, ImageListSource, JsonlSource, ListSource, SweBenchSource, Task, TaskSource, load_image_list,
                     make_rewriter, rewrite_image, swebench_probe, to_tasks)
 
@@ -31,5 +32,5 @@ __all__ = [
     "ObservabilityConfig", "PlanEntry", "PreflightError", "ResourceSpec", "RunReport", "STRATEGIES", "SWEBENCH_PROBE",
     "SandboxFleet", "SandboxHandle", "SandboxLostError", "SandboxSession", "SandboxStartError", "SweBenchSource", "Task",
     "TaskSource", "TemplateSpec", "determinism_canary", "load_image_list", "make_rewriter", "plan_benchmark", "probe_capacity", "reap", "reap_orphans",
-    "render_plan", "rewrite_image", "swebench_probe", "to_tasks",
+    "render_plan", "rewrite_image", "serve_metrics", "swebench_probe", "to_tasks",
 ]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import _fleet, testing
+from . import metrics
 from .._handle import AsyncHandle, Handle
 from .._shell import Shell
 from .._start import find_plugin
@@ -267,8 +268,11 @@ class SandboxFleet:
 
     def _start(self, engine: dict[str, Any]) -> _fleet.SandboxFleet:
         """A session of engine's configuration (FakeFleet's is in process)."""
+        args = ["--metrics-addr", "127.0.0.1:0"] if self.config.observability.enable_metrics else []
         try:
-            return _fleet.start(engine, plugin=self._plugin)
+            native = _fleet.start(engine, plugin=self._plugin, args=args)
+            metrics.register(self)
+            return native
         except PluginError as e:
             message = in_reference_terms(str(e))
             if "preflight" in message.lower():
@@ -443,6 +447,19 @@ class SandboxFleet:
                            capture_output=True, text=True, timeout=120)
         left = [line.strip() for line in p.stdout.splitlines() if line.strip() and not line.startswith("Nothing")]
         return {"run_id": rid, "left": left}
+
+    def metrics_url(self) -> str | None:
+        """Where the open session's serve exports its metrics (loopback),
+        for serve_metrics."""
+        native = self._native
+        serve = native._serve if native is not None else None
+        if serve is None:
+            return None
+        try:
+            with open(serve.log_path, "rb") as f:
+                return metrics.metrics_url(f.read())
+        except OSError:
+            return None
 
     @property
     def run_id(self) -> str | None:
