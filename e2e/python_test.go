@@ -18,8 +18,14 @@ import (
 // (test_real_node_run.py), and agent-sandbox-rl's API on a serve the client
 // started (test_real_node_rl.py).
 func TestPythonClientOnTheRealNode(t *testing.T) {
+	var node string
+	if local != nil {
+		node = local.RealNodeName()
+	} else {
+		node = publishedNode(t)
+	}
 	testpython.Run(t, kubeconfig(), newNamespace(t), []string{"tests/test_real_node.py", "tests/test_real_node_run.py", "tests/test_resume.py", "tests/test_real_node_rl.py"},
-		"SANDBOX_FLEET_REAL_NODE=1", "SANDBOX_FLEET_BUSYBOX="+testimages.Busybox, "SANDBOX_FLEET_PROBLEM="+testimages.Problem(1), "SANDBOX_FLEET_PROBLEM2="+testimages.Problem(2))
+		"SANDBOX_FLEET_REAL_NODE=1", "SANDBOX_FLEET_REAL_NODE_NAME="+node, "SANDBOX_FLEET_BUSYBOX="+testimages.Busybox, "SANDBOX_FLEET_PROBLEM="+testimages.Problem(1), "SANDBOX_FLEET_PROBLEM2="+testimages.Problem(2))
 }
 
 // pip install of the platform wheel is all a trainer needs: in a venv with

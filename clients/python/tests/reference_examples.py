@@ -136,6 +136,18 @@ from sandbox_fleet.rl import SandboxFleet, FleetConfig, ClusterConfig; \\
 SandboxFleet(FleetConfig(clusters=[ClusterConfig(name='c', namespace='default')])).preflight()
 '''
 
+# Capacity-aware planning, the importable API (it reads a cluster: the
+# real node's test labels its node with the pool and names its context).
+CAPACITY = '''
+from sandbox_fleet.rl import (Cluster, ClusterConfig, probe_capacity,
+                              plan_benchmark, render_plan)
+core = Cluster(ClusterConfig(context="my-ctx")).core_api
+cap  = probe_capacity(core, "cloud.google.com/gke-nodepool=my-pool")
+plan = plan_benchmark(cap, n_images=500, tasks_per_image=1, avg_image_gb=10)
+print(render_plan(cap, plan))      # capacity + recommended strategy/concurrency/replicas
+# -> plan.strategy, plan.max_concurrent, plan.replicas_per_image, plan.bottleneck ...
+'''
+
 # The v1.0.9 release notes' RL section.
 FAIL_FAST_OFF = '''
 from sandbox_fleet.rl import FailFastPolicy

@@ -79,6 +79,26 @@ def test_example_as_written(name):
             run_gone(run_id)
 
 
+def test_capacity_as_written(tmp_path, monkeypatch, capsys):
+    """The planner's example as written: its context, my-ctx, is a copy of
+    the test cluster's; its pool, my-pool, the real node's label."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(open(os.environ["KUBECONFIG"]).read())
+    ctx = subprocess.run([KUBECTL, "--kubeconfig", str(kubeconfig), "config", "current-context"], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    subprocess.run([KUBECTL, "--kubeconfig", str(kubeconfig), "config", "rename-context", ctx, "my-ctx"], check=True, capture_output=True)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    node = os.environ["SANDBOX_FLEET_REAL_NODE_NAME"]
+    label = "cloud.google.com/gke-nodepool"
+    subprocess.run([KUBECTL, "label", "node", node, f"{label}=my-pool", "--overwrite"], check=True, capture_output=True)
+    try:
+        run_example(ex.CAPACITY, context=False)
+    finally:
+        subprocess.run([KUBECTL, "label", "node", node, f"{label}-"], capture_output=True)
+    out = capsys.readouterr().out
+    assert "nodes         : 1" in out and "Recommended plan for 500 images x 1 = 500 tasks" in out, out
+
+
 def test_a_fleet_in_with_leaves_nothing():
     from sandbox_fleet.rl import ClusterConfig, FleetConfig, SandboxFleet, swebench_probe
 
