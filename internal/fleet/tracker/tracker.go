@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
@@ -36,6 +37,8 @@ import (
 type Tracker struct {
 	cache     cache.Cache
 	namespace string
+	// reader reads from the API server what the cache does not hold.
+	reader client.Reader
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced on every event
@@ -48,6 +51,8 @@ type Tracker struct {
 	// deleted; peak is the most it has held.
 	live map[string]bool
 	peak int
+	// sandboxes are the identities of the run's Sandboxes, by name.
+	sandboxes map[string]sandboxIdentity
 	// readySince is when the watch first saw each Pod Ready.
 	readySince map[string]time.Time
 	// waiting maps the live Pods on a node but not Ready to their node.
@@ -64,7 +69,11 @@ type Tracker struct {
 // Start begins watching the warm pools, claims and Pods of run runID in namespace
 // and returns once the first listing is in. It stops when ctx ends.
 func Start(ctx context.Context, cfg *rest.Config, namespace, runID string) (*Tracker, error) {
-	if err := canList(ctx, cfg, namespace, runID); err != nil {
+	reader, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	if err := canList(ctx, reader, namespace, runID); err != nil {
 		return nil, err
 	}
 	c, err := cache.New(cfg, cache.Options{
@@ -79,7 +88,7 @@ func Start(ctx context.Context, cfg *rest.Config, namespace, runID string) (*Tra
 	if err != nil {
 		return nil, fmt.Errorf("building the watch cache: %w", err)
 	}
-	t := &Tracker{cache: c, namespace: namespace, changed: make(chan struct{}),
+	t := &Tracker{cache: c, reader: reader, namespace: namespace, changed: make(chan struct{}), sandboxes: map[string]sandboxIdentity{},
 		keyed: map[string]chan struct{}{}, claimOf: map[string]string{}, live: map[string]bool{}, readySince: map[string]time.Time{},
 		waiting: map[string]string{}}
 	notify := toolscache.ResourceEventHandlerFuncs{
@@ -131,11 +140,7 @@ const syncTimeout = 2 * time.Minute
 // canList lists each kind the tracker watches once, plainly: a caller
 // without the right to gets the API server's refusal at once, naming the
 // kind, rather than a watch that waits for ever.
-func canList(ctx context.Context, cfg *rest.Config, namespace, runID string) error {
-	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
-	if err != nil {
-		return err
-	}
+func canList(ctx context.Context, c client.Client, namespace, runID string) error {
 	for _, list := range []client.ObjectList{&extensionsv1beta1.SandboxWarmPoolList{}, &extensionsv1beta1.SandboxClaimList{}, &corev1.PodList{}} {
 		err := c.List(ctx, list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: labels.RunSelector(runID)}, client.Limit(1))
 		if err != nil {
@@ -177,15 +182,74 @@ func (t *Tracker) Claim(ctx context.Context, name string) (st ClaimState, found 
 	}
 	st.Claim = claim
 	if sandbox := claim.Status.SandboxStatus.Name; sandbox != "" {
-		pods := &corev1.PodList{}
-		if err := t.cache.List(ctx, pods, client.InNamespace(t.namespace), client.MatchingFields{sandboxIndex: sandbox}); err != nil {
+		pod, err := t.podOf(ctx, sandbox)
+		if err != nil {
 			return ClaimState{}, false, err
 		}
-		if len(pods.Items) > 0 {
-			st.Pod = &pods.Items[0]
-		}
+		st.Pod = pod
 	}
 	return st, true, nil
+}
+
+// podOf is the Pod of Sandbox name: the one the Agent Sandbox controller
+// made for it — of the name the Sandbox gives its Pod (its own, or the
+// adopted warm Pod's in its pod-name annotation) and controlled by it, by
+// UID. Anyone who may create Pods in the namespace can make one that names
+// the Sandbox as its controller and wears the run's label, but not one of
+// the name the controller's Pod has.
+func (t *Tracker) podOf(ctx context.Context, sandbox string) (*corev1.Pod, error) {
+	pods := &corev1.PodList{}
+	if err := t.cache.List(ctx, pods, client.InNamespace(t.namespace), client.MatchingFields{sandboxIndex: sandbox}); err != nil {
+		return nil, err
+	}
+	if len(pods.Items) == 0 {
+		return nil, nil
+	}
+	for _, reread := range []bool{false, true} {
+		id, err := t.sandboxID(ctx, sandbox, reread)
+		if err != nil {
+			return nil, err
+		}
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if ref := metav1.GetControllerOf(p); ref != nil && ref.UID == id.uid && p.Name == id.pod {
+				return p, nil
+			}
+		}
+		// The Sandbox may since have adopted another Pod, or been made
+		// again under its name: read it once more.
+	}
+	return nil, nil
+}
+
+// sandboxIdentity is what tells a Sandbox's own Pod: the Sandbox's UID and
+// the name of its Pod.
+type sandboxIdentity struct {
+	uid types.UID
+	pod string
+}
+
+// sandboxID is Sandbox name's identity, read from the API server once
+// (again with reread) and kept: the run's Sandboxes are not watched.
+func (t *Tracker) sandboxID(ctx context.Context, name string, reread bool) (sandboxIdentity, error) {
+	t.mu.Lock()
+	id, ok := t.sandboxes[name]
+	t.mu.Unlock()
+	if ok && !reread {
+		return id, nil
+	}
+	sb := &sandboxv1beta1.Sandbox{}
+	if err := t.reader.Get(ctx, client.ObjectKey{Namespace: t.namespace, Name: name}, sb); err != nil {
+		return sandboxIdentity{}, client.IgnoreNotFound(err)
+	}
+	id = sandboxIdentity{uid: sb.UID, pod: sb.Name}
+	if pod := sb.Annotations[sandboxv1beta1.SandboxPodNameAnnotation]; pod != "" {
+		id.pod = pod
+	}
+	t.mu.Lock()
+	t.sandboxes[name] = id
+	t.mu.Unlock()
+	return id, nil
 }
 
 // ClaimChanged returns a channel closed at the next change to claim or to

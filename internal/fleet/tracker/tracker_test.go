@@ -2,6 +2,7 @@ package tracker_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -262,5 +263,76 @@ func TestStartWithoutTheRightToListPods(t *testing.T) {
 	}
 	if took := time.Since(start); took > 10*time.Second {
 		t.Errorf("the refusal took %v", took)
+	}
+}
+
+// A claim's Pod is its Sandbox's own: a Pod another tenant made that wears
+// the run's label and names the Sandbox as its controller, by its very
+// UID, is never taken for it (commands and files would go to it).
+func TestClaimPodIsTheSandboxsOwn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ns := cluster.NewNamespace(t)
+	clients, err := cluster.Clients(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := tracker.Start(ctx, clients.Config, ns, "run-own")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := resources.Template(ns, "run-own", "busybox:1.36", resources.PodSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := resources.WarmPool(tmpl, 1)
+	claim := resources.Claim(pool, "t", nil)
+	for _, obj := range []client.Object{tmpl, pool, claim} {
+		if err := clients.Client.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var own *corev1.Pod
+	for own == nil {
+		changed := tr.Changed()
+		st, _, err := tr.Claim(ctx, claim.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if own = st.Pod; own != nil {
+			break
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			t.Fatal("the claim's Pod never seen")
+		}
+	}
+	owner := metav1.GetControllerOf(own)
+	forged := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "aaa-forged", Namespace: ns, Labels: own.Labels,
+			OwnerReferences: []metav1.OwnerReference{*owner}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}},
+	}
+	if err := clients.Client.Create(ctx, forged); err != nil {
+		t.Fatal(err)
+	}
+	for !slices.Contains(tr.LivePods(), forged.Name) {
+		changed := tr.Changed()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			t.Fatal("the forged Pod never seen")
+		}
+	}
+	for range 20 {
+		st, _, err := tr.Claim(ctx, claim.Name)
+		if err != nil || st.Pod == nil || st.Pod.UID != own.UID {
+			got := "none"
+			if st.Pod != nil {
+				got = st.Pod.Name
+			}
+			t.Fatalf("the claim's Pod: %s (%v), want its own %s, not %s", got, err, own.Name, forged.Name)
+		}
 	}
 }
