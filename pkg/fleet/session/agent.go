@@ -31,13 +31,21 @@ const (
 	MaxForwards  = 16
 )
 
-// tools are a handle's shells, processes and forwarded ports.
+// tools are a handle's shells, processes and forwarded ports, and the
+// calls running commands in it.
 type tools struct {
 	mu       sync.Mutex
 	shells   map[string]*exec.Shell
 	procs    map[string]*exec.Process
 	forwards map[string]*exec.Forward
 	next     int
+	// closed: the handle was released; nothing more is registered, and
+	// calls find it gone. calls are the calls in flight (an exec, a shell
+	// script, files), each with the cancel that stops it.
+	closed   bool
+	calls    map[int]context.CancelFunc
+	lastCall int
+	ended    sync.WaitGroup
 	// resumed: the handle was taken over from a driver that died, whose
 	// shells and processes died with it. Processes started since have ids
 	// of this driver's (prefix), and opened names the shells opened since,
@@ -54,12 +62,50 @@ func goneWithDriver(id, what string) error {
 		"(the session was resumed by serve --resume); open or start it again", id, what))
 }
 
-// closeAll ends every shell and process of the handle.
+// errReleased is the error of a call on a handle being released.
+func errReleased(id string) error {
+	return fmt.Errorf("%w: sandbox %s was released", ErrNotFound, id)
+}
+
+// begin registers a call that runs a command in the sandbox: its context,
+// which release cancels, and the func that ends it; a released handle
+// refuses it.
+func (t *tools) begin(ctx context.Context, id string) (context.Context, func(), error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, nil, errReleased(id)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	if t.calls == nil {
+		t.calls = map[int]context.CancelFunc{}
+	}
+	t.lastCall++
+	key := t.lastCall
+	t.calls[key] = cancel
+	t.ended.Add(1)
+	return ctx, func() {
+		t.mu.Lock()
+		delete(t.calls, key)
+		t.mu.Unlock()
+		cancel()
+		t.ended.Done()
+	}, nil
+}
+
+// closeAll refuses anything new on the handle, stops the calls in flight
+// and waits for them, and ends every shell, process and forward: nothing
+// of the lease outlives its release.
 func (t *tools) closeAll(ctx context.Context) {
 	t.mu.Lock()
+	t.closed = true
 	shells, procs, forwards := t.shells, t.procs, t.forwards
 	t.shells, t.procs, t.forwards = nil, nil, nil
+	for _, cancel := range t.calls {
+		cancel()
+	}
 	t.mu.Unlock()
+	t.ended.Wait()
 	for _, f := range forwards {
 		f.Close()
 	}
@@ -89,6 +135,9 @@ func (s *Session) OpenShell(ctx context.Context, id, client, name string) (bool,
 	t := &h.tools
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.closed {
+		return false, errReleased(id)
+	}
 	if _, ok := t.shells[name]; ok {
 		return false, nil
 	}
@@ -134,6 +183,11 @@ func (s *Session) ShellRun(ctx context.Context, id, client, name string, c Shell
 	if err != nil {
 		return ExecResult{}, err
 	}
+	ctx, end, err := h.tools.begin(ctx, id)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	defer end()
 	s.mu.Lock()
 	s.counts.Execs++
 	s.mu.Unlock()
@@ -230,6 +284,9 @@ func (s *Session) Start(ctx context.Context, id, client string, r ExecRequest) (
 	t := &h.tools
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.closed {
+		return "", errReleased(id)
+	}
 	running := 0
 	for _, p := range t.procs {
 		if !p.Done() {
@@ -392,6 +449,9 @@ func (s *Session) PortForward(id, client string, port int) (string, string, erro
 	t := &h.tools
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.closed {
+		return "", "", errReleased(id)
+	}
 	if len(t.forwards) >= MaxForwards {
 		return "", "", fmt.Errorf("%w: sandbox %s has %d ports forwarded, the most it may: close one first", ErrInvalid, id, MaxForwards)
 	}

@@ -52,6 +52,11 @@ func (s *Session) Exec(ctx context.Context, id, client string, r ExecRequest) (E
 	if r.Timeout < 0 {
 		return ExecResult{}, fmt.Errorf("%w: timeout %s: must not be negative", ErrInvalid, r.Timeout)
 	}
+	ctx, end, err := h.tools.begin(ctx, id)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	defer end()
 	s.mu.Lock()
 	s.counts.Execs++
 	s.mu.Unlock()
