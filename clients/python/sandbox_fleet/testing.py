@@ -25,7 +25,6 @@ import asyncio
 import concurrent.futures
 import json
 import os
-import shutil
 import signal
 import subprocess
 import threading
@@ -39,9 +38,10 @@ from ._aconnect import AsyncStream
 from ._connect import Stream, unb64
 from ._fakesandbox import CONTAINER, Proc, Sandbox, Shell
 from ._fleet import AsyncSandboxFleet, SandboxFleet
+from ._start import find_plugin
 from ._handle import AsyncHandle, Handle
-from .errors import (FleetError, ForeignHandleError, InvalidArgumentError, NotFoundError, NotWarmingError, SandboxLostError,
-                     SandboxStartError, SessionClosedError, from_connect)
+from .errors import (FleetError, ForeignHandleError, InvalidArgumentError, NotFoundError, NotWarmingError, PluginError,
+                     SandboxLostError, SandboxStartError, SessionClosedError, from_connect)
 from .runner import STRATEGIES
 
 
@@ -502,13 +502,17 @@ def _plan(plugin: str | None, plan_args: Sequence[str], tasks: list[dict[str, An
     one task at a time unless concurrency says otherwise, said once."""
     global _warned_no_plugin
     images = list(dict.fromkeys(t["image"] for t in tasks))
-    found = plugin or shutil.which("kubectl-sandbox_fleet")
+    try:
+        found: str | None = find_plugin(plugin)
+    except PluginError:
+        found = None
     if found is None:
         if not _warned_no_plugin:
             _warned_no_plugin = True
             warnings.warn("FakeFleet plans runs as one window of every image: the kubectl plugin "
                           "(kubectl-sandbox_fleet), whose planner serve uses, is not on PATH; install it "
-                          "(kubectl krew install sandbox-fleet) or pass plugin= for the session's own windows",
+                          "(kubectl krew install sandbox-fleet), or name it with plugin= or $SANDBOX_FLEET_PLUGIN, "
+                          "for the session's own windows",
                           RuntimeWarning, stacklevel=6)
         return [images], concurrency or 1, {}
     rows = "".join(json.dumps({"id": t["id"], "image": t["image"]}) + "\n" for t in tasks)

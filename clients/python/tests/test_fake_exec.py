@@ -177,6 +177,7 @@ def test_runs_are_planned_by_the_plugin_as_serve_plans_them(tmp_path, monkeypatc
         assert plan["windows"][0]["taskIds"] == ["t0", "t1", "t3", "t4"], plan
         fleet.close()
     monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("SANDBOX_FLEET_PLUGIN", raising=False)
     monkeypatch.setattr(testing, "_warned_no_plugin", False)
     fleet = FakeFleet(isolate=True)
     fleet.add_tasks(rows)

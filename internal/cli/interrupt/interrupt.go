@@ -24,6 +24,7 @@ func Handle(w io.Writer, cancel context.CancelCauseFunc, stopping string, left f
 	go func() {
 		select {
 		case s := <-sigs:
+			forgetParentDeath()
 			fmt.Fprintf(w, "\n%s: %s; send it again to exit at once\n", s, stopping)
 			cancel(fmt.Errorf("interrupted by %s", s))
 		case <-done:
