@@ -42,8 +42,14 @@ type Event struct {
 }
 
 // MaxKept bounds the output a Process keeps for readers: past it the
-// oldest is let go, and a reader starting earlier is told how much.
+// oldest is let go, and a reader starting earlier is told how much. Each
+// event counts eventCost besides its bytes, so that many small writes (a
+// byte at a time) cost no more memory than the bound says.
 const MaxKept = 16 << 20
+
+// eventCost is what keeping an event costs beyond its data: the Event and
+// its slice header, and the allocation's rounding.
+const eventCost = 128
 
 // StartProcess starts r's command through run, in r's container.
 func StartProcess(ctx context.Context, run Runner, r Request) *Process {
@@ -83,9 +89,9 @@ func (w streamWriter) Write(b []byte) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.events = append(p.events, Event{Stream: w.stream, Data: append([]byte(nil), b...)})
-	p.kept += len(b)
+	p.kept += len(b) + eventCost
 	for p.kept > MaxKept && len(p.events) > 1 {
-		p.kept -= len(p.events[0].Data)
+		p.kept -= len(p.events[0].Data) + eventCost
 		p.events = p.events[1:]
 		p.dropped++
 	}
