@@ -8,6 +8,7 @@ does not keep its pools warm, or the trainer's end."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import os
@@ -313,7 +314,9 @@ class SandboxFleet:
         native, self._native = self._native, None
         self._handles.clear()
         if native is not None:
-            self._last_run_id = native.status().run_id
+            # A session whose serve died says nothing; its close says why.
+            with contextlib.suppress(FleetError):
+                self._last_run_id = native.status().run_id
             native.close()
 
     # Tasks.
