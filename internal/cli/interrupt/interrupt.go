@@ -21,10 +21,10 @@ func Handle(w io.Writer, cancel context.CancelCauseFunc, stopping string, left f
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	done := make(chan struct{})
+	watchParent(done)
 	go func() {
 		select {
 		case s := <-sigs:
-			forgetParentDeath()
 			fmt.Fprintf(w, "\n%s: %s; send it again to exit at once\n", s, stopping)
 			cancel(fmt.Errorf("interrupted by %s", s))
 		case <-done:

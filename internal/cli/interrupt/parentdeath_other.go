@@ -2,6 +2,5 @@
 
 package interrupt
 
-// forgetParentDeath has nothing to clear where there is no parent-death
-// signal.
-func forgetParentDeath() {}
+// watchParent has nothing to watch where there is no parent-death signal.
+func watchParent(<-chan struct{}) {}
