@@ -70,11 +70,11 @@ sys.stdin.read()
 """
 
 
-@needs_cluster
-def test_a_killed_trainer_takes_its_session_with_it():
-    """SIGKILL leaves the trainer no say: serve gets SIGTERM from the kernel
-    (its parent-death signal) and tears the session down."""
-    trainer = subprocess.Popen([sys.executable, "-P", "-c", TRAINER, NAMESPACE, BIN], stdin=subprocess.PIPE,
+def _kill_and_check(script: str) -> None:
+    """Runs a trainer (script, given the namespace and the plugin), which
+    prints its serve's PID and run id once its session is under way;
+    SIGKILLs it, and waits for its serve to end and its run's objects to go."""
+    trainer = subprocess.Popen([sys.executable, "-P", "-c", script, NAMESPACE, BIN], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, text=True)
     try:
         line = trainer.stdout.readline().split()
@@ -88,6 +88,13 @@ def test_a_killed_trainer_takes_its_session_with_it():
         if trainer.poll() is None:
             trainer.kill()
             trainer.wait()
+
+
+@needs_cluster
+def test_a_killed_trainer_takes_its_session_with_it():
+    """SIGKILL leaves the trainer no say: serve gets SIGTERM from the kernel
+    (its parent-death signal) and tears the session down."""
+    _kill_and_check(TRAINER)
 
 
 COMPAT_TRAINER = """
@@ -107,17 +114,23 @@ fleet.run(rollout, strategy="naive")
 def test_a_trainer_killed_mid_run_of_the_compatible_fleet_leaves_nothing():
     """agent-sandbox-rl's API, SIGKILLed in the middle of run(): its serve
     ends and takes the session's objects with it."""
-    trainer = subprocess.Popen([sys.executable, "-P", "-c", COMPAT_TRAINER, NAMESPACE, BIN], stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, text=True)
-    try:
-        line = trainer.stdout.readline().split()
-        assert len(line) == 2, "the trainer's run did not start"
-        pid, run_id = int(line[0]), line[1]
-        trainer.send_signal(signal.SIGKILL)
-        trainer.wait(10)
-        wait_for("serve to end with its trainer", lambda: _gone(pid), timeout=120)
-        run_gone(run_id)
-    finally:
-        if trainer.poll() is None:
-            trainer.kill()
-            trainer.wait()
+    _kill_and_check(COMPAT_TRAINER)
+
+
+@needs_cluster
+def test_start_async():
+    """start_async: the same session for asyncio, ended by async with."""
+    import asyncio
+
+    async def main():
+        async with await sandbox_fleet.start_async(namespace=NAMESPACE, plugin=BIN, tasks=TASKS) as fleet:
+            serve = fleet.sync._serve
+            run_id = (await fleet.status()).run_id
+            h = await fleet.acquire("t0")
+            assert h.task_id == "t0"
+            await fleet.release(h)
+        return serve, run_id
+
+    serve, run_id = asyncio.run(main())
+    assert serve.proc.returncode == 0, serve.proc.returncode
+    run_gone(run_id)
