@@ -65,6 +65,15 @@ func TestReaperAsShipped(t *testing.T) {
 	ns := newNamespace(t)
 	dead, deadRun := startSession(t, ctx, plugin, ns)
 	_, liveRun := startSession(t, ctx, plugin, ns)
+	// The dead session's trainer had the nodes pre-pull for it, as
+	// sandbox_fleet.rl's prepull() does: the job is the run's too.
+	images := filepath.Join(t.TempDir(), "images.txt")
+	if err := os.WriteFile(images, []byte(testimages.Busybox+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(plugin, "--kubeconfig", kubeconfig(), "prepull", "-n", ns, "--tasks", images, "--run-id", deadRun).CombinedOutput(); err != nil {
+		t.Fatalf("prepull --run-id %s: %v\n%s", deadRun, err, out)
+	}
 	for _, run := range []string{deadRun, liveRun} {
 		if len(runObjects(t, kubectl, ns, run)) == 0 {
 			t.Fatalf("session %s made nothing to reap", run)
@@ -112,6 +121,8 @@ func TestReaperAsShipped(t *testing.T) {
 	}{
 		{authorizationv1.ResourceAttributes{Namespace: ns, Verb: "delete", Group: "extensions.agents.x-k8s.io", Resource: "sandboxclaims"}, true},
 		{authorizationv1.ResourceAttributes{Namespace: ns, Verb: "delete", Group: "coordination.k8s.io", Resource: "leases"}, true},
+		{authorizationv1.ResourceAttributes{Namespace: ns, Verb: "delete", Group: "sandbox-fleet.io", Resource: "prepulljobs"}, true},
+		{authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Group: "sandbox-fleet.io", Resource: "prepulljobs"}, false},
 		{authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Group: "extensions.agents.x-k8s.io", Resource: "sandboxclaims"}, false},
 		{authorizationv1.ResourceAttributes{Namespace: ns, Verb: "patch", Resource: "pods"}, false},
 		{authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Resource: "pods", Subresource: "exec"}, false},
@@ -179,10 +190,10 @@ func startSession(t *testing.T, ctx context.Context, plugin, ns string) (*exec.C
 }
 
 // runObjects lists what of run is in ns: its sandbox objects, Pods,
-// heartbeat and session state.
+// heartbeat, session state and pre-pulls.
 func runObjects(t *testing.T, kubectl func(...string) string, ns, run string) []string {
 	t.Helper()
-	out := kubectl("get", "sandboxclaims,sandboxwarmpools,sandboxtemplates,sandboxes,pods,leases,configmaps", "-n", ns,
+	out := kubectl("get", "sandboxclaims,sandboxwarmpools,sandboxtemplates,sandboxes,pods,leases,configmaps,prepulljobs", "-n", ns,
 		"-l", "sandbox-fleet.io/run-id="+run, "-o", "name")
 	return strings.Fields(out)
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/version"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/preflight"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/teardown"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcri"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
@@ -291,6 +292,9 @@ func TestPrepullRejectsBadInput(t *testing.T) {
 		{[]string{"--tasks", images, "-l", "pool in (a,b)"}, "PrepullJobs select nodes by key=value pairs"},
 		{[]string{"--tasks", images, "--ttl", "1.5s"}, "--ttl 1.5s: must be whole seconds"},
 		{[]string{"--tasks", filepath.Join(t.TempDir(), "none.txt")}, "none.txt"},
+		{[]string{"--tasks", images, "--run-id", "Not_A_Label"}, `--run-id "Not_A_Label"`},
+		{[]string{"--delete"}, "--delete deletes the PrepullJobs of a run: give --run-id ID"},
+		{[]string{"--delete", "--run-id", "r", "--tasks", images}, "and no --tasks or --wait"},
 	} {
 		code, _, stderr := execute(append([]string{"prepull", "-n", ns}, tt.args...)...)
 		if code != cli.ExitUsage || !strings.Contains(stderr, tt.says) {
@@ -336,5 +340,23 @@ func TestPrepullRejectsBadInput(t *testing.T) {
 	if err := clients.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "mirrored"}, job); err != nil ||
 		!slices.Equal(job.Spec.Images, []string{"mirror.example/hub/library/busybox:1.36"}) {
 		t.Errorf("prepull of a mirrored task file pulls %v (%v), want the mirror's image", job.Spec.Images, err)
+	}
+	// A run's pre-pull is labelled as the run's objects are, listed with
+	// what the run left, and deleted by --delete alone of the jobs here.
+	if code, out, stderr := execute("prepull", "-n", ns, "--tasks", images, "--run-id", "rl-step"); code != 0 || !strings.HasPrefix(out, "rl-step-prepull-") {
+		t.Fatalf("prepull --run-id rl-step: exit %d, %q %s", code, out, stderr)
+	}
+	if left, err := teardown.Leftovers(context.Background(), clients.Client, ns, "rl-step"); err != nil || len(left) != 1 || !strings.HasPrefix(left[0], "PrepullJob/rl-step-prepull-") {
+		t.Errorf("run rl-step left %v (%v), want its PrepullJob", left, err)
+	}
+	if code, out, stderr := execute("prepull", "-n", ns, "--delete", "--run-id", "rl-step"); code != 0 || !strings.HasPrefix(out, "prepulljob.sandbox-fleet.io/rl-step-prepull-") {
+		t.Errorf("prepull --delete --run-id rl-step: exit %d, %q %s", code, out, stderr)
+	}
+	jobs = &v1alpha1.PrepullJobList{}
+	if err := clients.Client.List(context.Background(), jobs, client.InNamespace(ns)); err != nil || len(jobs.Items) != 2 {
+		t.Errorf("after deleting run rl-step's pre-pull, %d PrepullJobs are left (%v), want the other two", len(jobs.Items), err)
+	}
+	if code, _, stderr := execute("prepull", "-n", ns, "--delete", "--run-id", "rl-step"); code != 0 || !strings.Contains(stderr, "run rl-step has no PrepullJobs") {
+		t.Errorf("prepull --delete of a run with none: exit %d, %s", code, stderr)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/prepull"
@@ -91,9 +90,8 @@ func (f *Fleet) prepullOn(ctx context.Context, c *Cluster, images []string, high
 func (f *Fleet) Unprepull(ctx context.Context) error {
 	var errs []error
 	for _, c := range f.Clusters {
-		err := c.Clients.Client.DeleteAllOf(ctx, &v1alpha1.PrepullJob{}, client.InNamespace(c.Namespace()), client.MatchingLabels(labels.ForRun(f.RunID)))
-		if err != nil {
-			errs = append(errs, fmt.Errorf("deleting the PrepullJobs of run %s on cluster %s: %w", f.RunID, c.Name, err))
+		if _, err := prepull.DeleteOfRun(ctx, c.Clients.Client, c.Namespace(), f.RunID); err != nil {
+			errs = append(errs, fmt.Errorf("cluster %s: %w", c.Name, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -23,10 +23,12 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/inputs"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/output"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/runid"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/prepull"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
+	fleetlabels "github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
@@ -39,6 +41,8 @@ type options struct {
 	name        string
 	spec        v1alpha1.PrepullJobSpec
 	ttl         time.Duration
+	runID       string
+	delete      bool
 	wait        bool
 	timeout     time.Duration
 	output      string
@@ -48,7 +52,7 @@ type options struct {
 func NewCommand(configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	o := &options{configFlags: configFlags, streams: streams}
 	cmd := &cobra.Command{
-		Use:   "prepull --tasks FILE [-l SELECTOR] [--wait]",
+		Use:   "prepull (--tasks FILE [-l SELECTOR] [--run-id ID] [--wait] | --delete --run-id ID)",
 		Short: "Pull a task file's images onto the nodes before a run needs them",
 		Long: `Prepull creates a PrepullJob for the images of the task files. On every node
 the selector picks, asrl-prepull-agent pulls them through the node's runtime
@@ -60,7 +64,12 @@ after all of them finished it.
 
 --wait follows the job until every picked node with an agent is done, showing
 progress, then prints each node's result; it fails if a node could not pull
-every image. Interrupting the wait leaves the job running.`,
+every image. Interrupting the wait leaves the job running.
+
+--run-id makes the job a run's: labelled as the run's objects are, so the
+run's teardown and reap (and the cluster's reaper, once the run's heartbeat
+expires) delete it with the rest. --delete --run-id deletes the run's
+PrepullJobs, and nothing else.`,
 		Example: `  # warm the GPU pool's nodes for a sweep and wait
   kubectl sandbox-fleet prepull --tasks swe-bench-lite.jsonl -l pool=eval --wait -n rl
 
@@ -68,11 +77,18 @@ every image. Interrupting the wait leaves the job running.`,
   kubectl sandbox-fleet prepull --tasks images.txt --high-water 70 --delete-when-done --wait -o json
 
   # keep the images a day after the nodes are done, then free the disk
-  kubectl sandbox-fleet prepull --tasks images.txt --delete-when-done --ttl 24h`,
+  kubectl sandbox-fleet prepull --tasks images.txt --delete-when-done --ttl 24h
+
+  # a session's pre-pull, gone with the session; or deleted before that
+  kubectl sandbox-fleet prepull --tasks images.txt --run-id rl-step-cache -n rl
+  kubectl sandbox-fleet prepull --delete --run-id rl-step-cache -n rl`,
 		Args: usage.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.validate(); err != nil {
 				return err
+			}
+			if o.delete {
+				return o.deleteOfRun(cmd.Context())
 			}
 			loaded, err := o.tasks.Load(o.taskFiles, o.streams.In, nil)
 			if err != nil {
@@ -100,10 +116,24 @@ every image. Interrupting the wait leaves the job running.`,
 	f.BoolVar(&o.wait, "wait", false, "wait until every node is done, showing progress")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Minute, "with --wait, how long to wait")
 	f.StringVarP(&o.output, "output", "o", "", "with --wait, the result as json or yaml (default: a table)")
+	f.StringVar(&o.runID, "run-id", "", "make the job this run's: its teardown and reap delete it")
+	_ = cmd.RegisterFlagCompletionFunc("run-id", runid.Complete(configFlags))
+	f.BoolVar(&o.delete, "delete", false, "delete the PrepullJobs of --run-id instead, creating nothing")
 	return cmd
 }
 
 func (o *options) validate() error {
+	if o.runID != "" {
+		if err := runid.Check(o.runID); err != nil {
+			return err
+		}
+	}
+	if o.delete {
+		if o.runID == "" || len(o.taskFiles) > 0 || o.wait {
+			return usage.Errorf("--delete deletes the PrepullJobs of a run: give --run-id ID, and no --tasks or --wait")
+		}
+		return nil
+	}
 	if len(o.taskFiles) == 0 {
 		return usage.Errorf("no images: give a task file with --tasks FILE (JSONL rows or a list of images; - for stdin)")
 	}
@@ -157,6 +187,12 @@ func (o *options) run(ctx context.Context) error {
 	if o.name == "" {
 		job.GenerateName = "prepull-"
 	}
+	if o.runID != "" {
+		job.Labels = fleetlabels.ForRun(o.runID)
+		if o.name == "" {
+			job.GenerateName = o.runID + "-prepull-"
+		}
+	}
 	if err := clients.Client.Create(ctx, job); err != nil {
 		return fmt.Errorf("creating the PrepullJob: %w", err)
 	}
@@ -186,6 +222,25 @@ func (o *options) run(ctx context.Context) error {
 	}
 	if failed := len(p.Nodes) - p.Succeeded; failed > 0 {
 		return fmt.Errorf("PrepullJob %s: %s did not get every image", job.Name, output.Count(failed, "node"))
+	}
+	return nil
+}
+
+// deleteOfRun deletes the PrepullJobs of --run-id and names them.
+func (o *options) deleteOfRun(ctx context.Context) error {
+	clients, err := kube.FromFlags(o.configFlags, kube.Limits{})
+	if err != nil {
+		return err
+	}
+	names, err := prepull.DeleteOfRun(ctx, clients.Client, clients.Namespace, o.runID)
+	if err != nil {
+		return err
+	}
+	if len(names) == 0 {
+		fmt.Fprintf(o.streams.ErrOut, "run %s has no PrepullJobs in %s\n", o.runID, clients.Namespace)
+	}
+	for _, name := range names {
+		fmt.Fprintf(o.streams.Out, "prepulljob.sandbox-fleet.io/%s deleted\n", name)
 	}
 	return nil
 }

@@ -21,10 +21,16 @@ func FromFlag(id string) (string, error) {
 	if id == "" {
 		return New("run"), nil
 	}
+	return id, Check(id)
+}
+
+// Check checks a --run-id given: a label value and a name prefix, so a
+// DNS-1123 label.
+func Check(id string) error {
 	if msgs := validation.IsDNS1123Label(id); len(msgs) > 0 {
-		return "", usage.Errorf("--run-id %q: %s", id, strings.Join(msgs, "; "))
+		return usage.Errorf("--run-id %q: %s", id, strings.Join(msgs, "; "))
 	}
-	return id, nil
+	return nil
 }
 
 // New makes a new id of a kind of run: the kind, the time in UTC and six

@@ -9,10 +9,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
@@ -75,4 +78,42 @@ func Wait(ctx context.Context, c client.Client, job *v1alpha1.PrepullJob, target
 
 func counts(p nodecache.JobProgress) [6]int32 {
 	return [6]int32{p.Pulled, p.Present, p.Failed, p.Pending, int32(p.Done), int32(p.Succeeded)}
+}
+
+// OfRun lists the names of run runID's PrepullJobs in namespace, sorted.
+// A cluster without the PrepullJob kind (no agent installed) has none.
+func OfRun(ctx context.Context, c client.Client, namespace, runID string) ([]string, error) {
+	jobs := &metav1.PartialObjectMetadataList{}
+	jobs.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("PrepullJobList"))
+	err := c.List(ctx, jobs, client.InNamespace(namespace), client.MatchingLabels(labels.ForRun(runID)))
+	if apimeta.IsNoMatchError(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing the PrepullJobs of run %s: %w", runID, err)
+	}
+	names := make([]string, len(jobs.Items))
+	for i, j := range jobs.Items {
+		names[i] = j.Name
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// DeleteOfRun deletes run runID's PrepullJobs in namespace, one by one
+// (list and delete, no collection delete: the reaper may do no more),
+// and returns their names. The images the nodes pulled stay, unless a
+// job asked them removed (deleteWhenDone).
+func DeleteOfRun(ctx context.Context, c client.Client, namespace, runID string) ([]string, error) {
+	names, err := OfRun(ctx, c, namespace, runID)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range names {
+		job := &v1alpha1.PrepullJob{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+		if err := c.Delete(ctx, job); err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("deleting PrepullJob %s of run %s: %w", name, runID, err)
+		}
+	}
+	return names, nil
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/inventory"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/prepull"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/sessionstate"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracker"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
@@ -336,6 +337,13 @@ func Leftovers(ctx context.Context, c client.Client, namespace, runID string) ([
 	for _, p := range inv.Pods {
 		left = append(left, "Pod/"+p.Name)
 	}
+	jobs, err := prepull.OfRun(ctx, c, namespace, runID)
+	if err != nil {
+		return nil, err
+	}
+	for _, j := range jobs {
+		left = append(left, "PrepullJob/"+j)
+	}
 	slices.Sort(left)
 	return left, nil
 }
@@ -351,6 +359,9 @@ func Reap(ctx context.Context, clients *kube.Clients, runID string) error {
 		return err
 	}
 	if err := Run(ctx, clients.Client, tr, clients.Namespace, runID); err != nil {
+		return err
+	}
+	if _, err := prepull.DeleteOfRun(ctx, clients.Client, clients.Namespace, runID); err != nil {
 		return err
 	}
 	// A session's state goes with it: nothing is left to resume.
