@@ -167,6 +167,15 @@ type SecurityPolicy struct {
 	// +listType=set
 	// +optional
 	AllowedSysctls []string `json:"allowedSysctls,omitempty"`
+	// AllowedVolumeTypes are the volume sources Pods may use beyond those
+	// that reach nothing of the node's own — emptyDir, configMap, secret,
+	// downwardAPI, projected, persistentVolumeClaim, ephemeral and image
+	// (hostPath is allowHostPath's) —, named as the Pod spec names them:
+	// nfs, csi (inline), gitRepo, iscsi, rbd, cephfs, flexVolume, ...
+	// Every other one is denied: their drivers run as root on the node.
+	// +listType=set
+	// +optional
+	AllowedVolumeTypes []string `json:"allowedVolumeTypes,omitempty"`
 	// RequireNonRoot makes containers run as a user other than root: the
 	// Pod's runAsNonRoot is set where it is unset — the kubelet then
 	// refuses to start an image whose user is root — and runAsNonRoot

@@ -88,8 +88,10 @@ func CallCondition(set Set) string {
 // them all — and the single-valued settings the set resolves to.
 type allowances struct {
 	token, hostNamespaces, hostPath, privileged, unconfined, hostPorts bool
-	// capabilities counts the policies allowing each capability.
+	// capabilities counts the policies allowing each capability, and
+	// volumeTypes each volume type.
 	capabilities map[corev1.Capability]int
+	volumeTypes  map[string]int
 	// registries are the allowed registries of each policy naming some.
 	registries              [][]string
 	runtimeClass, scheduler string
@@ -107,7 +109,7 @@ func allowancesOf(set Set) (allowances, bool) {
 		return allowances{}, false
 	}
 	a := allowances{token: true, hostNamespaces: true, hostPath: true, privileged: true, unconfined: true, hostPorts: true,
-		capabilities: map[corev1.Capability]int{}, runtimeClass: runtimeClass.value, scheduler: scheduler.value}
+		capabilities: map[corev1.Capability]int{}, volumeTypes: map[string]int{}, runtimeClass: runtimeClass.value, scheduler: scheduler.value}
 	for _, p := range set {
 		sec := security(p)
 		a.token = a.token && sec.AllowServiceAccountToken
@@ -118,6 +120,9 @@ func allowancesOf(set Set) (allowances, bool) {
 		a.hostPorts = a.hostPorts && sec.AllowHostPorts
 		for _, c := range sec.AllowedCapabilities {
 			a.capabilities[c]++
+		}
+		for _, t := range sec.AllowedVolumeTypes {
+			a.volumeTypes[t]++
 		}
 		// Check refuses a runtime class other than any policy's.
 		if want := p.Spec.RuntimeClassName; want != "" && want != a.runtimeClass {
@@ -176,6 +181,17 @@ func (c *conditions) security(set Set, a allowances) {
 	if !a.hostPath {
 		c.pod = append(c.pod, list("object.spec.?volumes")+".all(v, !has(v.hostPath))")
 	}
+	var denied []string
+	for _, t := range volumeTypes {
+		if !slices.Contains(nodeFreeVolumeTypes, t) && a.volumeTypes[t] < len(set) {
+			denied = append(denied, "!has(v."+t+")")
+		}
+	}
+	c.pod = append(c.pod, list("object.spec.?volumes")+".all(v, "+strings.Join(denied, " && ")+")")
+	// The scheduler binds a Pod by its binding, so only a creation may
+	// name a node.
+	c.pod = append(c.pod, "(request.operation != 'CREATE' || object.spec.?nodeName.orValue('') == '')",
+		"!(object.spec.?priorityClassName.orValue('') in ["+strings.Join(quoteAll(systemPriorityClasses), ", ")+"])")
 	if !a.unconfined {
 		c.pod = append(c.pod, "object.spec.?securityContext.?seccompProfile.?type.orValue('') != 'Unconfined'",
 			"object.spec.?securityContext.?appArmorProfile.?type.orValue('') != 'Unconfined'",
@@ -278,13 +294,7 @@ func (c *conditions) limits(set Set) {
 }
 
 // selinuxTypes is containerSELinuxTypes as a CEL list.
-var selinuxTypes = func() string {
-	quoted := make([]string, len(containerSELinuxTypes))
-	for i, t := range containerSELinuxTypes {
-		quoted[i] = quote(t)
-	}
-	return "[" + strings.Join(quoted, ", ") + "]"
-}()
+var selinuxTypes = "[" + strings.Join(quoteAll(containerSELinuxTypes), ", ") + "]"
 
 // sysctlChecks are the checks that every sysctl of the Pod is one each
 // policy allows: safe, named, or under a prefix it names. A name in the
@@ -433,3 +443,12 @@ func under(prefixes []string) string {
 // quote is a CEL string literal of s: Go's quoting, whose escapes CEL
 // reads alike.
 func quote(s string) string { return strconv.Quote(s) }
+
+// quoteAll quotes each of ss.
+func quoteAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = quote(s)
+	}
+	return out
+}

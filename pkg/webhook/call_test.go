@@ -114,7 +114,8 @@ func callSets() map[string]Set {
 			}),
 		},
 		"non-root, sysctls": {policy("strict", 0, mirror, func(s *v1alpha1.SandboxPolicySpec) {
-			s.Security = &v1alpha1.SecurityPolicy{RequireNonRoot: true, AllowedSysctls: []string{"kernel.msgmax", "net.core.*"}}
+			s.Security = &v1alpha1.SecurityPolicy{RequireNonRoot: true, AllowedSysctls: []string{"kernel.msgmax", "net.core.*"},
+				AllowedVolumeTypes: []string{"nfs", "csi"}}
 		})},
 		"permissive": {policy("open", 0, func(s *v1alpha1.SandboxPolicySpec) {
 			s.Security = &v1alpha1.SecurityPolicy{AllowPrivileged: true, AllowHostNamespaces: true, AllowHostPath: true, AllowServiceAccountToken: true,
@@ -523,7 +524,8 @@ func TestImageChecks(t *testing.T) {
 const sha = "4f2d0e4a0b1b2c3d4e5f60718293a4b5c6d7e8f90123456789abcdef01234567"
 
 // securityEdits make a Pod ask for what a policy may refuse: unconfined
-// profiles, an unmasked /proc, a host port, an ephemeral container.
+// profiles, an unmasked /proc, a host port, an ephemeral container,
+// volumes the node mounts, a node by name, the cluster's priority.
 var securityEdits = []func(*corev1.Pod){
 	func(p *corev1.Pod) {
 		p.Spec.SecurityContext.SeccompProfile.Type = corev1.SeccompProfileTypeUnconfined
@@ -540,4 +542,17 @@ var securityEdits = []func(*corev1.Pod){
 		p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon(*p.Spec.Containers[0].DeepCopy())}}
 		p.Spec.EphemeralContainers[0].Name = "debug"
 	},
+	func(p *corev1.Pod) {
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "nfs", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "10.0.0.1", Path: "/"}}})
+	},
+	func(p *corev1.Pod) {
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "csi", VolumeSource: corev1.VolumeSource{CSI: &corev1.CSIVolumeSource{Driver: "x"}}},
+			corev1.Volume{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	},
+	func(p *corev1.Pod) {
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "git", VolumeSource: corev1.VolumeSource{GitRepo: &corev1.GitRepoVolumeSource{Repository: "r"}}})
+	},
+	func(p *corev1.Pod) { p.Spec.NodeName = "control-plane" },
+	func(p *corev1.Pod) { p.Spec.PriorityClassName = "system-node-critical" },
+	func(p *corev1.Pod) { p.Spec.PriorityClassName = "batch" },
 }

@@ -3,6 +3,7 @@ package webhook
 import (
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -55,6 +56,38 @@ func imageVolumesOf(spec *corev1.PodSpec, at string) []imageVolume {
 	}
 	return out
 }
+
+// volumeTypes are the volume sources of the Pod spec, by the names the
+// spec gives them (its fields' JSON names).
+var volumeTypes = func() []string {
+	t := reflect.TypeFor[corev1.VolumeSource]()
+	out := make([]string, t.NumField())
+	for i := range out {
+		out[i], _, _ = strings.Cut(t.Field(i).Tag.Get("json"), ",")
+	}
+	return out
+}()
+
+// nodeFreeVolumeTypes reach nothing of the node's own: the kubelet makes
+// them from the API's objects, a claim's volume or an image, as Pod
+// Security's restricted profile allows them. hostPath, which is the
+// node's, is allowHostPath's to allow.
+var nodeFreeVolumeTypes = []string{"emptyDir", "configMap", "secret", "downwardAPI", "projected", "persistentVolumeClaim", "ephemeral", "image", "hostPath"}
+
+// volumeType is the volume source v sets ("" for none).
+func volumeType(v corev1.VolumeSource) string {
+	r := reflect.ValueOf(v)
+	for i := range r.NumField() {
+		if !r.Field(i).IsNil() {
+			return volumeTypes[i]
+		}
+	}
+	return ""
+}
+
+// systemPriorityClasses are the cluster's own: a Pod of theirs preempts
+// and outlives everything else on its node.
+var systemPriorityClasses = []string{"system-node-critical", "system-cluster-critical"}
 
 // unconfined reports whether a seccomp or AppArmor profile is Unconfined,
 // or an SELinux type not one of containerSELinuxTypes.
@@ -215,7 +248,18 @@ func checkPod(spec *corev1.PodSpec, at string, p v1alpha1.SandboxPolicy, deny fu
 			}
 		}
 	}
+	if spec.NodeName != "" {
+		return deny(at+".nodeName", "sandboxes are placed by the scheduler, not named onto a node (which skips its checks and taints): "+
+			"pick nodes with a nodeSelector or affinity")
+	}
+	if slices.Contains(systemPriorityClasses, spec.PriorityClassName) {
+		return deny(at+".priorityClassName", fmt.Sprintf("priority class %s is the cluster's own, not a sandbox's", spec.PriorityClassName))
+	}
 	for i, v := range spec.Volumes {
+		if t := volumeType(v.VolumeSource); t != "" && !slices.Contains(nodeFreeVolumeTypes, t) && !slices.Contains(sec.AllowedVolumeTypes, t) {
+			return deny(fmt.Sprintf("%s.volumes[%d].%s", at, i, t),
+				fmt.Sprintf("%s volumes are mounted by the node itself, and %s is not in spec.security.allowedVolumeTypes %v", t, t, sec.AllowedVolumeTypes))
+		}
 		if !sec.AllowHostPath && v.HostPath != nil {
 			return deny(fmt.Sprintf("%s.volumes[%d].hostPath", at, i), "hostPath volumes are not allowed for sandboxes (spec.security.allowHostPath)")
 		}

@@ -100,6 +100,22 @@ func TestMutate(t *testing.T) {
 			p.Spec.Volumes = []corev1.Volume{{Name: "docker", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/run/docker.sock"}}}}
 		}), set: Set{policy("baseline", 0)},
 			denied: `denied by SandboxPolicy "baseline": spec.volumes[0].hostPath: hostPath volumes are not allowed`},
+		{name: "nfs-volume", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "10.0.0.1", Path: "/"}}}}
+		}), set: Set{policy("baseline", 0)},
+			denied: `denied by SandboxPolicy "baseline": spec.volumes[0].nfs: nfs volumes are mounted by the node itself, and nfs is not in spec.security.allowedVolumeTypes []`},
+		{name: "git-repo-volume", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "src", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: "repo", VolumeSource: corev1.VolumeSource{GitRepo: &corev1.GitRepoVolumeSource{Repository: "https://example.com/r.git"}}}}
+		}), set: Set{policy("nfs", 0, func(s *v1alpha1.SandboxPolicySpec) { s.Security = &v1alpha1.SecurityPolicy{AllowedVolumeTypes: []string{"nfs"}} })},
+			denied: `denied by SandboxPolicy "nfs": spec.volumes[1].gitRepo: gitRepo volumes are mounted by the node itself, and gitRepo is not in spec.security.allowedVolumeTypes [nfs]`},
+		{name: "nfs-volume-allowed", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "10.0.0.1", Path: "/"}}}}
+		}), set: Set{policy("nfs", 0, func(s *v1alpha1.SandboxPolicySpec) { s.Security = &v1alpha1.SecurityPolicy{AllowedVolumeTypes: []string{"nfs"}} })}},
+		{name: "node-name", pod: sandboxPod(func(p *corev1.Pod) { p.Spec.NodeName = "control-plane" }), set: Set{policy("baseline", 0)},
+			denied: `denied by SandboxPolicy "baseline": spec.nodeName: sandboxes are placed by the scheduler`},
+		{name: "system-priority", pod: sandboxPod(func(p *corev1.Pod) { p.Spec.PriorityClassName = "system-node-critical" }), set: Set{policy("baseline", 0)},
+			denied: `denied by SandboxPolicy "baseline": spec.priorityClassName: priority class system-node-critical is the cluster's own, not a sandbox's`},
 		{name: "privileged", pod: sandboxPod(func(p *corev1.Pod) {
 			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptr(true)}
 		}), set: Set{policy("baseline", 0)},
