@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/gobuild"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/pywheel"
@@ -26,6 +28,18 @@ func TestPythonClientOnTheRealNode(t *testing.T) {
 	}
 	testpython.Run(t, kubeconfig(), newNamespace(t), []string{"tests/test_real_node.py", "tests/test_real_node_run.py", "tests/test_resume.py", "tests/test_real_node_rl.py"},
 		"SANDBOX_FLEET_REAL_NODE=1", "SANDBOX_FLEET_REAL_NODE_NAME="+node, "SANDBOX_FLEET_BUSYBOX="+testimages.Busybox, "SANDBOX_FLEET_PROBLEM="+testimages.Problem(1), "SANDBOX_FLEET_PROBLEM2="+testimages.Problem(2))
+}
+
+// sandbox_fleet.rl's prepull, as the reference's README calls it
+// (setup(prepull=True)), with the node's agent running: the node pulls an
+// image it never held through the session's PrepullJob, which goes with
+// prepull_delete() or the teardown.
+func TestPythonPrepullOnTheRealNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	n, ns, _, img := pullingNode(t, ctx, "python-prepull")
+	testpython.Run(t, kubeconfig(), ns, []string{"tests/test_real_node_rl.py::test_prepull_as_the_reference_does"},
+		"SANDBOX_FLEET_REAL_NODE=1", "SANDBOX_FLEET_REAL_NODE_NAME="+n.name, "SANDBOX_FLEET_FRESH_IMAGE="+img)
 }
 
 // pip install of the platform wheel is all a trainer needs: in a venv with

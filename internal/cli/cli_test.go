@@ -28,7 +28,6 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/version"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/preflight"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/teardown"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcri"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
@@ -346,8 +345,9 @@ func TestPrepullRejectsBadInput(t *testing.T) {
 	if code, out, stderr := execute("prepull", "-n", ns, "--tasks", images, "--run-id", "rl-step"); code != 0 || !strings.HasPrefix(out, "rl-step-prepull-") {
 		t.Fatalf("prepull --run-id rl-step: exit %d, %q %s", code, out, stderr)
 	}
-	if left, err := teardown.Leftovers(context.Background(), clients.Client, ns, "rl-step"); err != nil || len(left) != 1 || !strings.HasPrefix(left[0], "PrepullJob/rl-step-prepull-") {
-		t.Errorf("run rl-step left %v (%v), want its PrepullJob", left, err)
+	if code, _, stderr := execute("teardown", "-n", ns, "--run-id", "rl-step", "--dry-run"); code != cli.ExitFailure ||
+		!strings.Contains(stderr, "run rl-step left 1 objects") || !strings.Contains(stderr, ": PrepullJob/rl-step-prepull-") {
+		t.Errorf("teardown --dry-run of run rl-step: exit %d, %s; want its PrepullJob listed", code, stderr)
 	}
 	if code, out, stderr := execute("prepull", "-n", ns, "--delete", "--run-id", "rl-step"); code != 0 || !strings.HasPrefix(out, "prepulljob.sandbox-fleet.io/rl-step-prepull-") {
 		t.Errorf("prepull --delete --run-id rl-step: exit %d, %q %s", code, out, stderr)
@@ -358,5 +358,8 @@ func TestPrepullRejectsBadInput(t *testing.T) {
 	}
 	if code, _, stderr := execute("prepull", "-n", ns, "--delete", "--run-id", "rl-step"); code != 0 || !strings.Contains(stderr, "run rl-step has no PrepullJobs") {
 		t.Errorf("prepull --delete of a run with none: exit %d, %s", code, stderr)
+	}
+	if code, out, stderr := execute("teardown", "-n", ns, "--run-id", "rl-step", "--dry-run"); code != 0 || !strings.Contains(out, "verified: nothing of run rl-step is left") {
+		t.Errorf("teardown --dry-run of a run with nothing left: exit %d, %q %s", code, out, stderr)
 	}
 }

@@ -20,7 +20,6 @@ import (
 
 	fleetv1 "github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1"
 	"github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1/fleetv1connect"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracing"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/session"
@@ -256,7 +255,7 @@ func (v *Service) Acquire(ctx context.Context, req *connect.Request[fleetv1.Acqu
 func (v *Service) handleOf(h *session.Handle) *fleetv1.Handle {
 	return &fleetv1.Handle{Id: h.Claim, TaskId: h.TaskID, Image: h.Image, Cluster: h.Cluster, Namespace: h.Namespace,
 		Claim: h.Claim, Sandbox: h.Sandbox.Sandbox, Pod: h.Pod, PodIp: h.PodIP, Hostname: h.Hostname, Node: h.Node,
-		Container: resources.ContainerName, ClientId: h.Client, LeaseExpires: timestamppb.New(v.Session.LeaseExpiry(h.Client)),
+		Container: fleet.ContainerName, ClientId: h.Client, LeaseExpires: timestamppb.New(v.Session.LeaseExpiry(h.Client)),
 		Resets: int32(h.Resets)}
 }
 
@@ -332,7 +331,7 @@ func (v *Service) Alive(ctx context.Context, req *connect.Request[fleetv1.AliveR
 }
 
 func (v *Service) OpenShell(ctx context.Context, req *connect.Request[fleetv1.ShellRequest]) (*connect.Response[fleetv1.OpenShellResponse], error) {
-	created, err := v.Session.OpenShell(ctx, req.Msg.Handle, req.Msg.ClientId, req.Msg.Shell)
+	created, err := v.Session.OpenShell(ctx, req.Msg.Handle, req.Msg.ClientId, req.Msg.Shell, req.Msg.Container)
 	if err != nil {
 		return nil, toConnect(err)
 	}

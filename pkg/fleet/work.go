@@ -89,6 +89,10 @@ func (s *Sandbox) orLost(ctx context.Context, code int, err error) (int, error) 
 	return code, err
 }
 
+// ContainerName is the sandbox's own container in its Pod: where a
+// command, shell or process runs when no container is named.
+const ContainerName = resources.ContainerName
+
 // run runs r by an exec of its own.
 func (s *Sandbox) run(ctx context.Context, r exec.Request) (int, error) {
 	r.Namespace, r.Pod = s.Namespace, s.Pod
@@ -150,11 +154,11 @@ func (s *Sandbox) openShell(ctx context.Context) *exec.Shell {
 }
 
 // OpenShell opens a long-lived shell (program: exec.ShellSh or
-// exec.ShellBashOrSh) in the sandbox's container, apart from its command
-// session: its scripts keep the shell's state, and are stopped in the
-// sandbox at their timeout or an interrupt.
-func (s *Sandbox) OpenShell(ctx context.Context, program string) *exec.Shell {
-	return exec.OpenShell(ctx, s.run, exec.Request{}, program)
+// exec.ShellBashOrSh) in container (the sandbox's own when ""), apart
+// from its command session: its scripts keep the shell's state, and are
+// stopped in the sandbox at their timeout or an interrupt.
+func (s *Sandbox) OpenShell(ctx context.Context, container, program string) *exec.Shell {
+	return exec.OpenShell(ctx, s.run, exec.Request{Container: cmp.Or(container, ContainerName)}, program)
 }
 
 // Start starts r's command in the sandbox as a process its caller drives:

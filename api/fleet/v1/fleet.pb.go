@@ -1291,7 +1291,11 @@ type ShellRequest struct {
 	Handle   string                 `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
 	ClientId string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
 	// Shell names the shell: letters, digits, '.', '_', '-'.
-	Shell         string `protobuf:"bytes,3,opt,name=shell,proto3" json:"shell,omitempty"`
+	Shell string `protobuf:"bytes,3,opt,name=shell,proto3" json:"shell,omitempty"`
+	// Container, on OpenShell, is the container the shell runs in: the
+	// sandbox's own when empty. A shell of that name open in another
+	// container is an InvalidArgument error.
+	Container     string `protobuf:"bytes,4,opt,name=container,proto3" json:"container,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1343,6 +1347,13 @@ func (x *ShellRequest) GetClientId() string {
 func (x *ShellRequest) GetShell() string {
 	if x != nil {
 		return x.Shell
+	}
+	return ""
+}
+
+func (x *ShellRequest) GetContainer() string {
+	if x != nil {
+		return x.Container
 	}
 	return ""
 }
@@ -3315,11 +3326,12 @@ const file_api_fleet_v1_fleet_proto_rawDesc = "" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\"=\n" +
 	"\rAliveResponse\x12\x14\n" +
 	"\x05alive\x18\x01 \x01(\bR\x05alive\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"Y\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"w\n" +
 	"\fShellRequest\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x14\n" +
-	"\x05shell\x18\x03 \x01(\tR\x05shell\"-\n" +
+	"\x05shell\x18\x03 \x01(\tR\x05shell\x12\x1c\n" +
+	"\tcontainer\x18\x04 \x01(\tR\tcontainer\"-\n" +
 	"\x11OpenShellResponse\x12\x18\n" +
 	"\acreated\x18\x01 \x01(\bR\acreated\"\xcc\x01\n" +
 	"\x0fShellRunRequest\x12\x16\n" +

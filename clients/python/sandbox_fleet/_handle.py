@@ -95,13 +95,19 @@ class Handle:
         out = self.fleet._t.unary("Alive", self._ref())
         return None if out.get("alive") else out.get("reason", "not alive")
 
-    def shell(self, name: str = "default") -> "Shell":
+    def shell(self, name: str = "default", container: str | None = None) -> "Shell":
         """A long-lived shell in the sandbox (bash where the image has it,
         else sh), opened if it is not open: what a script sets (``cd``,
         ``export``, ``source``, functions) the next one sees. Several named
-        shells keep apart. Use it as a context manager to close it."""
-        self.fleet._t.unary("OpenShell", self._ref(shell=name))
+        shells keep apart. ``container`` runs it in another container of
+        the sandbox's Pod (a shell of that name open in another container
+        is an InvalidArgumentError). Use it as a context manager to close
+        it."""
+        self.fleet._t.unary("OpenShell", self._shell_ref(name, container))
         return Shell(self, name)
+
+    def _shell_ref(self, name: str, container: str | None) -> dict[str, Any]:
+        return self._ref(shell=name, **({"container": container} if container else {}))
 
     def start(self, command: Command, env: Mapping[str, str] | None = None, cwd: str | None = None,
               container: str | None = None) -> "Process":
@@ -326,8 +332,8 @@ class AsyncHandle:
         out = await self._t.unary("Alive", self.handle._ref())
         return None if out.get("alive") else out.get("reason", "not alive")
 
-    async def shell(self, name: str = "default") -> "AsyncShell":
-        await self._t.unary("OpenShell", self.handle._ref(shell=name))
+    async def shell(self, name: str = "default", container: str | None = None) -> "AsyncShell":
+        await self._t.unary("OpenShell", self.handle._shell_ref(name, container))
         return AsyncShell(self, name)
 
     async def start(self, command: Command, env: Mapping[str, str] | None = None, cwd: str | None = None,

@@ -370,11 +370,15 @@ class FakeSession:
         argv = list(msg.get("argv") or [])
         if not argv:
             raise InvalidArgumentError("no command: argv is empty")
+        self._container(msg)
+        return argv
+
+    @staticmethod
+    def _container(msg: dict[str, Any]) -> None:
         container = msg.get("container")
         if container and container != CONTAINER:
             raise InvalidArgumentError(f"container {container!r} is not in sandbox {msg.get('handle')}: "
                                        f"a fake sandbox has one container, {CONTAINER!r}")
-        return argv
 
     def _Exec(self, msg: dict[str, Any]) -> Stream:
         sb = self._held_by(msg)
@@ -386,6 +390,7 @@ class FakeSession:
 
     def _OpenShell(self, msg: dict[str, Any]) -> dict[str, Any]:
         sb = self._held_by(msg)
+        self._container(msg)
         name = msg.get("shell") or "default"
         with self._lock:
             if name not in sb.shells or sb.shells[name].closed:

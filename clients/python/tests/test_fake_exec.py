@@ -146,6 +146,9 @@ def test_what_the_fake_refuses_as_serve_does(fleet, handle):
     with pytest.raises(InvalidArgumentError) as e:
         handle.exec("true", container="sidecar")
     assert "'sandbox'" in str(e.value)
+    with pytest.raises(InvalidArgumentError, match="'sidecar' is not in sandbox"):
+        handle.shell("s", container="sidecar")
+    handle.shell("s", container="sandbox").close()
     with pytest.raises(InvalidArgumentError) as e:
         handle.release(reuse=True)
     assert "--recycle" in str(e.value)

@@ -74,6 +74,8 @@ def test_example_as_written(name):
     finally:
         if own:
             subprocess.run([KUBECTL, "delete", "namespace", own, "--wait=false"], capture_output=True)
+    if name == "TEARDOWN_VERIFY":
+        assert scope["left"]["left"] == [] and scope["again"]["left"] == [], (scope["left"], scope["again"])
     results = scope.get("results")
     flat = [r for rs in results for r in rs] if results and isinstance(results[0], list) else results or []
     assert not [r for r in flat if isinstance(r, BaseException)], results
@@ -119,4 +121,74 @@ def test_a_fleet_in_with_leaves_nothing():
         assert all(r.startswith("READY ") for r in results), results
         assert leftovers(run_id), "the session made nothing?"
     wait_for("serve to end with the fleet", lambda: _gone(serve.proc.pid) or serve.proc.poll() is not None, timeout=60)
+    run_gone(run_id)
+
+
+
+def test_a_second_container_as_the_notes_have_it():
+    """The v1.0.9 notes' multi-container Pods: an extra_pod_spec container
+    of image {task_image} beside the runtime's; exec(container=),
+    open_session(container=) and target_container choose it, the runtime
+    container stays the default."""
+    from sandbox_fleet.errors import InvalidArgumentError
+    from sandbox_fleet.rl import ClusterConfig, FleetConfig, SandboxFleet, TemplateSpec
+
+    grader = {"name": "grader", "image": "{task_image}", "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]}
+    config = FleetConfig(clusters=[ClusterConfig(namespace=NAMESPACE)], max_concurrent=1,
+                         template=TemplateSpec(extra_pod_spec={"containers": [grader]}))
+    with SandboxFleet(config) as fleet:
+        fleet.load_tasks([{"id": "m1", "image": PROBLEM}])
+        h = fleet.acquire(fleet.tasks[0])
+        run_id = fleet.run_id
+        h.exec("echo runtime > /tmp/which")
+        assert h.exec("cat /tmp/which 2>/dev/null || echo none", container="grader") == "none\n"
+        s = h.open_session(container="grader")
+        s.run("cd /tmp && echo grader > which")
+        assert h.exec("cat which", container="grader") == "grader\n"  # through the session: its cwd
+        assert h.exec("cat /tmp/which") == "runtime\n"
+        with pytest.raises(InvalidArgumentError, match="open in container"):
+            h.handle.shell(f"session-{h.claim_name}-grader")
+        h.target_container = "grader"
+        assert h.exec("pwd") == "/tmp\n"
+        h.close_session()
+        fleet.release(h)
+    run_gone(run_id)
+
+FRESH = os.environ.get("SANDBOX_FLEET_FRESH_IMAGE", "")
+
+
+def _prepull_jobs(run_id: str) -> list[dict]:
+    out = subprocess.run([KUBECTL, "get", "prepulljobs", "-n", NAMESPACE, "-l", f"sandbox-fleet.io/run-id={run_id}", "-o", "json"],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)["items"]
+
+
+@pytest.mark.skipif(not FRESH, reason="run by TestPythonPrepullOnTheRealNode, with the node's agent running")
+def test_prepull_as_the_reference_does():
+    """setup(prepull=True) as the README has it: the node's agent pulls an
+    image the node has never held before any pool is warmed, through the
+    session's own PrepullJob, which prepull_delete() deletes; a second
+    prepull's job goes with the teardown."""
+    from sandbox_fleet.rl import ClusterConfig, FleetConfig, SandboxFleet
+
+    fleet = SandboxFleet(FleetConfig(clusters=[ClusterConfig(namespace=NAMESPACE)], max_concurrent=1))
+    fleet.load_tasks([{"id": "p1", "image": FRESH}])
+    fleet.setup(prepull=True)
+    run_id = fleet.run_id
+    jobs = _prepull_jobs(run_id)
+    assert len(jobs) == 1 and jobs[0]["spec"]["images"] == [FRESH], jobs
+    nodes = jobs[0]["status"]["nodes"]
+    assert [(n["node"], n["phase"], n["pulled"]) for n in nodes] == [(os.environ["SANDBOX_FLEET_REAL_NODE_NAME"], "Succeeded", 1)], nodes
+    fleet.prepull_delete()
+    assert _prepull_jobs(run_id) == []
+    h = fleet.acquire(fleet.tasks[0])
+    try:
+        assert h.handle.exec(["true"]).exit_code == 0
+    finally:
+        fleet.release(h)
+    assert fleet.prepull() is True  # present now: nothing to pull, done at once
+    assert len(_prepull_jobs(run_id)) == 1
+    left = fleet.teardown(verify=True)
+    assert left == {"run_id": run_id, "left": []}, left
+    assert _prepull_jobs(run_id) == []
     run_gone(run_id)

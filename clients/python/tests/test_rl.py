@@ -171,6 +171,20 @@ def test_config_errors_name_the_reference_field():
         TemplateSpec(image_pull_policy="Sometimes")
     with pytest.raises(ValueError, match="ClusterConfig.weight"):
         ClusterConfig(weight=0)
+    with pytest.raises(ValueError, match="FleetConfig.prepull_max_parallel"):
+        FleetConfig(prepull_max_parallel=17)
+
+
+def test_setup_with_prepull():
+    """setup(prepull=True) as the README has it: on the fake nothing is
+    pulled, and the pools are warm after it (test_real_node_rl.py has the
+    node's agent pull)."""
+    fleet = FakeFleet(FleetConfig(max_concurrent=2))
+    fleet.load_tasks([{"id": "a", "image": IMAGE}])
+    assert fleet.setup(prepull=True) is fleet and fleet.prepull() is True
+    assert fleet.wait_pools_ready(timeout=5)
+    fleet.prepull_delete()
+    fleet.teardown()
 
 
 def test_run_refuses_what_the_reference_refuses():

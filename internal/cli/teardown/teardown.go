@@ -24,13 +24,14 @@ type options struct {
 	configFile  string
 	runID       string
 	verify      bool
+	dryRun      bool
 }
 
 // NewCommand returns the teardown verb.
 func NewCommand(configFlags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
 	o := &options{configFlags: configFlags, streams: streams}
 	cmd := &cobra.Command{
-		Use:   "teardown --run-id ID [--verify]",
+		Use:   "teardown --run-id ID [--verify | --dry-run]",
 		Short: "Tear down a run: its claims, then its warm pools, then its templates",
 		Long: `Teardown removes a run that was kept warm (run --keep-warm) or left behind, on
 every cluster of the fleet configuration (-f) or the current context: claims
@@ -38,8 +39,12 @@ first, so no sandbox is handed out while its pool goes, then warm pools, then
 templates, and waits until their sandboxes and Pods are gone.
 
 --verify then lists, from the API servers, anything of the run still there
-and exits 1 if there is.`,
-		Example: `  kubectl sandbox-fleet teardown --run-id rl-step-cache -f fleet.yaml --verify`,
+(its PrepullJobs too) and exits 1 if there is. --dry-run only lists it,
+deleting nothing.`,
+		Example: `  kubectl sandbox-fleet teardown --run-id rl-step-cache -f fleet.yaml --verify
+
+  # is anything of the run left?
+  kubectl sandbox-fleet teardown --run-id rl-step-cache -n rl --dry-run`,
 		Args:    usage.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.runID == "" {
@@ -56,10 +61,14 @@ and exits 1 if there is.`,
 	cmd.Flags().StringVar(&o.runID, "run-id", "", "the run to tear down")
 	_ = cmd.RegisterFlagCompletionFunc("run-id", runid.Complete(configFlags))
 	cmd.Flags().BoolVar(&o.verify, "verify", false, "list anything of the run left afterwards, and fail if there is")
+	cmd.Flags().BoolVar(&o.dryRun, "dry-run", false, "delete nothing: list anything of the run there, and fail if there is")
 	return cmd
 }
 
 func (o *options) run(ctx context.Context, targets []fleet.Target) error {
+	if o.dryRun {
+		return o.leftovers(ctx, targets)
+	}
 	var errs []error
 	for _, t := range targets {
 		if err := teardown.Reap(ctx, t.Clients, o.runID); err != nil {
@@ -71,6 +80,11 @@ func (o *options) run(ctx context.Context, targets []fleet.Target) error {
 	if err := errors.Join(errs...); err != nil || !o.verify {
 		return err
 	}
+	return o.leftovers(ctx, targets)
+}
+
+// leftovers lists what of the run is on the targets, failing if anything.
+func (o *options) leftovers(ctx context.Context, targets []fleet.Target) error {
 	var left []string
 	for _, t := range targets {
 		objs, err := teardown.Leftovers(ctx, t.Clients.Client, t.Clients.Namespace, o.runID)

@@ -51,6 +51,8 @@ type Shell struct {
 	signal func(ctx context.Context, sig string, pid int) error
 	// pid is the shell's in the sandbox, read from its first line.
 	pid int
+	// container is the one the shell runs in ("" the Pod's default).
+	container string
 
 	// runMu guards running, which Interrupt reads while Run holds mu.
 	runMu   sync.Mutex
@@ -121,11 +123,14 @@ func OpenShell(ctx context.Context, run Runner, r Request, program string) *Shel
 		cancel()
 		return nil
 	}
-	return &Shell{stdin: inW, stdout: &framed{r: outR}, stderr: &framed{r: errR}, stop: sync.OnceValue(stop),
+	return &Shell{stdin: inW, stdout: &framed{r: outR}, stderr: &framed{r: errR}, stop: sync.OnceValue(stop), container: r.Container,
 		signal: func(ctx context.Context, sig string, pid int) error {
 			return Signal(ctx, run, r.Container, sig, pid, Children)
 		}}
 }
+
+// Container is the container the shell runs in, as it was opened.
+func (s *Shell) Container() string { return s.container }
 
 // exitedError is the end of a shell that exited by itself.
 type exitedError struct{ code int }

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/metrics"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
@@ -121,10 +123,12 @@ func (t *tools) closeAll(ctx context.Context) {
 
 var shellName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
 
-// OpenShell opens shell name in client's sandbox id — bash where the image
-// has it, else sh — and returns once it runs, reporting whether it was
-// new; a shell of that name open already is kept as it is.
-func (s *Session) OpenShell(ctx context.Context, id, client, name string) (bool, error) {
+// OpenShell opens shell name in client's sandbox id, in container (the
+// sandbox's own when "") — bash where the image has it, else sh — and
+// returns once it runs, reporting whether it was new; a shell of that
+// name open already is kept as it is, and one open in another container
+// is an error.
+func (s *Session) OpenShell(ctx context.Context, id, client, name, container string) (bool, error) {
 	if !shellName.MatchString(name) {
 		return false, fmt.Errorf("%w: shell name %q: use letters, digits, '.', '_' or '-' (at most 63)", ErrInvalid, name)
 	}
@@ -138,13 +142,18 @@ func (s *Session) OpenShell(ctx context.Context, id, client, name string) (bool,
 	if t.closed {
 		return false, errReleased(id)
 	}
-	if _, ok := t.shells[name]; ok {
+	container = cmp.Or(container, fleet.ContainerName)
+	if sh, ok := t.shells[name]; ok {
+		if sh.Container() != container {
+			return false, fmt.Errorf("%w: shell %s of sandbox %s is open in container %q, not %q: close it first, or name another shell",
+				ErrInvalid, name, id, sh.Container(), container)
+		}
 		return false, nil
 	}
 	if len(t.shells) >= MaxShells {
 		return false, fmt.Errorf("%w: sandbox %s has %d shells open, the most it may: close one first", ErrInvalid, id, MaxShells)
 	}
-	sh := h.Sandbox.OpenShell(s.ctx, exec.ShellBashOrSh)
+	sh := h.Sandbox.OpenShell(s.ctx, container, exec.ShellBashOrSh)
 	if err := sh.Ready(ctx); err != nil {
 		_ = sh.Close()
 		return false, failed(ctx, h, fmt.Errorf("opening shell %s: %w", name, err))

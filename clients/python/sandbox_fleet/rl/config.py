@@ -118,6 +118,14 @@ class FleetConfig:
     node_ephemeral_gb: float | None = None
     disk_headroom: float = 0.25
     cluster_nodes: int | None = None
+    # prepull(): images each node pulls at once (the reference's DaemonSets
+    # at a time); whether the nodes remove the images when the job goes.
+    # The node agent pulls through the runtime, not through Pods, so
+    # images_per_pod and drop_caches change nothing (prepull() says so).
+    prepull_max_parallel: int = 4
+    prepull_delete_when_done: bool = False
+    prepull_images_per_pod: int = 25
+    prepull_drop_caches: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_concurrent", "max_warmpool_size"):
@@ -137,6 +145,8 @@ class FleetConfig:
                f"must yield a DNS-1123 subdomain when combined with the 12-char image hash; got a name like {sample!r}")
         _check(self.ready_timeout > 0, "FleetConfig.ready_timeout", "must be > 0 seconds")
         _check(self.warm_create_budget >= 0, "FleetConfig.warm_create_budget", "must be >= 0 (0 = all at once)")
+        _check(1 <= self.prepull_max_parallel <= 16, "FleetConfig.prepull_max_parallel", "must be 1 to 16 (images a node pulls at once)")
+        _check(self.prepull_images_per_pod >= 1, "FleetConfig.prepull_images_per_pod", "must be >= 1")
 
 
 def _seconds(s: float) -> str:

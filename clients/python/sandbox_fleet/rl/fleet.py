@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import inspect
 import json
+import logging
 import os
 import subprocess
 import tempfile
@@ -29,6 +30,9 @@ from ..runner import RunReport as NativeReport
 from ..runner import RunResult
 from .config import ClusterConfig, FleetConfig, in_reference_terms, to_engine
 from .tasks import Task, to_tasks
+
+
+logger = logging.getLogger("sandbox_fleet.rl")
 
 
 class PreflightError(FleetError):
@@ -97,6 +101,7 @@ class SandboxHandle:
     target_container: str | None = None
     handle: Handle | None = field(default=None, repr=False)
     _session: SandboxSession | None = field(default=None, repr=False)
+    _session_container: str | None = field(default=None, repr=False)
 
     @classmethod
     def of(cls, task: Task, h: Handle) -> "SandboxHandle":
@@ -114,21 +119,27 @@ class SandboxHandle:
         use ``.handle.exec`` for the exit code); past ``timeout`` seconds
         the command is killed and TimeoutError raised; a lost sandbox
         raises SandboxLostError."""
-        if self._session is not None and self._session.is_open and container in (None, self.target_container):
+        container = container or self.target_container
+        if self._session is not None and self._session.is_open and container == self._session_container:
             return self._session.run(command, timeout=timeout)
         argv = ["bash", "-lc", command] if isinstance(command, str) else list(command)
         r = self._native().exec(["sh", "-c", 'exec "$@" 2>&1', "sh", *argv], timeout=timeout,
-                                container=container or self.target_container)
+                                container=container)
         if r.timed_out:
             raise TimeoutError(f"exec timed out after {timeout}s on {self.pod_name}")
         return r.stdout.decode("utf-8", "replace")
 
     def open_session(self, container: str | None = None) -> SandboxSession:
-        """Opens (once) a long-lived shell that later ``exec`` calls use."""
-        if container not in (None, self.target_container):
-            raise ValueError(f"open_session(container={container!r}): a session runs in the sandbox's own container")
+        """Opens (once) a long-lived shell in container (target_container,
+        else the runtime's) that later ``exec`` calls in that container
+        use; one open in another container is closed first."""
+        container = container or self.target_container
+        if self._session is not None and self._session.is_open and container != self._session_container:
+            self._session.close()
         if self._session is None or not self._session.is_open:
-            self._session = SandboxSession(self._native().shell(f"session-{self.claim_name}"))
+            name = f"session-{self.claim_name}" + (f"-{container}" if container else "")
+            self._session = SandboxSession(self._native().shell(name, container=container))
+            self._session_container = container
         return self._session
 
     def close_session(self) -> None:
@@ -280,9 +291,6 @@ class SandboxFleet:
                 raise PreflightError(message) from None
             raise PluginError(message) from None
 
-    def _only(self, name: str) -> str | None:
-        return getattr(self.config.clusters[0], name) if len(self.config.clusters) == 1 else None
-
     def _session(self, recycling: dict[str, Any] | None = None) -> _fleet.SandboxFleet:
         """The session, opened with recycling when asked: a session open
         without it is closed and opened again when nothing is held."""
@@ -311,7 +319,13 @@ class SandboxFleet:
             self._given |= {t.id for t in new}
 
     def _close(self) -> None:
+        if self._prepulled:
+            try:
+                self.prepull_delete()
+            except FleetError as e:
+                logger.warning("%s; the reaper deletes it with the rest of the run", e)
         native, self._native = self._native, None
+        self._prepulled = False
         self._handles.clear()
         if native is not None:
             # A session whose serve died says nothing; its close says why.
@@ -366,9 +380,8 @@ class SandboxFleet:
         PreflightError saying what failed."""
         out = {}
         for c in self.config.clusters or [ClusterConfig()]:
-            argv = [find_plugin(self._plugin), "preflight", "-o", "json", "-n", c.namespace]
-            for flag, value in (("--kubeconfig", c.kubeconfig), ("--context", c.context),
-                                ("--runtime-class", c.runtime_class or self.config.template.runtime_class),
+            argv = self._verb(c, "preflight", "-o", "json")
+            for flag, value in (("--runtime-class", c.runtime_class or self.config.template.runtime_class),
                                 ("--image-pull-secret", c.image_pull_secret or self.config.template.image_pull_secret)):
                 if value:
                     argv += [flag, value]
@@ -377,6 +390,74 @@ class SandboxFleet:
                 raise PreflightError(f"cluster {c.name}: {(p.stderr or p.stdout).strip()}")
             out[c.name] = json.loads(p.stdout) if p.stdout.strip().startswith(("{", "[")) else p.stdout
         return out
+
+    def _verb(self, c: ClusterConfig, verb: str, *args: str) -> list[str]:
+        """The plugin's verb on cluster c."""
+        argv = [find_plugin(self._plugin), verb, *args, "-n", c.namespace]
+        for flag, value in (("--kubeconfig", c.kubeconfig), ("--context", c.context)):
+            if value:
+                argv += [flag, value]
+        return argv
+
+    def prepull(self, wait: bool = True) -> bool:
+        """Has the nodes pull the plan's images before any pool is warmed:
+        a PrepullJob per cluster (``kubectl sandbox-fleet prepull``) that
+        is the session's, so teardown — or the cluster's reaper, once a
+        killed trainer's heartbeat expires — deletes it; the images stay
+        on the nodes unless ``prepull_delete_when_done``. The nodes'
+        asrl-prepull-agent pulls, through the runtime with the node's own
+        credentials and mirrors; nodes without it pull as sandboxes land
+        (a warning, as the reference's DaemonSet finding no node). With
+        wait, until every node with an agent is done, up to
+        ready_timeout; returns whether every one got every image."""
+        cfg = self.config
+        if cfg.prepull_images_per_pod != 25 or cfg.prepull_drop_caches:
+            logger.warning("prepull: prepull_images_per_pod and prepull_drop_caches change nothing here: "
+                           "the node agent pulls through the runtime, not through Pods")
+        images = sorted({e.image for e in (self.plan_ or self.plan()).entries})
+        run_id = self._session().status().run_id
+        self._prepulled = True
+        done = True
+        for c in cfg.clusters or [ClusterConfig()]:
+            argv = self._verb(c, "prepull", "--tasks", "-", "--run-id", run_id, "--parallelism", str(cfg.prepull_max_parallel))
+            selector = c.node_selector or cfg.template.node_selector
+            if selector:
+                argv += ["-l", ",".join(f"{k}={v}" for k, v in sorted(selector.items()))]
+            if cfg.prepull_delete_when_done:
+                argv.append("--delete-when-done")
+            if wait:
+                argv += ["--wait", "--timeout", f"{cfg.ready_timeout}s", "-o", "json"]
+            p = subprocess.run(argv, input="".join(i + "\n" for i in images), capture_output=True, text=True,
+                               timeout=cfg.ready_timeout + 120)
+            said = p.stderr.strip().splitlines()
+            for line in said:
+                if line.startswith("Warning:"):
+                    logger.warning("prepull on cluster %s: %s", c.name, line.removeprefix("Warning:").strip())
+            if p.returncode == 0:
+                continue
+            if "nothing would pull" in p.stderr:
+                logger.warning("prepull on cluster %s: no node runs asrl-prepull-agent; sandboxes pull their images as they land", c.name)
+            elif wait and p.stdout.strip().startswith("{"):
+                # Timed out, or a node could not pull an image: the job goes
+                # on, and the run too, as the reference's pre-pull.
+                logger.error("prepull on cluster %s: %s", c.name, said[-1] if said else f"exit {p.returncode}")
+                done = False
+            else:
+                raise FleetError(in_reference_terms(f"prepull on cluster {c.name}: {p.stderr.strip() or p.stdout.strip()}"))
+        return done
+
+    def prepull_delete(self) -> None:
+        """Deletes the session's PrepullJobs now; the images the nodes
+        pulled stay (unless prepull_delete_when_done)."""
+        native = self._native
+        if native is None or not self._prepulled:
+            return
+        run_id = native.status().run_id
+        for c in self.config.clusters or [ClusterConfig()]:
+            p = subprocess.run(self._verb(c, "prepull", "--delete", "--run-id", run_id), capture_output=True, text=True, timeout=120)
+            if p.returncode != 0:
+                raise FleetError(f"prepull_delete on cluster {c.name}: {p.stderr.strip()}")
+        self._prepulled = False
 
     def plan(self, strategy: str = "naive") -> FleetPlan:
         """The plan of the loaded tasks by the engine's planner (offline):
@@ -421,13 +502,13 @@ class SandboxFleet:
         return bool(self._session().wait_pools_ready(timeout=timeout or self.config.ready_timeout))
 
     def setup(self, prepull: bool = False, create_budget: int | None = None) -> "SandboxFleet":
-        """preflight → plan → warm pools (and wait for them)."""
-        if prepull:
-            raise FleetError("setup(prepull=True): pre-pulling is the node agent's (asrl-prepull-agent); "
-                             "install it and the session pulls as tasks are added")
+        """preflight → plan → (pre-pull, waiting) → warm pools (and wait
+        for them)."""
         self.preflight()
         if self.tasks:
             self.plan()
+            if prepull:
+                self.prepull(wait=True)
         self.start_warmpools(wait=True, create_budget=create_budget)
         return self
 
@@ -442,13 +523,18 @@ class SandboxFleet:
 
     def verify_teardown(self, run_id: str | None = None) -> dict[str, Any]:
         """What is left in the clusters of this fleet's last session (or
-        run_id's): {"run_id", "left": [objects]}; empty once torn down."""
+        run_id's), read from their API servers: {"run_id", "left":
+        ["cluster: Kind/name", ...]}; empty once torn down."""
         rid = run_id or self._last_run_id
         if rid is None:
             return {"run_id": None, "left": []}
-        p = subprocess.run([find_plugin(self._plugin), "reap", "--run-id", rid, "--dry-run", *self._cluster_flags()],
-                           capture_output=True, text=True, timeout=120)
-        left = [line.strip() for line in p.stdout.splitlines() if line.strip() and not line.startswith("Nothing")]
+        left: list[str] = []
+        for c in self.config.clusters or [ClusterConfig()]:
+            p = subprocess.run(self._verb(c, "teardown", "--run-id", rid, "--dry-run"), capture_output=True, text=True, timeout=120)
+            listed = [line.strip() for line in p.stderr.splitlines() if line.startswith("  ")]
+            if p.returncode != 0 and not listed:
+                raise FleetError(f"verify_teardown on cluster {c.name}: {p.stderr.strip()}")
+            left += listed
         return {"run_id": rid, "left": left}
 
     def metrics_url(self) -> str | None:
@@ -470,14 +556,7 @@ class SandboxFleet:
         return self._native.status().run_id if self._native is not None else None
 
     _last_run_id: str | None = None
-
-    def _cluster_flags(self) -> list[str]:
-        flags = []
-        for name, flag in (("namespace", "-n"), ("kubeconfig", "--kubeconfig"), ("context", "--context")):
-            value = self._only(name)
-            if value:
-                flags += [flag, value]
-        return flags
+    _prepulled = False
 
     def __enter__(self) -> "SandboxFleet":
         return self.setup()
@@ -655,6 +734,12 @@ class AsyncSandboxFleet:
     async def wait_pools_ready(self, timeout: float | None = None) -> bool:
         return await asyncio.to_thread(self._fleet.wait_pools_ready, timeout)
 
+    async def prepull(self, wait: bool = True) -> bool:
+        return await asyncio.to_thread(self._fleet.prepull, wait)
+
+    async def prepull_delete(self) -> None:
+        await asyncio.to_thread(self._fleet.prepull_delete)
+
     async def setup(self, prepull: bool = False) -> "AsyncSandboxFleet":
         await asyncio.to_thread(self._fleet.setup, prepull)
         return self
@@ -790,6 +875,12 @@ class FakeFleet(SandboxFleet):
 
     def verify_teardown(self, run_id: str | None = None) -> dict[str, Any]:
         return {"run_id": run_id or self._last_run_id, "left": []}
+
+    def prepull(self, wait: bool = True) -> bool:
+        """Nothing to pull: the fake's sandboxes are directories."""
+        if self.plan_ is None:
+            self.plan()
+        return True
 
 
 class AsyncFakeFleet(AsyncSandboxFleet):
