@@ -107,11 +107,15 @@ func TestMutate(t *testing.T) {
 		{name: "git-repo-volume", pod: sandboxPod(func(p *corev1.Pod) {
 			p.Spec.Volumes = []corev1.Volume{{Name: "src", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 				{Name: "repo", VolumeSource: corev1.VolumeSource{GitRepo: &corev1.GitRepoVolumeSource{Repository: "https://example.com/r.git"}}}}
-		}), set: Set{policy("nfs", 0, func(s *v1alpha1.SandboxPolicySpec) { s.Security = &v1alpha1.SecurityPolicy{AllowedVolumeTypes: []string{"nfs"}} })},
+		}), set: Set{policy("nfs", 0, func(s *v1alpha1.SandboxPolicySpec) {
+			s.Security = &v1alpha1.SecurityPolicy{AllowedVolumeTypes: []string{"nfs"}}
+		})},
 			denied: `denied by SandboxPolicy "nfs": spec.volumes[1].gitRepo: gitRepo volumes are mounted by the node itself, and gitRepo is not in spec.security.allowedVolumeTypes [nfs]`},
 		{name: "nfs-volume-allowed", pod: sandboxPod(func(p *corev1.Pod) {
 			p.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{NFS: &corev1.NFSVolumeSource{Server: "10.0.0.1", Path: "/"}}}}
-		}), set: Set{policy("nfs", 0, func(s *v1alpha1.SandboxPolicySpec) { s.Security = &v1alpha1.SecurityPolicy{AllowedVolumeTypes: []string{"nfs"}} })}},
+		}), set: Set{policy("nfs", 0, func(s *v1alpha1.SandboxPolicySpec) {
+			s.Security = &v1alpha1.SecurityPolicy{AllowedVolumeTypes: []string{"nfs"}}
+		})}},
 		{name: "node-name", pod: sandboxPod(func(p *corev1.Pod) { p.Spec.NodeName = "control-plane" }), set: Set{policy("baseline", 0)},
 			denied: `denied by SandboxPolicy "baseline": spec.nodeName: sandboxes are placed by the scheduler`},
 		{name: "system-priority", pod: sandboxPod(func(p *corev1.Pod) { p.Spec.PriorityClassName = "system-node-critical" }), set: Set{policy("baseline", 0)},

@@ -45,7 +45,7 @@ deleting nothing.`,
 
   # is anything of the run left?
   kubectl sandbox-fleet teardown --run-id rl-step-cache -n rl --dry-run`,
-		Args:    usage.Args(cobra.NoArgs),
+		Args: usage.Args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.runID == "" {
 				return usage.Errorf("--run-id is required: the run to tear down")
