@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/nodecache/agent"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
@@ -21,6 +22,7 @@ import (
 )
 
 func main() {
+	ctrllog.SetLogger(klog.NewKlogr())
 	a := agent.Agent{Version: version.Get().GitVersion, Log: klog.NewKlogr()}
 	var endpoint, kubeconfig, imageFS, allowed string
 	var maxHighWater int

@@ -16,6 +16,7 @@ import (
 )
 
 func main() {
+	ctrl.SetLogger(klog.NewKlogr())
 	o := webhook.Options{}
 	var service, dnsName, clientNames string
 	flag.StringVar(&o.Host, "host", "", "address the TLS server listens on (default: all)")

@@ -13,6 +13,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/cache"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/describe"
@@ -102,6 +103,8 @@ func addKlogFlags(cmd *cobra.Command) {
 // OTEL_* environment asking for traces it exports the verb's spans over
 // OTLP and flushes them before it returns.
 func Execute(streams genericiooptions.IOStreams, args []string) int {
+	// controller-runtime's caches log with client-go, to klog.
+	ctrllog.SetLogger(klog.NewKlogr())
 	stopTracing, err := tracing.Start(context.Background(), "kubectl-sandbox-fleet")
 	if err != nil {
 		fmt.Fprintf(streams.ErrOut, "Warning: no traces: %v\n", err)

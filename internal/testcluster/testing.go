@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // Main starts one cluster for a test package, stores it in *cluster, runs
@@ -24,6 +26,8 @@ import (
 // When a test fails the component logs are kept and their directory printed;
 // on success nothing is left behind.
 func Main(m *testing.M, cluster **Cluster, opts ...Option) {
+	// As the commands do: controller-runtime's caches log to klog.
+	ctrllog.SetLogger(klog.NewKlogr())
 	c, err := Start(context.Background(), opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

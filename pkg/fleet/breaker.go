@@ -5,15 +5,15 @@ import (
 	"time"
 )
 
-// Expected is how many live sandboxes the run means to hold at its peak.
-func (f *Fleet) Expected() int { return f.Plan.Peak.Pods }
+// expected is how many live sandboxes the run means to hold at its peak.
+func (f *Fleet) expected() int { return f.Plan.Peak.Pods }
 
-// Ceiling is the live-sandbox count that trips the breaker, 0 when it is
+// ceiling is the live-sandbox count that trips the breaker, 0 when it is
 // off.
-func (f *Fleet) Ceiling() int {
+func (f *Fleet) ceiling() int {
 	ceiling := 0
 	if factor := *f.Config.OvercommitFactor; factor > 0 {
-		ceiling = int(float64(f.Expected()) * factor)
+		ceiling = int(float64(f.expected()) * factor)
 	}
 	if hard := f.Config.MaxLiveSandboxes; hard > 0 && (ceiling == 0 || hard < ceiling) {
 		ceiling = hard
@@ -27,7 +27,7 @@ func (f *Fleet) Ceiling() int {
 // *OvercommitError. A single spike — a pool refilling while claims are
 // released — never trips it. stop ends the breaker and returns its verdict.
 func (f *Fleet) startBreaker(ctx context.Context, cancel context.CancelCauseFunc) (stop func() error) {
-	ceiling := f.Ceiling()
+	ceiling := f.ceiling()
 	if ceiling == 0 {
 		return func() error { return nil }
 	}
@@ -65,7 +65,7 @@ func (f *Fleet) startBreaker(ctx context.Context, cancel context.CancelCauseFunc
 			breaches++
 			f.logf("runaway breaker: %d live sandboxes over the ceiling of %d (%d/%d)", live, ceiling, breaches, f.Config.BreakerPolls)
 			if breaches >= f.Config.BreakerPolls {
-				err := &OvercommitError{Live: live, Ceiling: ceiling, Expected: f.Expected()}
+				err := &OvercommitError{Live: live, Ceiling: ceiling, Expected: f.expected()}
 				cancel(err)
 				verdict <- err
 				return

@@ -278,9 +278,9 @@ func (f *Fleet) Leftovers(ctx context.Context) (map[string][]string, error) {
 	return out, nil
 }
 
-// Environment describes every cluster for the run report. It never fails:
+// environment describes every cluster for the run report. It never fails:
 // what cannot be read is left out.
-func (f *Fleet) Environment(ctx context.Context) map[string]report.Environment {
+func (f *Fleet) environment(ctx context.Context) map[string]report.Environment {
 	env := map[string]report.Environment{}
 	for _, c := range f.Clusters {
 		e := report.Environment{Server: c.Clients.Config.Host, Namespace: c.Namespace(), Context: c.config.Context}

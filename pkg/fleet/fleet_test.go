@@ -331,7 +331,7 @@ func TestBreaker(t *testing.T) {
 		return fleet.Output{}, ctx.Err()
 	}})
 	var over *fleet.OvercommitError
-	if !errors.As(err, &over) || over.Ceiling != f.Ceiling() {
+	if !errors.As(err, &over) || over.Expected != f.Plan.Peak.Pods || over.Ceiling < over.Expected || over.Live <= over.Ceiling {
 		t.Fatalf("Run = %v (task: %+v), want the breaker's OvercommitError", err, result)
 	}
 	assertEmpty(t, ctx, f)

@@ -86,9 +86,9 @@ func (f *Fleet) finished(cluster string, ok, ran bool, d time.Duration) {
 	}
 }
 
-// Throttled sums what the clusters' client-side rate limiters delayed, or
+// throttled sums what the clusters' client-side rate limiters delayed, or
 // is nil when they delayed nothing.
-func (f *Fleet) Throttled() *report.Throttled {
+func (f *Fleet) throttled() *report.Throttled {
 	var t report.Throttled
 	for _, c := range f.Clusters {
 		if c.Clients.Throttle == nil {

@@ -100,7 +100,7 @@ func (f *Fleet) Run(ctx context.Context, o RunOptions) (rep report.Report, err e
 	defer func() { tracing.End(span, err) }()
 	start := time.Now()
 	f.stats.started.Store(start.UnixNano())
-	env := f.Environment(ctx)
+	env := f.environment(ctx)
 
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -154,7 +154,7 @@ func (f *Fleet) Run(ctx context.Context, o RunOptions) (rep report.Report, err e
 	}
 	rep = f.rec.Report(time.Since(start))
 	rep.Environment = env
-	rep.Throttled = f.Throttled()
+	rep.Throttled = f.throttled()
 	for _, c := range f.Clusters {
 		rep.SandboxesPeak += c.tracker.Peak()
 	}

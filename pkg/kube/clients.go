@@ -1,6 +1,11 @@
 // Package kube is the one place sandbox-fleet builds Kubernetes API clients:
 // every command, controller and test gets its clients from here, so they all
 // share one scheme, one set of rate limits and one user agent.
+//
+// controller-runtime's caches and clients log through its global logger,
+// which keeps only the first logger a program sets: the program sets it
+// (sandbox-fleet's commands send it to klog, so -v governs it with
+// client-go's), never a package it imports.
 package kube
 
 import (
@@ -13,11 +18,9 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/version"
 
@@ -33,9 +36,6 @@ func init() {
 	utilruntime.Must(sandboxv1beta1.AddToScheme(Scheme))
 	utilruntime.Must(extensionsv1beta1.AddToScheme(Scheme))
 	utilruntime.Must(v1alpha1.AddToScheme(Scheme))
-	// controller-runtime's caches log through their own global logger;
-	// send it to klog with the rest of client-go, so -v governs both.
-	ctrllog.SetLogger(klog.NewKlogr())
 }
 
 // Clients holds the API clients for one cluster and the namespace to work in.

@@ -222,8 +222,12 @@ func (f *Flags) override(fs *pflag.FlagSet, cfg *config.Fleet) error {
 	if err == nil {
 		return nil
 	}
+	errs := []error{err}
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = joined.Unwrap()
+	}
 	var msgs []string
-	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+	for _, e := range errs {
 		var fe *config.FieldError
 		if errors.As(e, &fe) && flagOf[fe.Path] != "" {
 			name := flagOf[fe.Path]
