@@ -169,6 +169,7 @@ func TestRunBadInput(t *testing.T) {
 		{"an id in two files", map[string]string{"t.jsonl": good, "u.jsonl": "\n" + good}, []string{"--tasks", "u.jsonl"}, "u.jsonl:2: duplicate task id"},
 		{"unknown placeholder", map[string]string{"t.jsonl": good}, []string{"--", "echo", "{nope}"}, "t.jsonl:1: unknown placeholder {nope}"},
 		{"prepull high-water out of range", map[string]string{"t.jsonl": good}, []string{"--prepull", "--prepull-high-water", "0"}, "--prepull-high-water 0: must be a percentage"},
+		{"heartbeat under a second", map[string]string{"t.jsonl": good}, []string{"--heartbeat", "0s"}, "--heartbeat 0s: must be at least 1s"},
 		{"missing metadata", map[string]string{"t.jsonl": good}, []string{"--", "echo", "{metadata.commit}"}, `t.jsonl:1: task a has no metadata field "commit"`},
 		{"unknown config field", map[string]string{"t.jsonl": good, "f.yaml": "apiVersion: sandbox-fleet.io/v1alpha1\nkind: FleetConfig\nmaxConcurent: 4\n"}, nil, "f.yaml:3:"},
 		{"config value of the wrong type", map[string]string{"t.jsonl": good, "f.yaml": "apiVersion: sandbox-fleet.io/v1alpha1\nkind: FleetConfig\n\nmaxConcurrent: many\n"}, nil, "f.yaml:4:"},

@@ -27,6 +27,7 @@ func TestServeBadInput(t *testing.T) {
 		{"accounts and a token file", []string{"--allow-service-account", "rl/trainer", "--token-file", dir + "/token"}, "--allow-service-account and --token-file"},
 		{"an account without its namespace", []string{"--allow-service-account", "trainer"}, `--allow-service-account "trainer": give NAMESPACE/NAME`},
 		{"prepull high-water out of range", []string{"--prepull", "--prepull-high-water", "101"}, "--prepull-high-water 101: must be a percentage"},
+		{"heartbeat under a second", []string{"--heartbeat", "500ms"}, "--heartbeat 500ms: must be at least 1s (a Lease's duration is whole seconds)"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			code, _, stderr := execute(append([]string{"serve", "-n", ns}, tt.args...)...)

@@ -36,6 +36,9 @@ func (f *Fleet) Prepull(ctx context.Context, timeout time.Duration, highWater in
 
 // PrepullImages is Prepull of refs: a session's, as its tasks are added.
 func (f *Fleet) PrepullImages(ctx context.Context, refs []string, timeout time.Duration, highWater int32) error {
+	if err := nodecache.CheckHighWater(highWater); err != nil {
+		return fmt.Errorf("prepull: the disk high-water mark %w", err)
+	}
 	full, err := images.NormalizeAll(refs)
 	if err != nil {
 		return fmt.Errorf("prepull: %w", err)

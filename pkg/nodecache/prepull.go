@@ -11,6 +11,19 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 )
 
+// DefaultHighWaterPercent is a node's disk high-water mark for pulls
+// unless a job says otherwise (the PrepullJob CRD's default): below the
+// kubelet's image garbage collection, which starts at 85% by default.
+const DefaultHighWaterPercent = 80
+
+// CheckHighWater refuses a high-water mark that is not a percentage.
+func CheckHighWater(percent int32) error {
+	if percent < 1 || percent > 100 {
+		return fmt.Errorf("%d: must be a percentage, 1 to 100", percent)
+	}
+	return nil
+}
+
 // Reservations are the pulls of a job under way on a node: how many,
 // and the bytes they are expected to add (Estimate each, 0 when no pull
 // of the job has finished to tell).

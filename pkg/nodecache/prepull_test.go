@@ -161,3 +161,15 @@ func TestDeleteAt(t *testing.T) {
 		})
 	}
 }
+
+// A high-water mark is a percentage; the default is one.
+func TestCheckHighWater(t *testing.T) {
+	for _, tt := range []struct {
+		percent int32
+		ok      bool
+	}{{DefaultHighWaterPercent, true}, {1, true}, {100, true}, {0, false}, {101, false}, {-5, false}} {
+		if err := CheckHighWater(tt.percent); (err == nil) != tt.ok {
+			t.Errorf("CheckHighWater(%d) = %v, want ok %v", tt.percent, err, tt.ok)
+		}
+	}
+}

@@ -110,7 +110,7 @@ PrepullJobs, and nothing else.`,
 	f.StringVarP(&o.selector, "selector", "l", "", "nodes to pull onto, by label (key=value,...); default every node with an agent")
 	f.StringVar(&o.name, "name", "", "the job's name (default: generated, prepull-XXXXX)")
 	f.Int32Var(&o.spec.PerNodeParallelism, "parallelism", 2, "images a node pulls at once (1-16)")
-	f.Int32Var(&o.spec.DiskHighWaterPercent, "high-water", 80, "start no pull once a node's image filesystem is this full, in percent (1-100)")
+	f.Int32Var(&o.spec.DiskHighWaterPercent, "high-water", nodecache.DefaultHighWaterPercent, "start no pull once a node's image filesystem is this full, in percent (1-100)")
 	f.BoolVar(&o.spec.DeleteWhenDone, "delete-when-done", false, "nodes remove the images they pulled when the job is deleted")
 	f.DurationVar(&o.ttl, "ttl", 0, "delete the job this long after every node finished it (whole seconds; default: keep it)")
 	f.BoolVar(&o.wait, "wait", false, "wait until every node is done, showing progress")
@@ -140,8 +140,8 @@ func (o *options) validate() error {
 	if o.spec.PerNodeParallelism < 1 || o.spec.PerNodeParallelism > 16 {
 		return usage.Errorf("--parallelism %d: must be 1 to 16", o.spec.PerNodeParallelism)
 	}
-	if o.spec.DiskHighWaterPercent < 1 || o.spec.DiskHighWaterPercent > 100 {
-		return usage.Errorf("--high-water %d: must be a percentage, 1 to 100", o.spec.DiskHighWaterPercent)
+	if err := nodecache.CheckHighWater(o.spec.DiskHighWaterPercent); err != nil {
+		return usage.Errorf("--high-water %v", err)
 	}
 	if o.timeout <= 0 {
 		return usage.Errorf("--timeout %s: must be positive", o.timeout)

@@ -29,6 +29,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/results"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
 // Processes are the ways a task's work is done.
@@ -120,7 +121,7 @@ run failed, 2 for bad flags or input.`,
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print no progress and no report table")
 	f.DurationVar(&o.heartbeat, "heartbeat", heartbeat.DefaultDuration, "how long the run's heartbeat Lease stays valid unrenewed; reap --orphans takes the run once it has expired")
 	f.BoolVar(&o.prepull, "prepull", false, "before warming, have the nodes with asrl-prepull-agent pull the run's images (a PrepullJob per cluster, deleted at the end)")
-	f.Int32Var(&o.prepullHighWater, "prepull-high-water", 80, "with --prepull, start no pull once a node's image filesystem is this full, in percent (1-100)")
+	f.Int32Var(&o.prepullHighWater, "prepull-high-water", nodecache.DefaultHighWaterPercent, "with --prepull, start no pull once a node's image filesystem is this full, in percent (1-100)")
 	return cmd
 }
 
@@ -137,11 +138,11 @@ func (o *options) complete(cmd *cobra.Command, args []string) error {
 	if o.timeout < 0 {
 		return usage.Errorf("--timeout %s: must not be negative", o.timeout)
 	}
-	if o.heartbeat < time.Second {
-		return usage.Errorf("--heartbeat %s: must be at least 1s", o.heartbeat)
+	if err := heartbeat.Check(o.heartbeat); err != nil {
+		return usage.Errorf("--heartbeat %v", err)
 	}
-	if o.prepullHighWater < 1 || o.prepullHighWater > 100 {
-		return usage.Errorf("--prepull-high-water %d: must be a percentage, 1 to 100", o.prepullHighWater)
+	if err := nodecache.CheckHighWater(o.prepullHighWater); err != nil {
+		return usage.Errorf("--prepull-high-water %v", err)
 	}
 	var err error
 	if o.cfg, o.loaded, err = o.inputs.Load(cmd.Flags(), o.streams.In); err != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/session"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
 type options struct {
@@ -152,16 +153,19 @@ instead of a token file.`,
 				defer os.RemoveAll(dir)
 				o.access.Address = filepath.Join(dir, "serve.sock")
 			}
-			if o.opts.PrepullHighWater < 1 || o.opts.PrepullHighWater > 100 {
-				return usage.Errorf("--prepull-high-water %d: must be a percentage, 1 to 100", o.opts.PrepullHighWater)
+			if err := nodecache.CheckHighWater(o.opts.PrepullHighWater); err != nil {
+				return usage.Errorf("--prepull-high-water %v", err)
 			}
 			for _, d := range []struct {
 				flag string
 				v    time.Duration
-			}{{"lease-ttl", o.opts.LeaseTTL}, {"warm-ttl", o.opts.WarmTTL}, {"heartbeat", o.opts.Heartbeat}} {
+			}{{"lease-ttl", o.opts.LeaseTTL}, {"warm-ttl", o.opts.WarmTTL}} {
 				if d.v <= 0 {
 					return usage.Errorf("--%s %s: must be positive", d.flag, d.v)
 				}
+			}
+			if err := heartbeat.Check(o.opts.Heartbeat); err != nil {
+				return usage.Errorf("--heartbeat %v", err)
 			}
 			return o.run(cmd.Context(), cfg, ts)
 		},
@@ -182,7 +186,7 @@ instead of a token file.`,
 	f.DurationVar(&o.opts.WarmTTL, "warm-ttl", session.DefaultWarmTTL, "a pool nobody asked for this long, with no sandbox held, is removed")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at this address, e.g. 127.0.0.1:9095: the session's acquires, commands, releases, clients, held sandboxes and pools, and the engine's claims and phases")
 	f.BoolVar(&o.opts.Prepull, "prepull", false, "have the nodes with asrl-prepull-agent pull each image as its first task is added (a PrepullJob per cluster, deleted at the end)")
-	f.Int32Var(&o.opts.PrepullHighWater, "prepull-high-water", 80, "with --prepull, start no pull once a node's image filesystem is this full, in percent (1-100)")
+	f.Int32Var(&o.opts.PrepullHighWater, "prepull-high-water", nodecache.DefaultHighWaterPercent, "with --prepull, start no pull once a node's image filesystem is this full, in percent (1-100)")
 	f.DurationVar(&o.opts.Heartbeat, "heartbeat", heartbeat.DefaultDuration, "how long the session's heartbeat Lease stays valid unrenewed; reap --orphans takes the session once it has expired")
 	return cmd
 }

@@ -42,16 +42,28 @@ type Heartbeat struct {
 	done      chan struct{}
 }
 
+// Check refuses a heartbeat duration a Lease cannot hold: under a second
+// (a Lease counts whole seconds).
+func Check(duration time.Duration) error {
+	if duration < time.Second {
+		return fmt.Errorf("%s: must be at least 1s (a Lease's duration is whole seconds)", duration)
+	}
+	return nil
+}
+
 // Start creates the run's Lease, held by holder, and renews it every third
 // of duration until Stop. A Lease left by an earlier driver of the same run
-// (a resumed run) is taken over.
+// (a resumed run) is taken over. duration must pass Check.
 func Start(ctx context.Context, kube kubernetes.Interface, namespace, runID, holder string, duration time.Duration) (*Heartbeat, error) {
+	if err := Check(duration); err != nil {
+		return nil, fmt.Errorf("heartbeat of run %s: %w", runID, err)
+	}
 	now := metav1.NewMicroTime(time.Now())
 	lease := &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: Name(runID), Namespace: namespace, Labels: labels.ForRun(runID)},
 		Spec: coordinationv1.LeaseSpec{
 			HolderIdentity:       &holder,
-			LeaseDurationSeconds: ptr.To(int32(max(1, duration/time.Second))),
+			LeaseDurationSeconds: ptr.To(int32(duration / time.Second)),
 			AcquireTime:          &now,
 			RenewTime:            &now,
 		},

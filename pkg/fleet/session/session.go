@@ -12,6 +12,7 @@
 package session
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/sessionstate"
@@ -29,7 +31,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/metrics"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
-	"k8s.io/klog/v2"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
 // Options tune a session.
@@ -45,7 +47,7 @@ type Options struct {
 	Metrics *metrics.Metrics
 	// Prepull has the nodes pull the images of tasks as they are added
 	// (fleet.PrepullImages), for nodes whose image filesystem is less than
-	// PrepullHighWater percent full.
+	// PrepullHighWater percent full (0: nodecache.DefaultHighWaterPercent).
 	Prepull          bool
 	PrepullHighWater int32
 }
@@ -143,6 +145,12 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 	opts.LeaseTTL = cmpOr(opts.LeaseTTL, DefaultLeaseTTL)
 	opts.WarmTTL = cmpOr(opts.WarmTTL, DefaultWarmTTL)
 	opts.Heartbeat = cmpOr(opts.Heartbeat, heartbeat.DefaultDuration)
+	if opts.Prepull {
+		opts.PrepullHighWater = cmp.Or(opts.PrepullHighWater, nodecache.DefaultHighWaterPercent)
+		if err := nodecache.CheckHighWater(opts.PrepullHighWater); err != nil {
+			return nil, fmt.Errorf("%w: the prepull high-water mark %w", ErrInvalid, err)
+		}
+	}
 	s, err := open(ctx, runID, cfg, targets, opts)
 	if err != nil {
 		return nil, err
