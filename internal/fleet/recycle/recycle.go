@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
 )
 
@@ -45,15 +46,13 @@ type Spec struct {
 	Canary string
 }
 
-// Defaults for Spec.
-const (
-	DefaultWorkdir = "/testbed"
-	DefaultScratch = "/tmp"
-)
+// DefaultScratch is Spec's Scratch unless it says otherwise; its Workdir's
+// is config.DefaultWorkdir.
+const DefaultScratch = "/tmp"
 
 func (s Spec) withDefaults() Spec {
 	if s.Workdir == "" {
-		s.Workdir = DefaultWorkdir
+		s.Workdir = config.DefaultWorkdir
 	}
 	if s.Scratch == "" {
 		s.Scratch = DefaultScratch

@@ -212,6 +212,11 @@ type Template struct {
 	AgentServer *AgentServer `json:"agentServer,omitempty"`
 }
 
+// DefaultWorkdir is the git work tree a recycled sandbox's reset puts
+// back unless recycle.workdir says otherwise: where SWE-bench images keep
+// the repository.
+const DefaultWorkdir = "/testbed"
+
 // TaskImage is what an extraPodSpec container names as its image to run
 // the task's own image: each pool's template puts its image there.
 const TaskImage = "{task_image}"
@@ -268,7 +273,8 @@ type Recycle struct {
 	// the commit and refs it started with, remove what the task added,
 	// stop its processes, empty /tmp). Default git, the only kind.
 	Reset string `json:"reset,omitempty"`
-	// Workdir is the git work tree put back. Default /testbed.
+	// Workdir is the git work tree put back. Default /testbed
+	// (DefaultWorkdir).
 	Workdir string `json:"workdir,omitempty"`
 	// CheckEnv checks after each reset that a command's environment is
 	// what it was at the sandbox's first use.
@@ -368,7 +374,7 @@ func (f *Fleet) applyDefaults() {
 		r.Reset = "git"
 	}
 	if r.Workdir == "" {
-		r.Workdir = "/testbed"
+		r.Workdir = DefaultWorkdir
 	}
 	if f.Disk.Headroom == nil {
 		f.Disk.Headroom = new(0.25)
