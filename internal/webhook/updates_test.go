@@ -24,7 +24,8 @@ import (
 // TestSideDoors: what a namespace's editor can do to a sandbox Pod after
 // its admission, or put in a template or Secret, is governed by the
 // webhook as shipped — an image patched in, a resize past the caps, the
-// sandbox label taken off, then a sysadmin debug container, a projected
+// sandbox label taken off or put on a Pod made without it, then a
+// sysadmin debug container, a projected
 // token, a service account token Secret — each denied naming its field
 // while the same operations on compliant values pass; and with the
 // webhook stopped each is refused (fail closed) while the compliant ones
@@ -114,6 +115,15 @@ func TestSideDoors(t *testing.T) {
 		}},
 		{"the sandbox label taken off", "metadata.labels[" + policy.SandboxPodLabel + "]", func(pod string) error {
 			return patch(pod, "", `[{"op":"remove","path":"/metadata/labels/agents.x-k8s.io~1sandbox-name-hash"}]`)
+		}},
+		{"the sandbox label put on a Pod made without it", "spec.automountServiceAccountToken: a Pod becomes a sandbox Pod", func(pod string) error {
+			plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod + "-plain", Namespace: ns},
+				Spec: corev1.PodSpec{NodeSelector: map[string]string{"sandbox-fleet.io/test-node": "none"},
+					Containers: []corev1.Container{{Name: "sandbox", Image: "mirror.example.com/hub/library/busybox:1.36"}}}}
+			if err := c.Create(ctx, plain); err != nil {
+				return err
+			}
+			return patch(plain.Name, "", `[{"op":"add","path":"/metadata/labels","value":{"agents.x-k8s.io/sandbox-name-hash":"plain"}}]`)
 		}},
 		{"a sysadmin debug container", "spec.ephemeralContainers[0].securityContext.privileged: privileged containers are not allowed", func(pod string) error {
 			return debug(pod, "sysadmin")

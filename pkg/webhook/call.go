@@ -46,13 +46,14 @@ const UpdateConditionName = "pod-update-needs-sandbox-policy"
 // UpdateCondition is a CEL expression, for the sandbox Pod webhook's
 // matchConditions whatever the policies, that sends an update of a Pod
 // itself (not of a subresource) only when it changes what MutateUpdate
-// judges: a container's image, or the sandbox label. The API server lets
+// judges: a container's image, or the sandbox label (taken away, or added
+// to a Pod the webhook never saw as a sandbox). The API server lets
 // an update change little else of a Pod, and nothing else the policies
 // constrain (AppArmor annotations are immutable), so the controllers'
 // label and annotation updates are not sent — and not refused while the
 // webhook is down. Creations and subresources are always sent.
 var UpdateCondition = "request.operation != 'UPDATE' || request.?subResource.orValue('') != '' || " +
-	fmt.Sprintf("!object.metadata.?labels[?%s].hasValue() || ", quote(SandboxPodLabel)) +
+	fmt.Sprintf("!object.metadata.?labels[?%s].hasValue() || !oldObject.metadata.?labels[?%s].hasValue() || ", quote(SandboxPodLabel), quote(SandboxPodLabel)) +
 	"object.spec.containers.map(c, c.image) != oldObject.spec.containers.map(c, c.image) || " +
 	"object.spec.?initContainers.orValue([]).map(c, c.image) != oldObject.spec.?initContainers.orValue([]).map(c, c.image)"
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -23,20 +24,28 @@ import (
 // the update changes is rewritten to the mirror (its original recorded)
 // and refused outside the allowed registries, as at creation; and it may
 // not take the Pod out of the webhook's sight by removing
-// SandboxPodLabel. It returns what it changed.
+// SandboxPodLabel. An update that makes a Pod a sandbox Pod — its creator
+// adding SandboxPodLabel, or the Agent Sandbox controller adopting it —
+// is judged as its creation would have been (becomingSandbox), and every
+// image of it as new. It returns what it changed.
 func MutateUpdate(old, pod *corev1.Pod, set Set) ([]string, error) {
 	if len(set) == 0 {
 		return nil, nil
 	}
-	if _, had := old.Labels[SandboxPodLabel]; had {
-		if _, has := pod.Labels[SandboxPodLabel]; !has {
-			return nil, &Denial{Policies: set.names(), Field: "metadata.labels[" + SandboxPodLabel + "]",
-				Reason: "a sandbox Pod in a namespace a SandboxPolicy governs keeps the Agent Sandbox controller's label, by which the policies see it"}
-		}
+	_, had := old.Labels[SandboxPodLabel]
+	if _, has := pod.Labels[SandboxPodLabel]; had && !has {
+		return nil, &Denial{Policies: set.names(), Field: "metadata.labels[" + SandboxPodLabel + "]",
+			Reason: "a sandbox Pod in a namespace a SandboxPolicy governs keeps the Agent Sandbox controller's label, by which the policies see it"}
 	}
 	before := map[string]string{}
-	for _, c := range containersOf(&old.Spec, "spec") {
-		before[c.c.Name] = c.c.Image
+	if !had {
+		if err := becomingSandbox(pod, set); err != nil {
+			return nil, err
+		}
+	} else {
+		for _, c := range containersOf(&old.Spec, "spec") {
+			before[c.c.Name] = c.c.Image
+		}
 	}
 	rules := set.rules()
 	var changes []string
@@ -68,6 +77,37 @@ func MutateUpdate(old, pod *corev1.Pod, set Set) ([]string, error) {
 	}
 	return changes, nil
 }
+
+// becomingSandbox refuses a Pod an update makes a sandbox Pod unless it is
+// already what Mutate makes of one: the webhook did not see it created,
+// and an update can change none of its spec but its containers' images
+// (which MutateUpdate rewrites). The run-id label and the placement
+// preference are not asked for: they judge nothing.
+func becomingSandbox(pod *corev1.Pod, set Set) error {
+	changes, err := Mutate(pod.DeepCopy(), set, "")
+	if err != nil {
+		return err
+	}
+	var missing []string
+	for _, c := range changes {
+		field, _, _ := strings.Cut(c, " ")
+		if strings.HasPrefix(field, "spec.affinity") || mutableImage.MatchString(field) {
+			continue
+		}
+		missing = append(missing, c)
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	field, _, _ := strings.Cut(missing[0], " ")
+	return &Denial{Policies: set.names(), Field: field, Reason: "a Pod becomes a sandbox Pod (" + SandboxPodLabel +
+		" added, or adopted by the Agent Sandbox controller) only as the policies make one at creation, which it cannot become by an update; create it with " +
+		strings.Join(missing, ", ")}
+}
+
+// mutableImage matches the image fields an update may change: a
+// container's, not an image volume's.
+var mutableImage = regexp.MustCompile(`^spec\.(initContainers|containers)\[\d+\]\.image$`)
 
 // Mutate applies the set to a sandbox Pod in place: it refuses what the
 // policies deny, then rewrites images (recording the originals), sets the

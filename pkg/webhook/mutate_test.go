@@ -311,6 +311,57 @@ func TestMutateUpdate(t *testing.T) {
 	}
 }
 
+// An update that makes a Pod a sandbox Pod — the label added by its
+// creator, or by the Agent Sandbox controller adopting it — passes only
+// when the Pod is already as the policies make one at creation; its
+// images are judged as new, and rewritten.
+func TestMutateUpdateMakingASandboxPod(t *testing.T) {
+	set := Set{policy("mirror", 0, mirror)}
+	admitted := sandboxPod()
+	if _, err := Mutate(admitted, set, ""); err != nil {
+		t.Fatal(err)
+	}
+	unlabelled := func(p *corev1.Pod) *corev1.Pod {
+		p = p.DeepCopy()
+		delete(p.Labels, SandboxPodLabel)
+		return p
+	}
+	for _, tt := range []struct {
+		name    string
+		pod     *corev1.Pod
+		changes []string
+		denied  string
+	}{
+		{"never checked", sandboxPod(), nil,
+			`denied by SandboxPolicy "mirror": spec.automountServiceAccountToken: a Pod becomes a sandbox Pod (agents.x-k8s.io/sandbox-name-hash added, or adopted by the Agent Sandbox controller) only as the policies make one at creation, which it cannot become by an update; create it with spec.automountServiceAccountToken false, spec.securityContext.seccompProfile RuntimeDefault`},
+		{"as the policies make one", admitted, nil, ""},
+		{"as they make one, its image not yet the mirror's", func() *corev1.Pod {
+			p := admitted.DeepCopy()
+			p.Spec.Containers[0].Image = "busybox:1.36"
+			return p
+		}(), []string{"spec.containers[0].image busybox:1.36 → mirror.example.com/hub/library/busybox:1.36"}, ""},
+		{"as they make one, its image from elsewhere", func() *corev1.Pod {
+			p := admitted.DeepCopy()
+			p.Spec.Containers[0].Image = "evil.example/x:1"
+			return p
+		}(), nil, `denied by SandboxPolicy "mirror": spec.containers[0].image: image evil.example/x:1 is not from an allowed registry`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := tt.pod.DeepCopy()
+			changes, err := MutateUpdate(unlabelled(tt.pod), pod, set)
+			if tt.denied != "" {
+				if err == nil || !strings.HasPrefix(err.Error(), tt.denied) {
+					t.Fatalf("error %v, want a denial starting %q", err, tt.denied)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(changes, tt.changes) {
+				t.Fatalf("MutateUpdate = %q, %v; want %q", changes, err, tt.changes)
+			}
+		})
+	}
+}
+
 // Whatever Pod arrives, Mutate does not panic, and a Pod it admits is
 // admitted again unchanged.
 func FuzzMutate(f *testing.F) {
