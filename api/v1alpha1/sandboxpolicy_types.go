@@ -147,9 +147,9 @@ type SecurityPolicy struct {
 	AllowServiceAccountToken bool `json:"allowServiceAccountToken,omitempty"`
 	// AllowUnconfined lets Pods and containers run with the seccomp or
 	// AppArmor profile Unconfined, an unmasked /proc (procMount
-	// Unmasked), or an SELinux type other than container_t,
+	// Unmasked), an SELinux type other than container_t,
 	// container_init_t, container_kvm_t and container_engine_t (spc_t is
-	// unconfined).
+	// unconfined), or an SELinux user or role of their own.
 	// +optional
 	AllowUnconfined bool `json:"allowUnconfined,omitempty"`
 	// AllowHostPorts lets containers bind ports of their node (hostPort).

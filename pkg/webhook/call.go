@@ -200,8 +200,10 @@ func (c *conditions) security(set Set, a allowances) {
 		c.container = append(c.container, "c.?securityContext.?seccompProfile.?type.orValue('') != 'Unconfined'",
 			"c.?securityContext.?appArmorProfile.?type.orValue('') != 'Unconfined'",
 			"c.?securityContext.?procMount.orValue('') != 'Unmasked'",
-			"c.?securityContext.?seLinuxOptions.?type.orValue('') in "+selinuxTypes)
-		c.pod = append(c.pod, "object.spec.?securityContext.?seLinuxOptions.?type.orValue('') in "+selinuxTypes)
+			"c.?securityContext.?seLinuxOptions.?type.orValue('') in "+selinuxTypes,
+			"c.?securityContext.?seLinuxOptions.?user.orValue('') == ''", "c.?securityContext.?seLinuxOptions.?role.orValue('') == ''")
+		c.pod = append(c.pod, "object.spec.?securityContext.?seLinuxOptions.?type.orValue('') in "+selinuxTypes,
+			"object.spec.?securityContext.?seLinuxOptions.?user.orValue('') == ''", "object.spec.?securityContext.?seLinuxOptions.?role.orValue('') == ''")
 	}
 	if !a.hostPorts {
 		c.container = append(c.container, list("c.?ports")+".all(p, p.?hostPort.orValue(0) == 0)")

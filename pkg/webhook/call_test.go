@@ -577,6 +577,12 @@ var securityEdits = []func(*corev1.Pod){
 		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "git", VolumeSource: corev1.VolumeSource{GitRepo: &corev1.GitRepoVolumeSource{Repository: "r"}}})
 	},
 	func(p *corev1.Pod) { p.Spec.NodeName = "control-plane" },
+	func(p *corev1.Pod) {
+		p.Spec.SecurityContext.SELinuxOptions = &corev1.SELinuxOptions{User: "system_u"}
+	},
+	func(p *corev1.Pod) {
+		p.Spec.Containers[0].SecurityContext.SELinuxOptions = &corev1.SELinuxOptions{Type: "container_t", Role: "system_r"}
+	},
 	func(p *corev1.Pod) { p.Spec.PriorityClassName = "system-node-critical" },
 	func(p *corev1.Pod) { p.Spec.PriorityClassName = "batch" },
 }

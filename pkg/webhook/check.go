@@ -90,7 +90,9 @@ func volumeType(v corev1.VolumeSource) string {
 var systemPriorityClasses = []string{"system-node-critical", "system-cluster-critical"}
 
 // unconfined reports whether a seccomp or AppArmor profile is Unconfined,
-// or an SELinux type not one of containerSELinuxTypes.
+// an SELinux type not one of containerSELinuxTypes, or an SELinux user or
+// role set (Pod Security's baseline forbids any: they pick a confinement
+// of their own).
 func unconfined(seccomp *corev1.SeccompProfile, apparmor *corev1.AppArmorProfile, selinux *corev1.SELinuxOptions) (string, bool) {
 	switch {
 	case seccomp != nil && seccomp.Type == corev1.SeccompProfileTypeUnconfined:
@@ -99,6 +101,10 @@ func unconfined(seccomp *corev1.SeccompProfile, apparmor *corev1.AppArmorProfile
 		return "appArmorProfile.type", true
 	case selinux != nil && !slices.Contains(containerSELinuxTypes, selinux.Type):
 		return "seLinuxOptions.type", true
+	case selinux != nil && selinux.User != "":
+		return "seLinuxOptions.user", true
+	case selinux != nil && selinux.Role != "":
+		return "seLinuxOptions.role", true
 	}
 	return "", false
 }
@@ -416,7 +422,7 @@ func CheckEphemeral(pod *corev1.Pod, set Set, runID string) error {
 	if len(set) == 0 {
 		return nil
 	}
-	changes, err := Mutate(pod.DeepCopy(), set, runID)
+	changes, err := Mutate(asCreated(pod), set, runID)
 	if err != nil {
 		return err
 	}

@@ -39,6 +39,7 @@ func TestCheckEphemeral(t *testing.T) {
 		want string
 	}{
 		{"as the policies make a container", debug(nil), ""},
+		{"in a scheduled Pod", func() *corev1.Pod { p := debug(nil); p.Spec.NodeName = "node-1"; return p }(), ""},
 		{"no ephemeral container", admitted, ""},
 		{"keeping its capabilities", debug(func(e *corev1.EphemeralContainer) { e.SecurityContext.Capabilities = nil }),
 			`denied by SandboxPolicy "mirror": spec.ephemeralContainers[0].securityContext.capabilities.drop: an ephemeral container must come as the policies make a container; set spec.ephemeralContainers[0].securityContext.capabilities.drop ALL`},

@@ -84,7 +84,7 @@ func MutateUpdate(old, pod *corev1.Pod, set Set) ([]string, error) {
 // (which MutateUpdate rewrites). The run-id label and the placement
 // preference are not asked for: they judge nothing.
 func becomingSandbox(pod *corev1.Pod, set Set) error {
-	changes, err := Mutate(pod.DeepCopy(), set, "")
+	changes, err := Mutate(asCreated(pod), set, "")
 	if err != nil {
 		return err
 	}
@@ -103,6 +103,15 @@ func becomingSandbox(pod *corev1.Pod, set Set) error {
 	return &Denial{Policies: set.names(), Field: field, Reason: "a Pod becomes a sandbox Pod (" + SandboxPodLabel +
 		" added, or adopted by the Agent Sandbox controller) only as the policies make one at creation, which it cannot become by an update; create it with " +
 		strings.Join(missing, ", ")}
+}
+
+// asCreated is a copy of an existing pod to judge as a creation: without
+// the node the scheduler bound it to, which a creation may not name (an
+// update cannot tell the binding's from its creator's).
+func asCreated(pod *corev1.Pod) *corev1.Pod {
+	p := pod.DeepCopy()
+	p.Spec.NodeName = ""
+	return p
 }
 
 // mutableImage matches the image fields an update may change: a

@@ -116,6 +116,14 @@ func TestMutate(t *testing.T) {
 		}), set: Set{policy("nfs", 0, func(s *v1alpha1.SandboxPolicySpec) {
 			s.Security = &v1alpha1.SecurityPolicy{AllowedVolumeTypes: []string{"nfs"}}
 		})}},
+		{name: "selinux-user", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{SELinuxOptions: &corev1.SELinuxOptions{User: "system_u"}}
+		}), set: Set{policy("baseline", 0)},
+			denied: `denied by SandboxPolicy "baseline": spec.securityContext.seLinuxOptions.user: the Unconfined profile is not allowed`},
+		{name: "selinux-role", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{SELinuxOptions: &corev1.SELinuxOptions{Role: "system_r"}}
+		}), set: Set{policy("baseline", 0)},
+			denied: `denied by SandboxPolicy "baseline": spec.containers[0].securityContext.seLinuxOptions.role: the Unconfined profile is not allowed`},
 		{name: "node-name", pod: sandboxPod(func(p *corev1.Pod) { p.Spec.NodeName = "control-plane" }), set: Set{policy("baseline", 0)},
 			denied: `denied by SandboxPolicy "baseline": spec.nodeName: sandboxes are placed by the scheduler`},
 		{name: "system-priority", pod: sandboxPod(func(p *corev1.Pod) { p.Spec.PriorityClassName = "system-node-critical" }), set: Set{policy("baseline", 0)},
@@ -335,6 +343,11 @@ func TestMutateUpdateMakingASandboxPod(t *testing.T) {
 		{"never checked", sandboxPod(), nil,
 			`denied by SandboxPolicy "mirror": spec.automountServiceAccountToken: a Pod becomes a sandbox Pod (agents.x-k8s.io/sandbox-name-hash added, or adopted by the Agent Sandbox controller) only as the policies make one at creation, which it cannot become by an update; create it with spec.automountServiceAccountToken false, spec.securityContext.seccompProfile RuntimeDefault`},
 		{"as the policies make one", admitted, nil, ""},
+		{"as they make one, and scheduled", func() *corev1.Pod {
+			p := admitted.DeepCopy()
+			p.Spec.NodeName = "node-1"
+			return p
+		}(), nil, ""},
 		{"as they make one, its image not yet the mirror's", func() *corev1.Pod {
 			p := admitted.DeepCopy()
 			p.Spec.Containers[0].Image = "busybox:1.36"
