@@ -400,19 +400,14 @@ func TestUpdateConditions(t *testing.T) {
 	// The sandbox label added by an update (the Pod's creator, or the
 	// controller adopting it): sent unless the Pod is already as the
 	// policies make one (MutateUpdate then judges it as a creation).
-	unlabelled := func(p *corev1.Pod) *corev1.Pod {
-		p = p.DeepCopy()
-		delete(p.Labels, SandboxPodLabel)
-		return p
-	}
 	raw := sandboxPod(func(p *corev1.Pod) { p.Labels[fleetlabels.RunID] = "run-1" })
 	for _, tt := range []struct {
 		name     string
 		old, pod *corev1.Pod
 		want     bool
 	}{
-		{"the sandbox label added to a Pod never checked", unlabelled(raw), raw, true},
-		{"the sandbox label added to a Pod as the policies make one", unlabelled(admitted), admitted, false},
+		{"the sandbox label added to a Pod never checked", withoutSandboxLabel(raw), raw, true},
+		{"the sandbox label added to a Pod as the policies make one", withoutSandboxLabel(admitted), admitted, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			attr := updateAttributes(tt.old, tt.pod, "")

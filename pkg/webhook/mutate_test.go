@@ -302,16 +302,7 @@ func TestMutateUpdate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			pod := admitted.DeepCopy()
 			tt.edit(pod)
-			changes, err := MutateUpdate(admitted, pod, set)
-			if tt.denied != "" {
-				if err == nil || !strings.HasPrefix(err.Error(), tt.denied) {
-					t.Fatalf("error %v, want a denial starting %q", err, tt.denied)
-				}
-				return
-			}
-			if err != nil || !slices.Equal(changes, tt.changes) {
-				t.Fatalf("MutateUpdate = %q, %v; want %q", changes, err, tt.changes)
-			}
+			changes := checkUpdate(t, admitted, pod, set, tt.changes, tt.denied)
 			if len(changes) > 0 && pod.Annotations[fleetlabels.OriginalImage] != "busybox:1.36" {
 				t.Errorf("the original image is not recorded: %v", pod.Annotations)
 			}
@@ -328,11 +319,6 @@ func TestMutateUpdateMakingASandboxPod(t *testing.T) {
 	admitted := sandboxPod()
 	if _, err := Mutate(admitted, set, ""); err != nil {
 		t.Fatal(err)
-	}
-	unlabelled := func(p *corev1.Pod) *corev1.Pod {
-		p = p.DeepCopy()
-		delete(p.Labels, SandboxPodLabel)
-		return p
 	}
 	for _, tt := range []struct {
 		name    string
@@ -360,19 +346,34 @@ func TestMutateUpdateMakingASandboxPod(t *testing.T) {
 		}(), nil, `denied by SandboxPolicy "mirror": spec.containers[0].image: image evil.example/x:1 is not from an allowed registry`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			pod := tt.pod.DeepCopy()
-			changes, err := MutateUpdate(unlabelled(tt.pod), pod, set)
-			if tt.denied != "" {
-				if err == nil || !strings.HasPrefix(err.Error(), tt.denied) {
-					t.Fatalf("error %v, want a denial starting %q", err, tt.denied)
-				}
-				return
-			}
-			if err != nil || !slices.Equal(changes, tt.changes) {
-				t.Fatalf("MutateUpdate = %q, %v; want %q", changes, err, tt.changes)
-			}
+			checkUpdate(t, withoutSandboxLabel(tt.pod), tt.pod.DeepCopy(), set, tt.changes, tt.denied)
 		})
 	}
+}
+
+// checkUpdate runs MutateUpdate from old to pod and fails unless it is
+// refused with a denial starting denied, or (denied "") makes changes.
+func checkUpdate(t *testing.T, old, pod *corev1.Pod, set Set, changes []string, denied string) []string {
+	t.Helper()
+	got, err := MutateUpdate(old, pod, set)
+	if denied != "" {
+		if err == nil || !strings.HasPrefix(err.Error(), denied) {
+			t.Fatalf("error %v, want a denial starting %q", err, denied)
+		}
+		return nil
+	}
+	if err != nil || !slices.Equal(got, changes) {
+		t.Fatalf("MutateUpdate = %q, %v; want %q", got, err, changes)
+	}
+	return got
+}
+
+// withoutSandboxLabel is a copy of p as it was before an update added
+// the sandbox label.
+func withoutSandboxLabel(p *corev1.Pod) *corev1.Pod {
+	p = p.DeepCopy()
+	delete(p.Labels, SandboxPodLabel)
+	return p
 }
 
 // Whatever Pod arrives, Mutate does not panic, and a Pod it admits is
