@@ -171,7 +171,7 @@ func (o *options) run(parent context.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancelCause(parent)
+	ctx, cancel := interrupt.Context(parent)
 	defer cancel(nil)
 	var mu sync.Mutex
 	current := ""

@@ -208,7 +208,7 @@ func (o *options) run(parent context.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancelCause(parent)
+	ctx, cancel := interrupt.Context(parent)
 	defer cancel(nil)
 	stopSignals := interrupt.Handle(o.streams.ErrOut, cancel, fmt.Sprintf("stopping run %s and tearing it down", o.runID),
 		func() string { return runid.ReapHint(o.runID, o.inputs.ConfigFile, targets) })

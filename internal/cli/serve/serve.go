@@ -214,7 +214,7 @@ func (o *options) run(parent context.Context, cfg config.Fleet, ts []tasks.Task)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancelCause(parent)
+	ctx, cancel := interrupt.Context(parent)
 	defer cancel(nil)
 	onSignal := fmt.Sprintf("closing session %s and tearing it down", o.runID)
 	if o.detach {
