@@ -103,6 +103,10 @@ func TestInstalledAsShipped(t *testing.T) {
 		if err := c.Create(ctx, pod, client.DryRunAll); err == nil || !strings.Contains(err.Error(), `denied by SandboxPolicy "baseline"`) {
 			t.Errorf("a privileged sandbox Pod: %v, want it denied by the policy", err)
 		}
+		if local != nil {
+			pod.Spec.Containers[0].SecurityContext = nil
+			t.Run("only the API server calls it", func(t *testing.T) { onlyTheAPIServerCallsTheInstalledWebhook(t, ctx, c, ns, pod) })
+		}
 	})
 
 	// On an existing cluster the node tests drive the installed agent and

@@ -44,6 +44,17 @@ type SandboxPolicySpec struct {
 	// +optional
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 
+	// OtherPodSelector selects the Pods that may run in the governed
+	// namespaces without being sandboxes — a trainer, serve, a Job. Every
+	// other Pod there must be a sandbox Pod: one the Agent Sandbox
+	// controller made, labelled agents.x-k8s.io/sandbox-name-hash, which
+	// the policy judges. Unset, no other Pod is admitted; {} selects every
+	// Pod (such Pods are then bounded only by Pod Security admission). A
+	// Pod carrying agents.x-k8s.io/adoptable, which the controller would
+	// adopt into a Sandbox, is refused whatever this selects.
+	// +optional
+	OtherPodSelector *metav1.LabelSelector `json:"otherPodSelector,omitempty"`
+
 	// Priority orders overlapping policies: a higher priority is tried
 	// first for rewrites and wins single-valued fields.
 	// +kubebuilder:default=0
@@ -65,8 +76,11 @@ type SandboxPolicySpec struct {
 	// +optional
 	RuntimeClassName string `json:"runtimeClassName,omitempty"`
 
-	// MaxLimits caps each container's resource limits. A container without
-	// a limit gets the cap; one above it is denied.
+	// MaxLimits caps a sandbox's resource limits: each container's, and
+	// the Pod's as a whole — its pod-level limit (spec.resources) where it
+	// sets one, else its containers together as the kubelet sizes a Pod.
+	// A container without a limit gets the cap, so a Pod of several
+	// containers names theirs; a container or Pod above the cap is denied.
 	// +optional
 	MaxLimits corev1.ResourceList `json:"maxLimits,omitempty"`
 

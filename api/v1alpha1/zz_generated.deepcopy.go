@@ -449,6 +449,11 @@ func (in *SandboxPolicySpec) DeepCopyInto(out *SandboxPolicySpec) {
 		*out = new(v1.LabelSelector)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.OtherPodSelector != nil {
+		in, out := &in.OtherPodSelector, &out.OtherPodSelector
+		*out = new(v1.LabelSelector)
+		(*in).DeepCopyInto(*out)
+	}
 	if in.Images != nil {
 		in, out := &in.Images, &out.Images
 		*out = new(ImagePolicy)

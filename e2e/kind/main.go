@@ -110,7 +110,7 @@ func run(ctx context.Context, keep bool) error {
 		return err
 	}
 	defer registryProc.Stop()
-	gateway, err := dockerGateway(ctx)
+	gateway, subnet, err := dockerNetwork(ctx)
 	if err != nil {
 		return err
 	}
@@ -159,8 +159,12 @@ func run(ctx context.Context, keep bool) error {
 	if err := os.MkdirAll(overlay, 0o755); err != nil {
 		return err
 	}
+	// kind's API server presents webhooks no client certificate; kindnet
+	// enforces NetworkPolicy, so the webhook's callers are kept to the
+	// nodes' network.
 	if _, err := testinstall.Install(ctx, testinstall.Options{
 		Kubectl: kubectl, Kubeconfig: kubeconfig, Registry: registry + "/sandbox-fleet", Dir: overlay,
+		WebhookCallersCIDR: subnet,
 	}); err != nil {
 		return err
 	}
@@ -172,18 +176,21 @@ func run(ctx context.Context, keep bool) error {
 	return test.Run()
 }
 
-// dockerGateway is the host's address on kind's Docker network.
-func dockerGateway(ctx context.Context) (string, error) {
-	out, err := exec.CommandContext(ctx, "docker", "network", "inspect", "kind", "--format", "{{range .IPAM.Config}}{{.Gateway}} {{end}}").Output()
+// dockerNetwork is the host's address on kind's Docker network, and the
+// network's IPv4 subnet: the nodes' addresses, whence the API server calls
+// webhooks.
+func dockerNetwork(ctx context.Context) (gateway, subnet string, err error) {
+	out, err := exec.CommandContext(ctx, "docker", "network", "inspect", "kind", "--format", "{{range .IPAM.Config}}{{.Gateway}},{{.Subnet}} {{end}}").Output()
 	if err != nil {
-		return "", fmt.Errorf("docker network inspect kind: %w", err)
+		return "", "", fmt.Errorf("docker network inspect kind: %w", err)
 	}
-	for _, gw := range strings.Fields(string(out)) {
+	for _, pair := range strings.Fields(string(out)) {
+		gw, sn, _ := strings.Cut(pair, ",")
 		if ip := net.ParseIP(gw); ip != nil && ip.To4() != nil {
-			return gw, nil
+			return gw, sn, nil
 		}
 	}
-	return "", fmt.Errorf("kind's Docker network has no IPv4 gateway (%q)", out)
+	return "", "", fmt.Errorf("kind's Docker network has no IPv4 gateway (%q)", out)
 }
 
 // relay accepts connections on addr and relays each to target until ctx

@@ -46,6 +46,14 @@ type Options struct {
 	// ConfigMap asrl-prepull-agent's allowed-registries): when empty,
 	// docker.io/sandbox-fleet, where the e2e tests push their images.
 	AllowedRegistries string
+	// WebhookClientCA is the CA file of the client certificate the API
+	// server presents to webhooks, and WebhookClientName its common name:
+	// the overlay makes the ConfigMap asrl-webhook-client-ca of them, as
+	// docs/admin.md has an admin do. Where the API server presents none,
+	// WebhookCallersCIDR is its addresses instead, and the overlay adds
+	// manifests/webhook-network-policy with it.
+	WebhookClientCA, WebhookClientName string
+	WebhookCallersCIDR                 string
 	// Patches are kustomize patches (the text of a patches: entry's
 	// patch, with its target) the cluster needs beyond those.
 	Patches []Patch
@@ -107,7 +115,29 @@ func Install(ctx context.Context, o Options) (*Installation, error) {
 	patches := append([]Patch{{Kind: "ConfigMap", Name: "asrl-prepull-agent", Patch: fmt.Sprintf(
 		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: asrl-prepull-agent}\ndata:\n  allowed-registries: %q\n", o.AllowedRegistries)}}, o.Patches...)
 	var kustomization strings.Builder
-	fmt.Fprintf(&kustomization, "resources: [%s]\nimages:\n%spatches:\n", strings.Join(resources, ", "), images.String())
+	fmt.Fprintf(&kustomization, "resources: [%s]\nimages:\n%s", strings.Join(resources, ", "), images.String())
+	switch {
+	case o.WebhookClientCA != "":
+		ca, err := os.ReadFile(o.WebhookClientCA)
+		if err != nil {
+			return nil, err
+		}
+		// kustomize reads files only from the overlay's directory.
+		if err := os.WriteFile(filepath.Join(o.Dir, "webhook-client-ca.crt"), ca, 0o644); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&kustomization, "configMapGenerator:\n- name: asrl-webhook-client-ca\n  namespace: sandbox-fleet-system\n"+
+			"  files: [ca.crt=webhook-client-ca.crt]\n  literals: [client-names=%s]\n", o.WebhookClientName)
+	case o.WebhookCallersCIDR != "":
+		rel, err := filepath.Rel(o.Dir, filepath.Join(root, "manifests", "webhook-network-policy"))
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&kustomization, "components: [%s]\n", rel)
+		patches = append(patches, Patch{Kind: "NetworkPolicy", Name: "asrl-webhook",
+			Patch: fmt.Sprintf("- {op: replace, path: /spec/ingress/0/from/0/ipBlock/cidr, value: %s}", o.WebhookCallersCIDR)})
+	}
+	kustomization.WriteString("patches:\n")
 	for _, p := range patches {
 		fmt.Fprintf(&kustomization, "- target: {kind: %s, name: %s}\n  patch: |-\n", p.Kind, p.Name)
 		for _, line := range strings.Split(strings.TrimRight(p.Patch, "\n"), "\n") {
@@ -247,8 +277,10 @@ spec:
       - name: agent-dir
         hostPath: {path: %[3]q, type: DirectoryOrCreate}
 `, c.CRISocket(), c.ContainerdRoot(), filepath.Join(c.Dir(), "prepull-agent"))
+	_, _, ca := c.WebhookClient()
 	in, err := Install(ctx, Options{
 		Kubectl: kubectl, Kubeconfig: c.Kubeconfig(), Registry: c.RegistryAddr() + "/sandbox-fleet",
+		WebhookClientCA: ca, WebhookClientName: testcluster.WebhookClientName,
 		Patches: []Patch{{Kind: "DaemonSet", Name: "asrl-prepull-agent", Patch: agentPatch}},
 		Dir:     dir,
 	})

@@ -29,6 +29,7 @@ const (
 	MutateTemplatesPath   = "/mutate-sandbox-templates"
 	ValidateTemplatesPath = "/validate-sandbox-templates"
 	ValidateSecretsPath   = "/validate-sandbox-secrets"
+	ValidateOtherPodsPath = "/validate-other-pods"
 )
 
 // Admission outcomes, as metrics label them.
@@ -386,4 +387,55 @@ func (v *SecretValidator) handle(ctx context.Context, req admission.Request) (ad
 		return resp, result
 	}
 	return admission.Allowed("the SandboxPolicies allow service account tokens"), resultAllowed
+}
+
+// OtherPodValidator refuses, in the namespaces SandboxPolicies govern, the
+// Pods that would escape the sandbox Pod checks (policy.CheckOtherPod):
+// created without the sandbox label and selected by no policy's
+// otherPodSelector, or given the adoptable label. Its entries'
+// matchConditions send only those, so with the webhook down the other
+// Pods are still created.
+type OtherPodValidator struct {
+	View   *policyView
+	Counts *Counts
+}
+
+// Handle implements admission.Handler.
+func (v *OtherPodValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	ctx, cancel := withBudget(ctx)
+	defer cancel()
+	return timed("Pod", func() (admission.Response, string) { return v.handle(ctx, req) })
+}
+
+func (v *OtherPodValidator) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
+	if req.Kind.Kind != "Pod" || len(req.Object.Raw) == 0 {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the review carries no Pod (kind %q): check the webhook configuration's rules", req.Kind.Kind)), resultErrored
+	}
+	// Only the metadata is decoded: labels decide.
+	var pod, old struct {
+		Metadata metav1.ObjectMeta `json:"metadata"`
+	}
+	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the Pod: %w", err)), resultErrored
+	}
+	var before *metav1.ObjectMeta
+	if req.Operation == admissionv1.Update {
+		if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
+			return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the Pod before the update: %w", err)), resultErrored
+		}
+		before = &old.Metadata
+	}
+	set, err := v.View.policies(ctx, req.Namespace)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), resultErrored
+	}
+	if resp, result, done := refused(v.Counts, denialOrNil(policy.CheckOtherPod(&pod.Metadata, before, set)), req.DryRun != nil && *req.DryRun); done {
+		name := req.Name
+		if name == "" {
+			name = pod.Metadata.GenerateName + "<generated>"
+		}
+		resp.Result.Message = fmt.Sprintf("Pod %s/%s: %s", req.Namespace, name, resp.Result.Message)
+		return resp, result
+	}
+	return admission.Allowed("a sandbox Pod, or one the SandboxPolicies' otherPodSelector selects"), resultAllowed
 }

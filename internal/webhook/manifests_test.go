@@ -47,6 +47,41 @@ func TestShippedUpdateCondition(t *testing.T) {
 	t.Error("no sandbox Pod entry in manifests/webhook/webhooks.yaml")
 }
 
+// The shipped other Pod entry sends creations and the updates adding the
+// adoptable label by policy.OtherPodUpdateCondition, which the policy
+// package tests, and never governs the system's namespaces.
+func TestShippedOtherPodCondition(t *testing.T) {
+	b, err := os.ReadFile("../../manifests/webhook/webhooks.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		var cfg admissionregistrationv1.ValidatingWebhookConfiguration
+		if err := yaml.Unmarshal([]byte(doc), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range cfg.Webhooks {
+			if cfg.Kind != "ValidatingWebhookConfiguration" || !strings.HasSuffix(*w.ClientConfig.Service.Path, webhook.ValidateOtherPodsPath) {
+				continue
+			}
+			if len(w.MatchConditions) != 1 || w.MatchConditions[0].Name != policy.OtherPodConditionName || w.MatchConditions[0].Expression != policy.OtherPodUpdateCondition {
+				t.Errorf("entry %s: matchConditions %+v, want %s: %s", w.Name, w.MatchConditions, policy.OtherPodConditionName, policy.OtherPodUpdateCondition)
+			}
+			sel, err := metav1.LabelSelectorAsSelector(w.NamespaceSelector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ns := range []string{"kube-system", "sandbox-fleet-system", "sandbox-fleet-agent", "agent-sandbox-system"} {
+				if !strings.Contains(sel.String(), ns) {
+					t.Errorf("entry %s may govern %s: %s", w.Name, ns, sel)
+				}
+			}
+			return
+		}
+	}
+	t.Error("no other Pod entry in manifests/webhook/webhooks.yaml")
+}
+
 // The kustomizations render with kubectl's kustomize and the API server
 // accepts every object of the default one and of the scheduler's (a
 // server-side dry run, so the test cluster keeps its own setup).
@@ -268,6 +303,9 @@ func networkPolicyOverlay(t *testing.T, defaultSet, bin string, kubectl func(std
 	}
 	if np.Namespace != deployment.Namespace || deployment.Name != "asrl-webhook" {
 		t.Fatalf("the NetworkPolicy is in %q, the webhook's Deployment %q in %q", np.Namespace, deployment.Name, deployment.Namespace)
+	}
+	if args := deployment.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--callers-by-network-policy") {
+		t.Errorf("with the NetworkPolicy the webhook is not told it guards the callers: %v", args)
 	}
 	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
 	if err != nil || !sel.Matches(labels.Set(deployment.Spec.Template.Labels)) {

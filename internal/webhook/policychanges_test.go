@@ -182,10 +182,16 @@ func (w *webhookTest) webhookDown(t *testing.T) {
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain-while-down", Namespace: ns},
+	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain-while-down", Namespace: ns, Labels: besideSandboxes},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}}}
 	if err := c.Create(ctx, plain); err != nil {
-		t.Errorf("a plain Pod was refused with the webhook down: %v", err)
+		t.Errorf("a Pod the policy's otherPodSelector selects was refused with the webhook down: %v", err)
+	}
+	unselected := plain.DeepCopy()
+	unselected.ResourceVersion = ""
+	unselected.Name, unselected.Labels = "unselected-while-down", nil
+	if err := c.Create(ctx, unselected); err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
+		t.Errorf("a Pod neither a sandbox nor selected, with the webhook down: %v, want refused", err)
 	}
 	sandbox := plain.DeepCopy()
 	sandbox.ResourceVersion = ""

@@ -241,9 +241,19 @@ func PolicyWebhooks(shippedMutating []admissionregistrationv1.MutatingWebhook, s
 		if !IsTemplate(t.NamespaceSelector) || t.ClientConfig.Service == nil && t.ClientConfig.URL == nil {
 			continue
 		}
-		for _, e := range entries(t.Name, t.NamespaceSelector, clientPath(t.ClientConfig), view, pending, none) {
+		// The other Pod entries always have their policy's condition: it
+		// sends only the Pods it refuses, so with the webhook down the
+		// Pods the policy lets in are still created.
+		condition := none
+		if strings.HasSuffix(clientPath(t.ClientConfig), ValidateOtherPodsPath) {
+			condition = policy.OtherPodCondition
+		}
+		for _, e := range entries(t.Name, t.NamespaceSelector, clientPath(t.ClientConfig), view, pending, condition) {
 			w := *t.DeepCopy()
 			w.Name, w.NamespaceSelector, w.ClientConfig = e.name, e.selector, withPath(t.ClientConfig, e.path)
+			if e.condition != "" {
+				w.MatchConditions = append(w.MatchConditions, admissionregistrationv1.MatchCondition{Name: CallConditionName, Expression: e.condition})
+			}
 			validating = append(validating, w)
 		}
 	}

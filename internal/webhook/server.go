@@ -13,13 +13,16 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	corev1 "k8s.io/api/core/v1"
@@ -63,6 +66,15 @@ type Options struct {
 	// such a certificate may have.
 	ClientCAFile string
 	ClientNames  []string
+	// ClientNamesFile holds more such names, separated by commas or
+	// white space: the shipped Deployment's from its ConfigMap.
+	ClientNamesFile string
+	// CallersByNetworkPolicy says the admin keeps every caller but the
+	// control plane away from the webhook by a NetworkPolicy
+	// (manifests/webhook-network-policy) because the API server cannot
+	// present a client certificate. Without it or ClientCAFile the
+	// webhook refuses to start: anyone reaching it could send it reviews.
+	CallersByNetworkPolicy bool
 	// MetricsAddr and HealthAddr serve /metrics and /healthz, /readyz;
 	// "0" turns one off.
 	MetricsAddr, HealthAddr string
@@ -109,7 +121,7 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err != nil {
 		return err
 	}
-	tlsOpts, err := clientAuth(o.ClientCAFile, o.ClientNames)
+	tlsOpts, err := clientAuth(o)
 	if err != nil {
 		return err
 	}
@@ -200,6 +212,7 @@ func register(ctx context.Context, cfg *rest.Config, srv webhook.Server, view *p
 		MutateTemplatesPath:   &TemplateMutator{View: view},
 		ValidateTemplatesPath: &TemplateValidator{View: view, Counts: counts},
 		ValidateSecretsPath:   &SecretValidator{View: view, Counts: counts},
+		ValidateOtherPodsPath: &OtherPodValidator{View: view, Counts: counts},
 	} {
 		srv.Register(path, &webhook.Admission{Handler: h})
 		srv.Register(path+"/", &webhook.Admission{Handler: h, WithContextFunc: withPolicyRef(path)})
@@ -325,18 +338,43 @@ func ServiceDNSNames(service, namespace string) (name string, extra []string) {
 }
 
 // clientAuth are the TLS options that let only callers with a client
-// certificate caFile signed, with one of names as its common name (any,
-// when names is empty), reach the webhook; none when caFile is "".
-func clientAuth(caFile string, names []string) ([]func(*tls.Config), error) {
+// certificate o.ClientCAFile signed, with one of o's client names as its
+// common name (any, when it names none), reach the webhook; none when
+// there is no CA and the admin said a NetworkPolicy keeps other callers
+// away.
+func clientAuth(o Options) ([]func(*tls.Config), error) {
+	caFile, names := o.ClientCAFile, o.ClientNames
+	// The shipped Deployment names the ConfigMap's CA; with the
+	// NetworkPolicy chosen instead, the admin need not create it.
+	if _, err := os.Stat(caFile); o.CallersByNetworkPolicy && errors.Is(err, fs.ErrNotExist) {
+		caFile, o.ClientNamesFile = "", ""
+	}
 	if caFile == "" {
-		if len(names) > 0 {
+		if len(names) > 0 || o.ClientNamesFile != "" {
 			return nil, errors.New("--client-names needs --client-ca-file: the names are those of certificates it signed")
+		}
+		if !o.CallersByNetworkPolicy {
+			return nil, errors.New("no caller authentication: set --client-ca-file to the CA of the client certificate the API server presents to webhooks, " +
+				"or, where the API server cannot present one, apply manifests/webhook-network-policy and set --callers-by-network-policy (docs/admin.md, Security model)")
 		}
 		return nil, nil
 	}
 	b, err := os.ReadFile(caFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("--client-ca-file %s does not exist: %s", caFile, clientCAHowTo)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("--client-ca-file: %w", err)
+	}
+	if o.ClientNamesFile != "" {
+		text, err := os.ReadFile(o.ClientNamesFile)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("--client-names-file %s does not exist: %s", o.ClientNamesFile, clientCAHowTo)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--client-names-file: %w", err)
+		}
+		names = append(slices.Clone(names), strings.FieldsFunc(string(text), func(r rune) bool { return r == ',' || unicode.IsSpace(r) })...)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(b) {
@@ -355,6 +393,11 @@ func clientAuth(caFile string, names []string) ([]func(*tls.Config), error) {
 		}
 	}}, nil
 }
+
+// clientCAHowTo says where the shipped Deployment reads the caller's CA
+// and names from.
+const clientCAHowTo = "create the ConfigMap asrl-webhook-client-ca in the webhook's namespace with key ca.crt, the CA of the client certificate " +
+	"the API server presents to webhooks, and key client-names, that certificate's common name (docs/admin.md, Security model)"
 
 // writeCertDir keeps dir's tls.crt and tls.key equal to those of the Secret
 // key, checking every second, until ctx ends. The webhook server reloads

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
@@ -24,7 +25,9 @@ import (
 // TestSideDoors: what a namespace's editor can do to a sandbox Pod after
 // its admission, or put in a template or Secret, is governed by the
 // webhook as shipped — an image patched in, a resize past the caps, the
-// sandbox label taken off or put on a Pod made without it, then a
+// sandbox label taken off or put on a Pod made without it, a Pod made
+// without it that the policy's otherPodSelector does not select, the
+// adoptable label on a Pod as made or added, then a
 // sysadmin debug container, a projected
 // token, a service account token Secret — each denied naming its field
 // while the same operations on compliant values pass; and with the
@@ -41,7 +44,8 @@ func TestSideDoors(t *testing.T) {
 			Rewrite:           []v1alpha1.ImageRewrite{{From: "docker.io", To: "mirror.example.com/hub"}},
 			AllowedRegistries: []string{"mirror.example.com"},
 		},
-		MaxLimits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("8Gi")},
+		MaxLimits:        corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("8Gi")},
+		OtherPodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "trainer"}},
 	}}
 	if err := c.Create(ctx, pol); err != nil {
 		t.Fatal(err)
@@ -101,6 +105,15 @@ func TestSideDoors(t *testing.T) {
 		return c.Create(ctx, &corev1.Secret{ObjectMeta: meta, Type: typ})
 	}
 
+	// otherPod is a Pod that is no sandbox, labelled podLabels: root, with
+	// the namespace's token, as Pods are unless they say otherwise.
+	otherPod := func(name string, podLabels map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: podLabels},
+			Spec: corev1.PodSpec{NodeSelector: map[string]string{"sandbox-fleet.io/test-node": "none"}, AutomountServiceAccountToken: ptr.To(true),
+				SecurityContext: &corev1.PodSecurityContext{RunAsUser: ptr.To(int64(0))},
+				Containers:      []corev1.Container{{Name: "sandbox", Image: "mirror.example.com/hub/library/busybox:1.36"}}}}
+	}
+
 	// Each door: the operation on a Pod (and its field in the denial), or
 	// a template's or Secret's creation.
 	doors := []struct {
@@ -117,13 +130,24 @@ func TestSideDoors(t *testing.T) {
 			return patch(pod, "", `[{"op":"remove","path":"/metadata/labels/agents.x-k8s.io~1sandbox-name-hash"}]`)
 		}},
 		{"the sandbox label put on a Pod made without it", "spec.automountServiceAccountToken: a Pod becomes a sandbox Pod", func(pod string) error {
-			plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod + "-plain", Namespace: ns},
-				Spec: corev1.PodSpec{NodeSelector: map[string]string{"sandbox-fleet.io/test-node": "none"},
-					Containers: []corev1.Container{{Name: "sandbox", Image: "mirror.example.com/hub/library/busybox:1.36"}}}}
+			plain := otherPod(pod+"-plain", map[string]string{"app": "trainer"})
 			if err := c.Create(ctx, plain); err != nil {
 				return err
 			}
-			return patch(plain.Name, "", `[{"op":"add","path":"/metadata/labels","value":{"agents.x-k8s.io/sandbox-name-hash":"plain"}}]`)
+			return patch(plain.Name, "", `[{"op":"add","path":"/metadata/labels/agents.x-k8s.io~1sandbox-name-hash","value":"plain"}]`)
+		}},
+		{"a root Pod with a token made without the sandbox label", "metadata.labels: the Pod is no sandbox Pod", func(pod string) error {
+			return c.Create(ctx, otherPod(pod+"-unlabelled", nil))
+		}},
+		{"a Pod made adoptable", `metadata.labels["agents.x-k8s.io/adoptable"]`, func(pod string) error {
+			return c.Create(ctx, otherPod(pod+"-adoptable", map[string]string{"app": "trainer", policy.AdoptableLabel: "true"}))
+		}},
+		{"the adoptable label put on a Pod", `metadata.labels["agents.x-k8s.io/adoptable"]`, func(pod string) error {
+			plain := otherPod(pod+"-later-adoptable", map[string]string{"app": "trainer"})
+			if err := c.Create(ctx, plain); err != nil {
+				return err
+			}
+			return patch(plain.Name, "", `[{"op":"add","path":"/metadata/labels/agents.x-k8s.io~1adoptable","value":"true"}]`)
 		}},
 		{"a sysadmin debug container", "spec.ephemeralContainers[0].securityContext.privileged: privileged containers are not allowed", func(pod string) error {
 			return debug(pod, "sysadmin")
@@ -167,6 +191,9 @@ func TestSideDoors(t *testing.T) {
 		}, false},
 		{"a restricted debug container", func(pod string) error { return debug(pod, "restricted") }, false},
 		{"an opaque Secret", func(pod string) error { return secret(pod+"-opaque", corev1.SecretTypeOpaque) }, false},
+		{"a Pod the policy's otherPodSelector selects", func(pod string) error {
+			return c.Create(ctx, otherPod(pod+"-trainer", map[string]string{"app": "trainer"}))
+		}, false},
 	}
 
 	check := func(t *testing.T, pod string, down bool) {

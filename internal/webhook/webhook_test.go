@@ -53,8 +53,13 @@ func sandboxPolicy(ns string) *v1alpha1.SandboxPolicy {
 		},
 		RuntimeClassName: "sandboxed-" + ns,
 		Colocation:       &v1alpha1.ColocationPolicy{Weight: 100},
+		OtherPodSelector: &metav1.LabelSelector{MatchLabels: besideSandboxes},
 	}}
 }
+
+// besideSandboxes labels the Pods sandboxPolicy lets run beside its
+// sandbox Pods.
+var besideSandboxes = map[string]string{"role": "beside-sandboxes"}
 
 func sandboxTemplate(ns, name string, edit func(*corev1.PodSpec)) *extensionsv1beta1.SandboxTemplate {
 	tmpl := &extensionsv1beta1.SandboxTemplate{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels.ForRun("other-client-run")}}
@@ -108,7 +113,7 @@ func TestWebhook(t *testing.T) {
 	t.Run("warm pool Pods follow the policy", w.warmPoolPodsFollowThePolicy)
 	t.Run("templates are mutated, so their Pods need no patch", w.templatesAreMutated)
 	t.Run("ephemeral containers are checked as they are added", w.ephemeralContainersAreChecked)
-	t.Run("other Pods are untouched", w.otherPodsAreUntouched)
+	t.Run("other Pods are untouched where the policy selects them", w.otherPodsAreUntouched)
 	t.Run("a template asking for the host network is denied", w.hostNetworkTemplateDenied)
 	t.Run("server-side dry run shows the mutation and creates nothing", w.serverSideDryRun)
 	t.Run("only the API server may call it", w.onlyTheAPIServerMayCall)
@@ -263,16 +268,25 @@ func (w *webhookTest) ephemeralContainersAreChecked(t *testing.T) {
 	}
 }
 
+// A Pod that is no sandbox is left as it is where the policy's
+// otherPodSelector selects it, and refused, saying why, where not.
 func (w *webhookTest) otherPodsAreUntouched(t *testing.T) {
 	ctx := context.Background()
-	ns, c := w.ns, w.c
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: ns},
+	ns, c, pol := w.ns, w.c, w.pol
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: ns, Labels: besideSandboxes},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}}}
 	if err := c.Create(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
 	if pod.Spec.Containers[0].Image != "busybox:1.36" || pod.Annotations[labels.OriginalImage] != "" || pod.Spec.RuntimeClassName != nil {
 		t.Errorf("a Pod without the sandbox label was changed: %+v", pod.Spec)
+	}
+	unselected := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "unselected", Namespace: ns},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox:1.36"}}}}
+	err := c.Create(ctx, unselected)
+	want := fmt.Sprintf(`Pod %s/unselected: denied by SandboxPolicy %q: metadata.labels: the Pod is no sandbox Pod`, ns, pol.Name)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("a Pod neither a sandbox nor selected by otherPodSelector: %v, want %q", err, want)
 	}
 }
 

@@ -147,9 +147,13 @@ type conditions struct {
 	pod, container, limited []string
 }
 
+// podContainers is CEL for the Pod's containers, a list even where the
+// object has them null.
+const podContainers = "(object.spec.?containers.orValue([]) == null ? [] : object.spec.containers)"
+
 // expression is true when a check fails: the Pod needs the webhook.
 func (c *conditions) expression() string {
-	containers := "(object.spec.?containers.orValue([]) == null ? [] : object.spec.containers)"
+	containers := podContainers
 	pod := append(slices.Clone(c.pod), "("+list("object.spec.?initContainers")+" + "+containers+" + "+list("object.spec.?ephemeralContainers")+").all(c, "+strings.Join(c.container, " && ")+")")
 	if len(c.limited) > 0 {
 		pod = append(pod, "("+list("object.spec.?initContainers")+" + "+containers+").all(c, "+strings.Join(c.limited, " && ")+")")
@@ -282,6 +286,12 @@ func (c *conditions) privilege(set Set, a allowances) {
 // limits adds the checks of the caps on limits and requests.
 func (c *conditions) limits(set Set) {
 	caps := maxLimits(set)
+	// A cap bounds the whole Pod too: that of several containers, or of
+	// a pod-level limit, is summed by the webhook (checkPodTotal).
+	if len(caps) > 0 {
+		c.pod = append(c.pod, "size("+list("object.spec.?initContainers")+") + size("+podContainers+") <= 1",
+			"!object.spec.?resources.hasValue()")
+	}
 	for _, name := range slices.Sorted(maps.Keys(caps)) {
 		limit := caps[name]
 		r, q := quote(string(name)), quote(limit.String())

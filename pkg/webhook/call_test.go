@@ -544,7 +544,8 @@ const sha = "4f2d0e4a0b1b2c3d4e5f60718293a4b5c6d7e8f90123456789abcdef01234567"
 
 // securityEdits make a Pod ask for what a policy may refuse: unconfined
 // profiles, an unmasked /proc, a host port, an ephemeral container,
-// volumes the node mounts, a node by name, the cluster's priority.
+// volumes the node mounts, a node by name, the cluster's priority, a Pod
+// over a cap with all its containers or its pod-level limit.
 var securityEdits = []func(*corev1.Pod){
 	func(p *corev1.Pod) {
 		p.Spec.SecurityContext.SeccompProfile.Type = corev1.SeccompProfileTypeUnconfined
@@ -580,4 +581,14 @@ var securityEdits = []func(*corev1.Pod){
 	},
 	func(p *corev1.Pod) { p.Spec.PriorityClassName = "system-node-critical" },
 	func(p *corev1.Pod) { p.Spec.PriorityClassName = "batch" },
+	// Two containers each within a cap, over it together; a pod-level
+	// limit above it.
+	func(p *corev1.Pod) {
+		second := *p.Spec.Containers[0].DeepCopy()
+		second.Name = "second"
+		p.Spec.Containers = append(p.Spec.Containers, second)
+	},
+	func(p *corev1.Pod) {
+		p.Spec.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Gi")}}
+	},
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
@@ -216,6 +217,8 @@ func Check(spec *corev1.PodSpec, at string, set Set) *Denial {
 		return d
 	}
 	rules := set.rules()
+	// A container without a limit gets the strictest cap (Mutate).
+	caps := maxLimits(set)
 	for _, p := range set {
 		deny := func(field, reason string) *Denial {
 			return &Denial{Policies: []string{p.Name}, Field: field, Reason: reason}
@@ -236,8 +239,88 @@ func Check(spec *corev1.PodSpec, at string, set Set) *Denial {
 				return d
 			}
 		}
+		if d := checkPodTotal(spec, at, caps, p, deny); d != nil {
+			return d
+		}
 	}
 	return nil
+}
+
+// checkPodTotal refuses a Pod that may use more than p's caps: a cap
+// bounds a sandbox, which is the whole Pod, not one container. A
+// pod-level limit (spec.resources) bounds the Pod where it is set;
+// elsewhere its containers' limits add up as the kubelet sizes a Pod
+// (podLimit), a container without one counted at what Mutate gives it,
+// defaults — and, without a default, leaving the Pod unbounded.
+func checkPodTotal(spec *corev1.PodSpec, at string, defaults corev1.ResourceList, p v1alpha1.SandboxPolicy, deny func(field, reason string) *Denial) *Denial {
+	for _, name := range slices.Sorted(maps.Keys(p.Spec.MaxLimits)) {
+		limit := p.Spec.MaxLimits[name]
+		if r := spec.Resources; r != nil {
+			if got, ok := r.Requests[name]; ok && got.Cmp(limit) > 0 {
+				return deny(fmt.Sprintf("%s.resources.requests.%s", at, name), fmt.Sprintf("%s is above the cap of %s on a sandbox (spec.maxLimits)", &got, &limit))
+			}
+			if got, ok := r.Limits[name]; ok {
+				if got.Cmp(limit) > 0 {
+					return deny(fmt.Sprintf("%s.resources.limits.%s", at, name), fmt.Sprintf("%s is above the cap of %s on a sandbox (spec.maxLimits)", &got, &limit))
+				}
+				continue
+			}
+		}
+		total, unbounded := podLimit(spec, at, name, defaults)
+		if unbounded != "" {
+			return deny(fmt.Sprintf("%s.resources.limits.%s", unbounded, name), fmt.Sprintf("a container without a limit leaves the sandbox unbounded; the cap is %s (spec.maxLimits)", &limit))
+		}
+		if total.Cmp(limit) > 0 {
+			return deny(fmt.Sprintf("%s.containers[*].resources.limits.%s", at, name),
+				fmt.Sprintf("the Pod's containers together may use %s, above the cap of %s on a sandbox (spec.maxLimits): give each container a limit so that together they are within it, or set a pod-level limit within it (%s.resources.limits)", &total, &limit, at))
+		}
+	}
+	return nil
+}
+
+// podLimit is the most of resource name that spec's containers may use at
+// once: the app containers and the sidecars (init containers that keep
+// running) together, or an init container with the sidecars started
+// before it, whichever is more. A container without a limit counts as
+// defaults has it; unbounded is the path (under at) of one defaults
+// has none for.
+func podLimit(spec *corev1.PodSpec, at string, name corev1.ResourceName, defaults corev1.ResourceList) (total resource.Quantity, unbounded string) {
+	limitOf := func(c *corev1.Container) (resource.Quantity, bool) {
+		if q, ok := c.Resources.Limits[name]; ok {
+			return q, true
+		}
+		q, ok := defaults[name]
+		return q, ok
+	}
+	var sidecars, initPeak resource.Quantity
+	for i := range spec.InitContainers {
+		c := &spec.InitContainers[i]
+		q, ok := limitOf(c)
+		if !ok {
+			return total, fmt.Sprintf("%s.initContainers[%d]", at, i)
+		}
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			sidecars.Add(q)
+			continue
+		}
+		with := sidecars.DeepCopy()
+		with.Add(q)
+		if with.Cmp(initPeak) > 0 {
+			initPeak = with
+		}
+	}
+	total = sidecars.DeepCopy()
+	for i := range spec.Containers {
+		q, ok := limitOf(&spec.Containers[i])
+		if !ok {
+			return total, fmt.Sprintf("%s.containers[%d]", at, i)
+		}
+		total.Add(q)
+	}
+	if initPeak.Cmp(total) > 0 {
+		total = initPeak
+	}
+	return total, ""
 }
 
 // checkPod refuses what the policy p denies in the Pod-wide fields of
@@ -460,6 +543,9 @@ func CheckResize(pod *corev1.Pod, set Set) *Denial {
 			if d := checkContainer(c, p, deny); d != nil {
 				return d
 			}
+		}
+		if d := checkPodTotal(&pod.Spec, "spec", nil, p, deny); d != nil {
+			return d
 		}
 	}
 	return nil

@@ -88,6 +88,21 @@ func TestCheckResize(t *testing.T) {
 			}
 		})
 	}
+	// Two containers of 4Gi: one resized to 6Gi is within its cap, not
+	// the Pod within the sandbox's.
+	pod := admitted.DeepCopy()
+	pod.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("4Gi")
+	second := *pod.Spec.Containers[0].DeepCopy()
+	second.Name = "second"
+	pod.Spec.Containers = append(pod.Spec.Containers, second)
+	if d := CheckResize(pod, set); d != nil {
+		t.Errorf("two containers of 4Gi under a cap of 8Gi: %v", d)
+	}
+	pod.Spec.Containers[1].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("6Gi")
+	want := `denied by SandboxPolicy "caps": spec.containers[*].resources.limits.memory: the Pod's containers together may use 10Gi, above the cap of 8Gi`
+	if d := CheckResize(pod, set); d == nil || !strings.HasPrefix(d.Error(), want) {
+		t.Errorf("a second container resized past the Pod's cap: %v, want %q", d, want)
+	}
 }
 
 func TestCheckSecret(t *testing.T) {
@@ -115,5 +130,44 @@ func TestCheckSecret(t *testing.T) {
 		case tt.want != "" && (d == nil || !slices.Equal(d.Policies, []string{tt.want}) || d.Field != "type" || !strings.Contains(d.Reason, "allowServiceAccountToken")):
 			t.Errorf("%s: %v, want a refusal of its type by %s naming allowServiceAccountToken", tt.name, d, tt.want)
 		}
+	}
+}
+
+// TestPodLimit: a Pod's containers add up as the kubelet sizes the Pod —
+// app containers and sidecars together, or an init container with the
+// sidecars before it, whichever is more.
+func TestPodLimit(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	c := func(name, cpu string, sidecar bool) corev1.Container {
+		out := corev1.Container{Name: name}
+		if cpu != "" {
+			out.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}
+		}
+		if sidecar {
+			out.RestartPolicy = &always
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		name            string
+		init, app       []corev1.Container
+		defaults        corev1.ResourceList
+		want, unbounded string
+	}{
+		{"one container", nil, []corev1.Container{c("a", "2", false)}, nil, "2", ""},
+		{"app containers add up", nil, []corev1.Container{c("a", "2", false), c("b", "1500m", false)}, nil, "3500m", ""},
+		{"an init container alone, when more", []corev1.Container{c("i", "5", false)}, []corev1.Container{c("a", "2", false)}, nil, "5", ""},
+		{"an init container after a sidecar", []corev1.Container{c("s", "1", true), c("i", "3", false)}, []corev1.Container{c("a", "2", false)}, nil, "4", ""},
+		{"sidecars run beside the app", []corev1.Container{c("s", "1", true), c("i", "2", false)}, []corev1.Container{c("a", "2", false)}, nil, "3", ""},
+		{"a container without a limit gets the default", nil, []corev1.Container{c("a", "2", false), c("b", "", false)}, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")}, "6", ""},
+		{"a container without a limit and no default", nil, []corev1.Container{c("a", "2", false), c("b", "", false)}, nil, "", "spec.containers[1]"},
+		{"an init container without one", []corev1.Container{c("i", "", false)}, []corev1.Container{c("a", "2", false)}, nil, "", "spec.initContainers[0]"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, unbounded := podLimit(&corev1.PodSpec{InitContainers: tt.init, Containers: tt.app}, "spec", corev1.ResourceCPU, tt.defaults)
+			if unbounded != tt.unbounded || tt.want != "" && got.Cmp(resource.MustParse(tt.want)) != 0 {
+				t.Errorf("podLimit = %s, %q; want %s, %q", &got, unbounded, tt.want, tt.unbounded)
+			}
+		})
 	}
 }

@@ -249,6 +249,23 @@ func TestMutate(t *testing.T) {
 		}), set: Set{policy("caps", 0, func(s *v1alpha1.SandboxPolicySpec) {
 			s.MaxLimits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")}
 		})}, denied: `denied by SandboxPolicy "caps": spec.containers[0].resources.limits.cpu: 8 is above the cap of 4 (spec.maxLimits)`},
+		{name: "two-containers-above-cap-together", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "second", Image: p.Spec.Containers[0].Image,
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}}})
+		}), set: Set{policy("caps", 0, func(s *v1alpha1.SandboxPolicySpec) {
+			s.MaxLimits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")}
+		})}, denied: `denied by SandboxPolicy "caps": spec.containers[*].resources.limits.cpu: the Pod's containers together may use 6, above the cap of 4 on a sandbox`},
+		{name: "a-second-container-without-limits", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "second", Image: p.Spec.Containers[0].Image})
+		}), set: Set{policy("caps", 0, func(s *v1alpha1.SandboxPolicySpec) {
+			s.MaxLimits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("8Gi")}
+		})}, denied: `denied by SandboxPolicy "caps": spec.containers[*].resources.limits.memory: the Pod's containers together may use 16Gi, above the cap of 8Gi`},
+		{name: "pod-level-limit-above-cap", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Gi")}}
+		}), set: Set{policy("caps", 0, func(s *v1alpha1.SandboxPolicySpec) {
+			s.MaxLimits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("8Gi")}
+		})}, denied: `denied by SandboxPolicy "caps": spec.resources.limits.memory: 64Gi is above the cap of 8Gi on a sandbox (spec.maxLimits)`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			pod := tt.pod.DeepCopy()
