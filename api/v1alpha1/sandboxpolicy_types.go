@@ -98,8 +98,9 @@ type SandboxPolicySpec struct {
 	NodeCache *NodeCachePolicy `json:"nodeCache,omitempty"`
 
 	// SchedulerName is the scheduler sandbox Pods are handed to, e.g.
-	// sandbox-fleet-scheduler (asrl-scheduler, manifests/scheduler). A Pod
-	// that names a scheduler other than the cluster's default keeps it.
+	// sandbox-fleet-scheduler (asrl-scheduler, manifests/scheduler): set on
+	// Pods naming none or the cluster's default. A Pod naming another is
+	// denied unless spec.security.allowedSchedulerNames lists it.
 	// +optional
 	SchedulerName string `json:"schedulerName,omitempty"`
 }
@@ -190,6 +191,21 @@ type SecurityPolicy struct {
 	// +listType=set
 	// +optional
 	AllowedVolumeTypes []string `json:"allowedVolumeTypes,omitempty"`
+	// AllowedTolerationKeys are the taint keys sandbox Pods may tolerate,
+	// e.g. that of a node pool kept for sandboxes. A taint keeps Pods off
+	// nodes an admin reserved (control plane, system or GPU nodes), so
+	// every other toleration is denied, as is one of every taint (no
+	// key) — but for the NoExecute tolerations of
+	// node.kubernetes.io/not-ready and unreachable the API server adds.
+	// +listType=set
+	// +optional
+	AllowedTolerationKeys []string `json:"allowedTolerationKeys,omitempty"`
+	// AllowedSchedulerNames are schedulers sandbox Pods may name besides
+	// the cluster's default and spec.schedulerName; a Pod naming another
+	// is denied, since a scheduler places Pods by rules of its own.
+	// +listType=set
+	// +optional
+	AllowedSchedulerNames []string `json:"allowedSchedulerNames,omitempty"`
 	// RequireNonRoot makes containers run as a user other than root: the
 	// Pod's runAsNonRoot is set where it is unset — the kubelet then
 	// refuses to start an image whose user is root — and runAsNonRoot

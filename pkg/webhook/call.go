@@ -93,6 +93,8 @@ type allowances struct {
 	// volumeTypes each volume type.
 	capabilities map[corev1.Capability]int
 	volumeTypes  map[string]int
+	// tolerationKeys and schedulers count the policies allowing each.
+	tolerationKeys, schedulers map[string]int
 	// registries are the allowed registries of each policy naming some.
 	registries              [][]string
 	runtimeClass, scheduler string
@@ -110,7 +112,8 @@ func allowancesOf(set Set) (allowances, bool) {
 		return allowances{}, false
 	}
 	a := allowances{token: true, hostNamespaces: true, hostPath: true, privileged: true, unconfined: true, hostPorts: true,
-		capabilities: map[corev1.Capability]int{}, volumeTypes: map[string]int{}, runtimeClass: runtimeClass.value, scheduler: scheduler.value}
+		capabilities: map[corev1.Capability]int{}, volumeTypes: map[string]int{}, tolerationKeys: map[string]int{}, schedulers: map[string]int{},
+		runtimeClass: runtimeClass.value, scheduler: scheduler.value}
 	for _, p := range set {
 		sec := security(p)
 		a.token = a.token && sec.AllowServiceAccountToken
@@ -124,6 +127,12 @@ func allowancesOf(set Set) (allowances, bool) {
 		}
 		for _, t := range sec.AllowedVolumeTypes {
 			a.volumeTypes[t]++
+		}
+		for _, k := range sec.AllowedTolerationKeys {
+			a.tolerationKeys[k]++
+		}
+		for _, n := range sec.AllowedSchedulerNames {
+			a.schedulers[n]++
 		}
 		// Check refuses a runtime class other than any policy's.
 		if want := p.Spec.RuntimeClassName; want != "" && want != a.runtimeClass {
@@ -224,6 +233,18 @@ func (c *conditions) placement(set Set, a allowances) {
 		c.pod = append(c.pod, fmt.Sprintf("!(object.spec.?schedulerName.orValue('') in ['', %s] && object.spec.?schedulerName.orValue('') != %s)",
 			quote(corev1.DefaultSchedulerName), quote(a.scheduler)))
 	}
+	// Only a scheduler and tolerations every policy allows (checkPlacement).
+	schedulers := []string{"", corev1.DefaultSchedulerName}
+	if a.scheduler != "" {
+		schedulers = append(schedulers, a.scheduler)
+	}
+	c.pod = append(c.pod, fmt.Sprintf("object.spec.?schedulerName.orValue('') in [%s]", strings.Join(quoteAll(append(schedulers, allowedByAll(a.schedulers, len(set))...)), ", ")))
+	keys := allowedByAll(a.tolerationKeys, len(set))
+	eviction := fmt.Sprintf("t.?key.orValue('') in [%s] && t.?effect.orValue('') == %s", strings.Join(quoteAll(evictionTolerations), ", "), quote(string(corev1.TaintEffectNoExecute)))
+	if len(keys) > 0 {
+		eviction = fmt.Sprintf("t.?key.orValue('') in [%s] || %s", strings.Join(quoteAll(keys), ", "), eviction)
+	}
+	c.pod = append(c.pod, list("object.spec.?tolerations")+".all(t, "+eviction+")")
 	if set.Colocates() {
 		label := func(key string) string { return fmt.Sprintf("object.metadata.?labels[?%s].orValue('')", quote(key)) }
 		term := func(key string) string {
@@ -234,6 +255,18 @@ func (c *conditions) placement(set Set, a allowances) {
 		c.pod = append(c.pod, fmt.Sprintf("(%s != '' ? %s : (%s == '' || %s))",
 			label(ColocateLabel), term(ColocateLabel), label(TemplateRefHashLabel), term(TemplateRefHashLabel)))
 	}
+}
+
+// allowedByAll are the names counts has for every one of n policies, but
+// the empty name, which allows nothing (tolerationAllowed).
+func allowedByAll(counts map[string]int, n int) []string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		if k != "" && counts[k] == n {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // identity adds the checks of the labels: an update may not take the

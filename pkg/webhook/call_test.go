@@ -285,7 +285,13 @@ func TestCallCondition(t *testing.T) {
 		}), true},
 		{"a scheduler of its own", "gvisor, colocation, scheduler, two policies", compliant(sets["gvisor, colocation, scheduler, two policies"], func(p *corev1.Pod) {
 			p.Spec.SchedulerName = "mine"
+		}), true},
+		{"the eviction tolerations the API server adds", "gvisor, colocation, scheduler, two policies", compliant(sets["gvisor, colocation, scheduler, two policies"], func(p *corev1.Pod) {
+			p.Spec.Tolerations = []corev1.Toleration{{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr(int64(300))}}
 		}), false},
+		{"a toleration of the control plane", "gvisor, colocation, scheduler, two policies", compliant(sets["gvisor, colocation, scheduler, two policies"], func(p *corev1.Pod) {
+			p.Spec.Tolerations = []corev1.Toleration{{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists}}
+		}), true},
 		{"a quay image the low policy rewrites", "gvisor, colocation, scheduler, two policies", compliant(sets["gvisor, colocation, scheduler, two policies"], func(p *corev1.Pod) {
 			p.Spec.Containers[0].Image = "quay.io/a/b:1"
 		}), true},
@@ -581,6 +587,13 @@ var securityEdits = []func(*corev1.Pod){
 	},
 	func(p *corev1.Pod) { p.Spec.PriorityClassName = "system-node-critical" },
 	func(p *corev1.Pod) { p.Spec.PriorityClassName = "batch" },
+	func(p *corev1.Pod) {
+		p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+		p.Spec.SchedulerName = "mine"
+	},
+	func(p *corev1.Pod) {
+		p.Spec.Tolerations = []corev1.Toleration{{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	},
 	// Two containers each within a cap, over it together; a pod-level
 	// limit above it.
 	func(p *corev1.Pod) {

@@ -213,7 +213,8 @@ func Check(spec *corev1.PodSpec, at string, set Set) *Denial {
 	if _, d := set.single(at+".runtimeClassName", func(s v1alpha1.SandboxPolicySpec) string { return s.RuntimeClassName }); d != nil {
 		return d
 	}
-	if _, d := set.single(at+".schedulerName", func(s v1alpha1.SandboxPolicySpec) string { return s.SchedulerName }); d != nil {
+	scheduler, d := set.single(at+".schedulerName", func(s v1alpha1.SandboxPolicySpec) string { return s.SchedulerName })
+	if d != nil {
 		return d
 	}
 	rules := set.rules()
@@ -224,6 +225,9 @@ func Check(spec *corev1.PodSpec, at string, set Set) *Denial {
 			return &Denial{Policies: []string{p.Name}, Field: field, Reason: reason}
 		}
 		if d := checkPod(spec, at, p, deny); d != nil {
+			return d
+		}
+		if d := checkPlacement(spec, at, scheduler.value, p, deny); d != nil {
 			return d
 		}
 		for _, v := range imageVolumesOf(spec, at) {
@@ -244,6 +248,46 @@ func Check(spec *corev1.PodSpec, at string, set Set) *Denial {
 		}
 	}
 	return nil
+}
+
+// checkPlacement refuses what would place a sandbox where the admin did
+// not mean sandboxes to go: a toleration p does not allow, or a scheduler
+// other than the cluster's default, the set's (scheduler, which Mutate
+// sets) and those p allows.
+func checkPlacement(spec *corev1.PodSpec, at, scheduler string, p v1alpha1.SandboxPolicy, deny func(field, reason string) *Denial) *Denial {
+	sec := security(p)
+	for i, t := range spec.Tolerations {
+		if !tolerationAllowed(t, sec.AllowedTolerationKeys) {
+			what := "taint " + t.Key
+			if t.Key == "" {
+				what = "every taint"
+			}
+			return deny(fmt.Sprintf("%s.tolerations[%d]", at, i), fmt.Sprintf("tolerating %s would let the sandbox onto nodes its taint keeps Pods off; "+
+				"spec.security.allowedTolerationKeys %v", what, sec.AllowedTolerationKeys))
+		}
+	}
+	if name := spec.SchedulerName; name != "" && name != corev1.DefaultSchedulerName && name != scheduler && !slices.Contains(sec.AllowedSchedulerNames, name) {
+		return deny(at+".schedulerName", fmt.Sprintf("scheduler %s is neither the cluster's default, the policies' (spec.schedulerName) nor in spec.security.allowedSchedulerNames %v",
+			name, sec.AllowedSchedulerNames))
+	}
+	return nil
+}
+
+// evictionTolerations are the taints the API server has every Pod
+// tolerate for a while (NoExecute, DefaultTolerationSeconds): they delay
+// its eviction from a failing node, and place it nowhere.
+var evictionTolerations = []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable}
+
+// tolerationAllowed reports whether a sandbox may have toleration t:
+// one of a taint key allowed, or the API server's own for eviction.
+func tolerationAllowed(t corev1.Toleration, allowed []string) bool {
+	if t.Key == "" {
+		return false
+	}
+	if slices.Contains(evictionTolerations, t.Key) && t.Effect == corev1.TaintEffectNoExecute {
+		return true
+	}
+	return slices.Contains(allowed, t.Key)
 }
 
 // checkPodTotal refuses a Pod that may use more than p's caps: a cap

@@ -89,7 +89,30 @@ func TestMutate(t *testing.T) {
 		{name: "scheduler-name", pod: sandboxPod(func(p *corev1.Pod) { p.Spec.SchedulerName = corev1.DefaultSchedulerName }),
 			set: Set{policy("node-cache", 0, func(s *v1alpha1.SandboxPolicySpec) { s.SchedulerName = "sandbox-fleet-scheduler" })}},
 		{name: "own-scheduler-kept", pod: sandboxPod(func(p *corev1.Pod) { p.Spec.SchedulerName = "gang-scheduler" }),
-			set: Set{policy("node-cache", 0, func(s *v1alpha1.SandboxPolicySpec) { s.SchedulerName = "sandbox-fleet-scheduler" })}},
+			set: Set{policy("node-cache", 0, func(s *v1alpha1.SandboxPolicySpec) {
+				s.SchedulerName = "sandbox-fleet-scheduler"
+				s.Security = &v1alpha1.SecurityPolicy{AllowedSchedulerNames: []string{"gang-scheduler"}}
+			})}},
+		{name: "own-scheduler-denied", pod: sandboxPod(func(p *corev1.Pod) { p.Spec.SchedulerName = "gang-scheduler" }),
+			set:    Set{policy("node-cache", 0, func(s *v1alpha1.SandboxPolicySpec) { s.SchedulerName = "sandbox-fleet-scheduler" })},
+			denied: `denied by SandboxPolicy "node-cache": spec.schedulerName: scheduler gang-scheduler is neither the cluster's default, the policies' (spec.schedulerName) nor in spec.security.allowedSchedulerNames []`},
+		{name: "toleration-of-the-control-plane", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Tolerations = []corev1.Toleration{{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+		}), set: Set{policy("baseline", 0)},
+			denied: `denied by SandboxPolicy "baseline": spec.tolerations[0]: tolerating taint node-role.kubernetes.io/control-plane would let the sandbox onto nodes its taint keeps Pods off`},
+		{name: "toleration-of-every-taint", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+		}), set: Set{policy("sandbox-pool", 0, func(s *v1alpha1.SandboxPolicySpec) {
+			s.Security = &v1alpha1.SecurityPolicy{AllowedTolerationKeys: []string{"sandbox-fleet.io/sandbox-node"}}
+		})}, denied: `denied by SandboxPolicy "sandbox-pool": spec.tolerations[0]: tolerating every taint`},
+		{name: "tolerations-allowed", pod: sandboxPod(func(p *corev1.Pod) {
+			p.Spec.Tolerations = []corev1.Toleration{
+				{Key: "sandbox-fleet.io/sandbox-node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+				{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr(int64(300))},
+			}
+		}), set: Set{policy("sandbox-pool", 0, func(s *v1alpha1.SandboxPolicySpec) {
+			s.Security = &v1alpha1.SecurityPolicy{AllowedTolerationKeys: []string{"sandbox-fleet.io/sandbox-node"}}
+		})}},
 		{name: "scheduler-conflict", pod: sandboxPod(), set: Set{
 			policy("a", 5, func(s *v1alpha1.SandboxPolicySpec) { s.SchedulerName = "sandbox-fleet-scheduler" }),
 			policy("b", 5, func(s *v1alpha1.SandboxPolicySpec) { s.SchedulerName = "volcano" }),

@@ -193,7 +193,9 @@ type Template struct {
 	// Colocate prefers one node for all replicas of a pool, so only one
 	// node pulls the image.
 	Colocate bool `json:"colocate,omitempty"`
-	// Tolerations let the sandboxes run on tainted nodes.
+	// Tolerations let the sandboxes run on tainted nodes; where a
+	// SandboxPolicy governs the namespace, only on those whose taint keys
+	// it allows (spec.security.allowedTolerationKeys).
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 	// Labels and Annotations go on every sandbox Pod.
 	Labels      map[string]string `json:"labels,omitempty"`
