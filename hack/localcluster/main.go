@@ -21,8 +21,20 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testinstall"
 )
 
+// defaultDir is the run directory when -dir names none.
+var defaultDir = filepath.Join(os.TempDir(), "sandbox-fleet-localcluster")
+
+// command is the command line that runs verb on the cluster in dir: the
+// hints name the cluster they are about, not the default one.
+func command(dir, verb string) string {
+	if dir == defaultDir {
+		return "go run ./hack/localcluster " + verb
+	}
+	return "go run ./hack/localcluster -dir " + dir + " " + verb
+}
+
 func main() {
-	dir := flag.String("dir", filepath.Join(os.TempDir(), "sandbox-fleet-localcluster"), "run directory: kubeconfig, PKI, etcd data and component logs")
+	dir := flag.String("dir", defaultDir, "run directory: kubeconfig, PKI, etcd data and component logs")
 	nodes := flag.Int("nodes", 3, "number of kwok nodes (0 by default with --real-node, so pods land on the real one)")
 	realNode := flag.Bool("real-node", false, "add a real node: containerd and a kubelet on this machine (needs root and `make node-deps`)")
 	agentSandbox := flag.String("agent-sandbox", "", "the Agent Sandbox line to run, by version (v0.5.6, v1.0.1; default: $"+testcluster.AgentSandboxEnv+", else the newest `make testbin` built)")
@@ -56,7 +68,7 @@ func run(verb, dir, agentSandbox string, nodes int, realNode, install bool) erro
 	switch verb {
 	case "up":
 		if testcluster.Running(dir) {
-			return fmt.Errorf("a cluster is already running in %s; stop it with `localcluster down`", dir)
+			return fmt.Errorf("a cluster is already running in %s; stop it with `%s`", dir, command(dir, "down"))
 		}
 		// Leftovers of a cluster that was not stopped cleanly.
 		if err := os.RemoveAll(dir); err != nil {
@@ -92,11 +104,11 @@ func run(verb, dir, agentSandbox string, nodes int, realNode, install bool) erro
 			fmt.Printf("The components are installed from %s. Run the e2e suite against them:\n  SANDBOX_FLEET_E2E_KUBECONFIG=%s SANDBOX_FLEET_E2E_REGISTRY=%s go test -timeout 30m ./e2e/\n\n",
 				overlay, kubeconfig, c.RegistryAddr())
 		}
-		fmt.Printf("Stop it:\n  go run ./hack/localcluster down\n")
+		fmt.Printf("Stop it:\n  %s\n", command(dir, "down"))
 		return nil
 	case "env":
 		if !testcluster.Running(dir) {
-			return fmt.Errorf("no cluster is running in %s; start one with `localcluster up`", dir)
+			return fmt.Errorf("no cluster is running in %s; start one with `%s`", dir, command(dir, "up"))
 		}
 		fmt.Printf("export KUBECONFIG=%s\n", kubeconfig)
 		return nil

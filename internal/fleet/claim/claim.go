@@ -128,7 +128,7 @@ func (c *Claimer) create(ctx context.Context, pool *extensionsv1beta1.SandboxWar
 			return err
 		default:
 			tried = true
-			klog.V(2).Infof("creating claim %s: %v; trying again", claim.Name, err)
+			klog.FromContext(ctx).V(2).Info("Creating a claim failed; trying again", "claim", claim.Name, "err", err)
 		}
 		select {
 		case <-ctx.Done():

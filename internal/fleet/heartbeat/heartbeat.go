@@ -103,7 +103,7 @@ func (h *Heartbeat) renew(ctx context.Context, every time.Duration) {
 			_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
 		}
 		if err != nil && ctx.Err() == nil {
-			klog.Warningf("renewing the run's heartbeat Lease %s/%s: %v", h.namespace, h.name, err)
+			klog.FromContext(ctx).Error(err, "Renewing the run's heartbeat Lease failed", "lease", klog.KRef(h.namespace, h.name))
 		}
 	}
 }

@@ -35,7 +35,7 @@ func Start(ctx context.Context, c client.WithWatch) *Caches {
 	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: listWatch(c),
 		ObjectType:    &v1alpha1.NodeImageCache{},
-		Transform:     toIndexed,
+		Transform:     toIndexed(klog.FromContext(ctx)),
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    caches.set,
 			UpdateFunc: func(_, obj any) { caches.set(obj) },
@@ -81,21 +81,23 @@ func (c *indexed) DeepCopyObject() runtime.Object {
 }
 
 // toIndexed turns a listed or watched NodeImageCache into what the
-// informer keeps.
-func toIndexed(obj any) (any, error) {
-	c, ok := obj.(*v1alpha1.NodeImageCache)
-	if !ok {
-		// A deletion's last state, turned already.
-		return obj, nil
-	}
-	out := &indexed{ObjectMeta: metav1.ObjectMeta{Name: c.Name, UID: c.UID, ResourceVersion: c.ResourceVersion}}
-	node, err := nodecache.NewNode(c)
-	if err != nil {
-		klog.Background().Error(err, "Ignoring a NodeImageCache", "nodeimagecache", c.Name)
+// informer keeps, logging to log one it cannot read.
+func toIndexed(log klog.Logger) func(obj any) (any, error) {
+	return func(obj any) (any, error) {
+		c, ok := obj.(*v1alpha1.NodeImageCache)
+		if !ok {
+			// A deletion's last state, turned already.
+			return obj, nil
+		}
+		out := &indexed{ObjectMeta: metav1.ObjectMeta{Name: c.Name, UID: c.UID, ResourceVersion: c.ResourceVersion}}
+		node, err := nodecache.NewNode(c)
+		if err != nil {
+			log.Error(err, "Ignoring a NodeImageCache", "nodeimagecache", c.Name)
+			return out, nil
+		}
+		out.node = node
 		return out, nil
 	}
-	out.node = node
-	return out, nil
 }
 
 func (c *Caches) set(obj any) {
