@@ -107,10 +107,12 @@ func (f *Fleet) Run(ctx context.Context, o RunOptions) (rep report.Report, err e
 	stopBreaker := f.startBreaker(runCtx, cancel)
 
 	var resultMu sync.Mutex
+	reported := map[taskRef]bool{}
 	onResult := func(r Result) {
+		resultMu.Lock()
+		defer resultMu.Unlock()
+		reported[taskRef{r.Epoch, r.ID}] = true
 		if o.OnResult != nil {
-			resultMu.Lock()
-			defer resultMu.Unlock()
 			o.OnResult(r)
 		}
 	}
@@ -125,6 +127,13 @@ func (f *Fleet) Run(ctx context.Context, o RunOptions) (rep report.Report, err e
 		err = tripped
 	} else if err == nil && context.Cause(runCtx) != nil {
 		err = context.Cause(runCtx)
+	}
+	if err != nil {
+		// Every task has a result: those the run ended before fail with
+		// its error, as not run.
+		for _, r := range f.notStarted(reported, o, err) {
+			onResult(r)
+		}
 	}
 
 	if err == nil && f.Config.KeepWarm {
@@ -159,6 +168,32 @@ func (f *Fleet) Run(ctx context.Context, o RunOptions) (rep report.Report, err e
 		rep.SandboxesPeak += c.tracker.Peak()
 	}
 	return rep, err
+}
+
+// taskRef names a task of an epoch.
+type taskRef struct {
+	epoch int
+	id    string
+}
+
+// notStarted are the results of the tasks of every epoch that neither
+// reported one nor were skipped, when the run ended early with err: each
+// failed, not run, for err's reason.
+func (f *Fleet) notStarted(reported map[taskRef]bool, o RunOptions, err error) []Result {
+	var out []Result
+	now := time.Now()
+	for epoch := 1; epoch <= f.Config.Epochs; epoch++ {
+		for _, t := range f.Tasks {
+			if reported[taskRef{epoch, t.ID}] || o.Skip != nil && o.Skip(epoch, t.ID) {
+				continue
+			}
+			f.finished("", false, false, 0)
+			out = append(out, Result{ID: t.ID, Image: t.Image, OriginalImage: t.OriginalImage, Epoch: epoch,
+				Error: "not started: the run ended first: " + err.Error(), Verdict: verdict.Infra, Reason: verdict.Reason(err),
+				Started: now, Finished: now, Phases: map[string]float64{}})
+		}
+	}
+	return out
 }
 
 // pass runs one epoch of the strategy over the tasks not yet done.

@@ -93,7 +93,14 @@ func (f *Fleet) Warm(ctx context.Context, images []string, replicas func(image s
 			// Pools wait for the controller no longer than its grace.
 			gctx, unguard := c.controller.Guard(ctx, f.Config.ControllerGrace.Duration)
 			defer unguard()
-			done <- filled{c, filler.Fill(gctx, pools)}
+			err := filler.Fill(gctx, pools)
+			if cause := context.Cause(gctx); err != nil && ctx.Err() == nil && cause != nil && !errors.Is(err, cause) {
+				// The guard cut the fill (a call cut short says only
+				// "context canceled"): say why, for the run's error
+				// and the verdict.
+				err = fmt.Errorf("%w (%v)", cause, err)
+			}
+			done <- filled{c, err}
 		}()
 	}
 	// Pool names are unique over the clusters, so their failures merge.
