@@ -3,10 +3,12 @@ package exec
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
-	"time"
+	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -19,18 +21,22 @@ import (
 type Forward struct {
 	// Address is host:port on 127.0.0.1.
 	Address string
-	stop    chan struct{}
-	done    chan struct{}
+	l       net.Listener
+	closed  chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
 }
 
 // PortForward serves port of the Pod on 127.0.0.1 (a port the system
 // picks) until Close: each connection to it is a stream to the port in the
-// Pod. WebSocket first, SPDY where the API server refuses the upgrade.
+// Pod, over a port-forward of its own (WebSocket first, SPDY where the API
+// server refuses the upgrade), so one the Pod refuses — a server in the
+// sandbox not listening yet — leaves the next free to get through.
 //
-// client-go's forwarder ends at the first connection the Pod refuses (a
-// server in the sandbox not listening yet); the forward then starts again
-// on the same local port, so a client that retries gets through once the
-// server listens.
+// Every user of the machine can reach a loopback port, and through it the
+// sandbox: only connections from this process's user (or root) are
+// served, by the peer's socket owner (Linux; elsewhere every local
+// connection is).
 func PortForward(cfg *rest.Config, kc kubernetes.Interface, namespace, pod string, port int) (*Forward, error) {
 	if port < 1 || port > 65535 {
 		return nil, fmt.Errorf("port %d: give a port from 1 to 65535", port)
@@ -46,72 +52,83 @@ func PortForward(cfg *rest.Config, kc kubernetes.Interface, namespace, pod strin
 			return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
 		})
 	}
-	f := &Forward{stop: make(chan struct{}), done: make(chan struct{})}
-	// forward serves local (0: any) until the forwarder ends, and returns
-	// the local port once it listens.
-	forward := func(local int) (int, <-chan error, error) {
-		ready := make(chan struct{})
-		pf, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{strconv.Itoa(local) + ":" + strconv.Itoa(port)}, f.stop, ready, io.Discard, io.Discard)
-		if err != nil {
-			return 0, nil, err
-		}
-		ended := make(chan error, 1)
-		go func() { ended <- pf.ForwardPorts() }()
-		select {
-		case <-ready:
-		case err := <-ended:
-			return 0, nil, fmt.Errorf("forwarding port %d of pod %s/%s: %w", port, namespace, pod, err)
-		}
-		ports, err := pf.GetPorts()
-		if err != nil || len(ports) != 1 {
-			return 0, ended, fmt.Errorf("forwarding port %d of pod %s/%s: no local port (%v)", port, namespace, pod, err)
-		}
-		return int(ports[0].Local), ended, nil
-	}
-	local, ended, err := forward(0)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		if ended != nil {
-			f.Close()
-		}
-		return nil, err
+		return nil, fmt.Errorf("forwarding port %d of pod %s/%s: %w", port, namespace, pod, err)
 	}
-	f.Address = "127.0.0.1:" + strconv.Itoa(local)
+	f := &Forward{Address: l.Addr().String(), l: l, closed: make(chan struct{})}
+	f.wg.Add(1)
 	go func() {
-		defer close(f.done)
+		defer f.wg.Done()
 		for {
-			select {
-			case <-ended:
-			case <-f.stop:
-				<-ended
+			c, err := l.Accept()
+			if err != nil {
 				return
 			}
-			select {
-			case <-f.stop:
-				return
-			case <-time.After(100 * time.Millisecond):
+			if !ownUsers(c) {
+				c.Close()
+				continue
 			}
-			// Again on the same port, until the forward is closed.
-			for {
-				if _, ended, err = forward(local); err == nil {
-					break
-				}
-				select {
-				case <-f.stop:
-					return
-				case <-time.After(time.Second):
-				}
-			}
+			f.wg.Add(1)
+			go func() {
+				defer f.wg.Done()
+				f.relay(c, dialer, port)
+			}()
 		}
 	}()
 	return f, nil
 }
 
-// Close stops serving the address and frees it.
-func (f *Forward) Close() {
-	select {
-	case <-f.stop:
-	default:
-		close(f.stop)
+// relay copies between c and port of the Pod, over a port-forward
+// connection of its own, until either side closes or the forward does.
+func (f *Forward) relay(c net.Conn, dialer httpstream.Dialer, port int) {
+	defer c.Close()
+	conn, _, err := dialer.Dial(portforward.PortForwardProtocolV1Name)
+	if err != nil {
+		return
 	}
-	<-f.done
+	defer conn.Close()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-f.closed:
+			c.Close()
+			conn.Close()
+		case <-done:
+		}
+	}()
+	// A forward is an error stream, which the kubelet writes why it could
+	// not connect to, and a data stream, paired by the request id.
+	headers := http.Header{}
+	headers.Set(corev1.StreamType, corev1.StreamTypeError)
+	headers.Set(corev1.PortHeader, strconv.Itoa(port))
+	headers.Set(corev1.PortForwardRequestIDHeader, "0")
+	errStream, err := conn.CreateStream(headers)
+	if err != nil {
+		return
+	}
+	errStream.Close()
+	go func() { _, _ = io.Copy(io.Discard, errStream) }()
+	headers.Set(corev1.StreamType, corev1.StreamTypeData)
+	data, err := conn.CreateStream(headers)
+	if err != nil {
+		return
+	}
+	go func() {
+		_, _ = io.Copy(data, c)
+		// The client is done sending: the sandbox's server reads EOF.
+		data.Close()
+	}()
+	_, _ = io.Copy(c, data)
+}
+
+// Close stops serving the address, ends the connections it serves and
+// frees it.
+func (f *Forward) Close() {
+	f.once.Do(func() {
+		close(f.closed)
+		f.l.Close()
+	})
+	f.wg.Wait()
 }
