@@ -244,7 +244,7 @@ func TestPrepullVerb(t *testing.T) {
 	onTheNode := corev1.LabelHostname + "=" + n.name
 	// The high-water mark the shipped agent allows at most: the test
 	// machine's disk may be fuller than the default 80%.
-	code, out, stderr := plugin("prepull", "-n", ns, "--tasks", taskFile, "-l", onTheNode, "--high-water", strconv.Itoa(highWater), "--wait", "-o", "json")
+	code, out, stderr := plugin("prepull", "-n", ns, "--tasks", taskFile, "-l", onTheNode, "--prepull-high-water", strconv.Itoa(highWater), "--wait", "-o", "json")
 	var p nodecache.JobProgress
 	if code != 0 || json.Unmarshal([]byte(out), &p) != nil {
 		t.Fatalf("prepull --wait: exit %d\n%s%s", code, out, stderr)
@@ -260,7 +260,7 @@ func TestPrepullVerb(t *testing.T) {
 	if err := os.WriteFile(taskFile, []byte(c+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, out, stderr = plugin("prepull", "-n", ns, "--tasks", taskFile, "-l", onTheNode, "--high-water", "1", "--wait")
+	code, out, stderr = plugin("prepull", "-n", ns, "--tasks", taskFile, "-l", onTheNode, "--prepull-high-water", "1", "--wait")
 	if code != 1 || !strings.Contains(out, "Stopped") || !strings.Contains(out, "high-water mark of 1%") || !strings.Contains(stderr, "1 node did not get every image") {
 		t.Errorf("prepull --wait past the disk budget: exit %d\n%s%s", code, out, stderr)
 	}

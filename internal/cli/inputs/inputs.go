@@ -21,6 +21,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
 // TaskFlags are how a verb's task files are read — rows' id and image
@@ -249,4 +250,29 @@ func Targets(configFile string, flags *genericclioptions.ConfigFlags) ([]fleet.T
 		}
 	}
 	return fleet.Targets(cfg, flags)
+}
+
+// PrepullHighWaterFlag is the one name of a node's disk high-water mark
+// for pre-pulls, in every verb that pre-pulls.
+const PrepullHighWaterFlag = "prepull-high-water"
+
+// AddPrepullHighWater binds the --prepull-high-water flag to p, at
+// nodecache.DefaultHighWaterPercent; each of aliases is a deprecated
+// spelling of it that still works.
+func AddPrepullHighWater(fs *pflag.FlagSet, p *int32, aliases ...string) {
+	const what = "a node's disk high-water mark for pre-pulls: no pull starts once its image filesystem is this full, in percent (1-100)"
+	fs.Int32Var(p, PrepullHighWaterFlag, nodecache.DefaultHighWaterPercent, what)
+	for _, a := range aliases {
+		fs.Int32Var(p, a, nodecache.DefaultHighWaterPercent, what)
+		_ = fs.MarkDeprecated(a, "use --"+PrepullHighWaterFlag)
+	}
+}
+
+// CheckPrepullHighWater refuses a high-water mark outside 1-100, naming
+// the flag.
+func CheckPrepullHighWater(percent int32) error {
+	if err := nodecache.CheckHighWater(percent); err != nil {
+		return usage.Errorf("--%s %v", PrepullHighWaterFlag, err)
+	}
+	return nil
 }

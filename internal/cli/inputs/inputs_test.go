@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
 // Flags set fields; the configuration judges them by its own rules, and a
@@ -70,5 +71,32 @@ func TestHelpShowsTheDefaults(t *testing.T) {
 		if usage := fs.Lookup(flag).Usage; !strings.Contains(usage, want) {
 			t.Errorf("--%s: %q does not say %q", flag, usage, want)
 		}
+	}
+}
+
+// The prepull high-water mark has one name and one check in every verb;
+// prepull's old --high-water still sets it.
+func TestPrepullHighWater(t *testing.T) {
+	for _, args := range [][]string{{"--prepull-high-water", "70"}, {"--high-water", "70"}} {
+		fs := pflag.NewFlagSet("prepull", pflag.ContinueOnError)
+		var v int32
+		AddPrepullHighWater(fs, &v, "high-water")
+		if err := fs.Parse(args); err != nil || v != 70 {
+			t.Errorf("%v: %d (%v), want 70", args, v, err)
+		}
+	}
+	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
+	var v int32
+	AddPrepullHighWater(fs, &v)
+	if err := fs.Parse(nil); err != nil || v != nodecache.DefaultHighWaterPercent {
+		t.Errorf("the default: %d (%v), want %d", v, err, nodecache.DefaultHighWaterPercent)
+	}
+	for _, bad := range []int32{0, 101, -5} {
+		if err := CheckPrepullHighWater(bad); err == nil || !strings.HasPrefix(err.Error(), "--prepull-high-water ") || !usage.Is(err) {
+			t.Errorf("CheckPrepullHighWater(%d) = %v, want a usage error naming --prepull-high-water", bad, err)
+		}
+	}
+	if err := CheckPrepullHighWater(80); err != nil {
+		t.Errorf("CheckPrepullHighWater(80) = %v", err)
 	}
 }

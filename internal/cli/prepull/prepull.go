@@ -58,7 +58,7 @@ func NewCommand(configFlags *genericclioptions.ConfigFlags, streams genericioopt
 the selector picks, asrl-prepull-agent pulls them through the node's runtime
 (with its own registry credentials and mirrors), a few at a time, skipping
 what the node has, and starts no pull once the image filesystem is at the
---high-water mark. --delete-when-done has the nodes remove the images they
+--prepull-high-water mark. --delete-when-done has the nodes remove the images they
 pulled when the job is deleted; --ttl has the nodes delete the job that long
 after all of them finished it.
 
@@ -74,7 +74,7 @@ PrepullJobs, and nothing else.`,
   kubectl sandbox-fleet prepull --tasks swe-bench-lite.jsonl -l pool=eval --wait -n rl
 
   # as JSON, stopping at 70% disk, removing the images when the job is deleted
-  kubectl sandbox-fleet prepull --tasks images.txt --high-water 70 --delete-when-done --wait -o json
+  kubectl sandbox-fleet prepull --tasks images.txt --prepull-high-water 70 --delete-when-done --wait -o json
 
   # keep the images a day after the nodes are done, then free the disk
   kubectl sandbox-fleet prepull --tasks images.txt --delete-when-done --ttl 24h
@@ -110,7 +110,7 @@ PrepullJobs, and nothing else.`,
 	f.StringVarP(&o.selector, "selector", "l", "", "nodes to pull onto, by label (key=value,...); default every node with an agent")
 	f.StringVar(&o.name, "name", "", "the job's name (default: generated, prepull-XXXXX)")
 	f.Int32Var(&o.spec.PerNodeParallelism, "parallelism", 2, "images a node pulls at once (1-16)")
-	f.Int32Var(&o.spec.DiskHighWaterPercent, "high-water", nodecache.DefaultHighWaterPercent, "start no pull once a node's image filesystem is this full, in percent (1-100)")
+	inputs.AddPrepullHighWater(f, &o.spec.DiskHighWaterPercent, "high-water")
 	f.BoolVar(&o.spec.DeleteWhenDone, "delete-when-done", false, "nodes remove the images they pulled when the job is deleted")
 	f.DurationVar(&o.ttl, "ttl", 0, "delete the job this long after every node finished it (whole seconds; default: keep it)")
 	f.BoolVar(&o.wait, "wait", false, "wait until every node is done, showing progress")
@@ -140,8 +140,8 @@ func (o *options) validate() error {
 	if o.spec.PerNodeParallelism < 1 || o.spec.PerNodeParallelism > 16 {
 		return usage.Errorf("--parallelism %d: must be 1 to 16", o.spec.PerNodeParallelism)
 	}
-	if err := nodecache.CheckHighWater(o.spec.DiskHighWaterPercent); err != nil {
-		return usage.Errorf("--high-water %v", err)
+	if err := inputs.CheckPrepullHighWater(o.spec.DiskHighWaterPercent); err != nil {
+		return err
 	}
 	if o.timeout <= 0 {
 		return usage.Errorf("--timeout %s: must be positive", o.timeout)

@@ -29,7 +29,6 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/results"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
 // Processes are the ways a task's work is done.
@@ -121,7 +120,7 @@ run failed, 2 for bad flags or input.`,
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print no progress and no report table")
 	f.DurationVar(&o.heartbeat, "heartbeat", heartbeat.DefaultDuration, "how long the run's heartbeat Lease stays valid unrenewed; reap --orphans takes the run once it has expired")
 	f.BoolVar(&o.prepull, "prepull", false, "before warming, have the nodes with asrl-prepull-agent pull the run's images (a PrepullJob per cluster, deleted at the end)")
-	f.Int32Var(&o.prepullHighWater, "prepull-high-water", nodecache.DefaultHighWaterPercent, "with --prepull, start no pull once a node's image filesystem is this full, in percent (1-100)")
+	inputs.AddPrepullHighWater(f, &o.prepullHighWater)
 	return cmd
 }
 
@@ -141,8 +140,8 @@ func (o *options) complete(cmd *cobra.Command, args []string) error {
 	if err := heartbeat.Check(o.heartbeat); err != nil {
 		return usage.Errorf("--heartbeat %v", err)
 	}
-	if err := nodecache.CheckHighWater(o.prepullHighWater); err != nil {
-		return usage.Errorf("--prepull-high-water %v", err)
+	if err := inputs.CheckPrepullHighWater(o.prepullHighWater); err != nil {
+		return err
 	}
 	var err error
 	if o.cfg, o.loaded, err = o.inputs.Load(cmd.Flags(), o.streams.In); err != nil {

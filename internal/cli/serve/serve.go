@@ -27,7 +27,6 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/session"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
 type options struct {
@@ -153,8 +152,8 @@ instead of a token file.`,
 				defer os.RemoveAll(dir)
 				o.access.Address = filepath.Join(dir, "serve.sock")
 			}
-			if err := nodecache.CheckHighWater(o.opts.PrepullHighWater); err != nil {
-				return usage.Errorf("--prepull-high-water %v", err)
+			if err := inputs.CheckPrepullHighWater(o.opts.PrepullHighWater); err != nil {
+				return err
 			}
 			for _, d := range []struct {
 				flag string
@@ -186,7 +185,7 @@ instead of a token file.`,
 	f.DurationVar(&o.opts.WarmTTL, "warm-ttl", session.DefaultWarmTTL, "a pool nobody asked for this long, with no sandbox held, is removed")
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at this address, e.g. 127.0.0.1:9095: the session's acquires, commands, releases, clients, held sandboxes and pools, and the engine's claims and phases")
 	f.BoolVar(&o.opts.Prepull, "prepull", false, "have the nodes with asrl-prepull-agent pull each image as its first task is added (a PrepullJob per cluster, deleted at the end)")
-	f.Int32Var(&o.opts.PrepullHighWater, "prepull-high-water", nodecache.DefaultHighWaterPercent, "with --prepull, start no pull once a node's image filesystem is this full, in percent (1-100)")
+	inputs.AddPrepullHighWater(f, &o.opts.PrepullHighWater)
 	f.DurationVar(&o.opts.Heartbeat, "heartbeat", heartbeat.DefaultDuration, "how long the session's heartbeat Lease stays valid unrenewed; reap --orphans takes the session once it has expired")
 	return cmd
 }
