@@ -229,7 +229,8 @@ type Options struct {
 	// RunID prefixes each run's id, which ends in the cell.
 	RunID string
 	// Heartbeat is how long a run's heartbeat Lease stays valid
-	// unrenewed, so that `reap --orphans` takes a killed load test's run.
+	// unrenewed, so that `reap --orphans` takes a killed load test's run
+	// (0: the engine's default).
 	Heartbeat time.Duration
 	// Started and Finished, when set, are told of each run, Started with
 	// its id.

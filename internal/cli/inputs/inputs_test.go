@@ -1,6 +1,9 @@
 package inputs
 
 import (
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -98,5 +101,29 @@ func TestPrepullHighWater(t *testing.T) {
 	}
 	if err := CheckPrepullHighWater(80); err != nil {
 		t.Errorf("CheckPrepullHighWater(80) = %v", err)
+	}
+}
+
+// Each flag default the verbs share is written once, here: a grep of the
+// commands finds it nowhere else.
+func TestSharedDefaultsWrittenOnce(t *testing.T) {
+	for _, name := range []string{"heartbeat.DefaultDuration", "nodecache.DefaultHighWaterPercent", `"prepull-high-water", `, `"high-water", `} {
+		var found []string
+		err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || strings.HasPrefix(path, filepath.Join("..", "inputs")) {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err == nil && strings.Contains(string(b), name) {
+				found = append(found, path)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(found) > 0 {
+			t.Errorf("%s is written in %v besides internal/cli/inputs: bind the flag with AddHeartbeat or AddPrepullHighWater", name, found)
+		}
 	}
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/output"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/runid"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/loadtest"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
@@ -189,7 +188,7 @@ func (o *options) run(parent context.Context) error {
 	fmt.Fprintf(o.streams.ErrOut, "loadtest %s: %s of %s each, %s each; %s\n", o.runID,
 		output.Count(len(o.tasks)/o.batch.TasksPerImage, "image"), output.Count(o.batch.TasksPerImage, "task"), o.taskTime, output.Count(len(o.cells), "run"))
 	rows, err := loadtest.Run(ctx, targets, loadtest.Options{
-		Config: o.cfg, Tasks: o.tasks, Cells: o.cells, Work: work, RunID: o.runID, Heartbeat: heartbeat.DefaultDuration,
+		Config: o.cfg, Tasks: o.tasks, Cells: o.cells, Work: work, RunID: o.runID,
 		Started: func(c loadtest.Cell, id string) {
 			mu.Lock()
 			current = id

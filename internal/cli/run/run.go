@@ -22,7 +22,6 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/progress"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/runid"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/metrics"
@@ -118,7 +117,7 @@ run failed, 2 for bad flags or input.`,
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at this address, e.g. 127.0.0.1:9095")
 	f.DurationVar(&o.progressInterval, "progress-interval", 10*time.Second, "how often progress is logged when stderr is not a terminal")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print no progress and no report table")
-	f.DurationVar(&o.heartbeat, "heartbeat", heartbeat.DefaultDuration, "how long the run's heartbeat Lease stays valid unrenewed; reap --orphans takes the run once it has expired")
+	inputs.AddHeartbeat(f, &o.heartbeat, "run")
 	f.BoolVar(&o.prepull, "prepull", false, "before warming, have the nodes with asrl-prepull-agent pull the run's images (a PrepullJob per cluster, deleted at the end)")
 	inputs.AddPrepullHighWater(f, &o.prepullHighWater)
 	return cmd
@@ -137,8 +136,8 @@ func (o *options) complete(cmd *cobra.Command, args []string) error {
 	if o.timeout < 0 {
 		return usage.Errorf("--timeout %s: must not be negative", o.timeout)
 	}
-	if err := heartbeat.Check(o.heartbeat); err != nil {
-		return usage.Errorf("--heartbeat %v", err)
+	if err := inputs.CheckHeartbeat(o.heartbeat); err != nil {
+		return err
 	}
 	if err := inputs.CheckPrepullHighWater(o.prepullHighWater); err != nil {
 		return err

@@ -19,7 +19,6 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/interrupt"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/runid"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/serve"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
@@ -163,8 +162,8 @@ instead of a token file.`,
 					return usage.Errorf("--%s %s: must be positive", d.flag, d.v)
 				}
 			}
-			if err := heartbeat.Check(o.opts.Heartbeat); err != nil {
-				return usage.Errorf("--heartbeat %v", err)
+			if err := inputs.CheckHeartbeat(o.opts.Heartbeat); err != nil {
+				return err
 			}
 			return o.run(cmd.Context(), cfg, ts)
 		},
@@ -186,7 +185,7 @@ instead of a token file.`,
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at this address, e.g. 127.0.0.1:9095: the session's acquires, commands, releases, clients, held sandboxes and pools, and the engine's claims and phases")
 	f.BoolVar(&o.opts.Prepull, "prepull", false, "have the nodes with asrl-prepull-agent pull each image as its first task is added (a PrepullJob per cluster, deleted at the end)")
 	inputs.AddPrepullHighWater(f, &o.opts.PrepullHighWater)
-	f.DurationVar(&o.opts.Heartbeat, "heartbeat", heartbeat.DefaultDuration, "how long the session's heartbeat Lease stays valid unrenewed; reap --orphans takes the session once it has expired")
+	inputs.AddHeartbeat(f, &o.opts.Heartbeat, "session")
 	return cmd
 }
 
