@@ -106,40 +106,12 @@ instead of a token file.`,
   kubectl sandbox-fleet serve --resume run-20261205-120000-abc123 --listen 127.0.0.1:7070 --token-file ~/.sandbox-fleet-token`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, ts, err := o.inputs.Load(cmd.Flags(), o.streams.In)
+			cfg, ts, err := o.complete(cmd)
 			if err != nil {
 				return err
 			}
-			switch {
-			case o.resume != "" && o.session != "":
-				return usage.Errorf("--resume and --session-name: give one; --session-name resumes the session when it exists")
-			case o.resume != "":
-				if err := o.resuming(cmd, ts); err != nil {
-					return err
-				}
-				o.runID = o.resume
-			case o.session != "":
-				if o.runID != "" || len(ts) > 0 {
-					return usage.Errorf("--session-name names the session's run id and it is given its tasks by its clients: drop --run-id and --tasks")
-				}
-				if o.runID, err = runid.FromFlag(o.session); err != nil {
-					return err
-				}
-			default:
-				if o.runID, err = runid.FromFlag(o.runID); err != nil {
-					return err
-				}
-			}
-			if len(o.accounts) > 0 && o.tokenFile != "" {
-				return usage.Errorf("--allow-service-account and --token-file: callers are admitted by their ServiceAccount tokens or by serve's token, not both")
-			}
-			for _, a := range o.accounts {
-				if err := serve.ParseAccount(a); err != nil {
-					return usage.Errorf("%w", err)
-				}
-			}
-			if (o.access.CertFile == "") != (o.access.KeyFile == "") {
-				return usage.Errorf("--tls-cert-file and --tls-key-file go together")
+			if err := o.validate(); err != nil {
+				return err
 			}
 			if o.access.Address == "" {
 				// A directory of a fresh name that only this user may
@@ -150,20 +122,6 @@ instead of a token file.`,
 				}
 				defer os.RemoveAll(dir)
 				o.access.Address = filepath.Join(dir, "serve.sock")
-			}
-			if err := inputs.CheckPrepullHighWater(o.opts.PrepullHighWater); err != nil {
-				return err
-			}
-			for _, d := range []struct {
-				flag string
-				v    time.Duration
-			}{{"lease-ttl", o.opts.LeaseTTL}, {"warm-ttl", o.opts.WarmTTL}} {
-				if d.v <= 0 {
-					return usage.Errorf("--%s %s: must be positive", d.flag, d.v)
-				}
-			}
-			if err := inputs.CheckHeartbeat(o.opts.Heartbeat); err != nil {
-				return err
 			}
 			return o.run(cmd.Context(), cfg, ts)
 		},
@@ -280,6 +238,64 @@ func (o *options) open(ctx context.Context, cfg config.Fleet, ts []tasks.Task, t
 		}
 	}
 	return session.Open(ctx, o.runID, cfg, ts, targets, o.opts)
+}
+
+// complete reads the configuration and tasks the flags give and settles
+// the session's run id: resumed, named, given or generated.
+func (o *options) complete(cmd *cobra.Command) (config.Fleet, []tasks.Task, error) {
+	cfg, ts, err := o.inputs.Load(cmd.Flags(), o.streams.In)
+	if err != nil {
+		return cfg, nil, err
+	}
+	switch {
+	case o.resume != "" && o.session != "":
+		return cfg, nil, usage.Errorf("--resume and --session-name: give one; --session-name resumes the session when it exists")
+	case o.resume != "":
+		if err := o.resuming(cmd, ts); err != nil {
+			return cfg, nil, err
+		}
+		o.runID = o.resume
+	case o.session != "":
+		if o.runID != "" || len(ts) > 0 {
+			return cfg, nil, usage.Errorf("--session-name names the session's run id and it is given its tasks by its clients: drop --run-id and --tasks")
+		}
+		if o.runID, err = runid.FromFlag(o.session); err != nil {
+			return cfg, nil, err
+		}
+	default:
+		if o.runID, err = runid.FromFlag(o.runID); err != nil {
+			return cfg, nil, err
+		}
+	}
+	return cfg, ts, nil
+}
+
+// validate refuses flags that do not go together or values the session
+// cannot hold.
+func (o *options) validate() error {
+	if len(o.accounts) > 0 && o.tokenFile != "" {
+		return usage.Errorf("--allow-service-account and --token-file: callers are admitted by their ServiceAccount tokens or by serve's token, not both")
+	}
+	for _, a := range o.accounts {
+		if err := serve.ParseAccount(a); err != nil {
+			return usage.Errorf("%w", err)
+		}
+	}
+	if (o.access.CertFile == "") != (o.access.KeyFile == "") {
+		return usage.Errorf("--tls-cert-file and --tls-key-file go together")
+	}
+	if err := inputs.CheckPrepullHighWater(o.opts.PrepullHighWater); err != nil {
+		return err
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"lease-ttl", o.opts.LeaseTTL}, {"warm-ttl", o.opts.WarmTTL}} {
+		if d.v <= 0 {
+			return usage.Errorf("--%s %s: must be positive", d.flag, d.v)
+		}
+	}
+	return inputs.CheckHeartbeat(o.opts.Heartbeat)
 }
 
 // resuming checks what --resume goes with: a session's run id, tasks and
