@@ -24,7 +24,8 @@ import (
 
 // TestSideDoors: what a namespace's editor can do to a sandbox Pod after
 // its admission, or put in a template or Secret, is governed by the
-// webhook as shipped — an image patched in, a resize past the caps, the
+// webhook as shipped — an image patched in, a resize past the caps, a
+// toleration of the control plane added, the
 // sandbox label taken off or put on a Pod made without it, a Pod made
 // without it that the policy's otherPodSelector does not select, the
 // adoptable label on a Pod as made or added, then a
@@ -125,6 +126,9 @@ func TestSideDoors(t *testing.T) {
 		}},
 		{"a resize past the cap", "spec.containers[0].resources.limits.memory: 16Gi is above the cap of 8Gi", func(pod string) error {
 			return patch(pod, "resize", `[{"op":"replace","path":"/spec/containers/0/resources/limits/memory","value":"16Gi"}]`)
+		}},
+		{"a toleration of the control plane added", "spec.tolerations[", func(pod string) error {
+			return patch(pod, "", `[{"op":"add","path":"/spec/tolerations/-","value":{"key":"node-role.kubernetes.io/control-plane","operator":"Exists","effect":"NoSchedule"}}]`)
 		}},
 		{"the sandbox label taken off", "metadata.labels[" + policy.SandboxPodLabel + "]", func(pod string) error {
 			return patch(pod, "", `[{"op":"remove","path":"/metadata/labels/agents.x-k8s.io~1sandbox-name-hash"}]`)

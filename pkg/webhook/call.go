@@ -46,8 +46,9 @@ const UpdateConditionName = "pod-update-needs-sandbox-policy"
 // UpdateCondition is a CEL expression, for the sandbox Pod webhook's
 // matchConditions whatever the policies, that sends an update of a Pod
 // itself (not of a subresource) only when it changes what MutateUpdate
-// judges: a container's image, or the sandbox label (taken away, or added
-// to a Pod the webhook never saw as a sandbox). The API server lets
+// judges: a container's image, the sandbox label (taken away, or added
+// to a Pod the webhook never saw as a sandbox), or its tolerations (which
+// an update may only add to). The API server lets
 // an update change little else of a Pod, and nothing else the policies
 // constrain (AppArmor annotations are immutable), so the controllers'
 // label and annotation updates are not sent — and not refused while the
@@ -55,7 +56,8 @@ const UpdateConditionName = "pod-update-needs-sandbox-policy"
 var UpdateCondition = "request.operation != 'UPDATE' || request.?subResource.orValue('') != '' || " +
 	fmt.Sprintf("!object.metadata.?labels[?%s].hasValue() || !oldObject.metadata.?labels[?%s].hasValue() || ", quote(SandboxPodLabel), quote(SandboxPodLabel)) +
 	"object.spec.containers.map(c, c.image) != oldObject.spec.containers.map(c, c.image) || " +
-	"object.spec.?initContainers.orValue([]).map(c, c.image) != oldObject.spec.?initContainers.orValue([]).map(c, c.image)"
+	"object.spec.?initContainers.orValue([]).map(c, c.image) != oldObject.spec.?initContainers.orValue([]).map(c, c.image) || " +
+	"size(object.spec.?tolerations.orValue([])) != size(oldObject.spec.?tolerations.orValue([]))"
 
 // CallCondition is a CEL expression, for a mutating webhook's
 // matchConditions, over a sandbox Pod being created (object): it is false

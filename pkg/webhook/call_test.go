@@ -375,6 +375,12 @@ func TestUpdateConditions(t *testing.T) {
 		{"an image the mirror would serve", edited(func(p *corev1.Pod) { p.Spec.Containers[0].Image = "docker.io/library/busybox:1" }), "", true},
 		{"an image from the mirror", edited(func(p *corev1.Pod) { p.Spec.Containers[0].Image = "mirror.example.com/hub/library/busybox:1" }), "", false},
 		{"the sandbox label taken away", edited(func(p *corev1.Pod) { delete(p.Labels, SandboxPodLabel) }), "", true},
+		{"a toleration of the control plane added", edited(func(p *corev1.Pod) {
+			p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists})
+		}), "", true},
+		{"an eviction toleration added", edited(func(p *corev1.Pod) {
+			p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute})
+		}), "", false},
 		{"a resize within the caps", edited(func(p *corev1.Pod) {
 			p.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("4Gi")
 		}), "resize", false},

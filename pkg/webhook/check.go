@@ -255,20 +255,29 @@ func Check(spec *corev1.PodSpec, at string, set Set) *Denial {
 // other than the cluster's default, the set's (scheduler, which Mutate
 // sets) and those p allows.
 func checkPlacement(spec *corev1.PodSpec, at, scheduler string, p v1alpha1.SandboxPolicy, deny func(field, reason string) *Denial) *Denial {
+	if d := checkTolerations(spec.Tolerations, at, p, deny); d != nil {
+		return d
+	}
 	sec := security(p)
-	for i, t := range spec.Tolerations {
-		if !tolerationAllowed(t, sec.AllowedTolerationKeys) {
+	if name := spec.SchedulerName; name != "" && name != corev1.DefaultSchedulerName && name != scheduler && !slices.Contains(sec.AllowedSchedulerNames, name) {
+		return deny(at+".schedulerName", fmt.Sprintf("scheduler %s is neither the cluster's default, the policies' (spec.schedulerName) nor in spec.security.allowedSchedulerNames %v",
+			name, sec.AllowedSchedulerNames))
+	}
+	return nil
+}
+
+// checkTolerations refuses a toleration p does not allow.
+func checkTolerations(tolerations []corev1.Toleration, at string, p v1alpha1.SandboxPolicy, deny func(field, reason string) *Denial) *Denial {
+	allowed := security(p).AllowedTolerationKeys
+	for i, t := range tolerations {
+		if !tolerationAllowed(t, allowed) {
 			what := "taint " + t.Key
 			if t.Key == "" {
 				what = "every taint"
 			}
 			return deny(fmt.Sprintf("%s.tolerations[%d]", at, i), fmt.Sprintf("tolerating %s would let the sandbox onto nodes its taint keeps Pods off; "+
-				"spec.security.allowedTolerationKeys %v", what, sec.AllowedTolerationKeys))
+				"spec.security.allowedTolerationKeys %v", what, allowed))
 		}
-	}
-	if name := spec.SchedulerName; name != "" && name != corev1.DefaultSchedulerName && name != scheduler && !slices.Contains(sec.AllowedSchedulerNames, name) {
-		return deny(at+".schedulerName", fmt.Sprintf("scheduler %s is neither the cluster's default, the policies' (spec.schedulerName) nor in spec.security.allowedSchedulerNames %v",
-			name, sec.AllowedSchedulerNames))
 	}
 	return nil
 }

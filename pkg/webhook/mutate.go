@@ -47,6 +47,18 @@ func MutateUpdate(old, pod *corev1.Pod, set Set) ([]string, error) {
 			before[c.c.Name] = c.c.Image
 		}
 	}
+	// Tolerations may be added to a Pod not yet bound: held to the set as
+	// at creation.
+	if had && len(pod.Spec.Tolerations) > len(old.Spec.Tolerations) {
+		for _, p := range set {
+			deny := func(field, reason string) *Denial {
+				return &Denial{Policies: []string{p.Name}, Field: field, Reason: reason}
+			}
+			if d := checkTolerations(pod.Spec.Tolerations, "spec", p, deny); d != nil {
+				return nil, d
+			}
+		}
+	}
 	rules := set.rules()
 	var changes []string
 	for i, c := range containersOf(&pod.Spec, "spec") {

@@ -338,6 +338,12 @@ func TestMutateUpdate(t *testing.T) {
 			`denied by SandboxPolicy "mirror": spec.containers[0].image: image evil.example/x:1 is not from an allowed registry [mirror.example.com]`},
 		{"the sandbox label removed", func(p *corev1.Pod) { delete(p.Labels, SandboxPodLabel) }, nil,
 			`denied by SandboxPolicy "mirror": metadata.labels[agents.x-k8s.io/sandbox-name-hash]: a sandbox Pod in a namespace a SandboxPolicy governs keeps`},
+		{"a toleration of the control plane added", func(p *corev1.Pod) {
+			p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists})
+		}, nil, `denied by SandboxPolicy "mirror": spec.tolerations[0]: tolerating taint node-role.kubernetes.io/control-plane`},
+		{"an eviction toleration added", func(p *corev1.Pod) {
+			p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute})
+		}, nil, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			pod := admitted.DeepCopy()
