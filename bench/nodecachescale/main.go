@@ -119,6 +119,9 @@ func run(ctx context.Context, p params) error {
 	pol := &v1alpha1.SandboxPolicy{ObjectMeta: metav1.ObjectMeta{Name: "node-cache"}, Spec: v1alpha1.SandboxPolicySpec{
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
 		NodeCache:         &v1alpha1.NodeCachePolicy{Weight: 50},
+		// The Pods placed to see asrl-scheduler follow the caches are no
+		// sandboxes.
+		OtherPodSelector: &metav1.LabelSelector{},
 	}}
 	if err := c.Create(ctx, pol); err != nil {
 		return err

@@ -108,6 +108,8 @@ func benchPolicy(ns string) *v1alpha1.SandboxPolicy {
 			AllowedRegistries: []string{"mirror.example.com"},
 		},
 		MaxLimits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("8Gi")},
+		// The Pods name a scheduler that does not run (podSpecs).
+		Security: &v1alpha1.SecurityPolicy{AllowedSchedulerNames: []string{unscheduled}},
 	}}
 }
 

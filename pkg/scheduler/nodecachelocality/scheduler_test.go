@@ -113,7 +113,9 @@ func TestNodeCacheLocality(t *testing.T) {
 		})
 		p := &v1alpha1.SandboxPolicy{ObjectMeta: metav1.ObjectMeta{Name: "node-cache-" + ns}, Spec: v1alpha1.SandboxPolicySpec{
 			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: ns}},
-			NodeCache:         &v1alpha1.NodeCachePolicy{Weight: 100}}}
+			NodeCache:         &v1alpha1.NodeCachePolicy{Weight: 100},
+			// The fillers are the nodes' other work, no sandboxes.
+			OtherPodSelector: &metav1.LabelSelector{MatchLabels: fillerLabels}}}
 		if err := admin.Client.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
@@ -218,6 +220,7 @@ func place(t *testing.T, ctx context.Context, ns, label string, steps []step) {
 	})
 	for i := 1; i <= 3; i++ {
 		filler := pod(ns, fmt.Sprintf("filler-%d", i), "", "registry.k8s.io/pause:3.10", "4")
+		filler.Labels = fillerLabels
 		filler.Spec.NodeName = fmt.Sprintf("node-%d", i)
 		if err := c.Create(ctx, filler); err != nil {
 			t.Fatal(err)
@@ -248,3 +251,6 @@ func pod(ns, name, scheduler, image, cpu string) *corev1.Pod {
 			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}},
 	}}
 }
+
+// fillerLabels mark the Pods that fill nodes beside the sandboxes.
+var fillerLabels = map[string]string{"role": "filler"}
