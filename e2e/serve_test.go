@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"os"
@@ -18,6 +19,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -164,6 +166,9 @@ configMapGenerator:
 	if _, err := c.Renew(ctx, connect.NewRequest(&fleetv1.RenewRequest{ClientId: "e2e"})); err != nil {
 		t.Fatalf("the first call: %v\n%s", err, kubectl("-n", ns, "logs", servePod.Name))
 	}
+
+	// The metrics: over TLS, to tokens the API server allows /metrics.
+	metricsAreGuarded(t, ctx, kc, ns, "https://"+servePod.Status.PodIP+":9095/metrics", &tls.Config{RootCAs: pool, ServerName: host}, trainerToken)
 
 	// The rollout worker's Pod, then another account's.
 	worker := runClientPod(t, ctx, kc, ns, "worker", "sandbox-fleet-trainer", servePod.Status.PodIP, host)
@@ -387,4 +392,70 @@ func execIn(t *testing.T, ctx context.Context, c fleetv1connect.FleetServiceClie
 		t.Fatal(err)
 	}
 	return code
+}
+
+// metricsAreGuarded: serve's metrics at url answer no token 401, a
+// ServiceAccount not allowed /metrics 403, a token of serve's own audience
+// (one the API server will not authenticate for itself; controller-runtime's
+// filter answers its failed review 500) no metrics, and one bound to the
+// shipped metrics-reader ClusterRole 200.
+func metricsAreGuarded(t *testing.T, ctx context.Context, kc kubernetes.Interface, ns, url string, tlsConfig *tls.Config, serveAudienceToken string) {
+	t.Helper()
+	httpc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+	scrape := func(token string) (int, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := httpc.Do(req)
+		if err != nil {
+			t.Fatalf("scraping %s: %v", url, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	apiToken := func(account string) string {
+		if err := createAccount(ctx, kc, ns, account); err != nil {
+			t.Fatal(err)
+		}
+		tr, err := kc.CoreV1().ServiceAccounts(ns).CreateToken(ctx, account, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "e2e-scraper-" + ns},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "sandbox-fleet-serve-metrics-reader-" + ns},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "scraper", Namespace: ns}}}
+	if _, err := kc.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kc.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
+	})
+	scraper, stranger := apiToken("scraper"), apiToken("stranger")
+	for _, tt := range []struct {
+		who, token string
+		want       int
+	}{{"no token", "", http.StatusUnauthorized}, {"an account not allowed /metrics", stranger, http.StatusForbidden}} {
+		if code, body := scrape(tt.token); code != tt.want {
+			t.Errorf("serve's metrics to %s: %d, want %d\n%s", tt.who, code, tt.want, body)
+		}
+	}
+	if code, body := scrape(serveAudienceToken); code == http.StatusOK || strings.Contains(body, "asrl_") {
+		t.Errorf("serve's metrics to a token of serve's audience: %d, want refused\n%.300s", code, body)
+	}
+	var code int
+	var body string
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		code, body = scrape(scraper)
+		return code == http.StatusOK, nil
+	})
+	if err != nil || !strings.Contains(body, "asrl_session_clients") {
+		t.Errorf("serve's metrics to the metrics reader: %d (%v)\n%.500s", code, err, body)
+	}
 }

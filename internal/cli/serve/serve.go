@@ -140,7 +140,7 @@ instead of a token file.`,
 	f.StringVar(&o.access.KeyFile, "tls-key-file", "", "the private key of --tls-cert-file")
 	f.DurationVar(&o.opts.LeaseTTL, "lease-ttl", session.DefaultLeaseTTL, "a client's sandboxes are released this long after its last call")
 	f.DurationVar(&o.opts.WarmTTL, "warm-ttl", session.DefaultWarmTTL, "a pool nobody asked for this long, with no sandbox held, is removed")
-	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at this address, e.g. 127.0.0.1:9095: the session's acquires, commands, releases, clients, held sandboxes and pools, and the engine's claims and phases")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at this address, e.g. 127.0.0.1:9095: the session's acquires, commands, releases, clients, held sandboxes and pools, and the engine's claims and phases; off loopback over TLS (--tls-cert-file) to tokens allowed /metrics")
 	f.BoolVar(&o.opts.Prepull, "prepull", false, "have the nodes with asrl-prepull-agent pull each image as its first task is added (a PrepullJob per cluster, deleted at the end)")
 	inputs.AddPrepullHighWater(f, &o.opts.PrepullHighWater)
 	inputs.AddHeartbeat(f, &o.opts.Heartbeat, "session")
@@ -182,11 +182,15 @@ func (o *options) run(parent context.Context, cfg config.Fleet, ts []tasks.Task)
 
 	o.opts.Metrics = metrics.New(cfg.Strategy)
 	if o.metricsAddr != "" {
-		maddr, err := o.opts.Metrics.Serve(ctx, o.metricsAddr)
+		rc, err := o.configFlags.ToRESTConfig()
 		if err != nil {
-			return usage.Errorf("--metrics-addr: %w", err)
+			return err
 		}
-		fmt.Fprintf(o.streams.ErrOut, "metrics at http://%s/metrics\n", maddr)
+		maddr, scheme, err := serve.ServeMetrics(ctx, o.opts.Metrics, o.metricsAddr, o.access, rc)
+		if err != nil {
+			return usage.Errorf("--metrics-addr %w", err)
+		}
+		fmt.Fprintf(o.streams.ErrOut, "metrics at %s://%s/metrics\n", scheme, maddr)
 	}
 	s, err := o.open(ctx, cfg, ts, targets)
 	if err != nil {

@@ -151,6 +151,12 @@ func (m *Metrics) SessionGauges(clients, held, pools func() int) {
 	}
 }
 
+// Handler serves the registry in Prometheus's exposition format, for a
+// server of the caller's (behind its own authentication) to mount.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})
+}
+
 // Serve exposes the registry at /metrics on addr until ctx ends, and
 // returns the address it listens on (addr may ask for port 0).
 func (m *Metrics) Serve(ctx context.Context, addr string) (net.Addr, error) {
@@ -159,7 +165,7 @@ func (m *Metrics) Serve(ctx context.Context, addr string) (net.Addr, error) {
 		return nil, fmt.Errorf("serving metrics on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", m.Handler())
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
