@@ -287,7 +287,9 @@ func TestPrepullRejectsBadInput(t *testing.T) {
 	}{
 		{[]string{}, "give a task file with --tasks FILE"},
 		{[]string{"--tasks", images, "--parallelism", "0"}, "--parallelism 0: must be 1 to 16"},
-		{[]string{"--tasks", images, "--high-water", "120"}, "--high-water 120: must be a percentage"},
+		{[]string{"--tasks", images, "--prepull-high-water", "120"}, "--prepull-high-water 120: must be a percentage"},
+		// The old spelling, deprecated, is checked as the flag it stands for.
+		{[]string{"--tasks", images, "--high-water", "120"}, "--prepull-high-water 120: must be a percentage"},
 		{[]string{"--tasks", images, "-l", "pool in (a,b)"}, "PrepullJobs select nodes by key=value pairs"},
 		{[]string{"--tasks", images, "--ttl", "1.5s"}, "--ttl 1.5s: must be whole seconds"},
 		{[]string{"--tasks", filepath.Join(t.TempDir(), "none.txt")}, "none.txt"},
