@@ -171,7 +171,9 @@ def test_prepull_as_the_reference_does():
     prepull's job goes with the teardown."""
     from sandbox_fleet.rl import ClusterConfig, FleetConfig, SandboxFleet
 
-    fleet = SandboxFleet(FleetConfig(clusters=[ClusterConfig(namespace=NAMESPACE)], max_concurrent=1))
+    # The most the shipped agent allows, as the Go tests ask: the real
+    # node's disk is this machine's, as full as its other work leaves it.
+    fleet = SandboxFleet(FleetConfig(clusters=[ClusterConfig(namespace=NAMESPACE)], max_concurrent=1, prepull_high_water=85))
     fleet.load_tasks([{"id": "p1", "image": FRESH}])
     fleet.setup(prepull=True)
     run_id = fleet.run_id

@@ -173,6 +173,8 @@ def test_config_errors_name_the_reference_field():
         ClusterConfig(weight=0)
     with pytest.raises(ValueError, match="FleetConfig.prepull_max_parallel"):
         FleetConfig(prepull_max_parallel=17)
+    with pytest.raises(ValueError, match="FleetConfig.prepull_high_water"):
+        FleetConfig(prepull_high_water=0)
 
 
 def test_setup_with_prepull():

@@ -122,7 +122,11 @@ class FleetConfig:
     # at a time); whether the nodes remove the images when the job goes.
     # The node agent pulls through the runtime, not through Pods, so
     # images_per_pod and drop_caches change nothing (prepull() says so).
+    # prepull_high_water is this package's, not the reference's: the
+    # percent of a node's image filesystem past which its agent stops
+    # pulling (the node agent's own cap, 85 as shipped, still holds).
     prepull_max_parallel: int = 4
+    prepull_high_water: int = 80
     prepull_delete_when_done: bool = False
     prepull_images_per_pod: int = 25
     prepull_drop_caches: bool = False
@@ -146,6 +150,8 @@ class FleetConfig:
         _check(self.ready_timeout > 0, "FleetConfig.ready_timeout", "must be > 0 seconds")
         _check(self.warm_create_budget >= 0, "FleetConfig.warm_create_budget", "must be >= 0 (0 = all at once)")
         _check(1 <= self.prepull_max_parallel <= 16, "FleetConfig.prepull_max_parallel", "must be 1 to 16 (images a node pulls at once)")
+        _check(1 <= self.prepull_high_water <= 100, "FleetConfig.prepull_high_water",
+               "must be a percentage, 1 to 100 (of a node's image filesystem)")
         _check(self.prepull_images_per_pod >= 1, "FleetConfig.prepull_images_per_pod", "must be >= 1")
 
 

@@ -419,7 +419,8 @@ class SandboxFleet:
         self._prepulled = True
         done = True
         for c in cfg.clusters or [ClusterConfig()]:
-            argv = self._verb(c, "prepull", "--tasks", "-", "--run-id", run_id, "--parallelism", str(cfg.prepull_max_parallel))
+            argv = self._verb(c, "prepull", "--tasks", "-", "--run-id", run_id, "--parallelism", str(cfg.prepull_max_parallel),
+                              "--prepull-high-water", str(cfg.prepull_high_water))
             selector = c.node_selector or cfg.template.node_selector
             if selector:
                 argv += ["-l", ",".join(f"{k}={v}" for k, v in sorted(selector.items()))]
