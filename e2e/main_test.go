@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 		existing = cfg
 		os.Exit(m.Run())
 	}
-	testcluster.Main(m, &local, testcluster.WithRealNode(), testcluster.WithNodes())
+	testcluster.Main(m, &local, testcluster.WithRealNode(), testcluster.WithNetworkPolicies(), testcluster.WithNodes())
 }
 
 func restConfig() *rest.Config {

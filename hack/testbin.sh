@@ -5,7 +5,9 @@
 # hack/tools/agent-sandbox-v1.0/go.mod (each line with its release
 # manifests and CRDs, in agent-sandbox/<version>/); containerd and the loopback registry from
 # hack/tools/node/go.mod; krew (as the kubectl plugin kubectl-krew) and its
-# manifest validator from hack/tools/krew/go.mod — together with kwok's
+# manifest validator from hack/tools/krew/go.mod; kube-router (the real
+# node's enforcer of NetworkPolicies) from hack/tools/kube-router/go.mod —
+# together with kwok's
 # stages, into .cache/testbin/<versions>-<hash>/, and points
 # .cache/testbin/current at it. A directory that already exists is complete
 # (it is renamed into place only after a successful build), so a second run
@@ -30,7 +32,7 @@ sandbox1=$(cd agent-sandbox-v1.0 && version sigs.k8s.io/agent-sandbox)
 # The hash covers everything that decides the output, so a changed build
 # never reuses a stale directory that happens to carry the same versions.
 containerd=$(cd node && version github.com/containerd/containerd/v2)
-hash=$(cat go.mod go.sum agent-sandbox-v1.0/go.mod agent-sandbox-v1.0/go.sum node/go.mod node/go.sum node/registry/*.go krew/go.mod krew/go.sum "$root/hack/testbin.sh" | sha256sum | cut -c1-10)
+hash=$(cat go.mod go.sum agent-sandbox-v1.0/go.mod agent-sandbox-v1.0/go.sum node/go.mod node/go.sum node/registry/*.go krew/go.mod krew/go.sum kube-router/go.mod kube-router/go.sum "$root/hack/testbin.sh" | sha256sum | cut -c1-10)
 dir=$cache/k8s-$kube-etcd-$etcd-kwok-$kwok-agent-sandbox-$sandbox-$sandbox1-containerd-$containerd-$hash
 
 if [[ ! -d $dir ]]; then
@@ -71,6 +73,10 @@ if [[ ! -d $dir ]]; then
 	# krew installs plugins from a manifest; the validator drives it.
 	(cd krew && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/bin/kubectl-krew" sigs.k8s.io/krew/cmd/krew &&
 		CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/bin/" sigs.k8s.io/krew/cmd/validate-krew-manifest)
+
+	# The real node's enforcer of NetworkPolicies: kube-router's network
+	# policy controller (testcluster runs it with only that part on).
+	(cd kube-router && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/bin/" github.com/cloudnativelabs/kube-router/v2/cmd/kube-router)
 
 	# Each Agent Sandbox line, built from its own module, stamped with its
 	# version as its release is, with the CRDs of that version.

@@ -4,10 +4,11 @@
 // until `localcluster down`.
 //
 //	go run ./hack/localcluster up     # start it and print how to use it
-//	go run ./hack/localcluster -real-node up   # with a real node (root)
+//	go run ./hack/localcluster -real-node up   # with a real node (root) enforcing NetworkPolicies
 //	go run ./hack/localcluster -real-node -install up   # and the components
 //	go run ./hack/localcluster env    # print the KUBECONFIG export
 //	go run ./hack/localcluster down   # stop it and remove its files
+//	go run ./hack/localcluster unfence  # remove a dead real node's NetworkPolicy rules from the host
 package main
 
 import (
@@ -40,7 +41,7 @@ func main() {
 	agentSandbox := flag.String("agent-sandbox", "", "the Agent Sandbox line to run, by version (v0.5.6, v1.0.1; default: $"+testcluster.AgentSandboxEnv+", else the newest `make testbin` built)")
 	install := flag.Bool("install", false, "install the components on the real node as the deploy test does (needs --real-node)")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: localcluster [flags] up|down|env\n")
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: localcluster [flags] up|down|env|unfence\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -77,7 +78,7 @@ func run(verb, dir, agentSandbox string, nodes int, realNode, install bool) erro
 		opts := []testcluster.Option{testcluster.Detached(), testcluster.WithDir(dir), testcluster.WithAgentSandbox(agentSandbox),
 			testcluster.WithNodes(testcluster.FakeNodes("kwok-node", nodes, testcluster.DefaultCapacity(), nil)...)}
 		if realNode {
-			opts = append(opts, testcluster.WithRealNode())
+			opts = append(opts, testcluster.WithRealNode(), testcluster.WithNetworkPolicies())
 		}
 		c, err := testcluster.Start(context.Background(), opts...)
 		if err != nil {
@@ -118,7 +119,13 @@ func run(verb, dir, agentSandbox string, nodes int, realNode, install bool) erro
 		}
 		fmt.Printf("Local cluster in %s stopped and removed.\n", dir)
 		return nil
+	case "unfence":
+		if err := testcluster.RemoveKubeRouterRules(); err != nil {
+			return err
+		}
+		fmt.Println("kube-router's chains and ipsets are gone from this machine.")
+		return nil
 	default:
-		return fmt.Errorf("unknown verb %q: use up, down or env", verb)
+		return fmt.Errorf("unknown verb %q: use up, down, env or unfence", verb)
 	}
 }

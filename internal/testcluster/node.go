@@ -54,6 +54,9 @@ type realNode struct {
 	// APIServer is host:port of the API server, on loopback, to which
 	// the node routes its pods' traffic to the kubernetes Service.
 	APIServer string `json:"apiServer"`
+	// NetworkPolicies is whether kube-router enforces NetworkPolicies
+	// for the node (netpol.go), whose rules and ipsets go with it.
+	NetworkPolicies bool `json:"networkPolicies,omitempty"`
 }
 
 // CRISocket is the path of the real node's containerd socket.
@@ -148,7 +151,13 @@ func (c *Cluster) startRealNode(ctx context.Context) error {
 	if err := c.startContainerd(ctx); err != nil {
 		return err
 	}
-	return c.startKubelet(ctx)
+	if err := c.startKubelet(ctx); err != nil {
+		return err
+	}
+	if !c.opts.networkPolicies {
+		return nil
+	}
+	return c.startNetworkPolicies(ctx)
 }
 
 // buildTestImages builds the test images, caching their layers in

@@ -17,7 +17,7 @@ import (
 // bridge, cgroups, the host paths it created, and the sysctls.
 func (n *realNode) cleanHost() error {
 	var errs []error
-	for _, undo := range []func() error{n.unmountAll, n.removeAPIServerRoute, n.removeNetwork, n.removeCgroups, n.removeHostPaths, n.restoreSysctls} {
+	for _, undo := range []func() error{n.unmountAll, n.removeNetworkPolicyRules, n.removeAPIServerRoute, n.removeNetwork, n.removeCgroups, n.removeHostPaths, n.restoreSysctls} {
 		errs = append(errs, undo())
 	}
 	return errors.Join(errs...)
@@ -59,6 +59,11 @@ func (n *realNode) leftovers(binDir string) []string {
 			if strings.Contains(line, n.Bridge) || strings.Contains(line, strings.TrimSuffix(n.Subnet, ".0/24")+".") {
 				left = append(left, "iptables rule "+line)
 			}
+		}
+	}
+	if n.NetworkPolicies {
+		if chains, err := kubeRouterChains(); err != nil || len(chains) > 0 {
+			left = append(left, fmt.Sprintf("kube-router's iptables chains %v (%v)", chains, err))
 		}
 	}
 	for k, v := range n.Sysctls {

@@ -18,6 +18,7 @@ type options struct {
 	dir                 string
 	detached            bool
 	realNode            bool
+	networkPolicies     bool
 	cpus                []int
 	pullDelays          bool
 	restartExits        bool
@@ -96,6 +97,14 @@ func Detached() Option {
 // image pulls, exec, logs and disk usage are what they would be anywhere.
 func WithRealNode() Option {
 	return func(o *options) { o.realNode = true }
+}
+
+// WithNetworkPolicies has the real node enforce NetworkPolicies, as a
+// cluster's network plugin does (kube-router's network policy
+// controller), so that what a policy fences off is unreachable for real.
+// Its rules are in the host's iptables: one cluster per machine may.
+func WithNetworkPolicies() Option {
+	return func(o *options) { o.networkPolicies = true }
 }
 
 // RestartingExited starts again, a second later, any component that exits
