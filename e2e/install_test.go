@@ -106,6 +106,7 @@ func TestInstalledAsShipped(t *testing.T) {
 		if local != nil {
 			pod.Spec.Containers[0].SecurityContext = nil
 			t.Run("only the API server calls it", func(t *testing.T) { onlyTheAPIServerCallsTheInstalledWebhook(t, ctx, c, ns, pod) })
+			t.Run("it fences the sandboxes off the network", func(t *testing.T) { sandboxesAreFenced(t, ctx, c, ns) })
 		}
 	})
 

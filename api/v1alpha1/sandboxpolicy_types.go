@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -103,6 +104,44 @@ type SandboxPolicySpec struct {
 	// denied unless spec.security.allowedSchedulerNames lists it.
 	// +optional
 	SchedulerName string `json:"schedulerName,omitempty"`
+
+	// Network fences the sandbox Pods of the governed namespaces off the
+	// network: asrl-webhook writes a NetworkPolicy into each of them
+	// (NetworkPolicyName) that selects their sandbox Pods and allows no
+	// connection in or out but those listed here, denies sandbox Pods
+	// there until it is written, and has their SandboxTemplates leave
+	// networking to it (networkPolicyManagement Unmanaged), since the
+	// NetworkPolicies selecting a Pod add up. Unset, the policy does not
+	// govern sandboxes' network. The cluster's network plugin must
+	// enforce NetworkPolicies.
+	// +optional
+	Network *NetworkIsolation `json:"network,omitempty"`
+}
+
+// NetworkIsolation is what sandboxes may reach, and what may reach them,
+// beyond nothing. Whatever it allows, the cloud metadata endpoints
+// (MetadataEndpoints) are excepted from every ipBlock: a sandbox reading
+// the node's cloud credentials is never allowed.
+type NetworkIsolation struct {
+	// DNS lets sandboxes resolve names with the cluster's DNS: the Pods
+	// labelled k8s-app=kube-dns in kube-system, on port 53.
+	// +kubebuilder:default=true
+	// +optional
+	DNS *bool `json:"dns,omitempty"`
+	// Egress are the destinations sandboxes may connect to: a package
+	// mirror or registry by its Pods or its CIDR, the internet as
+	// 0.0.0.0/0 (with the cluster's own ranges in except). As in a
+	// NetworkPolicy; none, sandboxes connect nowhere but DNS.
+	// +listType=atomic
+	// +optional
+	Egress []networkingv1.NetworkPolicyEgressRule `json:"egress,omitempty"`
+	// Ingress are who may connect to sandboxes: serve, or a trainer that
+	// talks to a server in the sandbox (SWE-ReX). As in a NetworkPolicy;
+	// none, nothing connects to them (exec and port-forward go through
+	// the kubelet, not the Pod network).
+	// +listType=atomic
+	// +optional
+	Ingress []networkingv1.NetworkPolicyIngressRule `json:"ingress,omitempty"`
 }
 
 // ImagePolicy redirects images to mirrors and restricts registries.

@@ -133,6 +133,9 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 		}
 		return admission.Allowed("the ephemeral containers comply with the SandboxPolicies"), resultAllowed
 	}
+	if err := m.View.fenced(ctx, namespace, set); err != nil {
+		return admission.Errored(http.StatusServiceUnavailable, err), resultErrored
+	}
 	changes, err := policy.Mutate(pod, set, runID)
 	if resp, result, done := refused(m.Counts, err, dryRun); done {
 		return resp, result
@@ -290,6 +293,9 @@ func (m *TemplateMutator) handle(ctx context.Context, req admission.Request) (ad
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err), resultErrored
 	}
+	if change := policy.MutateTemplateNetwork(&tmpl.Spec, set); change != "" {
+		changes = append(changes, change)
+	}
 	if len(changes) == 0 {
 		return admission.Allowed("complies with the SandboxPolicies"), resultAllowed
 	}
@@ -340,7 +346,11 @@ func (v *TemplateValidator) handle(ctx context.Context, req admission.Request) (
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err), resultErrored
 	}
-	if d := policy.Check(&tmpl.Spec.PodTemplate.Spec, "spec.podTemplate.spec", set); d != nil {
+	d := policy.Check(&tmpl.Spec.PodTemplate.Spec, "spec.podTemplate.spec", set)
+	if d == nil {
+		d = policy.CheckTemplateNetwork(&tmpl.Spec, set)
+	}
+	if d != nil {
 		if req.DryRun == nil || !*req.DryRun {
 			v.Counts.denied(d.Policies)
 		}

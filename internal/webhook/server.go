@@ -26,8 +26,10 @@ import (
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -48,6 +50,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/informer"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/registry"
+	policy "github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
 )
 
 // Options configure the webhook server.
@@ -155,11 +158,18 @@ func Run(ctx context.Context, cfg *rest.Config, o Options) error {
 	if err := mgr.Add(&policySync{policyConfigurations: configurations, Cache: mgr.GetCache()}); err != nil {
 		return err
 	}
+	if err := mgr.Add(&networkSync{Cache: mgr.GetCache(), Reader: mgr.GetAPIReader(), Client: mgr.GetClient()}); err != nil {
+		return err
+	}
 	if err := follow(ctx, mgr, view); err != nil {
 		return err
 	}
 	return mgr.Start(ctx)
 }
+
+// fencesSelector selects the NetworkPolicies written for policies'
+// spec.network.
+var fencesSelector = labels.SelectorFromSet(labels.Set{policy.NetworkIsolationLabel: "true"})
 
 // newManager is the webhook's controller manager: its metrics and probes,
 // leader election (the elected replica keeps the policies' entries and
@@ -179,6 +189,9 @@ func newManager(cfg *rest.Config, o Options) (manager.Manager, error) {
 		LeaderElectionReleaseOnCancel: true,
 		Cache: cache.Options{
 			DefaultTransform: cache.TransformStripManagedFields(),
+			// Only the NetworkPolicies the webhook writes: the cluster's
+			// others are no memory of its.
+			ByObject: map[client.Object]cache.ByObject{&networkingv1.NetworkPolicy{}: {Label: fencesSelector}},
 		},
 	})
 	if err != nil {
@@ -285,8 +298,9 @@ func addChecks(mgr manager.Manager, srv webhook.Server, certsReady <-chan struct
 }
 
 // follow has the cache follow what admissions read from the start:
-// SandboxPolicies (and their deletions, which the view forgets), and only
-// the metadata of namespaces and sandboxes, for labels and owners.
+// SandboxPolicies (and their deletions, which the view forgets), the
+// NetworkPolicies written for them, and only the metadata of namespaces
+// and sandboxes, for labels and owners.
 func follow(ctx context.Context, mgr manager.Manager, view *policyView) error {
 	inf, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.SandboxPolicy{}, cache.BlockUntilSynced(false))
 	if err != nil {
@@ -294,6 +308,9 @@ func follow(ctx context.Context, mgr manager.Manager, view *policyView) error {
 	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{DeleteFunc: view.OnDelete}); err != nil {
 		return err
+	}
+	if _, err := mgr.GetCache().GetInformer(ctx, &networkingv1.NetworkPolicy{}, cache.BlockUntilSynced(false)); err != nil {
+		return fmt.Errorf("following the policies' NetworkPolicies: %w", err)
 	}
 	for _, gvk := range []schema.GroupVersionKind{corev1.SchemeGroupVersion.WithKind("Namespace"), sandboxv1beta1.GroupVersion.WithKind("Sandbox"),
 		extensionsv1beta1.GroupVersion.WithKind("SandboxWarmPool"), extensionsv1beta1.GroupVersion.WithKind("SandboxClaim")} {

@@ -67,7 +67,9 @@ var UpdateCondition = "request.operation != 'UPDATE' || request.?subResource.orV
 // such a Pod, and skipping the call is most of the webhook's cost to the
 // API server. The expression errs toward calling: whatever it cannot
 // judge — images not in canonical form, an owner to look a run id up on,
-// node-cache affinity, conflicting policies — it leaves to the webhook.
+// node-cache affinity, network isolation (the webhook checks the
+// namespace's NetworkPolicy), conflicting policies — it leaves to the
+// webhook.
 // It is "true" (always call) when no Pod could be judged.
 func CallCondition(set Set) string {
 	if len(set) == 0 {
@@ -106,6 +108,11 @@ type allowances struct {
 // judged by a condition (node-cache affinity, policies that conflict).
 func allowancesOf(set Set) (allowances, bool) {
 	if _, ok := set.NodeCacheWeight(); ok {
+		return allowances{}, false
+	}
+	// The webhook checks a fenced namespace's NetworkPolicy is up before
+	// any of its sandbox Pods starts: no condition can see it.
+	if slices.ContainsFunc(set, func(p v1alpha1.SandboxPolicy) bool { return p.Spec.Network != nil }) {
 		return allowances{}, false
 	}
 	runtimeClass, d1 := set.single("spec.runtimeClassName", func(s v1alpha1.SandboxPolicySpec) string { return s.RuntimeClassName })

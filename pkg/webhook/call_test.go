@@ -440,6 +440,7 @@ func TestCallConditionAlways(t *testing.T) {
 	}{
 		{"no policy", nil, "false"},
 		{"node-cache affinity", Set{policy("p", 0, func(s *v1alpha1.SandboxPolicySpec) { s.NodeCache = &v1alpha1.NodeCachePolicy{} })}, "true"},
+		{"network isolation", Set{policy("p", 0, func(s *v1alpha1.SandboxPolicySpec) { s.Network = &v1alpha1.NetworkIsolation{} })}, "true"},
 		{"conflicting runtime classes", Set{
 			policy("a", 0, func(s *v1alpha1.SandboxPolicySpec) { s.RuntimeClassName = "gvisor" }),
 			policy("b", 0, func(s *v1alpha1.SandboxPolicySpec) { s.RuntimeClassName = "kata" }),

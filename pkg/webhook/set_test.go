@@ -125,4 +125,9 @@ func TestExamplePolicy(t *testing.T) {
 			t.Error("the sample policy let a Pod out")
 		}
 	}
+	// Fenced: DNS out, nothing in.
+	np := NetworkPolicy(p, "rl")
+	if np == nil || len(np.Spec.Egress) != 1 || len(np.Spec.Ingress) != 0 || np.Spec.Egress[0].Ports[0].Port.IntValue() != 53 {
+		t.Errorf("the sample policy's NetworkPolicy: %+v, want DNS out and nothing in", np)
+	}
 }
