@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -98,7 +99,10 @@ images:
 configMapGenerator:
 - {name: sandbox-fleet-serve, behavior: replace, files: [fleet.yaml]}
 `, ns, ns, rel, repository, tag)
-	for file, text := range map[string]string{"kustomization.yaml": kustomization, "fleet.yaml": "apiVersion: sandbox-fleet.io/v1alpha1\nkind: FleetConfig\nmaxConcurrent: 2\nmaxWarmPoolSize: 1\n"} {
+	for file, text := range map[string]string{"kustomization.yaml": kustomization, "fleet.yaml": "apiVersion: sandbox-fleet.io/v1alpha1\nkind: FleetConfig\nmaxConcurrent: 2\nmaxWarmPoolSize: 1\n" +
+		// As manifests/serve's own says to keep it: the sandboxes'
+		// network is its NetworkPolicy's alone.
+		"template: {extraTemplateSpec: {networkPolicyManagement: Unmanaged}}\n"} {
 		if err := os.WriteFile(filepath.Join(overlay, file), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -208,6 +212,26 @@ configMapGenerator:
 	}
 	if code := execIn(t, ctx, c, h.Id, `test "$(cat /tmp/mark)" = before`); code != 0 {
 		t.Errorf("the held sandbox after the replacement: exit %d, want its file as written", code)
+	}
+	// The session's sandboxes are fenced (manifests/serve's
+	// networkpolicy.yaml): serve's Pod, its metrics and the API server
+	// are closed to them, as the workers' Pods above reached serve.
+	for _, target := range []string{net.JoinHostPort(next.Status.PodIP, "7070"), net.JoinHostPort(next.Status.PodIP, "9095"), "10.96.0.1:443"} {
+		addr, port, _ := net.SplitHostPort(target)
+		// The network plugin writes a Pod's rules a moment after it runs.
+		var said string
+		var code int32
+		fenced := false
+		for range 20 {
+			code, said = execOutput(t, ctx, c, h.Id, "nc -w 3 "+addr+" "+port+" </dev/null; echo exit $?")
+			if fenced = code == 0 && strings.HasSuffix(said, "exit 1\n"); fenced {
+				break
+			}
+			time.Sleep(time.Second)
+		}
+		if !fenced {
+			t.Errorf("the session's sandbox connects to %s: exit %d\n%s", target, code, said)
+		}
 	}
 	if got := kubectl("-n", ns, "get", "sandboxwarmpools", "-o", "jsonpath={.items[*].metadata.uid}"); got != pools {
 		t.Errorf("pools %q after the replacement, want the same %q", got, pools)
@@ -378,12 +402,23 @@ func podReady(p *corev1.Pod) bool {
 // code.
 func execIn(t *testing.T, ctx context.Context, c fleetv1connect.FleetServiceClient, handle, script string) int32 {
 	t.Helper()
+	code, _ := execOutput(t, ctx, c, handle, script)
+	return code
+}
+
+// execOutput is execIn's exit code with what the script wrote to stdout
+// and stderr.
+func execOutput(t *testing.T, ctx context.Context, c fleetv1connect.FleetServiceClient, handle, script string) (int32, string) {
+	t.Helper()
 	stream, err := c.Exec(ctx, connect.NewRequest(&fleetv1.ExecRequest{Handle: handle, ClientId: "e2e", Argv: []string{"sh", "-c", script}}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	code := int32(-1)
+	var out strings.Builder
 	for stream.Receive() {
+		out.Write(stream.Msg().Stdout)
+		out.Write(stream.Msg().Stderr)
 		if stream.Msg().ExitCode != nil {
 			code = stream.Msg().GetExitCode()
 		}
@@ -391,7 +426,7 @@ func execIn(t *testing.T, ctx context.Context, c fleetv1connect.FleetServiceClie
 	if err := stream.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return code
+	return code, out.String()
 }
 
 // metricsAreGuarded: serve's metrics at url answer no token 401, a
