@@ -52,9 +52,19 @@ func PortForward(cfg *rest.Config, kc kubernetes.Interface, namespace, pod strin
 			return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
 		})
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	f, err := forward(dialer, port)
 	if err != nil {
 		return nil, fmt.Errorf("forwarding port %d of pod %s/%s: %w", port, namespace, pod, err)
+	}
+	return f, nil
+}
+
+// forward serves port over dialer's port-forwards on a loopback port, to
+// this process's user and root only.
+func forward(dialer httpstream.Dialer, port int) (*Forward, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
 	}
 	f := &Forward{Address: l.Addr().String(), l: l, closed: make(chan struct{})}
 	f.wg.Add(1)
