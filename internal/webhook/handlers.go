@@ -71,8 +71,8 @@ func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admissio
 }
 
 func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
-	if req.Kind.Kind != "Pod" || len(req.Object.Raw) == 0 {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the review carries no Pod (kind %q): check the webhook configuration's rules", req.Kind.Kind)), resultErrored
+	if resp, result, ok := carries(req, "Pod"); !ok {
+		return resp, result
 	}
 	update := req.Operation == admissionv1.Update
 	if req.Operation != admissionv1.Create && !update {
@@ -309,8 +309,8 @@ func (m *TemplateMutator) handle(ctx context.Context, req admission.Request) (ad
 // decodeTemplate reads the SandboxTemplate a review carries; when there
 // is none to act on it returns the response to give instead.
 func decodeTemplate(req admission.Request) (*extensionsv1beta1.SandboxTemplate, admission.Response, string) {
-	if req.Kind.Kind != "SandboxTemplate" || len(req.Object.Raw) == 0 {
-		return nil, admission.Errored(http.StatusBadRequest, fmt.Errorf("the review carries no SandboxTemplate (kind %q): check the webhook configuration's rules", req.Kind.Kind)), resultErrored
+	if resp, result, ok := carries(req, "SandboxTemplate"); !ok {
+		return nil, resp, result
 	}
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return nil, admission.Allowed(""), resultAllowed
@@ -375,8 +375,8 @@ func (v *SecretValidator) Handle(ctx context.Context, req admission.Request) adm
 }
 
 func (v *SecretValidator) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
-	if req.Kind.Kind != "Secret" || len(req.Object.Raw) == 0 {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the review carries no Secret (kind %q): check the webhook configuration's rules", req.Kind.Kind)), resultErrored
+	if resp, result, ok := carries(req, "Secret"); !ok {
+		return resp, result
 	}
 	// Only the type is decoded: the webhook keeps no Secret's data.
 	var secret struct {
@@ -388,15 +388,9 @@ func (v *SecretValidator) handle(ctx context.Context, req admission.Request) (ad
 	if secret.Type != corev1.SecretTypeServiceAccountToken {
 		return admission.Allowed("not a service account token Secret"), resultAllowed
 	}
-	set, err := v.View.policies(ctx, req.Namespace)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err), resultErrored
-	}
-	if resp, result, done := refused(v.Counts, denialOrNil(policy.CheckSecret(secret.Type, set)), req.DryRun != nil && *req.DryRun); done {
-		resp.Result.Message = fmt.Sprintf("Secret %s/%s: %s", req.Namespace, req.Name, resp.Result.Message)
-		return resp, result
-	}
-	return admission.Allowed("the SandboxPolicies allow service account tokens"), resultAllowed
+	return judged(ctx, req, v.View, v.Counts, "Secret "+req.Namespace+"/"+req.Name,
+		func(set policy.Set) *policy.Denial { return policy.CheckSecret(secret.Type, set) },
+		"the SandboxPolicies allow service account tokens")
 }
 
 // OtherPodValidator refuses, in the namespaces SandboxPolicies govern, the
@@ -418,8 +412,8 @@ func (v *OtherPodValidator) Handle(ctx context.Context, req admission.Request) a
 }
 
 func (v *OtherPodValidator) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
-	if req.Kind.Kind != "Pod" || len(req.Object.Raw) == 0 {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the review carries no Pod (kind %q): check the webhook configuration's rules", req.Kind.Kind)), resultErrored
+	if resp, result, ok := carries(req, "Pod"); !ok {
+		return resp, result
 	}
 	// Only the metadata is decoded: labels decide.
 	var pod, old struct {
@@ -435,17 +429,35 @@ func (v *OtherPodValidator) handle(ctx context.Context, req admission.Request) (
 		}
 		before = &old.Metadata
 	}
-	set, err := v.View.policies(ctx, req.Namespace)
+	name := req.Name
+	if name == "" {
+		name = pod.Metadata.GenerateName + "<generated>"
+	}
+	return judged(ctx, req, v.View, v.Counts, "Pod "+req.Namespace+"/"+name,
+		func(set policy.Set) *policy.Denial { return policy.CheckOtherPod(&pod.Metadata, before, set) },
+		"a sandbox Pod, or one the SandboxPolicies' otherPodSelector selects")
+}
+
+// carries checks a review carries an object of kind, as the handler's
+// webhook entry's rules send; ok false comes with the answer to give.
+func carries(req admission.Request, kind string) (resp admission.Response, result string, ok bool) {
+	if req.Kind.Kind != kind || len(req.Object.Raw) == 0 {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the review carries no %s (kind %q): check the webhook configuration's rules", kind, req.Kind.Kind)), resultErrored, false
+	}
+	return admission.Response{}, "", true
+}
+
+// judged answers a review of the object named what (kind namespace/name)
+// by check under its namespace's policies: refused — counted unless a dry
+// run, the object named — or allowed, saying allowed.
+func judged(ctx context.Context, req admission.Request, view *policyView, counts *Counts, what string, check func(policy.Set) *policy.Denial, allowed string) (admission.Response, string) {
+	set, err := view.policies(ctx, req.Namespace)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err), resultErrored
 	}
-	if resp, result, done := refused(v.Counts, denialOrNil(policy.CheckOtherPod(&pod.Metadata, before, set)), req.DryRun != nil && *req.DryRun); done {
-		name := req.Name
-		if name == "" {
-			name = pod.Metadata.GenerateName + "<generated>"
-		}
-		resp.Result.Message = fmt.Sprintf("Pod %s/%s: %s", req.Namespace, name, resp.Result.Message)
+	if resp, result, done := refused(counts, denialOrNil(check(set)), req.DryRun != nil && *req.DryRun); done {
+		resp.Result.Message = what + ": " + resp.Result.Message
 		return resp, result
 	}
-	return admission.Allowed("a sandbox Pod, or one the SandboxPolicies' otherPodSelector selects"), resultAllowed
+	return admission.Allowed(allowed), resultAllowed
 }

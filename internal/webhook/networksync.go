@@ -3,7 +3,6 @@ package webhook
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,11 +18,12 @@ import (
 	policy "github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
 )
 
-// networkSync is the elected replica's writer of the policies'
-// NetworkPolicies (policy.NetworkPolicies): it creates what is missing,
-// puts back what was changed and deletes what no policy stands behind
-// any more — a policy's network isolation unset, or a namespace no longer
-// selected. A deleted policy's go with it: it owns them.
+// networkSync is the elected replica's writer (the manager runs it on the
+// leader only) of the policies' NetworkPolicies (policy.NetworkPolicies):
+// it creates what is missing, puts back what was changed and deletes what
+// no policy stands behind any more — a policy's network isolation unset,
+// or a namespace no longer selected. A deleted policy's go with it: it
+// owns them.
 type networkSync struct {
 	// Cache holds the policies, the namespaces' metadata and the
 	// NetworkPolicies labelled policy.NetworkIsolationLabel; Reader reads
@@ -34,45 +33,11 @@ type networkSync struct {
 	Client client.Client
 }
 
-// NeedLeaderElection implements manager.LeaderElectionRunnable.
-func (s *networkSync) NeedLeaderElection() bool { return true }
-
 // Start implements manager.Runnable.
 func (s *networkSync) Start(ctx context.Context) error {
-	poke := make(chan struct{}, 1)
-	handler := toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { notify(poke) },
-		UpdateFunc: func(any, any) { notify(poke) },
-		DeleteFunc: func(any) { notify(poke) },
-	}
-	for _, obj := range []client.Object{&v1alpha1.SandboxPolicy{}, metadataOf(corev1.SchemeGroupVersion.WithKind("Namespace")), &networkingv1.NetworkPolicy{}} {
-		inf, err := s.Cache.GetInformer(ctx, obj)
-		if err != nil {
-			return fmt.Errorf("following %T: %w", obj, err)
-		}
-		if _, err := inf.AddEventHandler(handler); err != nil {
-			return err
-		}
-	}
-	if !s.Cache.WaitForCacheSync(ctx) {
-		return nil
-	}
-	log := klog.FromContext(ctx)
-	ticker := time.NewTicker(syncEvery)
-	defer ticker.Stop()
-	for {
-		if err := s.sync(ctx); err != nil && ctx.Err() == nil {
-			log.Error(err, "Writing the SandboxPolicies' NetworkPolicies; sandbox Pods of the namespaces without theirs are denied until it succeeds")
-			time.AfterFunc(time.Second, func() { notify(poke) })
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-poke:
-			time.Sleep(syncDelay)
-		case <-ticker.C:
-		}
-	}
+	return resync(ctx, s.Cache, []client.Object{&v1alpha1.SandboxPolicy{}, metadataOf(corev1.SchemeGroupVersion.WithKind("Namespace")), &networkingv1.NetworkPolicy{}},
+		"Writing the SandboxPolicies' NetworkPolicies; sandbox Pods of the namespaces without theirs are denied until it succeeds",
+		func(ctx context.Context) (time.Duration, error) { return 0, s.sync(ctx) })
 }
 
 // sync makes the cluster's NetworkPolicies labelled

@@ -43,8 +43,8 @@ func (a *PolicyAdmitter) Handle(ctx context.Context, req admission.Request) admi
 }
 
 func (a *PolicyAdmitter) handle(ctx context.Context, req admission.Request) (admission.Response, string) {
-	if req.Kind.Kind != "SandboxPolicy" || len(req.Object.Raw) == 0 {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the review carries no SandboxPolicy (kind %q): check the webhook configuration's rules", req.Kind.Kind)), resultErrored
+	if resp, result, ok := carries(req, "SandboxPolicy"); !ok {
+		return resp, result
 	}
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed(""), resultAllowed

@@ -143,14 +143,33 @@ const (
 
 // Start implements manager.Runnable; it runs on the elected replica only.
 func (s *policySync) Start(ctx context.Context) error {
+	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues("mutatingWebhookConfiguration", s.Mutating+PoliciesSuffix))
+	return resync(ctx, s.Cache, []client.Object{&v1alpha1.SandboxPolicy{}, &admissionregistrationv1.MutatingWebhookConfiguration{}, &admissionregistrationv1.ValidatingWebhookConfiguration{}},
+		"Keeping the SandboxPolicies' webhook entries as they are until it succeeds",
+		func(ctx context.Context) (time.Duration, error) {
+			pending, err := s.sync(ctx)
+			if pending {
+				// A change never stored shows no event: look again once
+				// it may be found unstored.
+				return storageLag, err
+			}
+			return 0, err
+		})
+}
+
+// resync follows objs in c and calls sync after each change (a burst
+// gathered over syncDelay), every syncEvery to catch what an event
+// missed, and again as long after as sync asks — a second after it
+// failed, logging failed with its error.
+func resync(ctx context.Context, c cache.Cache, objs []client.Object, failed string, sync func(context.Context) (again time.Duration, err error)) error {
 	poke := make(chan struct{}, 1)
 	handler := toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { notify(poke) },
 		UpdateFunc: func(any, any) { notify(poke) },
 		DeleteFunc: func(any) { notify(poke) },
 	}
-	for _, obj := range []client.Object{&v1alpha1.SandboxPolicy{}, &admissionregistrationv1.MutatingWebhookConfiguration{}, &admissionregistrationv1.ValidatingWebhookConfiguration{}} {
-		inf, err := s.Cache.GetInformer(ctx, obj)
+	for _, obj := range objs {
+		inf, err := c.GetInformer(ctx, obj)
 		if err != nil {
 			return fmt.Errorf("following %T: %w", obj, err)
 		}
@@ -158,21 +177,20 @@ func (s *policySync) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	if !s.Cache.WaitForCacheSync(ctx) {
+	if !c.WaitForCacheSync(ctx) {
 		return nil
 	}
-	log := klog.FromContext(ctx).WithValues("mutatingWebhookConfiguration", s.Mutating+PoliciesSuffix)
+	log := klog.FromContext(ctx)
 	ticker := time.NewTicker(syncEvery)
 	defer ticker.Stop()
 	for {
-		pending, err := s.sync(ctx)
+		again, err := sync(ctx)
 		if err != nil && ctx.Err() == nil {
-			log.Error(err, "Keeping the SandboxPolicies' webhook entries as they are until it succeeds")
-			time.AfterFunc(time.Second, func() { notify(poke) })
-		} else if pending {
-			// A change never stored shows no event: look again once it
-			// may be found unstored.
-			time.AfterFunc(storageLag, func() { notify(poke) })
+			log.Error(err, failed)
+			again = time.Second
+		}
+		if again > 0 {
+			time.AfterFunc(again, func() { notify(poke) })
 		}
 		select {
 		case <-ctx.Done():
