@@ -59,7 +59,9 @@ func TestServeInTheCluster(t *testing.T) {
 	}
 	kubectl := kubectlOf(t, ctx)
 	kc := kubeClient(t)
-	ns := newNamespace(t)
+	// The session's namespace (serve and its sandboxes) and the
+	// trainer's (its workers and their accounts), as the manifests say.
+	ns, trainers := newNamespace(t), newNamespace(t)
 	name := "sandbox-fleet-serve-" + ns
 	host := name + "." + ns + ".svc"
 
@@ -77,9 +79,9 @@ func TestServeInTheCluster(t *testing.T) {
 				Type: corev1.SecretTypeTLS, Data: map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM}}, metav1.CreateOptions{})
 			return err
 		}},
-		{func() error { return createAccount(ctx, kc, ns, "sandbox-fleet-trainer") }},
-		{func() error { return createAccount(ctx, kc, ns, "intruder") }},
-		{func() error { return pythonClientConfigMap(ctx, kc, ns, root, caPEM) }},
+		{func() error { return createAccount(ctx, kc, trainers, "sandbox-fleet-trainer") }},
+		{func() error { return createAccount(ctx, kc, trainers, "intruder") }},
+		{func() error { return pythonClientConfigMap(ctx, kc, trainers, root, caPEM) }},
 	} {
 		if err := obj.create(); err != nil {
 			t.Fatal(err)
@@ -98,7 +100,13 @@ images:
 - {name: ghcr.io/sandbox-fleet/sandbox-fleet, newName: %s, newTag: %q}
 configMapGenerator:
 - {name: sandbox-fleet-serve, behavior: replace, files: [fleet.yaml]}
-`, ns, ns, rel, repository, tag)
+patches:
+- patch: |-
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata: {name: sandbox-fleet-serve}
+    spec: {template: {spec: {containers: [{name: serve, env: [{name: ALLOWED_ACCOUNT, value: %s/sandbox-fleet-trainer}]}]}}}
+`, ns, ns, rel, repository, tag, trainers)
 	for file, text := range map[string]string{"kustomization.yaml": kustomization, "fleet.yaml": "apiVersion: sandbox-fleet.io/v1alpha1\nkind: FleetConfig\nmaxConcurrent: 2\nmaxWarmPoolSize: 1\n" +
 		// As manifests/serve's own says to keep it: the sandboxes'
 		// network is its NetworkPolicy's alone.
@@ -122,7 +130,8 @@ configMapGenerator:
 	}
 
 	// serve's account may do what a session does in its namespace and
-	// review tokens, and nothing else docs/admin.md says it may not.
+	// review tokens, and nothing else docs/admin.md says it may not: no
+	// Pod of the trainer's is within its reach.
 	for _, tt := range []struct {
 		attrs authorizationv1.ResourceAttributes
 		want  bool
@@ -132,6 +141,10 @@ configMapGenerator:
 		{authorizationv1.ResourceAttributes{Namespace: "default", Verb: "create", Group: "extensions.agents.x-k8s.io", Resource: "sandboxclaims"}, false},
 		{authorizationv1.ResourceAttributes{Namespace: ns, Verb: "get", Resource: "secrets", Name: "sandbox-fleet-serve-tls"}, false},
 		{authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Group: "sandbox-fleet.io", Resource: "prepulljobs"}, false},
+		{authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Resource: "pods", Subresource: "exec"}, true},
+		{authorizationv1.ResourceAttributes{Namespace: trainers, Verb: "create", Resource: "pods", Subresource: "exec"}, false},
+		{authorizationv1.ResourceAttributes{Namespace: trainers, Verb: "delete", Resource: "pods"}, false},
+		{authorizationv1.ResourceAttributes{Namespace: trainers, Verb: "update", Resource: "configmaps"}, false},
 		{authorizationv1.ResourceAttributes{Namespace: preflight.ControllerNamespace, Verb: "get", Group: "coordination.k8s.io", Resource: "leases", Name: preflight.ControllerLease}, true},
 		{authorizationv1.ResourceAttributes{Namespace: preflight.ControllerNamespace, Verb: "get", Group: "apps", Resource: "deployments", Name: preflight.ControllerName}, true},
 		{authorizationv1.ResourceAttributes{Namespace: preflight.ControllerNamespace, Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Name: preflight.ControllerLease}, false},
@@ -153,7 +166,7 @@ configMapGenerator:
 
 	// The test is a client too, the session's owner (its first caller),
 	// reaching the serve Pod by its address with the Service's name.
-	trainerToken := serveToken(t, ctx, kc, ns, "sandbox-fleet-trainer")
+	trainerToken := serveToken(t, ctx, kc, trainers, "sandbox-fleet-trainer")
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
 	servePod := readyPod(t, ctx, kc, ns, "")
@@ -175,11 +188,11 @@ configMapGenerator:
 	metricsAreGuarded(t, ctx, kc, ns, "https://"+servePod.Status.PodIP+":9095/metrics", &tls.Config{RootCAs: pool, ServerName: host}, trainerToken)
 
 	// The rollout worker's Pod, then another account's.
-	worker := runClientPod(t, ctx, kc, ns, "worker", "sandbox-fleet-trainer", servePod.Status.PodIP, host)
+	worker := runClientPod(t, ctx, kc, trainers, "worker", "sandbox-fleet-trainer", servePod.Status.PodIP, host)
 	if !strings.Contains(worker, "ran: hello from the worker") {
 		t.Errorf("the worker Pod: %s", worker)
 	}
-	intruder := runClientPod(t, ctx, kc, ns, "intruder", "intruder", servePod.Status.PodIP, host)
+	intruder := runClientPod(t, ctx, kc, trainers, "intruder", "intruder", servePod.Status.PodIP, host)
 	if !strings.Contains(intruder, "refused: permission_denied") {
 		t.Errorf("the intruder Pod: %s", intruder)
 	}

@@ -17,6 +17,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 )
 
@@ -81,11 +82,19 @@ const (
 // --token-audience says otherwise.
 const DefaultAudience = "sandbox-fleet"
 
-// ParseAccount checks an allowed account, namespace/name or namespace/*.
+// ParseAccount checks an allowed account, namespace/name or namespace/*,
+// each a name Kubernetes could give: a placeholder left in a manifest
+// (manifests/serve's TRAINER_NAMESPACE) is refused, not served.
 func ParseAccount(s string) error {
 	ns, name, ok := strings.Cut(s, "/")
 	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
 		return fmt.Errorf("--allow-service-account %q: give NAMESPACE/NAME, or NAMESPACE/* for every account of a namespace", s)
+	}
+	if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+		return fmt.Errorf("--allow-service-account %q: %q is no namespace name (%s): name the namespace the callers' Pods run in", s, ns, strings.Join(msgs, "; "))
+	}
+	if msgs := validation.IsDNS1123Subdomain(name); name != "*" && len(msgs) > 0 {
+		return fmt.Errorf("--allow-service-account %q: %q is no ServiceAccount name (%s)", s, name, strings.Join(msgs, "; "))
 	}
 	return nil
 }

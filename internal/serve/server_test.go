@@ -158,7 +158,8 @@ func TestAllowed(t *testing.T) {
 			t.Errorf("allowed(%q) = %v, want %v", tc.user, got, tc.want)
 		}
 	}
-	for s, ok := range map[string]bool{"rl/trainer": true, "rl/*": true, "trainer": false, "/x": false, "rl/": false, "a/b/c": false} {
+	for s, ok := range map[string]bool{"rl/trainer": true, "rl/*": true, "trainer": false, "/x": false, "rl/": false, "a/b/c": false,
+		"TRAINER_NAMESPACE/sandbox-fleet-trainer": false, "rl/Trainer": false} {
 		if err := ParseAccount(s); (err == nil) != ok {
 			t.Errorf("ParseAccount(%q) = %v, want ok %v", s, err, ok)
 		}

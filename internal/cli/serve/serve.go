@@ -88,8 +88,9 @@ runs (and is released once it ran out), and a client that reconnects with its
 id and key finds its handles. A serve of the session still renewing its
 heartbeat is waited for.
 
-To run serve in a cluster, as a Deployment in the trainer's namespace (see
-manifests/serve and docs/python-client.md): --session-name NAME resumes the
+To run serve in a cluster, as a Deployment in a namespace of the session's
+own, apart from the trainer's (see manifests/serve and
+docs/python-client.md): --session-name NAME resumes the
 session of that name when it exists and starts it otherwise, so that a
 replaced Pod carries on; --detach-on-signal leaves the session to the next
 Pod on SIGTERM instead of tearing it down (a client's Close still does);
