@@ -176,6 +176,12 @@ func (h headers) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		for k, v := range h {
 			req.Header().Set(k, v)
 		}
+		// net/http sends a request again on a new connection when the
+		// server had closed the kept-alive one it went out on before
+		// reading it — as a restarted serve has closed them all — but
+		// only a request it may replay: one carrying this header. It
+		// replays nothing the server may have read.
+		req.Header().Set("Idempotency-Key", "unread-retry")
 		return next(ctx, req)
 	}
 }
