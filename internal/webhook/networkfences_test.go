@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -121,13 +122,17 @@ func TestNetworkFences(t *testing.T) {
 
 	t.Run("a policy that stops fencing takes its fence down", func(t *testing.T) {
 		network := pol.Spec.Network
+		// The webhook writes the policy's status meanwhile: a conflict
+		// is read again.
 		setNetwork := func(n *v1alpha1.NetworkIsolation) {
 			t.Helper()
-			if err := c.Get(ctx, client.ObjectKeyFromObject(pol), pol); err != nil {
-				t.Fatal(err)
-			}
-			pol.Spec.Network = n
-			if err := c.Update(ctx, pol); err != nil {
+			if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				if err := c.Get(ctx, client.ObjectKeyFromObject(pol), pol); err != nil {
+					return err
+				}
+				pol.Spec.Network = n
+				return c.Update(ctx, pol)
+			}); err != nil {
 				t.Fatal(err)
 			}
 		}
