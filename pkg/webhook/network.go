@@ -41,7 +41,9 @@ func NetworkPolicyName(policy string) string {
 	}
 	sum := sha256.Sum256([]byte(policy))
 	tail := "-" + hex.EncodeToString(sum[:])[:10]
-	return name[:most-len(tail)] + tail
+	// A DNS label may neither end nor start with a dash: no "." or "-"
+	// before the tail's dash.
+	return strings.TrimRight(name[:most-len(tail)], ".-") + tail
 }
 
 // NetworkPolicy is the NetworkPolicy that fences the sandbox Pods of

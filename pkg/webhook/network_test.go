@@ -9,6 +9,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 )
@@ -92,6 +93,11 @@ func TestNetworkPolicyName(t *testing.T) {
 	a, b := NetworkPolicyName(long), NetworkPolicyName(long[:252]+"b")
 	if len(a) != 253 || len(b) != 253 || a == b {
 		t.Errorf("long names: %d and %d characters, equal %v: want 253, told apart", len(a), len(b), a == b)
+	}
+	// Cut where a label ends: the name stays a DNS subdomain.
+	dotted := strings.Repeat("a", 227) + "." + strings.Repeat("b", 30)
+	if got := NetworkPolicyName(dotted); len(validation.IsDNS1123Subdomain(got)) > 0 || strings.Contains(got, ".-") {
+		t.Errorf("NetworkPolicyName of a name cut at its dot = %q: %v", got, validation.IsDNS1123Subdomain(got))
 	}
 }
 
