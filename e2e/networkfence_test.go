@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,9 +41,10 @@ for target in sys.argv[1:]:
 
 // sandboxesAreFenced: under the sample policy as shipped, the webhook
 // writes the governed namespace's fence, and the real node's network
-// plugin holds it. A sandbox there — a Sandbox's Pod — connects to neither
-// the webhook's Pod nor a Pod of another namespace, while a Pod of an
-// ungoverned namespace reaches both; and it reaches the
+// plugin holds it. A sandbox there — a Sandbox's Pod — connects to none
+// of the webhook's Pod, the API server (at the kubernetes Service, as
+// in-cluster clients reach it) and a Pod of another namespace, while a
+// Pod of an ungoverned namespace reaches every one; and it reaches the
 // mirror a second policy governing the namespace lists: the policies'
 // fences add up.
 func sandboxesAreFenced(t *testing.T, ctx context.Context, c client.Client, governed string) {
@@ -90,19 +92,17 @@ func sandboxesAreFenced(t *testing.T, ctx context.Context, c client.Client, gove
 	inside := waitRunning(t, ctx, c, governed, func(p *corev1.Pod) bool { return p.Name == sandbox.Name && p.Labels[policy.SandboxPodLabel] != "" })
 	outside := runPod(t, ctx, c, elsewhere, "control", "sleep", "600")
 
-	// The API server (at the kubernetes Service, which the node routes to
-	// its loopback address) is left out: once in a full suite's run a
-	// fenced sandbox reached it there, for reasons not found yet.
 	webhook := net.JoinHostPort(webhookPods.Items[0].Status.PodIP, "9443")
+	apiServer := apiServerService(t, ctx)
 	otherPod := net.JoinHostPort(other.Status.PodIP, "8080")
 	mirrorPod := net.JoinHostPort(mirror.Status.PodIP, "8080")
-	targets := []string{webhook, otherPod, mirrorPod}
+	targets := []string{webhook, apiServer, otherPod, mirrorPod}
 	for _, tt := range []struct {
 		from *corev1.Pod
 		want map[string]string
 	}{
-		{outside, map[string]string{webhook: "open", otherPod: "open", mirrorPod: "open"}},
-		{inside, map[string]string{webhook: "closed", otherPod: "closed", mirrorPod: "open"}},
+		{outside, map[string]string{webhook: "open", apiServer: "open", otherPod: "open", mirrorPod: "open"}},
+		{inside, map[string]string{webhook: "closed", apiServer: "closed", otherPod: "closed", mirrorPod: "open"}},
 	} {
 		// The plugin writes a Pod's rules once it sees the Pod: a moment
 		// after it runs.
@@ -118,13 +118,24 @@ func sandboxesAreFenced(t *testing.T, ctx context.Context, c client.Client, gove
 			return true, nil
 		})
 		if err != nil {
-			t.Errorf("from %s/%s (webhook %s, another namespace's Pod %s, the listed mirror %s):\n%s", tt.from.Namespace, tt.from.Name, webhook, otherPod, mirrorPod, said)
+			t.Errorf("from %s/%s (webhook %s, API server %s, another namespace's Pod %s, the listed mirror %s):\n%s", tt.from.Namespace, tt.from.Name, webhook, apiServer, otherPod, mirrorPod, said)
 		}
 	}
 }
 
 // tryConnecting runs connects in pod's first container and returns what
 // became of each target, with its output.
+// apiServerService is where in-cluster clients reach the API server: the
+// kubernetes Service's address and port.
+func apiServerService(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	svc, err := kubeClient(t).CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil || len(svc.Spec.Ports) == 0 {
+		t.Fatalf("the kubernetes Service: %v", err)
+	}
+	return net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port)))
+}
+
 func tryConnecting(t *testing.T, ctx context.Context, pod *corev1.Pod, targets []string) (map[string]string, string) {
 	t.Helper()
 	clients, err := kube.ForConfig(restConfig(), pod.Namespace)

@@ -227,10 +227,9 @@ patches:
 		t.Errorf("the held sandbox after the replacement: exit %d, want its file as written", code)
 	}
 	// The session's sandboxes are fenced (manifests/serve's
-	// networkpolicy.yaml): serve's Pod and its metrics are closed to
-	// them, as the workers' Pods above reached serve. (The API server at
-	// the kubernetes Service is left out, as in sandboxesAreFenced.)
-	for _, target := range []string{net.JoinHostPort(next.Status.PodIP, "7070"), net.JoinHostPort(next.Status.PodIP, "9095")} {
+	// networkpolicy.yaml): serve's Pod, its metrics and the API server
+	// are closed to them, as the workers' Pods above reached serve.
+	for _, target := range []string{net.JoinHostPort(next.Status.PodIP, "7070"), net.JoinHostPort(next.Status.PodIP, "9095"), apiServerService(t, ctx)} {
 		addr, port, _ := net.SplitHostPort(target)
 		// The network plugin writes a Pod's rules a moment after it runs.
 		var said string

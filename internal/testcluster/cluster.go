@@ -257,6 +257,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, port, etcdPort int) error 
 		"--service-account-key-file=" + sa.Cert,
 		"--service-account-signing-key-file=" + sa.Key,
 		"--service-cluster-ip-range=" + serviceCIDR,
+		"--service-node-port-range=" + nodePortRange,
 		"--authorization-mode=Node,RBAC",
 		"--allow-privileged=true",
 		"--kubelet-client-certificate=" + kubeletClient.Cert,

@@ -63,6 +63,7 @@ func (c *Cluster) startNetworkPolicies(ctx context.Context) error {
 		// No listener: this machine's servers are the tests' own.
 		"--health-port=0", "--metrics-port=0",
 		"--service-cluster-ip-range=" + serviceCIDR,
+		"--service-node-port-range=" + nodePortRange,
 		"--v=1",
 	})
 	if err != nil {

@@ -180,6 +180,18 @@ const (
 	kubernetesServiceIP = "10.96.0.1"
 )
 
+// The API server's and the network plugin's --service-node-port-range. The
+// plugin lets any Pod reach a node's own address on these ports, as it must
+// for NodePort Services, so no component of the test cluster may listen on
+// one: the API server, reached at the kubernetes Service through the node's
+// loopback address, would be open to every fenced sandbox.
+const (
+	nodePortMin = 30000
+	nodePortMax = 32767
+)
+
+var nodePortRange = fmt.Sprintf("%d-%d", nodePortMin, nodePortMax)
+
 // MirrorHosts is containerd's hosts.toml, for its certs.d/_default, that
 // has every registry's images pulled from the plain-HTTP registry at addr
 // (host:port).

@@ -13,10 +13,11 @@ import (
 
 // Ports are drawn at random below Linux's ephemeral range (32768 and up), so
 // an outgoing connection of some other process cannot take a port between
-// the moment it is chosen and the moment its component binds it.
+// the moment it is chosen and the moment its component binds it, and below
+// the node port range, which the network plugin opens to every Pod.
 const (
 	minPort = 10000
-	maxPort = 32767
+	maxPort = nodePortMin - 1
 )
 
 var (
