@@ -265,30 +265,23 @@ func runCell(ctx context.Context, targets []fleet.Target, o Options, runID strin
 	cfg.Strategy, cfg.Concurrency, cfg.MaxConcurrent = cell.Strategy, cell.Concurrency, cell.Concurrency
 	cfg.Recycle.Enabled = cell.Recycle
 	before := requests(targets)
-	f, err := fleet.Open(ctx, runID, cfg, o.Tasks, targets)
+	f, err := fleet.Open(ctx, runID, cfg, o.Tasks, targets, fleet.WithHeartbeat("loadtest", o.Heartbeat))
 	if err != nil {
 		return Row{}, fmt.Errorf("%s: %w", cell.Name(), err)
 	}
 	defer f.Close()
-	if err := f.Preflight(ctx); err != nil {
-		return Row{}, fmt.Errorf("%w\nNothing was created", err)
-	}
-	stopBeats, err := f.StartHeartbeats(ctx, "loadtest", o.Heartbeat)
-	if err != nil {
-		return Row{}, fmt.Errorf("%w\nNothing was created", err)
-	}
 	if o.Started != nil {
 		o.Started(cell, runID)
 	}
 	var results []fleet.Result
 	rep, runErr := f.Run(ctx, fleet.RunOptions{Work: o.Work, OnResult: func(r fleet.Result) { results = append(results, r) }})
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	beatErr := stopBeats(sctx)
+	if errors.Is(runErr, fleet.ErrNothingCreated) {
+		return Row{}, runErr
+	}
 	row := Measure(cell, rep, results, requests(targets)-before)
 	row.RunID, row.Tasks = runID, len(o.Tasks)
-	if err := errors.Join(runErr, beatErr); err != nil {
-		row.Error = err.Error()
+	if runErr != nil {
+		row.Error = runErr.Error()
 	}
 	return row, nil
 }

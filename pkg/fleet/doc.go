@@ -11,12 +11,13 @@
 //	cfg, _ := config.Load("fleet.yaml")
 //	ts, _ := tasks.Load([]string{"tasks.jsonl"}, nil, tasks.Options{Rewrite: cfg.Rewrite})
 //	targets, _ := fleet.Targets(cfg, genericclioptions.NewConfigFlags(true))
-//	f, _ := fleet.Open(ctx, "run-1", cfg, ts, targets)
+//	f, _ := fleet.Open(ctx, "run-1", cfg, ts, targets, fleet.WithHeartbeat("my-driver", 0))
 //	defer f.Close()
-//	_ = f.Preflight(ctx) // nothing is created when it fails
-//	stop, _ := f.StartHeartbeats(ctx, "my-driver", 0)
-//	defer stop(context.WithoutCancel(ctx))
 //	rep, _ := f.Run(ctx, fleet.RunOptions{Work: fleet.ExecWork([]string{"python3", "-m", "pytest", "-q"}, nil)})
+//
+// Run does all of it: preflight (when it fails, nothing was created and
+// the error matches ErrNothingCreated), the run's heartbeat Lease, the
+// pre-pull WithPrepull asks for, the passes, and the teardown.
 //
 // NewPlan says, from plain data, what such a run does; a trainer that
 // owns its schedule uses package session instead of Run.

@@ -25,7 +25,6 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracker"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/capacity"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/metrics"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
@@ -70,9 +69,10 @@ type Fleet struct {
 	Tasks    []tasks.Task
 	Plan     Plan
 	Clusters []*Cluster
-	// Metrics, when set, receive the run's figures as they happen.
-	Metrics *metrics.Metrics
 
+	// driving is what Open's options said; its metrics, when set, receive
+	// the run's figures as they happen.
+	driving driving
 	// log is the logger of the context Open was given.
 	log    logr.Logger
 	policy placement.Policy
@@ -107,11 +107,16 @@ type placed struct {
 	gate chan struct{}
 }
 
-// Open sizes the run and starts following its objects on every target.
-// Nothing is created until Run. Close releases what Open started.
-func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, targets []Target) (*Fleet, error) {
+// Open sizes the run and starts following its objects on every target,
+// driven as opts say. Nothing is created until Run (or Start). Close
+// releases what Open started.
+func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, targets []Target, opts ...Option) (*Fleet, error) {
 	if len(targets) == 0 {
 		return nil, errors.New("a fleet needs at least one cluster")
+	}
+	driving, err := drivingOf(opts)
+	if err != nil {
+		return nil, err
 	}
 	policy, err := placement.New(cfg.Placement)
 	if err != nil {
@@ -121,7 +126,7 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 	// that ends while Open runs stops them too.
 	watchCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer context.AfterFunc(ctx, stop)()
-	f := &Fleet{RunID: runID, Config: cfg, Tasks: ts, policy: policy, stop: stop, log: klog.FromContext(ctx),
+	f := &Fleet{RunID: runID, Config: cfg, Tasks: ts, driving: driving, policy: policy, stop: stop, log: klog.FromContext(ctx),
 		rec: report.New(cfg.Strategy), warm: map[string]*placed{}, originals: map[string]string{}, recycler: newRecycler(cfg)}
 	start := time.Now()
 	f.Plan = NewPlan(cfg, ts)
@@ -158,16 +163,9 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 	return f, nil
 }
 
-// Preflight checks every cluster, concurrently, before anything is
-// created: the Agent Sandbox API, the namespace, permissions, runtime class
-// and pull secret. It returns the failures, each with what to do.
-func (f *Fleet) Preflight(ctx context.Context) error { return f.preflight(ctx, false) }
-
-// PreflightSession is Preflight for a session (package session), which
-// also needs to record its state and patch its claims.
-func (f *Fleet) PreflightSession(ctx context.Context) error { return f.preflight(ctx, true) }
-
-func (f *Fleet) preflight(ctx context.Context, session bool) error {
+// preflight checks every cluster, concurrently, before anything is
+// created, and returns the failures, each with what to do.
+func (f *Fleet) preflight(ctx context.Context) error {
 	start := time.Now()
 	defer func() { f.phase("preflight", "", time.Since(start)) }()
 	errs := make([]error, len(f.Clusters))
@@ -176,7 +174,7 @@ func (f *Fleet) preflight(ctx context.Context, session bool) error {
 		wg.Go(func() {
 			rep := preflight.Run(ctx, c.Clients.Kube, c.Clients.Config.Host, preflight.Options{
 				Namespace: c.Namespace(), RuntimeClass: c.spec.RuntimeClassName, ImagePullSecret: c.spec.ImagePullSecret,
-				Session: session,
+				Session: f.driving.session,
 			})
 			for _, w := range rep.Warnings() {
 				f.logf("preflight on cluster %s: %s: %s", c.Name, w.Name, w.Detail)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -489,13 +490,13 @@ func TestTemplateExtrasReachTheCluster(t *testing.T) {
 	assertEmpty(t, ctx, f)
 }
 
-// StartHeartbeats with no duration holds the run's Lease for the default
-// 30 s, and its stop deletes it.
+// Start, on a fleet opened without WithHeartbeat, holds the run's Lease
+// for the default 30 s as "fleet" of this process, and its Stop deletes it.
 func TestStartHeartbeatsDefault(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	f := open(t, ctx, "run-beats", testConfig("naive"), skewed(), cluster)
-	stop, err := f.StartHeartbeats(ctx, "test", 0)
+	beats, err := f.Start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,11 +508,42 @@ func TestStartHeartbeatsDefault(t *testing.T) {
 	if d := lease.Spec.LeaseDurationSeconds; d == nil || *d != 30 {
 		t.Errorf("lease duration %v, want 30 s", d)
 	}
-	if err := stop(ctx); err != nil {
+	if h := lease.Spec.HolderIdentity; h == nil || !strings.HasPrefix(*h, "fleet@") || !strings.HasSuffix(*h, fmt.Sprintf("/%d", os.Getpid())) {
+		t.Errorf("lease holder %v, want fleet@<host>/%d", h, os.Getpid())
+	}
+	if err := beats.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Clients.Kube.CoordinationV1().Leases(c.Namespace()).Get(ctx, heartbeat.Name(f.RunID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the Lease after stop: %v, want it gone", err)
+	}
+}
+
+// Open checks its options once, before it follows anything: each bad one
+// is named.
+func TestOpenChecksItsOptions(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	clients, err := cluster.Clients(cluster.NewNamespace(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := fleet.Target{Config: config.Cluster{Name: "c0", Weight: 1}, Clients: clients}
+	for _, tt := range []struct {
+		opts []fleet.Option
+		want string
+	}{
+		{[]fleet.Option{fleet.WithHeartbeat("test", 500*time.Millisecond)}, "the heartbeat 500ms: must be at least 1s"},
+		{[]fleet.Option{fleet.WithPrepull(101)}, "the prepull high-water mark "},
+		{[]fleet.Option{fleet.WithHeartbeat("test", -time.Second), fleet.WithPrepull(-1)}, "the heartbeat -1s"},
+	} {
+		f, err := fleet.Open(ctx, "run-opts", testConfig("naive"), skewed(), []fleet.Target{target}, tt.opts...)
+		if err == nil {
+			f.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Open with %d options: %v, want an error with %q", len(tt.opts), err, tt.want)
+		}
 	}
 }
 

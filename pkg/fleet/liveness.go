@@ -5,23 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
 )
-
-// StartHeartbeats starts the run's heartbeat Lease on every cluster, held
-// by driver (e.g. "run" or "serve") on this host and process, valid for d
-// unrenewed (0: 30s). The returned func stops them and deletes the Leases: call it
-// once the run's objects are gone. Until then `reap --orphans` leaves the
-// run alone.
-func (f *Fleet) StartHeartbeats(ctx context.Context, driver string, d time.Duration) (stop func(context.Context) error, err error) {
-	beats, err := f.startHeartbeats(ctx, driver, d)
-	if err != nil {
-		return nil, err
-	}
-	return beats.Stop, nil
-}
 
 // Heartbeats are a run's heartbeats on its clusters.
 type Heartbeats struct{ beats []*heartbeat.Heartbeat }
@@ -45,21 +31,14 @@ func (hs *Heartbeats) Let(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// StartSessionHeartbeats is StartHeartbeats for a session, which may also
-// let its run go (Heartbeats.Let) for a resumed session to take over.
-func (f *Fleet) StartSessionHeartbeats(ctx context.Context, d time.Duration) (*Heartbeats, error) {
-	return f.startHeartbeats(ctx, "serve", d)
-}
-
-func (f *Fleet) startHeartbeats(ctx context.Context, driver string, d time.Duration) (*Heartbeats, error) {
-	if d <= 0 {
-		d = heartbeat.DefaultDuration
-	}
+// startHeartbeats starts the run's heartbeat Lease on every cluster, held
+// by the fleet's driver on this host and process.
+func (f *Fleet) startHeartbeats(ctx context.Context) (*Heartbeats, error) {
 	host, _ := os.Hostname()
-	holder := fmt.Sprintf("%s@%s/%d", driver, host, os.Getpid())
+	holder := fmt.Sprintf("%s@%s/%d", f.driving.driver, host, os.Getpid())
 	beats := &Heartbeats{}
 	for _, c := range f.Clusters {
-		b, err := heartbeat.Start(ctx, c.Clients.Kube, c.Namespace(), f.RunID, holder, d)
+		b, err := heartbeat.Start(ctx, c.Clients.Kube, c.Namespace(), f.RunID, holder, f.driving.heartbeat)
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("cluster %s: %w", c.Name, err), beats.Stop(ctx))
 		}

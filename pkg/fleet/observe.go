@@ -52,16 +52,16 @@ func (f *Fleet) Progress() Progress {
 
 func (f *Fleet) phase(name, cluster string, d time.Duration) {
 	f.rec.Phase(name, d)
-	if f.Metrics != nil {
-		f.Metrics.Phase(name, cluster, d)
+	if m := f.driving.metrics; m != nil {
+		m.Phase(name, cluster, d)
 	}
 }
 
 func (f *Fleet) claimed(cluster string, ok, warm bool, d time.Duration) {
 	f.rec.Claim(warm)
 	f.phase("claim", cluster, d)
-	if f.Metrics != nil {
-		f.Metrics.Claim(cluster, ok)
+	if m := f.driving.metrics; m != nil {
+		m.Claim(cluster, ok)
 	}
 }
 
@@ -70,8 +70,8 @@ func (f *Fleet) warmed(cluster string, n int) {
 		return
 	}
 	f.rec.Warm(n)
-	if f.Metrics != nil {
-		f.Metrics.Warm(cluster, n)
+	if m := f.driving.metrics; m != nil {
+		m.Warm(cluster, n)
 	}
 }
 
@@ -81,8 +81,8 @@ func (f *Fleet) finished(cluster string, ok, ran bool, d time.Duration) {
 	if !ok {
 		f.stats.failed.Add(1)
 	}
-	if f.Metrics != nil {
-		f.Metrics.Task(cluster, ok, d)
+	if m := f.driving.metrics; m != nil {
+		m.Task(cluster, ok, d)
 	}
 }
 

@@ -16,25 +16,28 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
-// Prepull has the nodes each cluster may put the run's sandboxes on pull
-// the run's images before any pool is warmed: one PrepullJob per cluster,
-// labelled with the run, for the nodes the cluster's node selector picks
-// that run asrl-prepull-agent. It waits up to timeout. What keeps a node
-// from pulling everything — no agent, the disk budget, an image that
-// fails — is told through the fleet's logger and does not stop the run: the sandboxes then
-// pull for themselves. The jobs stay until Unprepull deletes them. A node
-// starts no pull once its image filesystem is highWater percent full.
-func (f *Fleet) Prepull(ctx context.Context, timeout time.Duration, highWater int32) error {
+// prepull has the nodes each cluster may put the run's sandboxes on pull
+// the run's images before any pool is warmed (WithPrepull), as
+// PrepullImages does, waiting up to the configured readyTimeout.
+func (f *Fleet) prepull(ctx context.Context) error {
 	start := time.Now()
 	defer func() { f.phase("prepull", "", time.Since(start)) }()
 	refs := make([]string, 0, len(f.Plan.Pools))
 	for _, p := range f.Plan.Pools {
 		refs = append(refs, p.Image)
 	}
-	return f.PrepullImages(ctx, refs, timeout, highWater)
+	return f.PrepullImages(ctx, refs, f.Config.ReadyTimeout.Duration, f.driving.highWater)
 }
 
-// PrepullImages is Prepull of refs: a session's, as its tasks are added.
+// PrepullImages has the nodes each cluster may put the run's sandboxes on
+// pull refs: one PrepullJob per cluster, labelled with the run, for the
+// nodes the cluster's node selector picks that run asrl-prepull-agent. It
+// waits up to timeout. What keeps a node from pulling everything — no
+// agent, the disk budget, an image that fails — is told through the
+// fleet's logger and does not stop the run: the sandboxes then pull for
+// themselves. The jobs stay until Unprepull deletes them. A node starts
+// no pull once its image filesystem is highWater percent full. A session
+// pre-pulls so as its tasks are added.
 func (f *Fleet) PrepullImages(ctx context.Context, refs []string, timeout time.Duration, highWater int32) error {
 	if err := nodecache.CheckHighWater(highWater); err != nil {
 		return fmt.Errorf("prepull: the disk high-water mark %w", err)

@@ -88,16 +88,47 @@ func (e *OvercommitError) Error() string {
 		"If the run really needs that many, raise overcommitFactor or maxLiveSandboxes", e.Live, e.Ceiling, e.Expected)
 }
 
-// Run does every task under the configured strategy and epochs, calling
-// o.OnResult as tasks finish, and returns the run report. Everything the
-// run created is torn down before Run returns — also when ctx ends or the
-// breaker trips — unless KeepWarm is set and the run succeeded. A failed
-// task is a result, not an error; the error is for runs that could not go
-// on.
+// Run runs the run, all of it: it starts it (Start: preflight and the
+// heartbeat; when that fails nothing was created, the error says so and
+// matches ErrNothingCreated), pre-pulls its images when WithPrepull says
+// so, does every task under the configured strategy and epochs, calling
+// o.OnResult as tasks finish, tears down everything the run created —
+// also when ctx ends or the breaker trips — unless KeepWarm is set and
+// the run succeeded, deletes its PrepullJobs, stops its heartbeat, and
+// returns the run report. A failed task is a result, not an error; the
+// error is for runs that could not go on, and every task they did not
+// finish has a result saying so.
 func (f *Fleet) Run(ctx context.Context, o RunOptions) (rep report.Report, err error) {
 	ctx, span := tracing.Tracer().Start(ctx, "run", trace.WithAttributes(tracing.RunID.String(f.RunID),
 		attribute.String("sandbox_fleet.strategy", f.Config.Strategy), attribute.Int("sandbox_fleet.tasks", len(f.Tasks)*f.Config.Epochs)))
 	defer func() { tracing.End(span, err) }()
+	beats, err := f.Start(ctx)
+	if err != nil {
+		return report.Report{}, err
+	}
+	// The heartbeat tells `reap --orphans` the run's driver is alive; it
+	// stops once the run's objects are gone, so a run whose driver was
+	// killed is reaped and a live one not.
+	defer f.settle(ctx, "stopping the run's heartbeat (`reap --orphans` takes the run once its Lease expires)", beats.Stop)
+	if f.driving.prepull {
+		defer f.settle(ctx, "deleting the run's PrepullJobs", f.Unprepull)
+	}
+	return f.run(ctx, o)
+}
+
+// settle does what a run does after its end, however it ended, with time
+// of its own; what fails is logged: the run's outcome stands.
+func (f *Fleet) settle(ctx context.Context, what string, do func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := do(ctx); err != nil {
+		f.log.Error(err, "After the run: "+what+" failed")
+	}
+}
+
+// run is Run's run once started: the pre-pull, the passes and the
+// teardown.
+func (f *Fleet) run(ctx context.Context, o RunOptions) (rep report.Report, err error) {
 	start := time.Now()
 	f.stats.started.Store(start.UnixNano())
 	env := f.environment(ctx)
@@ -105,6 +136,9 @@ func (f *Fleet) Run(ctx context.Context, o RunOptions) (rep report.Report, err e
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stopBreaker := f.startBreaker(runCtx, cancel)
+	if f.driving.prepull {
+		err = f.prepull(runCtx)
+	}
 
 	var resultMu sync.Mutex
 	reported := map[taskRef]bool{}
@@ -158,8 +192,8 @@ func (f *Fleet) Run(ctx context.Context, o RunOptions) (rep report.Report, err e
 			err = errors.Join(err, &TeardownError{RunID: f.RunID, Err: terr})
 		}
 	}
-	if f.Metrics != nil {
-		f.Metrics.Run(err == nil, time.Since(start))
+	if m := f.driving.metrics; m != nil {
+		m.Run(err == nil, time.Since(start))
 	}
 	rep = f.rec.Report(time.Since(start))
 	rep.Environment = env

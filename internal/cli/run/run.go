@@ -212,43 +212,18 @@ func (o *options) run(parent context.Context) error {
 		func() string { return runid.ReapHint(o.runID, o.inputs.ConfigFile, targets) })
 	defer stopSignals()
 
-	f, err := fleet.Open(ctx, o.runID, o.cfg, o.loaded, targets)
+	m := metrics.New(o.cfg.Strategy)
+	opts := []fleet.Option{fleet.WithHeartbeat("run", o.heartbeat), fleet.WithMetrics(m)}
+	if o.prepull {
+		opts = append(opts, fleet.WithPrepull(o.prepullHighWater))
+	}
+	f, err := fleet.Open(ctx, o.runID, o.cfg, o.loaded, targets, opts...)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	if err := f.Preflight(ctx); err != nil {
-		return fmt.Errorf("%w\nNothing was created", err)
-	}
-	// The heartbeat tells `reap --orphans` this run's driver is alive; it
-	// stops after teardown, so a SIGKILLed run is reaped and a live one not.
-	stopBeats, err := f.StartHeartbeats(ctx, "run", o.heartbeat)
-	if err != nil {
-		return fmt.Errorf("%w\nNothing was created", err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if err := stopBeats(ctx); err != nil {
-			fmt.Fprintf(o.streams.ErrOut, "Warning: %v\n", err)
-		}
-	}()
-	if o.prepull {
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			if err := f.Unprepull(ctx); err != nil {
-				fmt.Fprintf(o.streams.ErrOut, "Warning: %v\n", err)
-			}
-		}()
-		fmt.Fprintf(o.streams.ErrOut, "run %s: pre-pulling %s\n", o.runID, output.Count(len(f.Plan.Pools), "image"))
-		if err := f.Prepull(ctx, o.cfg.ReadyTimeout.Duration, o.prepullHighWater); err != nil {
-			return fmt.Errorf("run %s: %w", o.runID, err)
-		}
-	}
-	f.Metrics = metrics.New(o.cfg.Strategy)
 	if o.metricsAddr != "" {
-		addr, err := f.Metrics.Serve(ctx, o.metricsAddr)
+		addr, err := m.Serve(ctx, o.metricsAddr)
 		if err != nil {
 			return err
 		}
@@ -264,6 +239,9 @@ func (o *options) run(parent context.Context) error {
 	}
 	fmt.Fprintf(o.streams.ErrOut, "run %s: %s over %s, strategy %s, %s\n", o.runID, o.taskCount(),
 		output.Count(len(f.Plan.Pools), "image"), o.cfg.Strategy, output.Count(len(f.Clusters), "cluster"))
+	if o.prepull {
+		fmt.Fprintf(o.streams.ErrOut, "run %s: pre-pulling %s first\n", o.runID, output.Count(len(f.Plan.Pools), "image"))
+	}
 	var printer *progress.Printer
 	if !o.quiet {
 		printer = progress.Start(o.streams.ErrOut, printers.IsTerminal(o.streams.ErrOut), o.progressInterval, f.Progress)
@@ -282,6 +260,9 @@ func (o *options) run(parent context.Context) error {
 	})
 	if printer != nil {
 		printer.Stop()
+	}
+	if errors.Is(runErr, fleet.ErrNothingCreated) {
+		return runErr
 	}
 	if err := o.writeReport(rep); err != nil {
 		return errors.Join(runErr, err)

@@ -194,7 +194,7 @@ func WaitAbandoned(ctx context.Context, kube kubernetes.Interface, namespace, ru
 	}
 }
 
-// deadHere reports whether holder (driver@host/pid, as StartHeartbeats
+// deadHere reports whether holder (driver@host/pid, as the fleet's Start
 // names it) is a process of host that no longer exists.
 func deadHere(holder, host string) bool {
 	at := strings.LastIndex(holder, "@")

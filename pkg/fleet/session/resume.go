@@ -56,10 +56,6 @@ func Resume(ctx context.Context, runID string, cfg config.Fleet, targets []fleet
 	if err != nil {
 		return nil, err
 	}
-	if s.beats, err = s.fleet.StartSessionHeartbeats(ctx, opts.Heartbeat); err != nil {
-		s.fleet.Close()
-		return nil, err
-	}
 	for _, t := range st.Tasks {
 		s.seen[t.ID] = "the session's recorded tasks"
 	}

@@ -157,11 +157,7 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 	}
 	if err := s.store.Create(ctx, cfg, recorded(opts), ts); err != nil {
 		s.fleet.Close()
-		return nil, err
-	}
-	if s.beats, err = s.fleet.StartSessionHeartbeats(ctx, opts.Heartbeat); err != nil {
-		s.fleet.Close()
-		return nil, errors.Join(err, s.store.Delete(ctx))
+		return nil, errors.Join(err, s.beats.Stop(context.WithoutCancel(ctx)))
 	}
 	for _, t := range ts {
 		s.seen[t.ID] = t.Source
@@ -171,24 +167,25 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 	return s, nil
 }
 
-// open opens the fleet of a session and checks it.
+// open opens the fleet of a session and starts it: preflight and the
+// run's heartbeat.
 func open(ctx context.Context, runID string, cfg config.Fleet, targets []fleet.Target, opts Options) (*Session, error) {
-	f, err := fleet.Open(ctx, runID, cfg, nil, targets)
+	f, err := fleet.Open(ctx, runID, cfg, nil, targets, fleet.ForSession(), fleet.WithHeartbeat("serve", opts.Heartbeat), fleet.WithMetrics(opts.Metrics))
 	if err != nil {
 		return nil, err
 	}
-	if err := f.PreflightSession(ctx); err != nil {
+	beats, err := f.Start(ctx)
+	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("%w\nNothing was created", err)
+		return nil, err
 	}
 	home := f.Clusters[0]
-	s := &Session{fleet: f, opts: opts, log: klog.FromContext(ctx), tasks: map[string]tasks.Task{}, seen: map[string]string{},
+	s := &Session{fleet: f, beats: beats, opts: opts, log: klog.FromContext(ctx), tasks: map[string]tasks.Task{}, seen: map[string]string{},
 		pools: map[string]*pool{}, handles: map[string]*Handle{}, requests: map[string]*request{}, clients: map[string]time.Time{},
 		acquiring: map[string]int{}, keys: map[string]string{}, dirty: make(chan struct{}, 1),
 		store: &sessionstate.Store{Client: home.Clients.Client, Namespace: home.Namespace(), RunID: runID}}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if m := opts.Metrics; m != nil {
-		f.Metrics = m
 		m.SessionGauges(s.liveClients, func() int { return len(s.Handles()) }, s.poolCount)
 	}
 	return s, nil
