@@ -175,7 +175,7 @@ func (v *Service) PlanRun(_ context.Context, req *connect.Request[fleetv1.PlanRu
 	}
 	out := &fleetv1.PlanRunResponse{Strategy: p.Strategy, Concurrency: int32(p.Concurrency), Recycle: v.Session.Fleet().Recycling()}
 	for i, w := range p.Windows {
-		out.Windows = append(out.Windows, &fleetv1.RunWindow{Images: w.Images, TaskIds: ids[i]})
+		out.Windows = append(out.Windows, &fleetv1.RunWindow{Images: w.Images, TaskIds: ids[i], Warm: w.Warm, LetGo: w.LetGo})
 	}
 	for _, t := range v.Session.Fleet().TasksAdded() {
 		meta, err := structpb.NewStruct(t.Metadata)

@@ -62,10 +62,10 @@ func (f *Fleet) Acquire(ctx context.Context, t tasks.Task, annotations map[strin
 	return &Sandbox{Handle: h, cluster: p.cluster, image: t.Image, session: f.Config.Session}, nil
 }
 
-// paced reports whether claims wait for a warm sandbox. Under the none
-// strategy pools hold one sandbox and claims are meant to start cold.
+// paced reports whether claims wait for a warm sandbox. Under a strategy
+// of single-replica pools (none) claims are meant to start cold.
 func (f *Fleet) paced() bool {
-	return f.Config.ClaimPacing == "warm" && f.Config.Strategy != "none"
+	return f.Config.ClaimPacing == "warm" && !f.Config.Warming().OneReplica
 }
 
 // paceLimit bounds the wait for a warm sandbox: a pool that cannot refill

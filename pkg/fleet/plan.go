@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -52,11 +53,20 @@ type PoolPlan struct {
 	Replicas int    `json:"replicas"`
 }
 
-// Window is a group of images warm together.
+// Window is a group of images warm together, and what the strategy does
+// around it: what a runner asks to warm before its tasks run, and what it
+// lets go once they are done. A runner that does what each window says
+// runs the strategy (the Python client's does).
 type Window struct {
 	Images   []string `json:"images"`
 	Tasks    int      `json:"tasks"`
 	Replicas int      `json:"replicas"`
+	// Warm are the images asked for before the window's tasks run: its
+	// own, and under a strategy that warms ahead the next window's too.
+	Warm []string `json:"warm"`
+	// LetGo are the images whose pools go once the window's tasks are
+	// done (config.Strategy.LetsGo).
+	LetGo []string `json:"letGo,omitempty"`
 }
 
 // Peak is the most the run holds at once: the sandboxes of the windows
@@ -101,21 +111,29 @@ func newPlan(cfg config.Fleet, ts []tasks.Task, serial bool) Plan {
 		planned[pool.Image] = pool
 		names[i] = pool.Image
 	}
-	for _, group := range chunk(names, windowSize(cfg, p, len(names))) {
-		w := Window{Images: group}
+	strategy := cfg.Warming()
+	groups := chunk(names, windowSize(cfg, p, len(names)))
+	for i, group := range groups {
+		w := Window{Images: group, Warm: group}
 		for _, img := range group {
 			w.Tasks += planned[img].Tasks
 			w.Replicas += planned[img].Replicas
 		}
+		if strategy.Ahead && i+1 < len(groups) {
+			w.Warm = append(slices.Clip(group), groups[i+1]...)
+		}
+		if strategy.LetsGo(len(groups)) {
+			w.LetGo = group
+		}
 		p.Windows = append(p.Windows, w)
 	}
 
-	// The most warm at once: a window, and under pipelined the next one
-	// warming beside it.
+	// The most warm at once: a window, and the next one warming beside it
+	// under a strategy that warms ahead.
 	warm := 0
 	for i, w := range p.Windows {
 		at := w.Replicas
-		if cfg.Strategy == "pipelined" && i+1 < len(p.Windows) {
+		if strategy.Ahead && i+1 < len(p.Windows) {
 			at += p.Windows[i+1].Replicas
 		}
 		warm = max(warm, at)
@@ -125,17 +143,17 @@ func newPlan(cfg config.Fleet, ts []tasks.Task, serial bool) Plan {
 	p.Claims = len(ts) * cfg.Epochs
 	if serial {
 		inFlight = min(inFlight, len(images))
-		p.Recycle, p.Fresh, p.Claims = true, p.Claims, recycledClaims(cfg, images)
+		p.Recycle, p.Fresh, p.Claims = true, p.Claims, recycledClaims(cfg, images, !strategy.LetsGo(len(groups)))
 	}
 	p.Peak.Pods = warm + inFlight
 	requests := cfg.Template.Resources.Requests
 	p.Peak.CPU = times(requests[corev1.ResourceCPU], p.Peak.Pods)
 	p.Peak.Memory = times(requests[corev1.ResourceMemory], p.Peak.Pods)
 	p.Peak.DiskGB = float64(warm) * cfg.Disk.AvgImageGB
-	if d := diskOf(cfg); cfg.Strategy == "naive" && d.AvgImageGB > 0 && d.UsableGB > 0 {
+	if d := diskOf(cfg); strategy.Windows == config.AllImages && d.AvgImageGB > 0 && d.UsableGB > 0 {
 		if fit := sizing.DiskWindow(images, sizingParams(cfg), d, 1); fit < len(images) {
 			p.Warnings = append(p.Warnings, fmt.Sprintf(
-				"only %d of %d images fit the nodes' disk at once, and naive warms them all: use the sliding or pipelined strategy", fit, len(images)))
+				"only %d of %d images fit the nodes' disk at once, and %s warms them all: use the sliding or pipelined strategy", fit, len(images), strategy.Name))
 		}
 	}
 	if limit := cfg.MaxLiveSandboxes; limit > 0 && p.Peak.Pods > limit {
@@ -147,14 +165,15 @@ func newPlan(cfg config.Fleet, ts []tasks.Task, serial bool) Plan {
 }
 
 // recycledClaims is how many sandboxes a recycled run of images claims
-// when no reset fails: each serves maxReuses+1 tasks of its image. Only
-// naive keeps a sandbox from one epoch to the next; the other strategies
-// unwarm an image, and release its sandbox, when its window ends.
-func recycledClaims(cfg config.Fleet, images []sizing.Image) int {
+// when no reset fails: each serves maxReuses+1 tasks of its image. Where
+// pools are kept between epochs (kept) a sandbox goes on to the next
+// epoch; elsewhere an image's window is let go, and its sandbox released,
+// when the window ends.
+func recycledClaims(cfg config.Fleet, images []sizing.Image, kept bool) int {
 	uses := cfg.Recycle.MaxReuses + 1
 	n := 0
 	for _, img := range images {
-		if cfg.Strategy == "naive" {
+		if kept {
 			n += ceilDiv(img.Tasks*cfg.Epochs, uses)
 		} else {
 			n += cfg.Epochs * ceilDiv(img.Tasks, uses)
@@ -181,12 +200,13 @@ func diskOf(cfg config.Fleet) sizing.Disk {
 }
 
 // depth is the depth of a pool planned at planned sandboxes when left of
-// its tasks remain: one under the none strategy and when the image's tasks
+// its tasks remain: one under a strategy of single-replica pools (none)
+// and when the image's tasks
 // run serially on one recycled sandbox (the pool refills for a rotation or
 // a quarantine), and never more than the tasks left, which a resumed run
 // may have few of.
 func depth(cfg config.Fleet, serial bool, planned, left int) int {
-	if cfg.Strategy == "none" || serial {
+	if cfg.Warming().OneReplica || serial {
 		return 1
 	}
 	return max(1, min(planned, left))
@@ -202,14 +222,15 @@ func concurrency(cfg config.Fleet) int {
 
 // windowSize is how many of images a strategy keeps warm at once.
 func windowSize(cfg config.Fleet, plan Plan, images int) int {
+	s := cfg.Warming()
 	switch {
-	case cfg.Strategy == "naive":
+	case s.Windows == config.AllImages:
 		return max(1, images)
-	case cfg.Strategy == "none":
+	case s.Windows == config.OneImage:
 		return 1
 	case cfg.WindowSize > 0:
 		return cfg.WindowSize
-	case cfg.Strategy == "pipelined":
+	case s.Ahead:
 		return plan.PipelinedWindow
 	default:
 		return plan.SlidingWindow

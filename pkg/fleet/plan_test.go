@@ -27,43 +27,45 @@ func TestNewPlan(t *testing.T) {
 	// a: 6 tasks, b: 3, c: 1; at maxConcurrent 4 the pools are a 2, b 1, c 1.
 	const skewed = "aaaaaa bbb c"
 	for _, tt := range []struct {
-		name     string
-		spec     string
-		cfg      func(*config.Fleet)
-		windows  string // images of each window, windows separated by |
-		replicas []int
-		pods     int
-		cpu, mem string
-		diskGB   float64
-		warnings int
+		name    string
+		spec    string
+		cfg     func(*config.Fleet)
+		windows string // images of each window, windows separated by |
+		// What each window warms before it runs and lets go after it, so.
+		warm, letGo string
+		replicas    []int
+		pods        int
+		cpu, mem    string
+		diskGB      float64
+		warnings    int
 	}{
 		{name: "naive warms everything", spec: skewed,
-			windows: "abc", replicas: []int{4}, pods: 8, cpu: "2", mem: "4Gi"},
+			warm: "abc", letGo: "", windows: "abc", replicas: []int{4}, pods: 8, cpu: "2", mem: "4Gi"},
 		{name: "sliding fits the budget in one window", spec: skewed, cfg: func(c *config.Fleet) { c.Strategy = "sliding" },
-			windows: "abc", replicas: []int{4}, pods: 8, cpu: "2", mem: "4Gi"},
+			warm: "abc", letGo: "", windows: "abc", replicas: []int{4}, pods: 8, cpu: "2", mem: "4Gi"},
 		{name: "pipelined holds two windows", spec: skewed, cfg: func(c *config.Fleet) { c.Strategy = "pipelined"; c.Disk.AvgImageGB = 10 },
-			windows: "a|b|c", replicas: []int{2, 1, 1}, pods: 7, cpu: "1750m", mem: "3584Mi", diskGB: 30},
+			warm: "ab|bc|c", letGo: "a|b|c", windows: "a|b|c", replicas: []int{2, 1, 1}, pods: 7, cpu: "1750m", mem: "3584Mi", diskGB: 30},
 		{name: "none warms one sandbox at a time", spec: skewed, cfg: func(c *config.Fleet) { c.Strategy = "none" },
-			windows: "a|b|c", replicas: []int{1, 1, 1}, pods: 5, cpu: "1250m", mem: "2560Mi"},
+			warm: "a|b|c", letGo: "a|b|c", windows: "a|b|c", replicas: []int{1, 1, 1}, pods: 5, cpu: "1250m", mem: "2560Mi"},
 		{name: "an explicit window size", spec: skewed, cfg: func(c *config.Fleet) { c.Strategy = "sliding"; c.WindowSize = 2 },
-			windows: "ab|c", replicas: []int{3, 1}, pods: 7, cpu: "1750m", mem: "3584Mi"},
+			warm: "ab|c", letGo: "ab|c", windows: "ab|c", replicas: []int{3, 1}, pods: 7, cpu: "1750m", mem: "3584Mi"},
 		{name: "concurrency below the budget", spec: skewed, cfg: func(c *config.Fleet) { c.Strategy = "pipelined"; c.Concurrency = 2 },
-			windows: "a|b|c", replicas: []int{2, 1, 1}, pods: 5, cpu: "1250m", mem: "2560Mi"},
+			warm: "ab|bc|c", letGo: "a|b|c", windows: "a|b|c", replicas: []int{2, 1, 1}, pods: 5, cpu: "1250m", mem: "2560Mi"},
 		{name: "fewer tasks than the concurrency", spec: "aa",
-			windows: "a", replicas: []int{2}, pods: 4, cpu: "1", mem: "2Gi", warnings: 1},
+			warm: "a", letGo: "", windows: "a", replicas: []int{2}, pods: 4, cpu: "1", mem: "2Gi", warnings: 1},
 		{name: "over the breaker's hard ceiling", spec: skewed, cfg: func(c *config.Fleet) { c.MaxLiveSandboxes = 6 },
-			windows: "abc", replicas: []int{4}, pods: 8, cpu: "2", mem: "4Gi", warnings: 1},
-		{name: "no tasks", spec: "", windows: "", pods: 0, cpu: "0", mem: "0"},
+			warm: "abc", letGo: "", windows: "abc", replicas: []int{4}, pods: 8, cpu: "2", mem: "4Gi", warnings: 1},
+		{name: "no tasks", spec: "", warm: "", letGo: "", windows: "", pods: 0, cpu: "0", mem: "0"},
 		{name: "naive over the disk warns", spec: skewed, cfg: func(c *config.Fleet) { c.Disk.AvgImageGB, c.Disk.NodeEphemeralGB, c.Disk.Nodes = 10, 25, 1 },
-			windows: "abc", replicas: []int{4}, pods: 8, cpu: "2", mem: "4Gi", diskGB: 40, warnings: 1},
+			warm: "abc", letGo: "", windows: "abc", replicas: []int{4}, pods: 8, cpu: "2", mem: "4Gi", diskGB: 40, warnings: 1},
 		{name: "sliding fits the disk, and does not warn", spec: skewed,
 			cfg: func(c *config.Fleet) {
 				c.Strategy = "sliding"
 				c.Disk.AvgImageGB, c.Disk.NodeEphemeralGB, c.Disk.Nodes = 10, 25, 1
 			},
-			windows: "a|b|c", replicas: []int{2, 1, 1}, pods: 6, cpu: "1500m", mem: "3Gi", diskGB: 20},
+			warm: "a|b|c", letGo: "a|b|c", windows: "a|b|c", replicas: []int{2, 1, 1}, pods: 6, cpu: "1500m", mem: "3Gi", diskGB: 20},
 		{name: "recycling warms and holds one sandbox per image", spec: skewed, cfg: func(c *config.Fleet) { c.Recycle.Enabled = true },
-			windows: "abc", replicas: []int{3}, pods: 6, cpu: "1500m", mem: "3Gi"},
+			warm: "abc", letGo: "", windows: "abc", replicas: []int{3}, pods: 6, cpu: "1500m", mem: "3Gi"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := config.Default()
@@ -72,14 +74,18 @@ func TestNewPlan(t *testing.T) {
 				tt.cfg(&cfg)
 			}
 			p := NewPlan(cfg, batch(tt.spec))
-			var windows []string
+			var windows, warm, letGo []string
 			var replicas []int
 			for _, w := range p.Windows {
 				windows = append(windows, strings.Join(w.Images, ""))
+				warm, letGo = append(warm, strings.Join(w.Warm, "")), append(letGo, strings.Join(w.LetGo, ""))
 				replicas = append(replicas, w.Replicas)
 			}
 			if got := strings.Join(windows, "|"); got != tt.windows || !slices.Equal(replicas, tt.replicas) {
 				t.Errorf("windows %q with replicas %v, want %q with %v", got, replicas, tt.windows, tt.replicas)
+			}
+			if w, l := strings.Join(warm, "|"), strings.Join(letGo, "|"); w != tt.warm || l != tt.letGo {
+				t.Errorf("windows warm %q and let go %q, want %q and %q", w, l, tt.warm, tt.letGo)
 			}
 			if p.Peak.Pods != tt.pods || p.Peak.CPU.String() != tt.cpu || p.Peak.Memory.String() != tt.mem || p.Peak.DiskGB != tt.diskGB {
 				t.Errorf("peak %d pods, %s CPU, %s memory, %g GB disk; want %d, %s, %s, %g",
@@ -99,6 +105,7 @@ func TestPlanClaims(t *testing.T) {
 	for _, tt := range []struct {
 		name          string
 		strategy      string
+		windowSize    int
 		recycle       bool
 		maxReuses     int
 		epochs        int
@@ -109,11 +116,12 @@ func TestPlanClaims(t *testing.T) {
 		{name: "recycled: one per image", strategy: "naive", recycle: true, maxReuses: 32, epochs: 1, claims: 3, fresh: 10},
 		{name: "recycled: rotated every third task", strategy: "naive", recycle: true, maxReuses: 2, epochs: 1, claims: 4, fresh: 10},
 		{name: "recycled over epochs under naive", strategy: "naive", recycle: true, maxReuses: 2, epochs: 2, claims: 7, fresh: 20},
-		{name: "recycled per epoch where windows unwarm", strategy: "sliding", recycle: true, maxReuses: 2, epochs: 2, claims: 8, fresh: 20},
+		{name: "recycled per epoch where windows unwarm", strategy: "sliding", windowSize: 1, recycle: true, maxReuses: 2, epochs: 2, claims: 8, fresh: 20},
+		{name: "recycled over epochs in a single window", strategy: "sliding", recycle: true, maxReuses: 2, epochs: 2, claims: 7, fresh: 20},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := config.Default()
-			cfg.MaxConcurrent, cfg.Strategy, cfg.Epochs = 4, tt.strategy, tt.epochs
+			cfg.MaxConcurrent, cfg.Strategy, cfg.Epochs, cfg.WindowSize = 4, tt.strategy, tt.epochs, tt.windowSize
 			cfg.Recycle.Enabled, cfg.Recycle.MaxReuses = tt.recycle, tt.maxReuses
 			p := NewPlan(cfg, batch(skewed))
 			if p.Claims != tt.claims || p.Fresh != tt.fresh || p.Recycle != tt.recycle {

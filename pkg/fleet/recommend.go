@@ -124,9 +124,13 @@ func Recommend(cfg config.Fleet, ts []tasks.Task, probe capacity.Probe, m capaci
 	allFit := sizing.DiskWindow(images, sizingParams(cfg), disk, 1) >= len(images)
 	var candidates []Scenario
 	plans := map[string]Plan{}
-	for _, strategy := range []string{"naive", "sliding", "pipelined"} {
-		if strategy == "naive" && !allFit {
-			r.Reasons = append(r.Reasons, "not every image fits the nodes' disks at once: naive is out")
+	for _, strategy := range config.Strategies {
+		// Single-replica pools are for runs that want no warm pools; the
+		// model chooses among those that warm.
+		if s, _ := config.StrategyNamed(strategy); s.OneReplica {
+			continue
+		} else if s.Windows == config.AllImages && !allFit {
+			r.Reasons = append(r.Reasons, "not every image fits the nodes' disks at once: "+strategy+" is out")
 			continue
 		}
 		p, ok := largestFitting(cfg, ts, strategy, min(tasksTotal, fit), fit)

@@ -262,23 +262,13 @@ func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func
 		}
 		return Interleave(out)
 	}
+	strategy := f.Config.Warming()
+	letGo := strategy.LetsGo(len(windows))
 	process := func(ctx context.Context, window []string, failed WarmError) {
-		f.process(ctx, epoch, tasksOf(window), failed, o, onResult)
+		f.process(ctx, epoch, tasksOf(window), failed, !letGo, o, onResult)
 	}
 
-	switch f.Config.Strategy {
-	case "naive":
-		err := f.window(ctx, epoch, 0, names, func(ctx context.Context) error {
-			failed, err := f.warmWindow(ctx, names, replicas)
-			if err == nil {
-				process(ctx, names, failed)
-			}
-			return err
-		})
-		if err != nil {
-			return err
-		}
-	case "pipelined":
+	if strategy.Ahead {
 		// Each window's span holds the warming of the next, which goes on
 		// while its tasks run.
 		var failed WarmError
@@ -289,26 +279,29 @@ func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func
 						return err
 					}
 				}
-				failed, err = f.pipelinedStep(ctx, window, windows[n+1:], failed, replicas, process)
+				failed, err = f.pipelinedStep(ctx, window, windows[n+1:], failed, letGo, replicas, process)
 				return err
 			})
 			if err != nil {
 				return err
 			}
 		}
-	default: // sliding, and none (windows of one image, one replica)
-		for n, window := range windows {
-			err := f.window(ctx, epoch, n, window, func(ctx context.Context) error {
-				failed, err := f.warmWindow(ctx, window, replicas)
-				if err != nil {
-					return err
-				}
-				process(ctx, window, failed)
-				return f.unwarmWindow(ctx, window)
-			})
+		return context.Cause(ctx)
+	}
+	for n, window := range windows {
+		err := f.window(ctx, epoch, n, window, func(ctx context.Context) error {
+			failed, err := f.warmWindow(ctx, window, replicas)
 			if err != nil {
 				return err
 			}
+			process(ctx, window, failed)
+			if letGo {
+				return f.unwarmWindow(ctx, window)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 	}
 	return context.Cause(ctx)
@@ -326,7 +319,7 @@ func (f *Fleet) window(ctx context.Context, epoch, n int, images []string, work 
 // and returns what the next window's warming gave up. It always waits for
 // that warming to end — cancelled when the step fails — so that no pool
 // is still being created when teardown runs.
-func (f *Fleet) pipelinedStep(ctx context.Context, window []string, rest [][]string, failed WarmError,
+func (f *Fleet) pipelinedStep(ctx context.Context, window []string, rest [][]string, failed WarmError, letGo bool,
 	replicas func(string) int, process func(context.Context, []string, WarmError)) (WarmError, error) {
 	type prefetched struct {
 		failed WarmError
@@ -347,7 +340,10 @@ func (f *Fleet) pipelinedStep(ctx context.Context, window []string, rest [][]str
 	process(ctx, window, failed)
 	// Unwarm this window before waiting for the next, so that no more
 	// than two windows are ever warm.
-	err := f.unwarmWindow(ctx, window)
+	var err error
+	if letGo {
+		err = f.unwarmWindow(ctx, window)
+	}
 	if next == nil {
 		return nil, err
 	}
@@ -433,10 +429,11 @@ func (f *Fleet) warmWindow(ctx context.Context, images []string, replicas func(s
 }
 
 // process runs ts, up to the concurrency at once; under recycling, one
-// task of an image at a time (see lanes). Tasks whose pool failed fail at
-// once. Tasks not started when ctx ends get no result, so that a resumed
-// run does them.
-func (f *Fleet) process(ctx context.Context, epoch int, ts []tasks.Task, failed WarmError, o RunOptions, onResult func(Result)) {
+// task of an image at a time (see lanes), a sandbox kept for the next
+// epoch's tasks too when the pools are keptBetweenEpochs. Tasks whose
+// pool failed fail at once. Tasks not started when ctx ends get no
+// result, so that a resumed run does them.
+func (f *Fleet) process(ctx context.Context, epoch int, ts []tasks.Task, failed WarmError, keptBetweenEpochs bool, o RunOptions, onResult func(Result)) {
 	l, stop := newLanes(ctx, ts, f.Recycling())
 	defer stop()
 	workers := min(concurrency(f.Config), len(ts))
@@ -454,7 +451,7 @@ func (f *Fleet) process(ctx context.Context, epoch int, ts []tasks.Task, failed 
 				// A sandbox is kept for the image's next task, in this
 				// pass or, where pools stay warm between epochs, the next.
 				keep := func() bool {
-					return l.more(t.Image) || (epoch < f.Config.Epochs && f.Config.Strategy == "naive")
+					return l.more(t.Image) || (epoch < f.Config.Epochs && keptBetweenEpochs)
 				}
 				onResult(f.task(ctx, epoch, t, failed, o, keep))
 				l.done(t.Image)

@@ -2560,10 +2560,17 @@ func (x *PlanRunResponse) GetTasks() []*Task {
 	return nil
 }
 
+// RunWindow is a window of the plan and what the strategy does around it;
+// a runner that does what each window says runs the strategy.
 type RunWindow struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Images        []string               `protobuf:"bytes,1,rep,name=images,proto3" json:"images,omitempty"`
-	TaskIds       []string               `protobuf:"bytes,2,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Images  []string               `protobuf:"bytes,1,rep,name=images,proto3" json:"images,omitempty"`
+	TaskIds []string               `protobuf:"bytes,2,rep,name=task_ids,json=taskIds,proto3" json:"task_ids,omitempty"`
+	// Warm are the images to ask for (Lookahead) before the window's tasks
+	// run: its own, and the next window's under a strategy that warms ahead.
+	Warm []string `protobuf:"bytes,3,rep,name=warm,proto3" json:"warm,omitempty"`
+	// LetGo are the images to let go (Unwarm) once its tasks are done.
+	LetGo         []string `protobuf:"bytes,4,rep,name=let_go,json=letGo,proto3" json:"let_go,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2608,6 +2615,20 @@ func (x *RunWindow) GetImages() []string {
 func (x *RunWindow) GetTaskIds() []string {
 	if x != nil {
 		return x.TaskIds
+	}
+	return nil
+}
+
+func (x *RunWindow) GetWarm() []string {
+	if x != nil {
+		return x.Warm
+	}
+	return nil
+}
+
+func (x *RunWindow) GetLetGo() []string {
+	if x != nil {
+		return x.LetGo
 	}
 	return nil
 }
@@ -3408,10 +3429,12 @@ const file_api_fleet_v1_fleet_proto_rawDesc = "" +
 	"\vconcurrency\x18\x02 \x01(\x05R\vconcurrency\x12:\n" +
 	"\awindows\x18\x03 \x03(\v2 .sandboxfleet.fleet.v1.RunWindowR\awindows\x12\x18\n" +
 	"\arecycle\x18\x04 \x01(\bR\arecycle\x121\n" +
-	"\x05tasks\x18\x05 \x03(\v2\x1b.sandboxfleet.fleet.v1.TaskR\x05tasks\">\n" +
+	"\x05tasks\x18\x05 \x03(\v2\x1b.sandboxfleet.fleet.v1.TaskR\x05tasks\"i\n" +
 	"\tRunWindow\x12\x16\n" +
 	"\x06images\x18\x01 \x03(\tR\x06images\x12\x19\n" +
-	"\btask_ids\x18\x02 \x03(\tR\ataskIds\"'\n" +
+	"\btask_ids\x18\x02 \x03(\tR\ataskIds\x12\x12\n" +
+	"\x04warm\x18\x03 \x03(\tR\x04warm\x12\x15\n" +
+	"\x06let_go\x18\x04 \x03(\tR\x05letGo\"'\n" +
 	"\rUnwarmRequest\x12\x16\n" +
 	"\x06images\x18\x01 \x03(\tR\x06images\"(\n" +
 	"\x0eUnwarmResponse\x12\x16\n" +

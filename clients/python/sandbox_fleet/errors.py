@@ -43,8 +43,9 @@ class FleetError(Exception):
         self.reason = reason
 
 
-class InvalidArgumentError(FleetError):
-    """The request was wrong: the message says which field and why."""
+class InvalidArgumentError(FleetError, ValueError):
+    """The request was wrong: the message says which field and why. It is a
+    ValueError too, as Python's own refusals of a bad argument are."""
 
     code_default = "invalid_argument"
 

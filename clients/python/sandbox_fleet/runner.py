@@ -26,7 +26,6 @@ from .errors import FailedPreconditionError, FleetError, InfraError
 
 logger = logging.getLogger("sandbox_fleet.run")
 
-STRATEGIES = ("none", "naive", "sliding", "pipelined")
 
 # Phases in lifecycle order, as pkg/fleet/report lists them.
 _PHASE_ORDER = ["preflight", "plan", "prepull", "create_warmpool", "wait_pool_ready", "prefetch", "claim",
@@ -142,14 +141,13 @@ class _Plan:
     @classmethod
     def of(cls, msg: dict[str, Any]) -> "_Plan":
         tasks = [{**(t.get("metadata") or {}), "id": t["id"], "image": t["image"]} for t in msg.get("tasks", [])]
-        windows = [{"images": w.get("images", []), "task_ids": w.get("taskIds", [])} for w in msg.get("windows", [])]
+        windows = [{"images": w.get("images", []), "task_ids": w.get("taskIds", []), "warm": w.get("warm", []),
+                    "let_go": w.get("letGo", [])} for w in msg.get("windows", [])]
         return cls(msg["strategy"], int(msg["concurrency"]), windows, tasks, bool(msg.get("recycle")),
                    {t["id"]: t for t in tasks})
 
 
 def check_args(strategy: str, concurrency: int | None, epochs: int) -> None:
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
     if epochs < 1:
         raise ValueError(f"epochs is {epochs}: a run has at least one")
     if concurrency is not None and concurrency < 1:
@@ -190,12 +188,12 @@ def run(fleet: Any, fn: Callable[..., Any], strategy: str, concurrency: int | No
         with ThreadPoolExecutor(max_workers=plan.concurrency, thread_name_prefix="sandbox-fleet-run") as pool:
             for epoch in range(epochs):
                 got: dict[str, RunResult] = {}
-                for i, window in enumerate(plan.windows):
-                    _warm(fleet, plan, i, report)
+                for window in plan.windows:
+                    _warm(fleet, window, report)
                     for r in pool.map(lambda tid: _one(fleet, fn, plan.by_id[tid], epoch, recycle, report),
                                       window["task_ids"]):
                         got[r.task_id] = r
-                    if done := _done_with(plan, i):
+                    if done := window["let_go"]:
                         fleet._cool(done)
                 results.append([got[t["id"]] for t in plan.tasks])
     finally:
@@ -207,31 +205,12 @@ def run(fleet: Any, fn: Callable[..., Any], strategy: str, concurrency: int | No
     return shape(results, epochs)
 
 
-def _done_with(plan: _Plan, i: int) -> list[str]:
-    """The images a windowed strategy lets go once window i is done: the
-    window's, so that no more than a window (two under pipelined) is warm
-    at once — the disk bound the window was sized to."""
-    if plan.strategy not in ("sliding", "pipelined") or len(plan.windows) == 1:
-        return []
-    return list(plan.windows[i]["images"])
-
-
-def _to_warm(plan: _Plan, i: int) -> list[str]:
-    """The images to ask for before window i runs, as the strategy warms:
-    none nothing ahead (each acquire starts its sandbox); pipelined the
-    next window too, so that its pulls overlap this one's work. There is
-    no wait for the pools: each acquire returns as soon as a sandbox of
-    its image is ready, and one that cannot start fails its own task."""
-    if plan.strategy == "none":
-        return []
-    images = list(plan.windows[i]["images"])
-    if plan.strategy == "pipelined" and i + 1 < len(plan.windows):
-        images += plan.windows[i + 1]["images"]
-    return images
-
-
-def _warm(fleet: Any, plan: _Plan, i: int, report: RunReport) -> None:
-    if images := _to_warm(plan, i):
+def _warm(fleet: Any, window: dict[str, Any], report: RunReport) -> None:
+    """Asks for the images the window warms, as the session's plan says: the
+    strategy is the session's, defined once, in Go. There is no wait for
+    the pools: each acquire returns as soon as a sandbox of its image is
+    ready, and one that cannot start fails its own task."""
+    if images := window["warm"]:
         with _Timed(report, "create_warmpool"):
             fleet.lookahead(images)
 
@@ -319,13 +298,13 @@ async def arun(fleet: Any, fn: Callable[..., Any], strategy: str, concurrency: i
     try:
         for epoch in range(epochs):
             got: dict[str, RunResult] = {}
-            for i, window in enumerate(plan.windows):
-                if images := _to_warm(plan, i):
+            for window in plan.windows:
+                if images := window["warm"]:
                     with _Timed(report, "create_warmpool"):
                         await fleet.lookahead(images)
                 for r in await asyncio.gather(*(one(plan.by_id[tid], epoch) for tid in window["task_ids"])):
                     got[r.task_id] = r
-                if done := _done_with(plan, i):
+                if done := window["let_go"]:
                     await fleet._cool(done)
             results.append([got[t["id"]] for t in plan.tasks])
     finally:

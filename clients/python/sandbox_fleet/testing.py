@@ -42,7 +42,6 @@ from ._start import find_plugin
 from ._handle import AsyncHandle, Handle
 from .errors import (FleetError, ForeignHandleError, InvalidArgumentError, NotFoundError, NotWarmingError, PluginError,
                      SandboxLostError, SandboxStartError, SessionClosedError, from_connect)
-from .runner import STRATEGIES
 
 
 def _seconds(text: Any) -> float | None:
@@ -237,8 +236,6 @@ class FakeSession:
             self._open()
             if not self._tasks:
                 raise InvalidArgumentError("no tasks to run: add them with AddTasks first")
-            if strategy not in STRATEGIES:
-                raise InvalidArgumentError(f"strategy {strategy!r}: choose one of {', '.join(STRATEGIES)}")
             tasks = list(self._tasks.values())
         windows, concurrency, replicas = _plan(self.plugin, self.plan_args, tasks, strategy, concurrency)
         with self._lock:
@@ -246,7 +243,7 @@ class FakeSession:
         wire_tasks = [{"id": t["id"], "image": t["image"], "metadata": {k: v for k, v in t.items() if k not in ("id", "image")}}
                       for t in tasks]
         return {"strategy": strategy, "concurrency": concurrency, "recycle": self.recycle, "tasks": wire_tasks,
-                "windows": [{"images": w, "taskIds": [t["id"] for t in tasks if t["image"] in w]} for w in windows]}
+                "windows": [{**w, "taskIds": [t["id"] for t in tasks if t["image"] in w["images"]]} for w in windows]}
 
     # Leases.
 
@@ -500,11 +497,13 @@ _warned_no_plugin = False
 
 
 def _plan(plugin: str | None, plan_args: Sequence[str], tasks: list[dict[str, Any]], strategy: str,
-          concurrency: int) -> tuple[list[list[str]], int, dict[str, int]]:
-    """The windows (images warm together, in run order), the concurrency
-    and each image's pool depth of a run, by the kubectl plugin's planner
-    as serve plans them. Without the plugin: one window of every image,
-    one task at a time unless concurrency says otherwise, said once."""
+          concurrency: int) -> tuple[list[dict[str, list[str]]], int, dict[str, int]]:
+    """The windows (images warm together, in run order, each with what to
+    warm before it and let go after it, as the wire has them), the
+    concurrency and each image's pool depth of a run, by the kubectl
+    plugin's planner as serve plans them. Without the plugin: one window of
+    every image, warmed first, one task at a time unless concurrency says
+    otherwise, and the strategy not checked, said once."""
     global _warned_no_plugin
     images = list(dict.fromkeys(t["image"] for t in tasks))
     try:
@@ -514,12 +513,12 @@ def _plan(plugin: str | None, plan_args: Sequence[str], tasks: list[dict[str, An
     if found is None:
         if not _warned_no_plugin:
             _warned_no_plugin = True
-            warnings.warn("FakeFleet plans runs as one window of every image: the kubectl plugin "
+            warnings.warn("FakeFleet plans runs as one window of every image, whatever the strategy: the kubectl plugin "
                           "(kubectl-sandbox_fleet), whose planner serve uses, is not on PATH; install it "
                           "(kubectl krew install sandbox-fleet), or name it with plugin= or $SANDBOX_FLEET_PLUGIN, "
                           "for the session's own windows",
                           RuntimeWarning, stacklevel=6)
-        return [images], concurrency or 1, {}
+        return [{"images": images, "warm": images, "letGo": []}], concurrency or 1, {}
     rows = "".join(json.dumps({"id": t["id"], "image": t["image"]}) + "\n" for t in tasks)
     argv = [found, "plan", "--offline", "--tasks", "-", "-o", "json", "--strategy", strategy, *plan_args]
     if concurrency:
@@ -528,7 +527,8 @@ def _plan(plugin: str | None, plan_args: Sequence[str], tasks: list[dict[str, An
     if p.returncode != 0:
         raise InvalidArgumentError(f"{' '.join(argv[1:])}: {p.stderr.decode(errors='replace').strip()}")
     plan = json.loads(p.stdout)
-    windows = [list(w["images"]) for w in plan.get("windows") or []]
+    windows = [{"images": list(w["images"]), "warm": list(w.get("warm") or []), "letGo": list(w.get("letGo") or [])}
+               for w in plan.get("windows") or []]
     return windows, int(plan.get("concurrency") or 1), {pp["image"]: int(pp["replicas"]) for pp in plan.get("pools") or []}
 
 

@@ -226,3 +226,17 @@ def test_managed_run_async(fleet):
 
     asyncio.run(main())
     assert not fleet.status().handles
+
+
+def test_the_runner_does_what_the_plan_says():
+    """A strategy is the engine's, defined once in Go: the runner warms and
+    lets go what each window of the session's plan says, and names no
+    strategy itself."""
+    import ast
+    import inspect
+
+    from sandbox_fleet import runner
+
+    named = {node.value for node in ast.walk(ast.parse(inspect.getsource(runner)))
+             if isinstance(node, ast.Constant) and node.value in ("none", "naive", "sliding", "pipelined")}
+    assert not named, f"runner.py branches on the strategies {sorted(named)}"

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 )
 
 // GiB is how the configuration counts its GB.
@@ -318,8 +319,11 @@ func Predict(p Probe, s Shape, m Model) Estimate {
 	if e.Claims > run {
 		run, runBound = e.Claims, "control-plane"
 	}
+	// A strategy that warms ahead pulls the next window while one runs:
+	// only the first window's pull is not hidden behind tasks.
+	strategy, _ := config.StrategyNamed(s.Strategy)
 	switch {
-	case s.Strategy == "pipelined" && len(s.Windows) > 0:
+	case strategy.Ahead && len(s.Windows) > 0:
 		first := pulls[0]
 		e.Wall = first + max(e.Pull-first, run)
 		e.Bound = runBound

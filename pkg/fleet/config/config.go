@@ -31,9 +31,6 @@ const (
 	Kind       = "FleetConfig"
 )
 
-// Strategies are the ways a run warms pools over time.
-var Strategies = []string{"none", "naive", "sliding", "pipelined"}
-
 // Placements are the ways pools are spread over clusters.
 var Placements = []string{"round-robin", "least-loaded", "capacity-weighted", "image-affinity"}
 

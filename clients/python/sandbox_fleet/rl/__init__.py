@@ -17,14 +17,12 @@ from .._fleet import LookaheadWarmer
 from ..errors import FleetError, SandboxLostError, SandboxStartError
 from .capacity import BenchmarkPlan, Cluster, ClusterCapacity, plan_benchmark, probe_capacity, render_plan
 from .config import (ClusterConfig, FailFastPolicy, FleetConfig, ObservabilityConfig, ResourceSpec, TemplateSpec)
-from .fleet import (AsyncSandboxFleet, CapacityError, FleetOvercommitError, FleetPlan, GitRestoreReset, NoClusterAvailableError,
+from .fleet import (STRATEGIES, AsyncSandboxFleet, CapacityError, FleetOvercommitError, FleetPlan, GitRestoreReset, NoClusterAvailableError,
                     PlanEntry, PreflightError, RunReport, SandboxFleet, SandboxHandle, SandboxSession, determinism_canary, reap,
                     reap_orphans)
 from .metrics import serve_metrics
 from .tasks import (SWEBENCH_PROBE, ImageListSource, JsonlSource, ListSource, SweBenchSource, Task, TaskSource, load_image_list,
                     make_rewriter, rewrite_image, swebench_probe, to_tasks)
-
-STRATEGIES = ("none", "naive", "sliding", "pipelined")
 
 __all__ = [
     "AsyncSandboxFleet", "BenchmarkPlan", "CapacityError", "Cluster", "ClusterCapacity", "ClusterConfig", "FailFastPolicy", "FleetConfig", "FleetError", "FleetOvercommitError",

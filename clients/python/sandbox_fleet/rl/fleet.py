@@ -34,6 +34,10 @@ from .tasks import Task, to_tasks
 
 logger = logging.getLogger("sandbox_fleet.rl")
 
+# The reference's strategies, refused as it refuses them before a session
+# plans the run (which checks them again, as the engine defines them).
+STRATEGIES = ("none", "naive", "sliding", "pipelined")
+
 
 class PreflightError(FleetError):
     """A required preflight check failed (cluster, CRDs, controller, namespace)."""
@@ -621,8 +625,6 @@ class SandboxFleet:
 
     def _before_run(self, strategy: str, epochs: int, recycle: bool, reset: Any, max_reuses: int, reset_timeout: float,
                     use_session: bool) -> _fleet.SandboxFleet:
-        from ..runner import STRATEGIES
-
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy '{strategy}'; choose from {sorted(STRATEGIES)}")
         if epochs < 1:
