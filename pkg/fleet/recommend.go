@@ -85,25 +85,7 @@ func Recommend(cfg config.Fleet, ts []tasks.Task, probe capacity.Probe, m capaci
 	}
 
 	images := imagesOf(ts)
-	// What an image takes on disk is its share of the known images'
-	// distinct layers: they share bases, which sit on a node once.
-	known, distinct := 0, map[string]int64{}
-	for _, img := range probe.Images {
-		if len(img.Layers) > 0 {
-			known++
-			for _, l := range img.Layers {
-				distinct[l.Digest] = l.Size
-			}
-		}
-	}
-	avg := m.ImageBytes
-	if known > 0 {
-		var total int64
-		for _, size := range distinct {
-			total += size
-		}
-		avg = total / int64(known)
-	}
+	avg, known := imageShare(probe, m)
 	cfg.Disk.AvgImageGB = round1(float64(avg) / capacity.GiB)
 	cfg.Disk.NodeEphemeralGB = round1(float64(totals.DiskBytes) / float64(totals.Nodes) / capacity.GiB)
 	cfg.Disk.Nodes = totals.Nodes
@@ -119,28 +101,7 @@ func Recommend(cfg config.Fleet, ts []tasks.Task, probe capacity.Probe, m capaci
 		r.Reasons = append(r.Reasons, fmt.Sprintf("%d tasks over %d images is RL-shaped: a sandbox warm per task, an image's replicas on one node", len(ts)*cfg.Epochs, len(images)))
 	}
 
-	tasksTotal := len(ts) * cfg.Epochs
-	disk := diskOf(cfg)
-	allFit := sizing.DiskWindow(images, sizingParams(cfg), disk, 1) >= len(images)
-	var candidates []Scenario
-	plans := map[string]Plan{}
-	for _, strategy := range config.Strategies {
-		// Single-replica pools are for runs that want no warm pools; the
-		// model chooses among those that warm.
-		if s, _ := config.StrategyNamed(strategy); s.OneReplica {
-			continue
-		} else if s.Windows == config.AllImages && !allFit {
-			r.Reasons = append(r.Reasons, "not every image fits the nodes' disks at once: "+strategy+" is out")
-			continue
-		}
-		p, ok := largestFitting(cfg, ts, strategy, min(tasksTotal, fit), fit)
-		if !ok {
-			continue
-		}
-		s := scenario(probe, p, cfg, ts, m, limitedBy)
-		candidates = append(candidates, s)
-		plans[strategy] = p
-	}
+	candidates, plans := r.candidates(cfg, ts, probe, m, fit, limitedBy)
 	if len(candidates) == 0 {
 		return r, fmt.Errorf("cluster %s: no strategy's warm pools fit its nodes (%d sandboxes at once): lower maxWarmPoolSize or the template's requests", probe.Cluster, fit)
 	}
@@ -156,6 +117,57 @@ func Recommend(cfg config.Fleet, ts []tasks.Task, probe capacity.Probe, m capaci
 	r.Config = RecommendedConfig{Strategy: best.Strategy, MaxConcurrent: best.Concurrency, WarmPerTask: rl, Colocate: rl,
 		AvgImageGB: cfg.Disk.AvgImageGB, NodeEphemeralGB: cfg.Disk.NodeEphemeralGB, Nodes: cfg.Disk.Nodes}
 	return r, nil
+}
+
+// imageShare is what an image takes on disk: its share of the probed
+// images' distinct layers (they share bases, which sit on a node once), of
+// the known images of the probe; the model's size when none is known.
+func imageShare(probe capacity.Probe, m capacity.Model) (avg int64, known int) {
+	distinct := map[string]int64{}
+	for _, img := range probe.Images {
+		if len(img.Layers) > 0 {
+			known++
+			for _, l := range img.Layers {
+				distinct[l.Digest] = l.Size
+			}
+		}
+	}
+	if known == 0 {
+		return m.ImageBytes, 0
+	}
+	var total int64
+	for _, size := range distinct {
+		total += size
+	}
+	return total / int64(known), known
+}
+
+// candidates are the strategies that warm pools, each at the largest
+// concurrency whose peak fits the nodes (fit sandboxes), with their plans;
+// one that warms every image at once only when they all fit the disks (a
+// reason says when not).
+func (r *Recommendation) candidates(cfg config.Fleet, ts []tasks.Task, probe capacity.Probe, m capacity.Model, fit int, limitedBy string) ([]Scenario, map[string]Plan) {
+	images := imagesOf(ts)
+	allFit := sizing.DiskWindow(images, sizingParams(cfg), diskOf(cfg), 1) >= len(images)
+	var candidates []Scenario
+	plans := map[string]Plan{}
+	for _, strategy := range config.Strategies {
+		// Single-replica pools are for runs that want no warm pools; the
+		// model chooses among those that warm.
+		if s, _ := config.StrategyNamed(strategy); s.OneReplica {
+			continue
+		} else if s.Windows == config.AllImages && !allFit {
+			r.Reasons = append(r.Reasons, "not every image fits the nodes' disks at once: "+strategy+" is out")
+			continue
+		}
+		p, ok := largestFitting(cfg, ts, strategy, min(len(ts)*cfg.Epochs, fit), fit)
+		if !ok {
+			continue
+		}
+		candidates = append(candidates, scenario(probe, p, cfg, ts, m, limitedBy))
+		plans[strategy] = p
+	}
+	return candidates, plans
 }
 
 // largestFitting is the plan of strategy at the largest concurrency up to

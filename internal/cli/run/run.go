@@ -261,6 +261,13 @@ func (o *options) run(parent context.Context) error {
 	if printer != nil {
 		printer.Stop()
 	}
+	return o.outcome(rep, runErr, targets)
+}
+
+// outcome reports a run that ended — its report, unless it created
+// nothing — and says how it went: its error, with how to reap what its
+// teardown left, or how many tasks could not run.
+func (o *options) outcome(rep report.Report, runErr error, targets []fleet.Target) error {
 	if errors.Is(runErr, fleet.ErrNothingCreated) {
 		return runErr
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
@@ -49,9 +50,57 @@ func NewCommand(configFlags *genericclioptions.ConfigFlags, streams genericioopt
 	o := &options{configFlags: configFlags, streams: streams}
 	o.inputs.TasksOptional = true
 	cmd := &cobra.Command{
-		Use:   "serve [-f fleet.yaml] [--tasks FILE...] [--listen ADDR]",
-		Short: "Serve a long-lived fleet session that a training loop drives (Python: sandbox_fleet)",
-		Long: `Serve runs one fleet session — one run id, preflight first, everything torn
+		Use:     "serve [-f fleet.yaml] [--tasks FILE...] [--listen ADDR]",
+		Short:   "Serve a long-lived fleet session that a training loop drives (Python: sandbox_fleet)",
+		Long:    long,
+		Example: example,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, ts, err := o.complete(cmd)
+			if err != nil {
+				return err
+			}
+			if err := o.validate(); err != nil {
+				return err
+			}
+			if o.access.Address == "" {
+				// A directory of a fresh name that only this user may
+				// enter, so nobody can put a socket of their own there.
+				dir, err := os.MkdirTemp("", "sandbox-fleet-"+o.runID+"-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+				o.access.Address = filepath.Join(dir, "serve.sock")
+			}
+			return o.run(cmd.Context(), cfg, ts)
+		},
+	}
+	o.addFlags(cmd.Flags())
+	return cmd
+}
+
+func (o *options) addFlags(f *pflag.FlagSet) {
+	o.inputs.AddFlags(f)
+	f.StringVar(&o.runID, "run-id", "", "id labelling everything the session creates (default: generated)")
+	f.StringVar(&o.resume, "resume", "", "take over the session of this run id, whose serve died: its pools, held sandboxes and clients")
+	f.StringVar(&o.session, "session-name", "", "the session of this name (its run id): resumed when it exists, started otherwise; for serve in a Deployment")
+	f.BoolVar(&o.detach, "detach-on-signal", false, "on SIGTERM or SIGINT leave the session for the next serve --session-name or --resume to take over, instead of tearing it down")
+	f.StringArrayVar(&o.accounts, "allow-service-account", nil, "admit callers by their Pods' ServiceAccount tokens (a TokenReview each, kept 30s): NAMESPACE/NAME, or NAMESPACE/* for a namespace's; repeatable")
+	f.StringVar(&o.audience, "token-audience", serve.DefaultAudience, "with --allow-service-account, the audience callers' tokens must be for (a projected ServiceAccount token)")
+	f.StringVar(&o.access.Address, "listen", "", "unix:///PATH or a socket path, or HOST:PORT (default: a unix socket in a new private temporary directory, printed at start)")
+	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token every call must carry (mode 0600; written with a fresh token if it does not exist); TCP always has one")
+	f.StringVar(&o.access.CertFile, "tls-cert-file", "", "serve TLS with this certificate")
+	f.StringVar(&o.access.KeyFile, "tls-key-file", "", "the private key of --tls-cert-file")
+	f.DurationVar(&o.opts.LeaseTTL, "lease-ttl", session.DefaultLeaseTTL, "a client's sandboxes are released this long after its last call")
+	f.DurationVar(&o.opts.WarmTTL, "warm-ttl", session.DefaultWarmTTL, "a pool nobody asked for this long, with no sandbox held, is removed")
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at this address, e.g. 127.0.0.1:9095: the session's acquires, commands, releases, clients, held sandboxes and pools, and the engine's claims and phases; off loopback over TLS (--tls-cert-file) to tokens allowed /metrics")
+	f.BoolVar(&o.opts.Prepull, "prepull", false, "have the nodes with asrl-prepull-agent pull each image as its first task is added (a PrepullJob per cluster, deleted at the end)")
+	inputs.AddPrepullHighWater(f, &o.opts.PrepullHighWater)
+	inputs.AddHeartbeat(f, &o.opts.Heartbeat, "session")
+}
+
+const long = `Serve runs one fleet session — one run id, preflight first, everything torn
 down at the end — and serves the fleet session API (api/fleet/v1/fleet.proto)
 for a training loop to drive: add tasks, warm their pools ahead of need, acquire
 a sandbox, exec in it, move files in and out, release it. The Python client
@@ -96,57 +145,16 @@ replaced Pod carries on; --detach-on-signal leaves the session to the next
 Pod on SIGTERM instead of tearing it down (a client's Close still does);
 and --allow-service-account admits callers by their Pods' ServiceAccount
 tokens, reviewed by the API server (TokenReview) for --token-audience,
-instead of a token file.`,
-		Example: `  # serve on a unix socket, with the tasks of a file in the plan
+instead of a token file.`
+
+const example = `  # serve on a unix socket, with the tasks of a file in the plan
   kubectl sandbox-fleet serve -f fleet.yaml --tasks swebench.jsonl
 
   # serve on loopback TCP for a trainer on this machine, the token in a file
   kubectl sandbox-fleet serve -f fleet.yaml --listen 127.0.0.1:7070 --token-file ~/.sandbox-fleet-token
 
   # take over that session after its serve died, at the same address
-  kubectl sandbox-fleet serve --resume run-20261205-120000-abc123 --listen 127.0.0.1:7070 --token-file ~/.sandbox-fleet-token`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, ts, err := o.complete(cmd)
-			if err != nil {
-				return err
-			}
-			if err := o.validate(); err != nil {
-				return err
-			}
-			if o.access.Address == "" {
-				// A directory of a fresh name that only this user may
-				// enter, so nobody can put a socket of their own there.
-				dir, err := os.MkdirTemp("", "sandbox-fleet-"+o.runID+"-")
-				if err != nil {
-					return err
-				}
-				defer os.RemoveAll(dir)
-				o.access.Address = filepath.Join(dir, "serve.sock")
-			}
-			return o.run(cmd.Context(), cfg, ts)
-		},
-	}
-	f := cmd.Flags()
-	o.inputs.AddFlags(f)
-	f.StringVar(&o.runID, "run-id", "", "id labelling everything the session creates (default: generated)")
-	f.StringVar(&o.resume, "resume", "", "take over the session of this run id, whose serve died: its pools, held sandboxes and clients")
-	f.StringVar(&o.session, "session-name", "", "the session of this name (its run id): resumed when it exists, started otherwise; for serve in a Deployment")
-	f.BoolVar(&o.detach, "detach-on-signal", false, "on SIGTERM or SIGINT leave the session for the next serve --session-name or --resume to take over, instead of tearing it down")
-	f.StringArrayVar(&o.accounts, "allow-service-account", nil, "admit callers by their Pods' ServiceAccount tokens (a TokenReview each, kept 30s): NAMESPACE/NAME, or NAMESPACE/* for a namespace's; repeatable")
-	f.StringVar(&o.audience, "token-audience", serve.DefaultAudience, "with --allow-service-account, the audience callers' tokens must be for (a projected ServiceAccount token)")
-	f.StringVar(&o.access.Address, "listen", "", "unix:///PATH or a socket path, or HOST:PORT (default: a unix socket in a new private temporary directory, printed at start)")
-	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token every call must carry (mode 0600; written with a fresh token if it does not exist); TCP always has one")
-	f.StringVar(&o.access.CertFile, "tls-cert-file", "", "serve TLS with this certificate")
-	f.StringVar(&o.access.KeyFile, "tls-key-file", "", "the private key of --tls-cert-file")
-	f.DurationVar(&o.opts.LeaseTTL, "lease-ttl", session.DefaultLeaseTTL, "a client's sandboxes are released this long after its last call")
-	f.DurationVar(&o.opts.WarmTTL, "warm-ttl", session.DefaultWarmTTL, "a pool nobody asked for this long, with no sandbox held, is removed")
-	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at this address, e.g. 127.0.0.1:9095: the session's acquires, commands, releases, clients, held sandboxes and pools, and the engine's claims and phases; off loopback over TLS (--tls-cert-file) to tokens allowed /metrics")
-	f.BoolVar(&o.opts.Prepull, "prepull", false, "have the nodes with asrl-prepull-agent pull each image as its first task is added (a PrepullJob per cluster, deleted at the end)")
-	inputs.AddPrepullHighWater(f, &o.opts.PrepullHighWater)
-	inputs.AddHeartbeat(f, &o.opts.Heartbeat, "session")
-	return cmd
-}
+  kubectl sandbox-fleet serve --resume run-20261205-120000-abc123 --listen 127.0.0.1:7070 --token-file ~/.sandbox-fleet-token`
 
 func (o *options) run(parent context.Context, cfg config.Fleet, ts []tasks.Task) error {
 	if len(o.accounts) > 0 {
@@ -181,17 +189,8 @@ func (o *options) run(parent context.Context, cfg config.Fleet, ts []tasks.Task)
 		func() string { return runid.ReapHint(o.runID, o.inputs.ConfigFile, targets) })
 	defer stopSignals()
 
-	o.opts.Metrics = metrics.New(cfg.Strategy)
-	if o.metricsAddr != "" {
-		rc, err := o.configFlags.ToRESTConfig()
-		if err != nil {
-			return err
-		}
-		maddr, scheme, err := serve.ServeMetrics(ctx, o.opts.Metrics, o.metricsAddr, o.access, rc)
-		if err != nil {
-			return usage.Errorf("--metrics-addr %w", err)
-		}
-		fmt.Fprintf(o.streams.ErrOut, "metrics at %s://%s/metrics\n", scheme, maddr)
+	if err := o.serveMetrics(ctx, cfg.Strategy); err != nil {
+		return err
 	}
 	s, err := o.open(ctx, cfg, ts, targets)
 	if err != nil {
@@ -208,7 +207,33 @@ func (o *options) run(parent context.Context, cfg config.Fleet, ts []tasks.Task)
 	fmt.Fprintf(o.streams.ErrOut, "session %s: %d tasks, serving at %s%s\n", o.runID, s.TaskCount(), addr, guard)
 	fmt.Fprintf(o.streams.Out, "%s\n", addr)
 	serveErr := serve.Serve(ctx, l, v, o.access)
-	tctx, tcancel := context.WithTimeout(context.Background(), cfg.ReadyTimeout.Duration)
+	return o.finish(ctx, s, v, serveErr, cfg.ReadyTimeout.Duration, targets)
+}
+
+// serveMetrics has the session's metrics recorded, and served at
+// --metrics-addr when it is given.
+func (o *options) serveMetrics(ctx context.Context, strategy string) error {
+	o.opts.Metrics = metrics.New(strategy)
+	if o.metricsAddr == "" {
+		return nil
+	}
+	rc, err := o.configFlags.ToRESTConfig()
+	if err != nil {
+		return err
+	}
+	maddr, scheme, err := serve.ServeMetrics(ctx, o.opts.Metrics, o.metricsAddr, o.access, rc)
+	if err != nil {
+		return usage.Errorf("--metrics-addr %w", err)
+	}
+	fmt.Fprintf(o.streams.ErrOut, "metrics at %s://%s/metrics\n", scheme, maddr)
+	return nil
+}
+
+// finish ends the session once serving ended (ctx's end: a signal, or a
+// client's Close): left for the next serve under --detach-on-signal, else
+// torn down within timeout.
+func (o *options) finish(ctx context.Context, s *session.Session, v *serve.Service, serveErr error, timeout time.Duration, targets []fleet.Target) error {
+	tctx, tcancel := context.WithTimeout(context.Background(), timeout)
 	defer tcancel()
 	if o.detach && ctx.Err() != nil && !v.ClosedByClient() {
 		if err := s.Detach(tctx); err != nil {

@@ -320,41 +320,20 @@ func Default() Fleet {
 }
 
 func (f *Fleet) applyDefaults() {
-	if f.Strategy == "" {
-		f.Strategy = "naive"
-	}
-	if f.Epochs == 0 {
-		f.Epochs = 1
-	}
-	if f.Placement == "" {
-		f.Placement = "image-affinity"
-	}
-	if f.BreakerInterval.Duration == 0 {
-		f.BreakerInterval.Duration = 5 * time.Second
-	}
-	if f.BreakerPolls == 0 {
-		f.BreakerPolls = 3
-	}
-	if f.ClaimPacing == "" {
-		f.ClaimPacing = "none"
-	}
-	if f.ClaimGrace.Duration == 0 {
-		f.ClaimGrace.Duration = 2 * time.Minute
-	}
-	if f.UnschedulableGrace.Duration == 0 {
-		f.UnschedulableGrace.Duration = 10 * time.Minute
-	}
-	if f.ControllerGrace.Duration == 0 {
-		f.ControllerGrace.Duration = 2 * time.Minute
-	}
+	f.Strategy = cmp.Or(f.Strategy, "naive")
+	f.Epochs = cmp.Or(f.Epochs, 1)
+	f.Placement = cmp.Or(f.Placement, "image-affinity")
+	f.BreakerInterval.Duration = cmp.Or(f.BreakerInterval.Duration, 5*time.Second)
+	f.BreakerPolls = cmp.Or(f.BreakerPolls, 3)
+	f.ClaimPacing = cmp.Or(f.ClaimPacing, "none")
+	f.ClaimGrace.Duration = cmp.Or(f.ClaimGrace.Duration, 2*time.Minute)
+	f.UnschedulableGrace.Duration = cmp.Or(f.UnschedulableGrace.Duration, 10*time.Minute)
+	f.ControllerGrace.Duration = cmp.Or(f.ControllerGrace.Duration, 2*time.Minute)
+	f.MaxWarmPoolSize = cmp.Or(f.MaxWarmPoolSize, 8)
+	f.ReadyTimeout.Duration = cmp.Or(f.ReadyTimeout.Duration, 15*time.Minute)
+	// Pointers: an explicit zero (false, 0) is a choice, not unset.
 	if f.FailFast == nil {
 		f.FailFast = new(true)
-	}
-	if f.MaxWarmPoolSize == 0 {
-		f.MaxWarmPoolSize = 8
-	}
-	if f.ReadyTimeout.Duration == 0 {
-		f.ReadyTimeout.Duration = 15 * time.Minute
 	}
 	if f.WarmCreateBudget == nil {
 		f.WarmCreateBudget = new(1000)
@@ -362,23 +341,24 @@ func (f *Fleet) applyDefaults() {
 	if f.OvercommitFactor == nil {
 		f.OvercommitFactor = new(1.5)
 	}
-	r := &f.Recycle
-	if r.MaxReuses == 0 {
-		r.MaxReuses = 32
-	}
-	if r.ResetTimeout.Duration == 0 {
-		r.ResetTimeout.Duration = time.Minute
-	}
-	if r.Reset == "" {
-		r.Reset = "git"
-	}
-	if r.Workdir == "" {
-		r.Workdir = DefaultWorkdir
-	}
 	if f.Disk.Headroom == nil {
 		f.Disk.Headroom = new(0.25)
 	}
-	t := &f.Template
+	f.Recycle.applyDefaults()
+	f.Template.applyDefaults()
+	for i := range f.Clusters {
+		f.Clusters[i].Weight = cmp.Or(f.Clusters[i].Weight, 1)
+	}
+}
+
+func (r *Recycle) applyDefaults() {
+	r.MaxReuses = cmp.Or(r.MaxReuses, 32)
+	r.ResetTimeout.Duration = cmp.Or(r.ResetTimeout.Duration, time.Minute)
+	r.Reset = cmp.Or(r.Reset, "git")
+	r.Workdir = cmp.Or(r.Workdir, DefaultWorkdir)
+}
+
+func (t *Template) applyDefaults() {
 	if t.Resources.Requests == nil {
 		t.Resources.Requests = corev1.ResourceList{
 			corev1.ResourceCPU:    resource.MustParse("250m"),
@@ -388,22 +368,13 @@ func (f *Fleet) applyDefaults() {
 	if len(t.Command) == 0 {
 		t.Command = []string{"sleep", "infinity"}
 	}
-	if t.ImagePullPolicy == "" {
-		t.ImagePullPolicy = corev1.PullIfNotPresent
-	}
+	t.ImagePullPolicy = cmp.Or(t.ImagePullPolicy, corev1.PullIfNotPresent)
 	if a := t.AgentServer; a != nil {
 		a.Path = cmp.Or(a.Path, "/opt/agent-server")
 		a.Port = cmp.Or(a.Port, 8000)
 		a.HealthPath = cmp.Or(a.HealthPath, "/health")
 		a.SessionKeyEnv = cmp.Or(a.SessionKeyEnv, "SESSION_API_KEY")
-		if a.StartupTimeout.Duration == 0 {
-			a.StartupTimeout.Duration = 2 * time.Minute
-		}
-	}
-	for i := range f.Clusters {
-		if f.Clusters[i].Weight == 0 {
-			f.Clusters[i].Weight = 1
-		}
+		a.StartupTimeout.Duration = cmp.Or(a.StartupTimeout.Duration, 2*time.Minute)
 	}
 }
 

@@ -37,6 +37,30 @@ func (f *Fleet) Validate() error {
 
 // validate reports every value out of range through fail, by field path.
 func (f *Fleet) validate(fail func(path, format string, args ...any)) {
+	f.validateChoices(fail)
+	f.validateNumbers(fail)
+	f.Recycle.validate(fail)
+	f.validateClusters(fail)
+	switch f.Template.ImagePullPolicy {
+	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		fail("template.imagePullPolicy", "%q is not Always, IfNotPresent or Never", f.Template.ImagePullPolicy)
+	}
+	f.Template.validateExtras(fail)
+	for i, r := range f.Rewrite {
+		if _, err := images.ParseRule(r.From + "=" + r.To); err != nil {
+			fail(fmt.Sprintf("rewrite[%d]", i), "%v", err)
+		}
+	}
+	for k, v := range f.Labels {
+		for _, msg := range append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...) {
+			fail("labels."+k, "%s", msg)
+		}
+	}
+}
+
+// validateChoices checks the fields that name one of a list.
+func (f *Fleet) validateChoices(fail func(path, format string, args ...any)) {
 	if f.APIVersion != APIVersion || f.Kind != Kind {
 		fail("apiVersion", "want apiVersion %s and kind %s, got %q and %q", APIVersion, Kind, f.APIVersion, f.Kind)
 	}
@@ -49,6 +73,10 @@ func (f *Fleet) validate(fail func(path, format string, args ...any)) {
 	if !slices.Contains(Placements, f.Placement) {
 		fail("placement", "unknown placement %q: use one of %s", f.Placement, strings.Join(Placements, ", "))
 	}
+}
+
+// validateNumbers checks the counts, rates, factors, durations and sizes.
+func (f *Fleet) validateNumbers(fail func(path, format string, args ...any)) {
 	// Fields with a default must be positive once it is filled in (a
 	// file's 0 means the default; a flag's 0 is refused); the others may
 	// be 0, which means none or unset, as their documentation says.
@@ -92,28 +120,38 @@ func (f *Fleet) validate(fail func(path, format string, args ...any)) {
 			fail(d.path, "must be positive, got %s", d.value)
 		}
 	}
-	if r := f.Recycle.Reset; !slices.Contains(Resets, r) {
-		fail("recycle.reset", "unknown reset %q: use %s", r, strings.Join(Resets, ", "))
-	}
-	if w := f.Recycle.Workdir; w != "" && !strings.HasPrefix(w, "/") {
-		fail("recycle.workdir", "%q is not an absolute path", w)
-	}
-	for i, file := range f.Recycle.CheckConfig.Files {
-		if !strings.HasPrefix(file, "/") {
-			fail(fmt.Sprintf("recycle.checkConfig.files[%d]", i), "%q is not an absolute path", file)
-		}
-	}
-	for i, c := range f.Recycle.CheckConfig.Commands {
-		if strings.TrimSpace(c) == "" {
-			fail(fmt.Sprintf("recycle.checkConfig.commands[%d]", i), "empty command")
-		}
-	}
 	if h := f.Disk.Headroom; h != nil && (*h < 0 || *h >= 1) {
 		fail("disk.headroom", "must be a fraction in [0, 1), got %g", *h)
 	}
 	if f.Disk.AvgImageGB < 0 || f.Disk.NodeEphemeralGB < 0 {
 		fail("disk", "sizes must be positive GB")
 	}
+}
+
+// validate checks the reset's kind and paths (its counts and timeout are
+// checked with the others).
+func (r *Recycle) validate(fail func(path, format string, args ...any)) {
+	if !slices.Contains(Resets, r.Reset) {
+		fail("recycle.reset", "unknown reset %q: use %s", r.Reset, strings.Join(Resets, ", "))
+	}
+	if w := r.Workdir; w != "" && !strings.HasPrefix(w, "/") {
+		fail("recycle.workdir", "%q is not an absolute path", w)
+	}
+	for i, file := range r.CheckConfig.Files {
+		if !strings.HasPrefix(file, "/") {
+			fail(fmt.Sprintf("recycle.checkConfig.files[%d]", i), "%q is not an absolute path", file)
+		}
+	}
+	for i, c := range r.CheckConfig.Commands {
+		if strings.TrimSpace(c) == "" {
+			fail(fmt.Sprintf("recycle.checkConfig.commands[%d]", i), "empty command")
+		}
+	}
+}
+
+// validateClusters checks each cluster's entry, and that their names are
+// distinct.
+func (f *Fleet) validateClusters(fail func(path, format string, args ...any)) {
 	names := map[string]bool{}
 	for i, c := range f.Clusters {
 		path := fmt.Sprintf("clusters[%d]", i)
@@ -137,22 +175,6 @@ func (f *Fleet) validate(fail func(path, format string, args ...any)) {
 		}
 		if c.MaxReplicas < 0 {
 			fail(path+".maxReplicas", "must not be negative, got %d", c.MaxReplicas)
-		}
-	}
-	switch f.Template.ImagePullPolicy {
-	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
-	default:
-		fail("template.imagePullPolicy", "%q is not Always, IfNotPresent or Never", f.Template.ImagePullPolicy)
-	}
-	f.Template.validateExtras(fail)
-	for i, r := range f.Rewrite {
-		if _, err := images.ParseRule(r.From + "=" + r.To); err != nil {
-			fail(fmt.Sprintf("rewrite[%d]", i), "%v", err)
-		}
-	}
-	for k, v := range f.Labels {
-		for _, msg := range append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...) {
-			fail("labels."+k, "%s", msg)
 		}
 	}
 }
