@@ -342,7 +342,7 @@ func TestRunPrepull(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.TasksOK != 2 {
 		t.Fatalf("run --prepull: exit %d\n%s%s", code, out, stderr)
 	}
-	if !strings.Contains(stderr, "pre-pulling 1 image") || strings.Contains(stderr, "prepull on cluster") {
+	if !strings.Contains(stderr, "pre-pulling 1 image") || strings.Contains(stderr, "Prepull:") {
 		t.Errorf("run --prepull did not pre-pull cleanly:\n%s", stderr)
 	}
 	prepulled := false

@@ -140,7 +140,7 @@ func TestRecycledRollouts(t *testing.T) {
 			t.Errorf("task %s on the image without git: %+v; want a fresh sandbox", id, r)
 		}
 	}
-	if n := strings.Count(stderr, "is not recycled"); n != 1 || !strings.Contains(stderr, testimages.Busybox+" is not recycled: no directory /testbed") {
+	if n := strings.Count(stderr, "is not recycled"); n != 1 || !strings.Contains(stderr, `image="`+testimages.Busybox+`" reason="no directory /testbed"`) {
 		t.Errorf("the image without git was said %d times, want once:\n%s", n, stderr)
 	}
 	// A claim per problem and one per task of the image without git.

@@ -74,7 +74,7 @@ func TestControllerDown(t *testing.T) {
 				}
 			}
 			code := r.end(t)
-			if want := "the Agent Sandbox controller is down"; !strings.Contains(r.stderr.String(), want) {
+			if want := "The Agent Sandbox controller is down"; !strings.Contains(r.stderr.String(), want) {
 				t.Errorf("the run's log does not say %q:\n%s", want, r.stderr)
 			}
 			ok, infra := r.checkResults(t, true)

@@ -63,7 +63,7 @@ func (f *Fleet) startBreaker(ctx context.Context, cancel context.CancelCauseFunc
 				continue
 			}
 			breaches++
-			f.logf("runaway breaker: %d live sandboxes over the ceiling of %d (%d/%d)", live, ceiling, breaches, f.Config.BreakerPolls)
+			f.log.Info("Runaway breaker: live sandboxes over the ceiling", "live", live, "ceiling", ceiling, "breaches", breaches, "of", f.Config.BreakerPolls)
 			if breaches >= f.Config.BreakerPolls {
 				err := &OvercommitError{Live: live, Ceiling: ceiling, Expected: f.expected()}
 				cancel(err)

@@ -44,7 +44,9 @@
 // What stops nothing — a pool serving with fewer sandboxes, a sandbox
 // quarantined, the runaway breaker counting — goes to the logr.Logger of
 // the context given to Open, as with controller-runtime; without one, to
-// klog's.
+// klog's. Each is a constant message with key/values (cluster, image,
+// sandbox, ...) and failures an error, so that a log pipeline can count
+// and filter them.
 //
 // Every wait is served by one shared informer per kind and cluster
 // (internal/fleet/tracker); the engine never polls the API server and

@@ -177,7 +177,7 @@ func (f *Fleet) preflight(ctx context.Context) error {
 				Session: f.driving.session,
 			})
 			for _, w := range rep.Warnings() {
-				f.logf("preflight on cluster %s: %s: %s", c.Name, w.Name, w.Detail)
+				f.log.Info("Preflight warns", "cluster", c.Name, "check", w.Name, "detail", w.Detail)
 			}
 			var failed []error
 			for _, fail := range rep.Failures() {
@@ -310,23 +310,14 @@ func labelValues(nodes []corev1.Node, keys ...string) []string {
 	return out
 }
 
-// logf tells what a run's driver should know but that stops nothing — a
-// pool serving with fewer sandboxes, a sandbox quarantined, the breaker
-// counting, the epoch begun — through the logger of the context Open was
-// given: a caller chooses where the engine's words go as with
-// controller-runtime (logr.NewContext, klog.NewContext), and without one
-// they go to klog's.
-func (f *Fleet) logf(format string, args ...any) {
-	f.log.Info(fmt.Sprintf(format, args...))
-}
-
 // reportController logs that cluster's Agent Sandbox controller went down
 // or came back: a session has no progress line.
 func (f *Fleet) reportController(cluster string, s controllerwatch.State) {
 	if !s.Down {
-		f.logf("cluster %s: the Agent Sandbox controller is back", cluster)
+		f.log.Info("The Agent Sandbox controller is back", "cluster", cluster)
 		return
 	}
-	f.logf("cluster %s: the Agent Sandbox controller is down: its leader Lease %s/%s ran out unrenewed at %s; waits for sandboxes end %s after that unless it comes back",
-		cluster, preflight.ControllerNamespace, preflight.ControllerLease, s.Since.UTC().Format(time.RFC3339), f.Config.ControllerGrace.Duration)
+	f.log.Info("The Agent Sandbox controller is down: its leader Lease ran out unrenewed; waits for sandboxes end the grace after that unless it comes back",
+		"cluster", cluster, "lease", klog.KRef(preflight.ControllerNamespace, preflight.ControllerLease), "since", s.Since.UTC().Format(time.RFC3339),
+		"grace", f.Config.ControllerGrace.Duration)
 }

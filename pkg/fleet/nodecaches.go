@@ -35,7 +35,7 @@ func (f *Fleet) readNodeCaches(ctx context.Context) {
 			indexes[i], err = informer.Snapshot(ctx, c.Clients.Client, nodes[i])
 		}
 		if err != nil {
-			f.logf("image-affinity on cluster %s: reading its nodes' image caches: %v; placing without them", c.Name, err)
+			f.log.Error(err, "Image-affinity: reading the nodes' image caches failed; placing without them", "cluster", c.Name)
 			indexes[i] = nil
 		}
 	}
@@ -82,12 +82,12 @@ func (f *Fleet) readRegistries(ctx context.Context, images []string) map[string]
 	defer cancel()
 	r := (&registry.Layers{}).GetAll(ctx, images, 30*time.Second)
 	if len(r.Failed) > 0 {
-		f.logf("image-affinity: %d of %d images no node holds could not be read from their registries, and are placed without their layers; the first: %v",
-			len(r.Failed), len(images), r.Failed[0])
+		f.log.Info("Image-affinity: images no node holds could not be read from their registries, and are placed without their layers",
+			"failed", len(r.Failed), "of", len(images), "first", r.Failed[0])
 	}
 	if len(r.Skipped) > 0 {
-		f.logf("image-affinity: %d of %d images no node holds were not read (their registry did not answer, or start-up's %s for reading ran out), and are placed without their layers; the first: %s",
-			len(r.Skipped), len(images), registryBudget, r.Skipped[0])
+		f.log.Info("Image-affinity: images no node holds were not read (their registry did not answer, or start-up's budget for reading ran out), and are placed without their layers",
+			"skipped", len(r.Skipped), "of", len(images), "budget", registryBudget, "first", r.Skipped[0])
 	}
 	return r.Found
 }

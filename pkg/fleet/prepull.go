@@ -63,7 +63,7 @@ func (f *Fleet) prepullOn(ctx context.Context, c *Cluster, images []string, high
 		return fmt.Errorf("prepull on cluster %s: %w", c.Name, err)
 	}
 	if len(without) > 0 {
-		f.logf("prepull on cluster %s: %d nodes run no asrl-prepull-agent and will pull as sandboxes land", c.Name, len(without))
+		f.log.Info("Prepull: nodes run no asrl-prepull-agent and will pull as sandboxes land", "cluster", c.Name, "nodes", len(without))
 	}
 	if len(targets) == 0 {
 		return nil
@@ -78,7 +78,7 @@ func (f *Fleet) prepullOn(ctx context.Context, c *Cluster, images []string, high
 	}
 	p, err := prepull.Wait(ctx, c.Clients.Client, job, targets, time.Second, func(nodecache.JobProgress) {})
 	if errors.Is(err, context.DeadlineExceeded) {
-		f.logf("prepull on cluster %s: %d of %d nodes not done in time; the run goes on", c.Name, len(p.Nodes)-p.Done, len(p.Nodes))
+		f.log.Info("Prepull: nodes not done in time; the run goes on", "cluster", c.Name, "notDone", len(p.Nodes)-p.Done, "of", len(p.Nodes))
 		return nil
 	}
 	if err != nil {
@@ -86,7 +86,7 @@ func (f *Fleet) prepullOn(ctx context.Context, c *Cluster, images []string, high
 	}
 	for _, n := range p.Nodes {
 		if n.Phase != v1alpha1.PrepullSucceeded {
-			f.logf("prepull on cluster %s: node %s %s: %s", c.Name, n.Node, n.Phase, n.Message)
+			f.log.Info("Prepull: a node did not pull everything", "cluster", c.Name, "node", n.Node, "phase", n.Phase, "message", n.Message)
 		}
 	}
 	return nil

@@ -93,14 +93,14 @@ func (f *Fleet) Record(ctx context.Context, s *Sandbox) {
 	}
 	switch {
 	case err != nil:
-		f.logf("sandbox %s of %s will not be recycled: %v", s.Sandbox, s.image, err)
+		f.log.Error(err, "A sandbox will not be recycled", "sandbox", s.Sandbox, "image", s.image)
 	case !b.Recyclable:
 		rc.mu.Lock()
 		said := rc.unrecyclable[s.image]
 		rc.unrecyclable[s.image] = true
 		rc.mu.Unlock()
 		if !said {
-			f.logf("%s is not recycled: %s; its tasks take a fresh sandbox each", s.image, b.Reason)
+			f.log.Info("An image is not recycled: its tasks take a fresh sandbox each", "image", s.image, "reason", b.Reason)
 		}
 	default:
 		s.baseline = &b
@@ -138,13 +138,13 @@ func (f *Fleet) GiveBack(ctx context.Context, s *Sandbox, keep bool) (Outcome, e
 	case rc == nil || !keep || s.baseline == nil:
 		return Released, f.Release(ctx, s)
 	case s.shellBroken():
-		f.logf("quarantining sandbox %s of %s: its command session broke twice", s.Sandbox, s.image)
+		f.log.Info("Quarantining a sandbox: its command session broke twice", "sandbox", s.Sandbox, "image", s.image)
 		return Quarantined, f.releaseAs(ctx, s, "quarantine", start)
 	case s.Resets >= rc.maxReuses:
 		return Rotated, f.releaseAs(ctx, s, "rotate", start)
 	}
 	if err := f.reset(ctx, s); err != nil {
-		f.logf("quarantining sandbox %s of %s: %v", s.Sandbox, s.image, err)
+		f.log.Error(err, "Quarantining a sandbox: its reset failed", "sandbox", s.Sandbox, "image", s.image)
 		// The failed reset is part of what the quarantine cost.
 		return Quarantined, f.releaseAs(ctx, s, "quarantine", start)
 	}

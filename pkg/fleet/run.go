@@ -152,7 +152,7 @@ func (f *Fleet) run(ctx context.Context, o RunOptions) (rep report.Report, err e
 	}
 	for epoch := 1; epoch <= f.Config.Epochs && err == nil; epoch++ {
 		if f.Config.Epochs > 1 {
-			f.logf("epoch %d/%d", epoch, f.Config.Epochs)
+			f.log.Info("Epoch", "epoch", epoch, "of", f.Config.Epochs)
 		}
 		err = f.pass(runCtx, epoch, o, onResult)
 	}
@@ -180,7 +180,7 @@ func (f *Fleet) run(ctx context.Context, o RunOptions) (rep report.Report, err e
 		// deadline of their own.
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), f.Config.ReadyTimeout.Duration)
 		if rerr := f.releaseClean(rctx, images); rerr != nil {
-			f.logf("%v", rerr)
+			f.log.Error(rerr, "Releasing the run's kept sandboxes failed")
 		}
 		rcancel()
 	}
@@ -418,7 +418,7 @@ func (f *Fleet) warmWindow(ctx context.Context, images []string, replicas func(s
 		for _, img := range images {
 			if err := failed[resources.PoolName(f.RunID, img)]; err != nil {
 				gone = append(gone, img)
-				f.logf("giving up the pool of %s: %v", img, err)
+				f.log.Error(err, "Giving up a pool", "image", img)
 			}
 		}
 		if err := f.Unwarm(ctx, gone); err != nil {
@@ -584,7 +584,7 @@ func (f *Fleet) releaseTask(ctx context.Context, s *Sandbox, keep bool, r *Resul
 	ctx, span := tracing.Tracer().Start(context.WithoutCancel(ctx), "release")
 	outcome, err := f.GiveBack(ctx, s, keep)
 	if err != nil {
-		f.logf("%v", err)
+		f.log.Error(err, "Giving a sandbox back failed", "sandbox", s.Sandbox, "outcome", outcome)
 	}
 	span.SetAttributes(tracing.Outcome.String(string(outcome)))
 	tracing.End(span, err)

@@ -88,7 +88,7 @@ func (f *Fleet) Warm(ctx context.Context, images []string, replicas func(image s
 				Observe: func(phase string, d time.Duration) { f.phase(phase, c.Name, d) },
 				Check:   f.poolCheck(ctx, c),
 				Settled: func(pool, why string) {
-					f.logf("pool %s serves with fewer sandboxes than planned: %s", pool, why)
+					f.log.Info("A pool serves with fewer sandboxes than planned", "pool", pool, "why", why)
 				}}
 			// Pools wait for the controller no longer than its grace.
 			gctx, unguard := c.controller.Guard(ctx, f.Config.ControllerGrace.Duration)

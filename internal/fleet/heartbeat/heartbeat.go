@@ -160,10 +160,10 @@ func ExpiresAt(lease *coordinationv1.Lease) (expires time.Time, ok bool) {
 
 // WaitAbandoned returns once run runID's driver is gone, for another to
 // take the run over: its Lease is gone, expired or let go (Let), or its
-// holder is a process of this host that no longer exists. Until then it says, through
-// logf, whom it waits for, and waits at most until the Lease would
-// expire unrenewed before it looks again.
-func WaitAbandoned(ctx context.Context, kube kubernetes.Interface, namespace, runID string, logf func(format string, args ...any)) error {
+// holder is a process of this host that no longer exists. Until then it
+// says, through ctx's logger, whom it waits for, and waits at most until
+// the Lease would expire unrenewed before it looks again.
+func WaitAbandoned(ctx context.Context, kube kubernetes.Interface, namespace, runID string) error {
 	host, _ := os.Hostname()
 	said := false
 	for {
@@ -180,8 +180,8 @@ func WaitAbandoned(ctx context.Context, kube kubernetes.Interface, namespace, ru
 			return nil
 		}
 		if !said {
-			logf("run %s is still driven by %s (its heartbeat Lease %s/%s is renewed): waiting for it to stop, or its Lease to expire",
-				runID, holder, namespace, lease.Name)
+			klog.FromContext(ctx).Info("The run is still driven by another (its heartbeat Lease is renewed): waiting for it to stop, or its Lease to expire",
+				"run", runID, "driver", holder, "lease", klog.KObj(lease))
 			said = true
 		}
 		renewed := ptr.Deref(lease.Spec.RenewTime, ptr.Deref(lease.Spec.AcquireTime, metav1.NewMicroTime(now)))

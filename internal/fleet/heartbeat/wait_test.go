@@ -8,6 +8,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
@@ -32,7 +34,9 @@ func TestWaitAbandoned(t *testing.T) {
 	}
 	wait := func(run string) <-chan error {
 		done := make(chan error, 1)
-		go func() { done <- heartbeat.WaitAbandoned(ctx, clients.Kube, clients.Namespace, run, t.Logf) }()
+		go func() {
+			done <- heartbeat.WaitAbandoned(klog.NewContext(ctx, ktesting.NewLogger(t, ktesting.NewConfig())), clients.Kube, clients.Namespace, run)
+		}()
 		return done
 	}
 

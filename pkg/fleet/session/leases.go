@@ -152,9 +152,9 @@ func (s *Session) acquire(ctx context.Context, t tasks.Task, p *pool, owner map[
 		}
 		// A sandbox its claim does not say is held would be lost by a
 		// resume: release it and claim another.
-		s.logf("releasing sandbox %s: %v", sb.Sandbox, err)
+		s.log.Error(err, "Releasing a sandbox its claim does not say is held", "sandbox", sb.Sandbox)
 		if err := s.fleet.Release(ctx, sb); err != nil {
-			s.logf("%v", err)
+			s.log.Error(err, "Releasing a sandbox failed", "sandbox", sb.Sandbox)
 		}
 	}
 	for {
@@ -270,7 +270,7 @@ func (s *Session) release(ctx context.Context, h *Handle, expired, reuse bool) (
 		// A sandbox kept for reuse is no longer the client's: a resume
 		// must not give it back to it.
 		if err := h.Annotate(ctx, disowned); err != nil {
-			s.logf("releasing sandbox %s rather than keeping it: %v", h.Sandbox.Sandbox, err)
+			s.log.Error(err, "Releasing a sandbox rather than keeping it", "sandbox", h.Sandbox.Sandbox)
 			reuse = false
 		}
 	}

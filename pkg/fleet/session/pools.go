@@ -88,7 +88,7 @@ func (s *Session) prepull(changes []fleet.PoolChange) {
 	}
 	s.wg.Go(func() {
 		if err := s.fleet.PrepullImages(s.ctx, fresh, s.fleet.Config.ReadyTimeout.Duration, s.opts.PrepullHighWater); err != nil && s.ctx.Err() == nil {
-			s.logf("%v", err)
+			s.log.Error(err, "Pre-pulling the added tasks' images failed", "images", len(fresh))
 		}
 	})
 }
@@ -215,9 +215,9 @@ func (s *Session) warmLocked(img string, p *pool) {
 			err := s.fleet.Warm(ctx, []string{img}, func(string) int { return want })
 			cancel()
 			if err != nil && s.ctx.Err() == nil {
-				s.logf("giving up the pool of %s: %v", img, err)
+				s.log.Error(err, "Giving up a pool", "image", img)
 				if uerr := s.fleet.Unwarm(context.WithoutCancel(s.ctx), []string{img}); uerr != nil {
-					s.logf("%v", uerr)
+					s.log.Error(uerr, "Removing a pool failed", "image", img)
 				}
 			}
 			s.mu.Lock()

@@ -13,8 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/klog/v2"
-
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/sessionstate"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
@@ -39,8 +37,7 @@ func Resume(ctx context.Context, runID string, cfg config.Fleet, targets []fleet
 	home := targets[0]
 	// The state is read once its driver is gone: until then it may still
 	// change it, or close the session.
-	logf := func(format string, args ...any) { klog.FromContext(ctx).Info(fmt.Sprintf(format, args...)) }
-	if err := heartbeat.WaitAbandoned(ctx, home.Clients.Kube, home.Clients.Namespace, runID, logf); err != nil {
+	if err := heartbeat.WaitAbandoned(ctx, home.Clients.Kube, home.Clients.Namespace, runID); err != nil {
 		return nil, err
 	}
 	store := &sessionstate.Store{Client: home.Clients.Client, Namespace: home.Clients.Namespace, RunID: runID}
@@ -103,12 +100,12 @@ func (s *Session) readopt(ctx context.Context, a fleet.Adopted) {
 			}
 		}
 	}
-	s.logf("resumed session %s: %d pools kept, %d sandboxes held, %d released (lease run out or not held), %d claims under way deleted",
-		s.RunID(), len(a.Images), len(s.handles), len(gone), len(a.Dropped))
+	s.log.Info("Resumed the session", "run", s.RunID(), "poolsKept", len(a.Images), "sandboxesHeld", len(s.handles),
+		"released", len(gone), "claimsUnderWayDeleted", len(a.Dropped))
 	s.stopStrays(ctx)
 	for _, h := range gone {
 		if _, err := s.release(ctx, h, h.Client != "", false); err != nil {
-			s.logf("%v", err)
+			s.log.Error(err, "Releasing a sandbox failed", "sandbox", h.Claim)
 		}
 	}
 }
@@ -133,9 +130,9 @@ func (s *Session) stopStrays(ctx context.Context) {
 			n, err := h.Sandbox.StopStrays(ctx)
 			switch {
 			case err != nil:
-				s.logf("sandbox %s: %v", h.Claim, err)
+				s.log.Error(err, "Stopping what the previous serve left running failed; the sandbox is kept", "sandbox", h.Claim)
 			case n > 0:
-				s.logf("sandbox %s: stopped %d commands the previous serve left running", h.Claim, n)
+				s.log.Info("Stopped the commands the previous serve left running", "sandbox", h.Claim, "commands", n)
 			}
 		})
 	}
@@ -243,7 +240,7 @@ func (s *Session) recordClients() {
 		}
 		s.mu.Unlock()
 		if err := s.store.SaveClients(s.ctx, cs); err != nil && s.ctx.Err() == nil {
-			s.logf("%v; trying again", err)
+			s.log.Error(err, "Recording the session's clients failed; trying again")
 			s.mu.Lock()
 			s.changedLocked()
 			s.mu.Unlock()

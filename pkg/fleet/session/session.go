@@ -285,15 +285,15 @@ func (s *Session) sweep() {
 		}
 		s.mu.Unlock()
 		for _, h := range expired {
-			s.logf("the lease of client %s ran out: releasing sandbox %s", h.Client, h.Claim)
+			s.log.Info("A client's lease ran out: releasing its sandbox", "client", h.Client, "sandbox", h.Claim)
 			if _, err := s.release(s.ctx, h, true, false); err != nil {
-				s.logf("%v", err)
+				s.log.Error(err, "Releasing a sandbox failed", "sandbox", h.Claim)
 			}
 		}
 		if len(cold) > 0 {
-			s.logf("no one asked for %s for %s: removing their pools", cold, s.opts.WarmTTL)
+			s.log.Info("No one asked for these images for the warm TTL: removing their pools", "images", cold, "warmTTL", s.opts.WarmTTL)
 			if err := s.fleet.Unwarm(s.ctx, cold); err != nil {
-				s.logf("%v", err)
+				s.log.Error(err, "Removing pools failed", "images", cold)
 			}
 		}
 	}
@@ -392,11 +392,4 @@ func (s *Session) stop(ctx context.Context) bool {
 	s.cancel()
 	s.wg.Wait()
 	return true
-}
-
-// logf tells what the session's driver should know but that stops
-// nothing — a lease run out, cold pools removed — as the engine does
-// (fleet.Fleet's words go to the same logger).
-func (s *Session) logf(format string, args ...any) {
-	s.log.Info(fmt.Sprintf(format, args...))
 }
