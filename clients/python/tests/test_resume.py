@@ -79,7 +79,7 @@ def test_resume_after_kill(server):
     assert time.monotonic() - start < 10, f"the first call after the resume took {time.monotonic() - start:.1f}s"
     assert sorted(h.id for h in st.handles) == sorted(h.id for h in held), st
     assert uids("sandboxwarmpools", first.run_id) == pools, "a pool was made anew"
-    assert "2 pools kept, 2 sandboxes held, 1 released" in resumed.logs(), resumed.logs()
+    assert "poolsKept=2 sandboxesHeld=2 released=1 " in resumed.logs(), resumed.logs()
     wait_for("the stopped client's sandbox to be released", lambda: dropped.claim not in uids("sandboxclaims", first.run_id))
     if REAL:
         assert held[0].exec(["cat", "/tmp/mark"]).stdout == b"before\n"
