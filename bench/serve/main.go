@@ -441,7 +441,7 @@ func serveSession(ctx context.Context, s *session.Session, socket string, reques
 
 func warmAll(ctx context.Context, s *session.Session) ([]string, error) {
 	var images []string
-	for _, p := range s.Fleet().Plan.Pools {
+	for _, p := range s.Fleet().Plan().Pools {
 		images = append(images, p.Image)
 	}
 	if _, err := s.Lookahead(nil, images); err != nil {

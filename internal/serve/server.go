@@ -177,7 +177,7 @@ func (v *Service) PlanRun(_ context.Context, req *connect.Request[fleetv1.PlanRu
 	for i, w := range p.Windows {
 		out.Windows = append(out.Windows, &fleetv1.RunWindow{Images: w.Images, TaskIds: ids[i], Warm: w.Warm, LetGo: w.LetGo})
 	}
-	for _, t := range v.Session.Fleet().TasksAdded() {
+	for _, t := range v.Session.Fleet().Tasks() {
 		meta, err := structpb.NewStruct(t.Metadata)
 		if err != nil {
 			return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("task %s's metadata: %w", t.ID, err))
@@ -495,7 +495,7 @@ func (v *Service) Status(ctx context.Context, _ *connect.Request[fleetv1.StatusR
 		return nil, toConnect(err)
 	}
 	c := s.Counts()
-	out := &fleetv1.StatusResponse{RunId: s.RunID(), Namespace: s.Fleet().Clusters[0].Namespace(), Tasks: int32(s.TaskCount()),
+	out := &fleetv1.StatusResponse{RunId: s.RunID(), Namespace: s.Fleet().Clusters()[0].Namespace(), Tasks: int32(s.TaskCount()),
 		Pools: poolsOf(pools), LeaseTtl: durationpb.New(s.Options().LeaseTTL), WarmTtl: durationpb.New(s.Options().WarmTTL),
 		Counts: &fleetv1.Counts{Acquired: c.Acquired, Released: c.Released, Expired: c.Expired, Failed: c.Failed, Execs: c.Execs,
 			Reused: c.Reused, Quarantined: c.Quarantined}}
@@ -509,7 +509,7 @@ func (v *Service) Close(ctx context.Context, req *connect.Request[fleetv1.CloseR
 	if err := v.Session.MayClose(req.Msg.ClientId); err != nil {
 		return nil, toConnect(err)
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), v.Session.Fleet().Config.ReadyTimeout.Duration)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), v.Session.Fleet().Config().ReadyTimeout.Duration)
 	defer cancel()
 	if err := v.Shutdown(ctx); err != nil {
 		return nil, toConnect(err)

@@ -42,8 +42,8 @@ type AdoptedSandbox struct {
 // anything warms or claims.
 func (f *Fleet) Adopt(ctx context.Context) (Adopted, error) {
 	var out Adopted
-	for _, c := range f.Clusters {
-		inv, err := inventory.List(ctx, c.Clients.Client, c.Namespace(), f.RunID)
+	for _, c := range f.clusters {
+		inv, err := inventory.List(ctx, c.Clients.Client, c.Namespace(), f.runID)
 		if err != nil {
 			return out, fmt.Errorf("cluster %s: %w", c.Name, err)
 		}
@@ -96,7 +96,7 @@ func (f *Fleet) Adopt(ctx context.Context) (Adopted, error) {
 			}
 			f.mu.Unlock()
 			out.Sandboxes = append(out.Sandboxes, &AdoptedSandbox{
-				Sandbox: &Sandbox{Handle: h, cluster: c, image: img, session: f.Config.Session},
+				Sandbox: &Sandbox{Handle: h, cluster: c, image: img, session: f.cfg.Session},
 				Image:   img, Annotations: cl.Annotations})
 		}
 	}

@@ -6,16 +6,16 @@ import (
 )
 
 // expected is how many live sandboxes the run means to hold at its peak.
-func (f *Fleet) expected() int { return f.Plan.Peak.Pods }
+func (f *Fleet) expected() int { return f.plan.Peak.Pods }
 
 // ceiling is the live-sandbox count that trips the breaker, 0 when it is
 // off.
 func (f *Fleet) ceiling() int {
 	ceiling := 0
-	if factor := *f.Config.OvercommitFactor; factor > 0 {
+	if factor := *f.cfg.OvercommitFactor; factor > 0 {
 		ceiling = int(float64(f.expected()) * factor)
 	}
-	if hard := f.Config.MaxLiveSandboxes; hard > 0 && (ceiling == 0 || hard < ceiling) {
+	if hard := f.cfg.MaxLiveSandboxes; hard > 0 && (ceiling == 0 || hard < ceiling) {
 		ceiling = hard
 	}
 	return ceiling
@@ -34,7 +34,7 @@ func (f *Fleet) startBreaker(ctx context.Context, cancel context.CancelCauseFunc
 	done := make(chan struct{})
 	verdict := make(chan error, 1)
 	go func() {
-		ticker := time.NewTicker(f.Config.BreakerInterval.Duration)
+		ticker := time.NewTicker(f.cfg.BreakerInterval.Duration)
 		defer ticker.Stop()
 		breaches := 0
 		for {
@@ -47,13 +47,13 @@ func (f *Fleet) startBreaker(ctx context.Context, cancel context.CancelCauseFunc
 				return
 			case <-ticker.C:
 			}
-			entries := make([]liveEntry, len(f.Clusters))
-			for i, c := range f.Clusters {
+			entries := make([]liveEntry, len(f.clusters))
+			for i, c := range f.clusters {
 				entries[i] = liveEntry{where: c.Clients.Config.Host + "/" + c.Namespace(), live: c.tracker.LivePods()}
 			}
 			f.mu.Lock()
 			// Release writes released under the lock; read it under it too.
-			for i, c := range f.Clusters {
+			for i, c := range f.clusters {
 				entries[i].released = c.released
 			}
 			live := countLive(entries)
@@ -63,8 +63,8 @@ func (f *Fleet) startBreaker(ctx context.Context, cancel context.CancelCauseFunc
 				continue
 			}
 			breaches++
-			f.log.Info("Runaway breaker: live sandboxes over the ceiling", "live", live, "ceiling", ceiling, "breaches", breaches, "of", f.Config.BreakerPolls)
-			if breaches >= f.Config.BreakerPolls {
+			f.log.Info("Runaway breaker: live sandboxes over the ceiling", "live", live, "ceiling", ceiling, "breaches", breaches, "of", f.cfg.BreakerPolls)
+			if breaches >= f.cfg.BreakerPolls {
 				err := &OvercommitError{Live: live, Ceiling: ceiling, Expected: f.expected()}
 				cancel(err)
 				verdict <- err

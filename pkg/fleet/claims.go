@@ -32,10 +32,10 @@ func (f *Fleet) Acquire(ctx context.Context, t tasks.Task, annotations map[strin
 	}
 	// A claim the controller never makes Ready (it is down, or the claim
 	// is stuck) must not hold its task for ever: readyTimeout bounds it.
-	ctx, cancel := context.WithTimeout(ctx, f.Config.ReadyTimeout.Duration)
+	ctx, cancel := context.WithTimeout(ctx, f.cfg.ReadyTimeout.Duration)
 	defer cancel()
 	// Nor must a controller that is gone: past its grace the wait ends.
-	ctx, unguard := p.cluster.controller.Guard(ctx, f.Config.ControllerGrace.Duration)
+	ctx, unguard := p.cluster.controller.Guard(ctx, f.cfg.ControllerGrace.Duration)
 	defer unguard()
 	start := time.Now()
 	settled := f.pace(ctx, p, pool.Name)
@@ -59,13 +59,13 @@ func (f *Fleet) Acquire(ctx context.Context, t tasks.Task, annotations map[strin
 		p.held[h.Pod] = true
 		f.mu.Unlock()
 	}
-	return &Sandbox{Handle: h, cluster: p.cluster, image: t.Image, session: f.Config.Session}, nil
+	return &Sandbox{Handle: h, cluster: p.cluster, image: t.Image, session: f.cfg.Session}, nil
 }
 
 // paced reports whether claims wait for a warm sandbox. Under a strategy
 // of single-replica pools (none) claims are meant to start cold.
 func (f *Fleet) paced() bool {
-	return f.Config.ClaimPacing == "warm" && !f.Config.Warming().OneReplica
+	return f.cfg.ClaimPacing == "warm" && !f.cfg.Warming().OneReplica
 }
 
 // paceLimit bounds the wait for a warm sandbox: a pool that cannot refill

@@ -64,11 +64,13 @@ func (c *Cluster) Namespace() string { return c.Clients.Namespace }
 
 // Fleet is one run over one or more clusters.
 type Fleet struct {
-	RunID    string
-	Config   config.Fleet
-	Tasks    []tasks.Task
-	Plan     Plan
-	Clusters []*Cluster
+	runID    string
+	cfg      config.Fleet
+	clusters []*Cluster
+
+	// tasks and plan grow as a session adds tasks, under mu.
+	tasks []tasks.Task
+	plan  Plan
 
 	// driving is what Open's options said; its metrics, when set, receive
 	// the run's figures as they happen.
@@ -126,10 +128,10 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 	// that ends while Open runs stops them too.
 	watchCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer context.AfterFunc(ctx, stop)()
-	f := &Fleet{RunID: runID, Config: cfg, Tasks: ts, driving: driving, policy: policy, stop: stop, log: klog.FromContext(ctx),
+	f := &Fleet{runID: runID, cfg: cfg, tasks: ts, driving: driving, policy: policy, stop: stop, log: klog.FromContext(ctx),
 		rec: report.New(cfg.Strategy), warm: map[string]*placed{}, originals: map[string]string{}, recycler: newRecycler(cfg)}
 	start := time.Now()
-	f.Plan = NewPlan(cfg, ts)
+	f.plan = NewPlan(cfg, ts)
 	f.phase("plan", "", time.Since(start))
 	f.stats.total.Store(int64(len(ts) * cfg.Epochs))
 	for _, t := range ts {
@@ -145,13 +147,13 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 			return nil, fmt.Errorf("cluster %s: %w", t.Config.Name, err)
 		}
 		spec := podSpec(cfg, t.Config)
-		f.Clusters = append(f.Clusters, &Cluster{
+		f.clusters = append(f.clusters, &Cluster{
 			Name: t.Config.Name, Clients: t.Clients, tracker: tr, config: t.Config, spec: spec,
 			claimer:    &claim.Claimer{Client: t.Clients.Client, Tracker: tr, Grace: graces(cfg)},
 			controller: controllerwatch.Start(watchCtx, t.Clients.Kube, func(s controllerwatch.State) { f.reportController(t.Config.Name, s) }),
 		})
 	}
-	if cfg.Placement == "image-affinity" && len(f.Clusters) > 1 {
+	if cfg.Placement == "image-affinity" && len(f.clusters) > 1 {
 		f.readNodeCaches(ctx)
 	}
 	// A ctx that ended meanwhile stopped the trackers: a fleet without
@@ -168,9 +170,9 @@ func Open(ctx context.Context, runID string, cfg config.Fleet, ts []tasks.Task, 
 func (f *Fleet) preflight(ctx context.Context) error {
 	start := time.Now()
 	defer func() { f.phase("preflight", "", time.Since(start)) }()
-	errs := make([]error, len(f.Clusters))
+	errs := make([]error, len(f.clusters))
 	var wg sync.WaitGroup
-	for i, c := range f.Clusters {
+	for i, c := range f.clusters {
 		wg.Go(func() {
 			rep := preflight.Run(ctx, c.Clients.Kube, c.Clients.Config.Host, preflight.Options{
 				Namespace: c.Namespace(), RuntimeClass: c.spec.RuntimeClassName, ImagePullSecret: c.spec.ImagePullSecret,
@@ -189,6 +191,23 @@ func (f *Fleet) preflight(ctx context.Context) error {
 	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// RunID is the id that labels everything of the run.
+func (f *Fleet) RunID() string { return f.runID }
+
+// Config is the run's configuration, as Open was given it.
+func (f *Fleet) Config() config.Fleet { return f.cfg }
+
+// Plan is what the run does; a session's grows as it adds tasks.
+func (f *Fleet) Plan() Plan {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.plan
+}
+
+// Clusters are the clusters the run is spread over, in the order of
+// Open's targets.
+func (f *Fleet) Clusters() []*Cluster { return slices.Clip(f.clusters) }
 
 // Close stops following the run's objects. It deletes nothing.
 func (f *Fleet) Close() { f.stop() }
@@ -238,11 +257,11 @@ func (f *Fleet) Teardown(ctx context.Context) (err error) {
 	ctx, span := tracing.Tracer().Start(ctx, "teardown")
 	defer func() { tracing.End(span, err) }()
 	start := time.Now()
-	errs := make([]error, len(f.Clusters))
+	errs := make([]error, len(f.clusters))
 	var wg sync.WaitGroup
-	for i, c := range f.Clusters {
+	for i, c := range f.clusters {
 		wg.Go(func() {
-			if err := teardown.Run(ctx, c.Clients.Client, c.tracker, c.Namespace(), f.RunID); err != nil {
+			if err := teardown.Run(ctx, c.Clients.Client, c.tracker, c.Namespace(), f.runID); err != nil {
 				errs[i] = fmt.Errorf("cluster %s: %w", c.Name, err)
 			}
 		})
@@ -264,8 +283,8 @@ func (f *Fleet) Teardown(ctx context.Context) (err error) {
 // the API servers.
 func (f *Fleet) Leftovers(ctx context.Context) (map[string][]string, error) {
 	out := map[string][]string{}
-	for _, c := range f.Clusters {
-		left, err := teardown.Leftovers(ctx, c.Clients.Client, c.Namespace(), f.RunID)
+	for _, c := range f.clusters {
+		left, err := teardown.Leftovers(ctx, c.Clients.Client, c.Namespace(), f.runID)
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: %w", c.Name, err)
 		}
@@ -280,7 +299,7 @@ func (f *Fleet) Leftovers(ctx context.Context) (map[string][]string, error) {
 // what cannot be read is left out.
 func (f *Fleet) environment(ctx context.Context) map[string]report.Environment {
 	env := map[string]report.Environment{}
-	for _, c := range f.Clusters {
+	for _, c := range f.clusters {
 		e := report.Environment{Server: c.Clients.Config.Host, Namespace: c.Namespace(), Context: c.config.Context}
 		if v, err := c.Clients.Kube.Discovery().ServerVersion(); err == nil {
 			e.KubernetesVersion = v.GitVersion
@@ -319,5 +338,5 @@ func (f *Fleet) reportController(cluster string, s controllerwatch.State) {
 	}
 	f.log.Info("The Agent Sandbox controller is down: its leader Lease ran out unrenewed; waits for sandboxes end the grace after that unless it comes back",
 		"cluster", cluster, "lease", klog.KRef(preflight.ControllerNamespace, preflight.ControllerLease), "since", s.Since.UTC().Format(time.RFC3339),
-		"grace", f.Config.ControllerGrace.Duration)
+		"grace", f.cfg.ControllerGrace.Duration)
 }

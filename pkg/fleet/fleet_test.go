@@ -100,8 +100,8 @@ func collect(t *testing.T, ctx context.Context, f *fleet.Fleet) map[string]fleet
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.TasksOK != len(f.Tasks) || rep.TasksErr != 0 || rep.Claims != len(f.Tasks) {
-		t.Errorf("report: %d ok, %d failed, %d claims; want %d ok, no failures, one claim a task", rep.TasksOK, rep.TasksErr, rep.Claims, len(f.Tasks))
+	if rep.TasksOK != len(f.Tasks()) || rep.TasksErr != 0 || rep.Claims != len(f.Tasks()) {
+		t.Errorf("report: %d ok, %d failed, %d claims; want %d ok, no failures, one claim a task", rep.TasksOK, rep.TasksErr, rep.Claims, len(f.Tasks()))
 	}
 	return got
 }
@@ -117,7 +117,7 @@ func assertEmpty(t *testing.T, ctx context.Context, f *fleet.Fleet) {
 	if len(left) > 0 {
 		t.Errorf("left behind: %v", left)
 	}
-	for _, c := range f.Clusters {
+	for _, c := range f.Clusters() {
 		sandboxes := &sandboxv1beta1.SandboxList{}
 		if err := c.Clients.Client.List(ctx, sandboxes, client.InNamespace(c.Namespace())); err != nil {
 			t.Fatal(err)
@@ -315,7 +315,7 @@ func TestBreaker(t *testing.T) {
 	cfg := testConfig("naive")
 	cfg.MaxConcurrent = 1
 	f := open(t, ctx, "runaway", cfg, ts, cluster)
-	c := f.Clusters[0]
+	c := f.Clusters()[0]
 	var result fleet.Result
 	_, err := f.Run(ctx, fleet.RunOptions{OnResult: func(r fleet.Result) { result = r }, Work: func(ctx context.Context, _ tasks.Task, s *fleet.Sandbox) (fleet.Output, error) {
 		pools := &extensionsv1beta1.SandboxWarmPoolList{}
@@ -332,7 +332,7 @@ func TestBreaker(t *testing.T) {
 		return fleet.Output{}, ctx.Err()
 	}})
 	var over *fleet.OvercommitError
-	if !errors.As(err, &over) || over.Expected != f.Plan.Peak.Pods || over.Ceiling < over.Expected || over.Live <= over.Ceiling {
+	if !errors.As(err, &over) || over.Expected != f.Plan().Peak.Pods || over.Ceiling < over.Expected || over.Live <= over.Ceiling {
 		t.Fatalf("Run = %v (task: %+v), want the breaker's OvercommitError", err, result)
 	}
 	assertEmpty(t, ctx, f)
@@ -353,7 +353,7 @@ func TestClaimPacing(t *testing.T) {
 	cfg.Concurrency = 6
 	cfg.ClaimPacing = "warm"
 	f := open(t, ctx, "paced", cfg, ts, cluster)
-	c := f.Clusters[0]
+	c := f.Clusters()[0]
 	var mu sync.Mutex
 	launch := map[string]int{}
 	_, err := f.Run(ctx, fleet.RunOptions{Work: func(ctx context.Context, _ tasks.Task, s *fleet.Sandbox) (fleet.Output, error) {
@@ -397,8 +397,8 @@ func TestEpochsKeepPools(t *testing.T) {
 	if per[1] != len(ts) || per[2] != len(ts) {
 		t.Errorf("results per epoch %v, want %d in each of 2", per, len(ts))
 	}
-	if rep.WarmReplicasTotal != f.Plan.WarmFootprint {
-		t.Errorf("%d replicas warmed over two epochs, want the plan's %d once", rep.WarmReplicasTotal, f.Plan.WarmFootprint)
+	if rep.WarmReplicasTotal != f.Plan().WarmFootprint {
+		t.Errorf("%d replicas warmed over two epochs, want the plan's %d once", rep.WarmReplicasTotal, f.Plan().WarmFootprint)
 	}
 	assertEmpty(t, ctx, f)
 }
@@ -455,13 +455,13 @@ func TestTemplateExtrasReachTheCluster(t *testing.T) {
 	if err := f.Warm(ctx, images, func(string) int { return 1 }); err != nil {
 		t.Fatal(err)
 	}
-	c := f.Clusters[0].Clients.Client
+	c := f.Clusters()[0].Clients.Client
 	templates := &extensionsv1beta1.SandboxTemplateList{}
-	if err := c.List(ctx, templates, client.InNamespace(f.Clusters[0].Namespace())); err != nil {
+	if err := c.List(ctx, templates, client.InNamespace(f.Clusters()[0].Namespace())); err != nil {
 		t.Fatal(err)
 	}
 	pods := &corev1.PodList{}
-	if err := c.List(ctx, pods, client.InNamespace(f.Clusters[0].Namespace())); err != nil {
+	if err := c.List(ctx, pods, client.InNamespace(f.Clusters()[0].Namespace())); err != nil {
 		t.Fatal(err)
 	}
 	if len(templates.Items) != 2 || len(pods.Items) < 2 {
@@ -500,8 +500,8 @@ func TestStartHeartbeatsDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := f.Clusters[0]
-	lease, err := c.Clients.Kube.CoordinationV1().Leases(c.Namespace()).Get(ctx, heartbeat.Name(f.RunID), metav1.GetOptions{})
+	c := f.Clusters()[0]
+	lease, err := c.Clients.Kube.CoordinationV1().Leases(c.Namespace()).Get(ctx, heartbeat.Name(f.RunID()), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -514,7 +514,7 @@ func TestStartHeartbeatsDefault(t *testing.T) {
 	if err := beats.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Clients.Kube.CoordinationV1().Leases(c.Namespace()).Get(ctx, heartbeat.Name(f.RunID), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := c.Clients.Kube.CoordinationV1().Leases(c.Namespace()).Get(ctx, heartbeat.Name(f.RunID()), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the Lease after stop: %v, want it gone", err)
 	}
 }

@@ -30,21 +30,21 @@ func (f *Fleet) AddTasks(ts []tasks.Task) []PoolChange {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	before := map[string]int{}
-	for _, p := range f.Plan.Pools {
+	for _, p := range f.plan.Pools {
 		before[p.Image] = p.Replicas
 	}
-	f.Tasks = append(f.Tasks, ts...)
+	f.tasks = append(f.tasks, ts...)
 	for _, t := range ts {
 		if t.OriginalImage != "" {
 			f.originals[t.Image] = t.OriginalImage
 		}
 	}
-	f.Plan = newPlan(f.Config, f.Tasks, false)
+	f.plan = newPlan(f.cfg, f.tasks, false)
 	f.stats.total.Add(int64(len(ts)))
 	var changes []PoolChange
-	for _, p := range f.Plan.Pools {
+	for _, p := range f.plan.Pools {
 		if p.Replicas != before[p.Image] {
-			changes = append(changes, PoolChange{Image: p.Image, Pool: resources.PoolName(f.RunID, p.Image), Before: before[p.Image], Replicas: p.Replicas})
+			changes = append(changes, PoolChange{Image: p.Image, Pool: resources.PoolName(f.runID, p.Image), Before: before[p.Image], Replicas: p.Replicas})
 		}
 	}
 	return changes
@@ -54,7 +54,7 @@ func (f *Fleet) AddTasks(ts []tasks.Task) []PoolChange {
 func (f *Fleet) Planned(image string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, p := range f.Plan.Pools {
+	for _, p := range f.plan.Pools {
 		if p.Image == image {
 			return p.Replicas
 		}
@@ -73,7 +73,7 @@ type PoolState struct {
 
 // PoolState reads image's pool from the tracker's cache.
 func (f *Fleet) PoolState(ctx context.Context, image string) (PoolState, error) {
-	st := PoolState{Image: image, Pool: resources.PoolName(f.RunID, image)}
+	st := PoolState{Image: image, Pool: resources.PoolName(f.runID, image)}
 	f.mu.Lock()
 	p, ok := f.warm[image]
 	if ok {
@@ -94,12 +94,12 @@ func (f *Fleet) PoolState(ctx context.Context, image string) (PoolState, error) 
 // Changed returns a channel closed at the next change of any of the run's
 // objects on any cluster.
 func (f *Fleet) Changed() <-chan struct{} {
-	if len(f.Clusters) == 1 {
-		return f.Clusters[0].tracker.Changed()
+	if len(f.clusters) == 1 {
+		return f.clusters[0].tracker.Changed()
 	}
 	out := make(chan struct{})
 	var once sync.Once
-	for _, c := range f.Clusters {
+	for _, c := range f.clusters {
 		go func(ch <-chan struct{}) {
 			select {
 			case <-ch:
@@ -111,18 +111,19 @@ func (f *Fleet) Changed() <-chan struct{} {
 	return out
 }
 
-// TasksAdded is the tasks added so far, in the order they were added.
-func (f *Fleet) TasksAdded() []tasks.Task {
+// Tasks are the run's tasks, in order: those Open was given, then those
+// a session added.
+func (f *Fleet) Tasks() []tasks.Task {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return slices.Clone(f.Tasks)
+	return slices.Clone(f.tasks)
 }
 
 // RunPlan plans a managed run of the tasks added so far under strategy and
 // concurrency (the configuration's where empty or 0): the plan, and each
 // of its windows' task ids, in the order the tasks were added.
 func (f *Fleet) RunPlan(strategy string, concurrency int) (Plan, [][]string, error) {
-	cfg, ts := f.Config, f.TasksAdded()
+	cfg, ts := f.cfg, f.Tasks()
 	cfg.Strategy = cmp.Or(strategy, cfg.Strategy)
 	cfg.Concurrency = cmp.Or(concurrency, cfg.Concurrency)
 	if err := cfg.Validate(); err != nil {

@@ -37,8 +37,8 @@ func (f *Fleet) startHeartbeats(ctx context.Context) (*Heartbeats, error) {
 	host, _ := os.Hostname()
 	holder := fmt.Sprintf("%s@%s/%d", f.driving.driver, host, os.Getpid())
 	beats := &Heartbeats{}
-	for _, c := range f.Clusters {
-		b, err := heartbeat.Start(ctx, c.Clients.Kube, c.Namespace(), f.RunID, holder, f.driving.heartbeat)
+	for _, c := range f.clusters {
+		b, err := heartbeat.Start(ctx, c.Clients.Kube, c.Namespace(), f.runID, holder, f.driving.heartbeat)
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("cluster %s: %w", c.Name, err), beats.Stop(ctx))
 		}

@@ -22,9 +22,9 @@ import (
 // agents, no CRD, no right to list) gives no signal: it is warned about,
 // and its images are placed as if no cache knew them.
 func (f *Fleet) readNodeCaches(ctx context.Context) {
-	indexes := make([]*nodecache.Index, len(f.Clusters))
-	nodes := make([][]string, len(f.Clusters))
-	for i, c := range f.Clusters {
+	indexes := make([]*nodecache.Index, len(f.clusters))
+	nodes := make([][]string, len(f.clusters))
+	for i, c := range f.clusters {
 		list := &metav1.PartialObjectMetadataList{}
 		list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
 		err := c.Clients.Client.List(ctx, list, client.MatchingLabels(c.spec.NodeSelector))
@@ -41,7 +41,7 @@ func (f *Fleet) readNodeCaches(ctx context.Context) {
 	}
 	layers := map[string][]v1alpha1.Layer{}
 	var unlisted []string
-	for _, p := range f.Plan.Pools {
+	for _, p := range f.plan.Pools {
 		if _, seen := layers[p.Image]; seen {
 			continue
 		}
@@ -56,11 +56,11 @@ func (f *Fleet) readNodeCaches(ctx context.Context) {
 		}
 	}
 	maps.Copy(layers, f.readRegistries(ctx, unlisted))
-	for _, p := range f.Plan.Pools {
+	for _, p := range f.plan.Pools {
 		if len(layers[p.Image]) == 0 {
 			continue
 		}
-		for i, c := range f.Clusters {
+		for i, c := range f.clusters {
 			if indexes[i] == nil || len(nodes[i]) == 0 {
 				continue
 			}

@@ -15,8 +15,8 @@ import (
 // neither reported a result nor was skipped fails, not run, for the run's
 // reason, and the report counts it.
 func TestNotStarted(t *testing.T) {
-	f := &Fleet{Config: config.Fleet{Epochs: 2}, rec: report.New("sliding"),
-		Tasks: []tasks.Task{{ID: "a", Image: "i"}, {ID: "b", Image: "i"}, {ID: "c", Image: "j"}}}
+	f := &Fleet{cfg: config.Fleet{Epochs: 2}, rec: report.New("sliding"),
+		tasks: []tasks.Task{{ID: "a", Image: "i"}, {ID: "b", Image: "i"}, {ID: "c", Image: "j"}}}
 	reported := map[taskRef]bool{{1, "a"}: true}
 	skip := func(epoch int, id string) bool { return epoch == 1 && id == "b" }
 	err := verdict.Infrastructure(verdict.Controller, errors.New("the Agent Sandbox controller has been down for 45s"))

@@ -36,7 +36,7 @@ type Progress struct {
 func (f *Fleet) Progress() Progress {
 	p := Progress{Total: int(f.stats.total.Load()), Done: int(f.stats.done.Load()), Failed: int(f.stats.failed.Load()),
 		Warming: int(f.stats.warming.Load()), Running: int(f.stats.running.Load())}
-	for _, c := range f.Clusters {
+	for _, c := range f.clusters {
 		p.Pulling = p.Pulling.Plus(c.tracker.Pulling())
 		if s := c.controller.State(); s.Down {
 			p.ControllerDown = max(p.ControllerDown, time.Since(s.Since))
@@ -90,7 +90,7 @@ func (f *Fleet) finished(cluster string, ok, ran bool, d time.Duration) {
 // is nil when they delayed nothing.
 func (f *Fleet) throttled() *report.Throttled {
 	var t report.Throttled
-	for _, c := range f.Clusters {
+	for _, c := range f.clusters {
 		if c.Clients.Throttle == nil {
 			continue
 		}

@@ -139,7 +139,7 @@ func TestRunPlan(t *testing.T) {
 	cfg.MaxConcurrent = 4
 	ts := batch("aaaaaa bbb c")
 	ts[1], ts[7] = ts[7], ts[1] // b1 added before a1
-	f := &Fleet{Config: cfg, Tasks: ts}
+	f := &Fleet{cfg: cfg, tasks: ts}
 	for _, tc := range []struct {
 		strategy    string
 		concurrency int

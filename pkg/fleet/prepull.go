@@ -22,11 +22,11 @@ import (
 func (f *Fleet) prepull(ctx context.Context) error {
 	start := time.Now()
 	defer func() { f.phase("prepull", "", time.Since(start)) }()
-	refs := make([]string, 0, len(f.Plan.Pools))
-	for _, p := range f.Plan.Pools {
+	refs := make([]string, 0, len(f.plan.Pools))
+	for _, p := range f.plan.Pools {
 		refs = append(refs, p.Image)
 	}
-	return f.PrepullImages(ctx, refs, f.Config.ReadyTimeout.Duration, f.driving.highWater)
+	return f.PrepullImages(ctx, refs, f.cfg.ReadyTimeout.Duration, f.driving.highWater)
 }
 
 // PrepullImages has the nodes each cluster may put the run's sandboxes on
@@ -48,9 +48,9 @@ func (f *Fleet) PrepullImages(ctx context.Context, refs []string, timeout time.D
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	errs := make([]error, len(f.Clusters))
+	errs := make([]error, len(f.clusters))
 	var wg sync.WaitGroup
-	for i, c := range f.Clusters {
+	for i, c := range f.clusters {
 		wg.Go(func() { errs[i] = f.prepullOn(ctx, c, full, highWater) })
 	}
 	wg.Wait()
@@ -69,7 +69,7 @@ func (f *Fleet) prepullOn(ctx context.Context, c *Cluster, images []string, high
 		return nil
 	}
 	job := &v1alpha1.PrepullJob{
-		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace(), GenerateName: f.RunID + "-prepull-", Labels: labels.ForRun(f.RunID)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace(), GenerateName: f.runID + "-prepull-", Labels: labels.ForRun(f.runID)},
 		Spec: v1alpha1.PrepullJobSpec{Images: images, NodeSelector: c.spec.NodeSelector,
 			PerNodeParallelism: 2, DiskHighWaterPercent: highWater},
 	}
@@ -95,8 +95,8 @@ func (f *Fleet) prepullOn(ctx context.Context, c *Cluster, images []string, high
 // Unprepull deletes the run's PrepullJobs on every cluster.
 func (f *Fleet) Unprepull(ctx context.Context) error {
 	var errs []error
-	for _, c := range f.Clusters {
-		if _, err := prepull.DeleteOfRun(ctx, c.Clients.Client, c.Namespace(), f.RunID); err != nil {
+	for _, c := range f.clusters {
+		if _, err := prepull.DeleteOfRun(ctx, c.Clients.Client, c.Namespace(), f.runID); err != nil {
 			errs = append(errs, fmt.Errorf("cluster %s: %w", c.Name, err))
 		}
 	}

@@ -99,8 +99,8 @@ func (e *OvercommitError) Error() string {
 // error is for runs that could not go on, and every task they did not
 // finish has a result saying so.
 func (f *Fleet) Run(ctx context.Context, o RunOptions) (rep report.Report, err error) {
-	ctx, span := tracing.Tracer().Start(ctx, "run", trace.WithAttributes(tracing.RunID.String(f.RunID),
-		attribute.String("sandbox_fleet.strategy", f.Config.Strategy), attribute.Int("sandbox_fleet.tasks", len(f.Tasks)*f.Config.Epochs)))
+	ctx, span := tracing.Tracer().Start(ctx, "run", trace.WithAttributes(tracing.RunID.String(f.runID),
+		attribute.String("sandbox_fleet.strategy", f.cfg.Strategy), attribute.Int("sandbox_fleet.tasks", len(f.tasks)*f.cfg.Epochs)))
 	defer func() { tracing.End(span, err) }()
 	beats, err := f.Start(ctx)
 	if err != nil {
@@ -150,9 +150,9 @@ func (f *Fleet) run(ctx context.Context, o RunOptions) (rep report.Report, err e
 			o.OnResult(r)
 		}
 	}
-	for epoch := 1; epoch <= f.Config.Epochs && err == nil; epoch++ {
-		if f.Config.Epochs > 1 {
-			f.log.Info("Epoch", "epoch", epoch, "of", f.Config.Epochs)
+	for epoch := 1; epoch <= f.cfg.Epochs && err == nil; epoch++ {
+		if f.cfg.Epochs > 1 {
+			f.log.Info("Epoch", "epoch", epoch, "of", f.cfg.Epochs)
 		}
 		err = f.pass(runCtx, epoch, o, onResult)
 	}
@@ -170,26 +170,26 @@ func (f *Fleet) run(ctx context.Context, o RunOptions) (rep report.Report, err e
 		}
 	}
 
-	if err == nil && f.Config.KeepWarm {
+	if err == nil && f.cfg.KeepWarm {
 		// The pools stay for the next run; the claims of this one go.
 		var images []string
-		for _, p := range f.Plan.Pools {
+		for _, p := range f.plan.Pools {
 			images = append(images, p.Image)
 		}
 		// The run's own context may have ended; the releases still need a
 		// deadline of their own.
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), f.Config.ReadyTimeout.Duration)
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ReadyTimeout.Duration)
 		if rerr := f.releaseClean(rctx, images); rerr != nil {
 			f.log.Error(rerr, "Releasing the run's kept sandboxes failed")
 		}
 		rcancel()
 	}
-	if err != nil || !f.Config.KeepWarm {
+	if err != nil || !f.cfg.KeepWarm {
 		// The run's own context may be what ended; teardown must still run.
-		tctx, tcancel := context.WithTimeout(context.WithoutCancel(ctx), f.Config.ReadyTimeout.Duration)
+		tctx, tcancel := context.WithTimeout(context.WithoutCancel(ctx), f.cfg.ReadyTimeout.Duration)
 		defer tcancel()
 		if terr := f.Teardown(tctx); terr != nil {
-			err = errors.Join(err, &TeardownError{RunID: f.RunID, Err: terr})
+			err = errors.Join(err, &TeardownError{RunID: f.runID, Err: terr})
 		}
 	}
 	if m := f.driving.metrics; m != nil {
@@ -198,7 +198,7 @@ func (f *Fleet) run(ctx context.Context, o RunOptions) (rep report.Report, err e
 	rep = f.rec.Report(time.Since(start))
 	rep.Environment = env
 	rep.Throttled = f.throttled()
-	for _, c := range f.Clusters {
+	for _, c := range f.clusters {
 		rep.SandboxesPeak += c.tracker.Peak()
 	}
 	return rep, err
@@ -216,8 +216,8 @@ type taskRef struct {
 func (f *Fleet) notStarted(reported map[taskRef]bool, o RunOptions, err error) []Result {
 	var out []Result
 	now := time.Now()
-	for epoch := 1; epoch <= f.Config.Epochs; epoch++ {
-		for _, t := range f.Tasks {
+	for epoch := 1; epoch <= f.cfg.Epochs; epoch++ {
+		for _, t := range f.tasks {
 			if reported[taskRef{epoch, t.ID}] || o.Skip != nil && o.Skip(epoch, t.ID) {
 				continue
 			}
@@ -233,7 +233,7 @@ func (f *Fleet) notStarted(reported map[taskRef]bool, o RunOptions, err error) [
 // pass runs one epoch of the strategy over the tasks not yet done.
 func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func(Result)) error {
 	var todo []tasks.Task
-	for _, t := range f.Tasks {
+	for _, t := range f.tasks {
 		if o.Skip != nil && o.Skip(epoch, t.ID) {
 			f.stats.total.Add(-1)
 			continue
@@ -246,15 +246,15 @@ func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func
 		byImage[t.Image] = append(byImage[t.Image], t)
 	}
 	planned := map[string]int{}
-	for _, p := range f.Plan.Pools {
+	for _, p := range f.plan.Pools {
 		planned[p.Image] = p.Replicas
 	}
-	replicas := func(image string) int { return depth(f.Config, f.Recycling(), planned[image], len(byImage[image])) }
+	replicas := func(image string) int { return depth(f.cfg, f.Recycling(), planned[image], len(byImage[image])) }
 	names := make([]string, len(images))
 	for i, img := range images {
 		names[i] = img.Name
 	}
-	windows := chunk(names, windowSize(f.Config, f.Plan, len(names)))
+	windows := chunk(names, windowSize(f.cfg, f.plan, len(names)))
 	tasksOf := func(window []string) []tasks.Task {
 		var out []tasks.Task
 		for _, img := range window {
@@ -262,7 +262,7 @@ func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func
 		}
 		return Interleave(out)
 	}
-	strategy := f.Config.Warming()
+	strategy := f.cfg.Warming()
 	letGo := strategy.LetsGo(len(windows))
 	process := func(ctx context.Context, window []string, failed WarmError) {
 		f.process(ctx, epoch, tasksOf(window), failed, !letGo, o, onResult)
@@ -403,7 +403,7 @@ func Interleave(ts []tasks.Task) []tasks.Task {
 func (f *Fleet) warmWindow(ctx context.Context, images []string, replicas func(string) int) (_ WarmError, err error) {
 	ctx, span := tracing.Tracer().Start(ctx, "warm", trace.WithAttributes(attribute.StringSlice("sandbox_fleet.images", images)))
 	defer func() { tracing.End(span, err) }()
-	wctx, cancel := context.WithTimeout(ctx, f.Config.ReadyTimeout.Duration)
+	wctx, cancel := context.WithTimeout(ctx, f.cfg.ReadyTimeout.Duration)
 	defer cancel()
 	err = f.Warm(wctx, images, replicas)
 	if ctx.Err() != nil {
@@ -416,7 +416,7 @@ func (f *Fleet) warmWindow(ctx context.Context, images []string, replicas func(s
 	if len(failed) > 0 {
 		var gone []string
 		for _, img := range images {
-			if err := failed[resources.PoolName(f.RunID, img)]; err != nil {
+			if err := failed[resources.PoolName(f.runID, img)]; err != nil {
 				gone = append(gone, img)
 				f.log.Error(err, "Giving up a pool", "image", img)
 			}
@@ -436,7 +436,7 @@ func (f *Fleet) warmWindow(ctx context.Context, images []string, replicas func(s
 func (f *Fleet) process(ctx context.Context, epoch int, ts []tasks.Task, failed WarmError, keptBetweenEpochs bool, o RunOptions, onResult func(Result)) {
 	l, stop := newLanes(ctx, ts, f.Recycling())
 	defer stop()
-	workers := min(concurrency(f.Config), len(ts))
+	workers := min(concurrency(f.cfg), len(ts))
 	if f.Recycling() {
 		workers = min(workers, len(imagesOf(ts)))
 	}
@@ -451,7 +451,7 @@ func (f *Fleet) process(ctx context.Context, epoch int, ts []tasks.Task, failed 
 				// A sandbox is kept for the image's next task, in this
 				// pass or, where pools stay warm between epochs, the next.
 				keep := func() bool {
-					return l.more(t.Image) || (epoch < f.Config.Epochs && keptBetweenEpochs)
+					return l.more(t.Image) || (epoch < f.cfg.Epochs && keptBetweenEpochs)
 				}
 				onResult(f.task(ctx, epoch, t, failed, o, keep))
 				l.done(t.Image)
@@ -484,7 +484,7 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed WarmEr
 		}
 		span.End()
 	}()
-	if err := failed[resources.PoolName(f.RunID, t.Image)]; err != nil {
+	if err := failed[resources.PoolName(f.runID, t.Image)]; err != nil {
 		r.Error = fmt.Sprintf("task %s: the warm pool of %s was given up: %v", t.ID, t.Image, err)
 		r.Verdict, r.Reason = verdict.Infra, verdict.Start
 		return r

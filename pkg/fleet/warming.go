@@ -21,8 +21,8 @@ import (
 // place chooses a cluster for image's pool of replicas and counts them
 // there. Callers hold f.mu.
 func (f *Fleet) place(image string, replicas int) (*Cluster, error) {
-	targets := make([]placement.Target, len(f.Clusters))
-	for i, c := range f.Clusters {
+	targets := make([]placement.Target, len(f.clusters))
+	for i, c := range f.clusters {
 		targets[i] = placement.Target{Name: c.Name, Weight: c.config.Weight, MaxReplicas: c.config.MaxReplicas,
 			Replicas: c.replicas, Claims: c.claims, Lacking: c.lacking}
 	}
@@ -30,7 +30,7 @@ func (f *Fleet) place(image string, replicas int) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("placing the pool of %s: %w", image, err)
 	}
-	return f.Clusters[i], nil
+	return f.clusters[i], nil
 }
 
 // Warm makes the pools of images warm with replicas(image) sandboxes each,
@@ -56,7 +56,7 @@ func (f *Fleet) Warm(ctx context.Context, images []string, replicas func(image s
 			}
 			spec := c.spec
 			spec.OriginalImage = f.originals[img]
-			tmpl, err := resources.Template(c.Namespace(), f.RunID, img, spec)
+			tmpl, err := resources.Template(c.Namespace(), f.runID, img, spec)
 			if err != nil {
 				f.mu.Unlock()
 				return err
@@ -84,14 +84,14 @@ func (f *Fleet) Warm(ctx context.Context, images []string, replicas func(image s
 	done := make(chan filled, len(byCluster))
 	for c, pools := range byCluster {
 		go func() {
-			filler := &warm.Filler{Client: c.Clients.Client, Tracker: c.tracker, Budget: *f.Config.WarmCreateBudget,
+			filler := &warm.Filler{Client: c.Clients.Client, Tracker: c.tracker, Budget: *f.cfg.WarmCreateBudget,
 				Observe: func(phase string, d time.Duration) { f.phase(phase, c.Name, d) },
 				Check:   f.poolCheck(ctx, c),
 				Settled: func(pool, why string) {
 					f.log.Info("A pool serves with fewer sandboxes than planned", "pool", pool, "why", why)
 				}}
 			// Pools wait for the controller no longer than its grace.
-			gctx, unguard := c.controller.Guard(ctx, f.Config.ControllerGrace.Duration)
+			gctx, unguard := c.controller.Guard(ctx, f.cfg.ControllerGrace.Duration)
 			defer unguard()
 			err := filler.Fill(gctx, pools)
 			if cause := context.Cause(gctx); err != nil && ctx.Err() == nil && cause != nil && !errors.Is(err, cause) {
@@ -149,7 +149,7 @@ func (f *Fleet) poolCheck(ctx context.Context, c *Cluster) warm.Check {
 		defer mu.Unlock()
 		p := patience[pool]
 		if p == nil {
-			p = &claim.PoolPatience{Grace: graces(f.Config)}
+			p = &claim.PoolPatience{Grace: graces(f.cfg)}
 			patience[pool] = p
 		}
 		return p.Judge(pods, int(want), time.Now()), nil

@@ -238,9 +238,9 @@ func (o *options) run(parent context.Context) error {
 		defer writer.Close()
 	}
 	fmt.Fprintf(o.streams.ErrOut, "run %s: %s over %s, strategy %s, %s\n", o.runID, o.taskCount(),
-		output.Count(len(f.Plan.Pools), "image"), o.cfg.Strategy, output.Count(len(f.Clusters), "cluster"))
+		output.Count(len(f.Plan().Pools), "image"), o.cfg.Strategy, output.Count(len(f.Clusters()), "cluster"))
 	if o.prepull {
-		fmt.Fprintf(o.streams.ErrOut, "run %s: pre-pulling %s first\n", o.runID, output.Count(len(f.Plan.Pools), "image"))
+		fmt.Fprintf(o.streams.ErrOut, "run %s: pre-pulling %s first\n", o.runID, output.Count(len(f.Plan().Pools), "image"))
 	}
 	var printer *progress.Printer
 	if !o.quiet {

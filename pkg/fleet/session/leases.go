@@ -70,7 +70,7 @@ func (s *Session) Acquire(ctx context.Context, r AcquireRequest) (*Handle, error
 
 	// The claim goes on even if this call's client gives up waiting: its
 	// retry takes the sandbox over.
-	timeout := cmpOr(r.Timeout, s.fleet.Config.ReadyTimeout.Duration)
+	timeout := cmpOr(r.Timeout, s.fleet.Config().ReadyTimeout.Duration)
 	actx, cancel := context.WithTimeout(s.ctx, timeout)
 	start := time.Now()
 	h, err := s.acquire(actx, t, p, owned(r))

@@ -18,7 +18,7 @@ import (
 // rewrite rules applied; one bad task adds none.
 func (s *Session) AddTasks(ts []tasks.Task, source string) (added []fleet.PoolChange, err error) {
 	return s.add(len(ts), func(seen map[string]string) ([]tasks.Task, error) {
-		return tasks.Check(source, ts, seen, s.fleet.Config.Rewrite)
+		return tasks.Check(source, ts, seen, s.fleet.Config().Rewrite)
 	})
 }
 
@@ -26,7 +26,7 @@ func (s *Session) AddTasks(ts []tasks.Task, source string) (added []fleet.PoolCh
 // tasks.Rows), read with opts and the config's rewrite rules after opts'
 // own; each is named source[i] in errors. One bad row adds none.
 func (s *Session) AddRows(rows []string, opts tasks.Options, source string) (added []fleet.PoolChange, err error) {
-	opts.Rewrite = append(slices.Clip(opts.Rewrite), s.fleet.Config.Rewrite...)
+	opts.Rewrite = append(slices.Clip(opts.Rewrite), s.fleet.Config().Rewrite...)
 	return s.add(len(rows), func(seen map[string]string) ([]tasks.Task, error) {
 		return tasks.Rows(source, rows, seen, opts)
 	})
@@ -53,7 +53,7 @@ func (s *Session) add(n int, read func(seen map[string]string) ([]tasks.Task, er
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if err := s.recordTasks(s.ctx, s.fleet.TasksAdded(), checked); err != nil {
+	if err := s.recordTasks(s.ctx, s.fleet.Tasks(), checked); err != nil {
 		return nil, verdict.Infrastructure(verdict.API, fmt.Errorf("%w; nothing was added", err))
 	}
 	s.mu.Lock()
@@ -87,7 +87,7 @@ func (s *Session) prepull(changes []fleet.PoolChange) {
 		return
 	}
 	s.wg.Go(func() {
-		if err := s.fleet.PrepullImages(s.ctx, fresh, s.fleet.Config.ReadyTimeout.Duration, s.opts.PrepullHighWater); err != nil && s.ctx.Err() == nil {
+		if err := s.fleet.PrepullImages(s.ctx, fresh, s.fleet.Config().ReadyTimeout.Duration, s.opts.PrepullHighWater); err != nil && s.ctx.Err() == nil {
 			s.log.Error(err, "Pre-pulling the added tasks' images failed", "images", len(fresh))
 		}
 	})
@@ -210,7 +210,7 @@ func (s *Session) warmLocked(img string, p *pool) {
 	done := p.warming
 	s.wg.Go(func() {
 		for {
-			ctx, cancel := context.WithTimeout(s.ctx, s.fleet.Config.ReadyTimeout.Duration)
+			ctx, cancel := context.WithTimeout(s.ctx, s.fleet.Config().ReadyTimeout.Duration)
 			want := s.fleet.Planned(img)
 			err := s.fleet.Warm(ctx, []string{img}, func(string) int { return want })
 			cancel()
@@ -247,12 +247,12 @@ type PoolStatus struct {
 func (s *Session) Pools(ctx context.Context, images []string) ([]PoolStatus, error) {
 	s.mu.Lock()
 	if len(images) == 0 {
-		for _, p := range s.fleet.Plan.Pools {
+		for _, p := range s.fleet.Plan().Pools {
 			images = append(images, p.Image)
 		}
 	}
 	tasksOf := map[string]int{}
-	for _, p := range s.fleet.Plan.Pools {
+	for _, p := range s.fleet.Plan().Pools {
 		tasksOf[p.Image] = p.Tasks
 	}
 	out := make([]PoolStatus, 0, len(images))

@@ -179,7 +179,7 @@ func open(ctx context.Context, runID string, cfg config.Fleet, targets []fleet.T
 		f.Close()
 		return nil, err
 	}
-	home := f.Clusters[0]
+	home := f.Clusters()[0]
 	s := &Session{fleet: f, beats: beats, opts: opts, log: klog.FromContext(ctx), tasks: map[string]tasks.Task{}, seen: map[string]string{},
 		pools: map[string]*pool{}, handles: map[string]*Handle{}, requests: map[string]*request{}, clients: map[string]time.Time{},
 		acquiring: map[string]int{}, keys: map[string]string{}, dirty: make(chan struct{}, 1),
@@ -235,7 +235,7 @@ func cmpOr(d, def time.Duration) time.Duration {
 }
 
 // RunID is the session's run id.
-func (s *Session) RunID() string { return s.fleet.RunID }
+func (s *Session) RunID() string { return s.fleet.RunID() }
 
 // Fleet is the engine under the session.
 func (s *Session) Fleet() *fleet.Fleet { return s.fleet }
