@@ -1,7 +1,11 @@
 // Command localcluster starts, for a person, the same local cluster the tests
 // use — etcd, kube-apiserver, controller-manager, scheduler, the Agent
 // Sandbox controller and kwok nodes on 127.0.0.1 — and leaves it running
-// until `localcluster down`.
+// until `localcluster down`, supervised as a real cluster's nodes keep
+// their components: one that exits (the Agent Sandbox controller does when
+// it loses its leader Lease, as while the API server is unreachable) is
+// started again (by a `localcluster supervise` process that up starts and
+// down stops).
 //
 //	go run ./hack/localcluster up     # start it and print how to use it
 //	go run ./hack/localcluster -real-node up   # with a real node (root) enforcing NetworkPolicies
@@ -16,7 +20,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"syscall"
+	"time"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testinstall"
@@ -41,7 +49,7 @@ func main() {
 	agentSandbox := flag.String("agent-sandbox", "", "the Agent Sandbox line to run, by version (v0.5.6, v1.0.1; default: $"+testcluster.AgentSandboxEnv+", else the newest `make testbin` built)")
 	install := flag.Bool("install", false, "install the components on the real node as the deploy test does (needs --real-node)")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: localcluster [flags] up|down|env|unfence\n")
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: localcluster [flags] up|down|env|unfence (and supervise, which up starts)\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -84,11 +92,14 @@ func run(verb, dir, agentSandbox string, nodes int, realNode, install bool) erro
 		if err != nil {
 			return err
 		}
+		if err := startSupervisor(dir); err != nil {
+			return fmt.Errorf("supervising the cluster (it is up; stop it with `%s`): %w", command(dir, "down"), err)
+		}
 		fmt.Printf("Local cluster is up: Agent Sandbox %s, %d kwok nodes", c.AgentSandboxVersion(), nodes)
 		if realNode {
 			fmt.Printf(", real node %s pulling from registry %s", c.RealNodeName(), c.RegistryAddr())
 		}
-		fmt.Printf(", Agent Sandbox controller; logs in %s\n\n", c.LogDir())
+		fmt.Printf(", Agent Sandbox controller; a component that exits is started again; logs in %s\n\n", c.LogDir())
 		fmt.Printf("Point kubectl at it:\n  export KUBECONFIG=%s\n\n", kubeconfig)
 		if install {
 			bin, err := testcluster.BinDir()
@@ -119,6 +130,11 @@ func run(verb, dir, agentSandbox string, nodes int, realNode, install bool) erro
 		}
 		fmt.Printf("Local cluster in %s stopped and removed.\n", dir)
 		return nil
+	case "supervise":
+		// Started by up, in a session of its own: it lives until down.
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		return testcluster.Supervise(ctx, dir)
 	case "unfence":
 		if err := testcluster.RemoveKubeRouterRules(); err != nil {
 			return err
@@ -128,4 +144,39 @@ func run(verb, dir, agentSandbox string, nodes int, realNode, install bool) erro
 	default:
 		return fmt.Errorf("unknown verb %q: use up, down, env or unfence", verb)
 	}
+}
+
+// startSupervisor starts `localcluster supervise` for the cluster in dir,
+// detached as the cluster's components are, logging to logs/supervisor.log,
+// and returns once it has taken the cluster on: a down right after up
+// stops it first.
+func startSupervisor(dir string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	log, err := os.OpenFile(filepath.Join(dir, "logs", "supervisor.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	cmd := exec.Command(exe, "-dir", dir, "supervise")
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	for deadline := time.Now().Add(30 * time.Second); !testcluster.Supervised(dir); time.Sleep(100 * time.Millisecond) {
+		select {
+		case err := <-exited:
+			return fmt.Errorf("the supervisor exited (%v): see %s", err, log.Name())
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the supervisor did not take the cluster on in 30s: see %s", log.Name())
+		}
+	}
+	return nil
 }

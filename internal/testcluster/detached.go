@@ -18,6 +18,10 @@ type detachedProcess struct {
 	Name string `json:"name"`
 	PID  int    `json:"pid"`
 	Exe  string `json:"exe"`
+	// Args and Env (beyond the starter's environment) are how it was
+	// started, for Supervise to start it again.
+	Args []string `json:"args,omitempty"`
+	Env  []string `json:"env,omitempty"`
 }
 
 const stateFile = "state.json"
@@ -32,6 +36,9 @@ type detachedState struct {
 	// detached one (it outlives its starter by design). A cluster whose
 	// owner is gone is abandoned: the next Start reaps it.
 	Owner *owner `json:"owner,omitempty"`
+	// Supervisor is the process that keeps a detached cluster's
+	// components running (Supervise), which StopDetached stops first.
+	Supervisor *owner `json:"supervisor,omitempty"`
 }
 
 // owner names a process by PID and start time, so that a PID the kernel
@@ -53,20 +60,27 @@ func self() (*owner, error) {
 // startTime is when pid started, in clock ticks since boot (the 22nd field
 // of /proc/PID/stat, counted after the command's closing parenthesis).
 func startTime(pid int) (string, error) {
+	start, _, err := procStat(pid)
+	return start, err
+}
+
+// procStat reads pid's start time and state (the 3rd field: Z for a
+// zombie, which has exited but not been waited for).
+func procStat(pid int) (start, state string, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
 	if len(fields) < 20 {
-		return "", fmt.Errorf("/proc/%d/stat: too few fields", pid)
+		return "", "", fmt.Errorf("/proc/%d/stat: too few fields", pid)
 	}
-	return fields[19], nil
+	return fields[19], fields[0], nil
 }
 
 func (o *owner) alive() bool {
-	start, err := startTime(o.PID)
-	return err == nil && start == o.Start
+	start, state, err := procStat(o.PID)
+	return err == nil && start == o.Start && state != "Z"
 }
 
 // saveState records the components' PIDs, and the real node's changes to
@@ -82,13 +96,23 @@ func (c *Cluster) saveState(owned bool) error {
 		st.Owner = o
 	}
 	for _, p := range c.procs {
-		st.Processes = append(st.Processes, detachedProcess{Name: p.name, PID: p.cmd.Process.Pid, Exe: p.cmd.Path})
+		st.Processes = append(st.Processes, detachedProcess{Name: p.name, PID: p.cmd.Process.Pid, Exe: p.cmd.Path, Args: p.args, Env: p.env})
 	}
+	return writeState(c.dir, st)
+}
+
+// writeState replaces dir's state whole, so that a reader never sees a
+// part of it.
+func writeState(dir string, st detachedState) error {
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(c.dir, stateFile), b, 0o644)
+	tmp := filepath.Join(dir, stateFile+".new")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, stateFile))
 }
 
 // Running reports whether dir holds a detached cluster with a live component.
@@ -113,6 +137,16 @@ func StopDetached(dir string) error {
 	st, err := readState(dir)
 	if err != nil {
 		return err
+	}
+	if s := st.Supervisor; s != nil && s.alive() {
+		// First, or it would start again what is stopped; then the
+		// state as it left it, with the PIDs of what it restarted.
+		if err := s.stop(10 * time.Second); err != nil {
+			return err
+		}
+		if st, err = readState(dir); err != nil {
+			return err
+		}
 	}
 	var errs []error
 	for i := len(st.Processes) - 1; i >= 0; i-- {
@@ -195,4 +229,21 @@ func (p detachedProcess) stop(grace time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// stop stops the process o names and waits until it is gone: SIGTERM,
+// then SIGKILL after grace.
+func (o *owner) stop(grace time.Duration) error {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		if err := syscall.Kill(o.PID, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return fmt.Errorf("stopping pid %d: %w", o.PID, err)
+		}
+		for deadline := time.Now().Add(grace); o.alive() && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if !o.alive() {
+			return nil
+		}
+	}
+	return fmt.Errorf("pid %d outlived SIGKILL", o.PID)
 }

@@ -130,17 +130,17 @@ func (c *Cluster) restartWhenExited(i int) {
 			return
 		}
 		if p := c.procs[i]; p.exited() && !p.killed {
-			noteInLog(p, fmt.Sprintf("exited (%v); started again as its Pod would be", p.exitErr))
+			noteInLog(p.logPath, fmt.Sprintf("exited (%v); started again as its Pod would be", p.exitErr))
 			if _, err := c.replaceLocked(p.name); err != nil {
-				noteInLog(p, fmt.Sprintf("starting again: %v", err))
+				noteInLog(p.logPath, fmt.Sprintf("starting again: %v", err))
 			}
 		}
 		c.mu.Unlock()
 	}
 }
 
-func noteInLog(p *Process, note string) {
-	f, err := os.OpenFile(p.logPath, os.O_WRONLY|os.O_APPEND, 0)
+func noteInLog(logPath, note string) {
+	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		return
 	}

@@ -25,8 +25,11 @@ type Process struct {
 	name    string
 	cmd     *exec.Cmd
 	logPath string
-	done    chan struct{} // closed when the process has exited
-	exitErr error         // valid once done is closed
+	// args and env (beyond this process's environment) are how it was
+	// started, for a detached cluster's supervisor to start it again.
+	args, env []string
+	done      chan struct{} // closed when the process has exited
+	exitErr   error         // valid once done is closed
 	// killed marks a process Cluster.Kill stopped for good (guarded by
 	// the cluster's mu).
 	killed bool
@@ -115,7 +118,7 @@ func startProcess(name, bin string, args, env []string, logDir string, detached 
 	if err := <-req.err; err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	p := &Process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{}),
+	p := &Process{name: name, cmd: cmd, logPath: logPath, args: args, env: env, done: make(chan struct{}),
 		start: func() (*Process, error) { return startProcess(name, bin, args, env, logDir, detached, cpus) }}
 	go func() {
 		p.exitErr = cmd.Wait()
