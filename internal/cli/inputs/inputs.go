@@ -121,7 +121,7 @@ func (f *Flags) addConfigFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.warmPerTask, "warm-per-task", false, "warm one sandbox per task, up to the cap, for instant claims")
 	fs.BoolVar(&f.colocate, "colocate", false, "prefer one node for all replicas of a pool, so that one node pulls its image")
 	fs.IntVar(&f.windowSize, "window-size", 0, "images warm at once for sliding and pipelined (default: sized from the budget and disk)")
-	fs.IntVar(&f.epochs, "epochs", 0, fmt.Sprintf("passes over the tasks, pools kept warm between them (default %d)", def.Epochs))
+	fs.IntVar(&f.epochs, "epochs", 0, fmt.Sprintf("passes over the tasks; a plan of one window keeps its pools warm between them (default %d)", def.Epochs))
 	fs.BoolVar(&f.keepWarm, "keep-warm", false, "leave the pools warm at the end; tear them down with: teardown --run-id ID")
 	fs.IntVar(&f.warmCreateBudget, "warm-create-budget", 0, fmt.Sprintf("fill pools in waves of at most this many creates; 0 = all at once (default %d)", *def.WarmCreateBudget))
 	fs.DurationVar(&f.readyTimeout, "ready-timeout", 0, fmt.Sprintf("how long a pool may take to be ready (default %s)", def.ReadyTimeout.Duration))

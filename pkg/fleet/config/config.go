@@ -63,8 +63,8 @@ type Fleet struct {
 	MaxConcurrent int `json:"maxConcurrent,omitempty"`
 	// Concurrency is how many tasks run at once; 0 is MaxConcurrent.
 	Concurrency int `json:"concurrency,omitempty"`
-	// Epochs is how many passes run over the tasks, pools kept warm
-	// between them. Default 1.
+	// Epochs is how many passes run over the tasks; a plan of one window
+	// keeps its pools warm between them. Default 1.
 	Epochs int `json:"epochs,omitempty"`
 	// KeepWarm leaves the pools in place at the end, for the next run with
 	// the same run id; tear them down with `teardown --run-id`.
