@@ -197,11 +197,19 @@ procs() {
 	done
 }
 # stop kills every process but the keepalive, this shell and its parent,
-# again while any is left: what was forked meanwhile goes in the next round.
+# again while any is left: what was forked meanwhile goes in the next
+# round. After ten quick rounds it waits a little between rounds, up to
+# about five seconds: a killed process in uninterruptible sleep (its
+# writes flushing, on a busy disk) goes only once that ends.
 stop() {
 	i=0
 	procs kill
-	while [ "$n" -gt 0 ] && [ "$i" -lt 50 ]; do
+	while [ "$n" -gt 0 ] && [ "$i" -lt 100 ]; do
+		# A sleep without fractions waits a second: it counts for 20.
+		if [ "$i" -ge 10 ] && ! sleep 0.05 2>/dev/null; then
+			sleep 1
+			i=$((i + 19))
+		fi
 		procs kill
 		i=$((i + 1))
 	done
