@@ -519,6 +519,25 @@ func TestStartHeartbeatsDefault(t *testing.T) {
 	}
 }
 
+// A start cut short by its context's end (an interrupt) says why — the
+// cause, not the checks' own errors — and that nothing was created; and
+// nothing was.
+func TestStartInterrupted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f := open(t, ctx, "run-cut", testConfig("naive"), skewed(), cluster)
+	interrupted := errors.New("interrupted by terminated")
+	cut, stop := context.WithCancelCause(ctx)
+	stop(interrupted)
+	if _, err := f.Start(cut); !errors.Is(err, interrupted) || !errors.Is(err, fleet.ErrNothingCreated) {
+		t.Errorf("Start after an interrupt: %v, want the interrupt and ErrNothingCreated", err)
+	}
+	c := f.Clusters()[0]
+	if _, err := c.Clients.Kube.CoordinationV1().Leases(c.Namespace()).Get(ctx, heartbeat.Name(f.RunID()), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the run's Lease after an interrupted start: %v, want none", err)
+	}
+}
+
 // Open checks its options once, before it follows anything: each bad one
 // is named.
 func TestOpenChecksItsOptions(t *testing.T) {

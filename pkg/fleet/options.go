@@ -93,13 +93,23 @@ func drivingOf(opts []Option) (driving, error) {
 // When Start fails nothing was created, and its error says so.
 func (f *Fleet) Start(ctx context.Context) (*Heartbeats, error) {
 	if err := f.preflight(ctx); err != nil {
-		return nil, fmt.Errorf("%w\n%w", err, ErrNothingCreated)
+		return nil, notStarted(ctx, err)
 	}
 	beats, err := f.startHeartbeats(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w\n%w", err, ErrNothingCreated)
+		return nil, notStarted(ctx, err)
 	}
 	return beats, nil
+}
+
+// notStarted is the error of a start that failed with err: ctx's cause
+// when ctx ended (an interrupt: the checks' own errors would only say
+// they were cut short), and that nothing was created.
+func notStarted(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil {
+		err = cause
+	}
+	return fmt.Errorf("%w\n%w", err, ErrNothingCreated)
 }
 
 // ErrNothingCreated ends the error of a run or session that failed before
