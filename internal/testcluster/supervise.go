@@ -19,6 +19,17 @@ const (
 	stableFor         = time.Minute
 )
 
+// nextBackoff is how long a component that exited after running for ran
+// waits to start again, its last back-off having been last (0: none yet):
+// the first, or after it stayed up stableFor, restartBackoff; then double
+// the last, up to maxRestartBackoff.
+func nextBackoff(last, ran time.Duration) time.Duration {
+	if last == 0 || ran >= stableFor {
+		return restartBackoff
+	}
+	return min(2*last, maxRestartBackoff)
+}
+
 // Supervise keeps the detached cluster in dir running as the nodes of a
 // real cluster keep its control plane and controllers: a component that
 // exits — the Agent Sandbox controller does by design when it cannot renew
@@ -65,13 +76,8 @@ func Supervise(ctx context.Context, dir string) error {
 				continue
 			}
 			if next[i].IsZero() {
-				// Just found exited: it waits out a back-off, longer each
-				// time it did not stay up.
-				if backoff[i] == 0 || now.Sub(started[i]) >= stableFor {
-					backoff[i] = restartBackoff
-				} else {
-					backoff[i] = min(2*backoff[i], maxRestartBackoff)
-				}
+				// Just found exited: it waits out a back-off.
+				backoff[i] = nextBackoff(backoff[i], now.Sub(started[i]))
 				next[i] = now.Add(backoff[i])
 				continue
 			}
