@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/inventory"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"

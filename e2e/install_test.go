@@ -125,9 +125,7 @@ func TestInstalledAsShipped(t *testing.T) {
 		})
 		t.Run("asrl-scheduler places a warm pool by the node's cache", func(t *testing.T) {
 			addEmptierNodes(t, ctx)
-			const runID = "e2e-installed-placement"
-			runClients, tr := startRun(t, ctx, runID)
-			poolLandsWherePrepulled(t, ctx, n, runClients, tr, runID)
+			poolLandsWherePrepulled(t, ctx, n, "e2e-installed-placement")
 		})
 	}
 

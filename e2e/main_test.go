@@ -9,18 +9,17 @@ import (
 	"context"
 	"os"
 	"testing"
-	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracker"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 )
 
@@ -69,43 +68,37 @@ func newNamespace(t *testing.T) string {
 	return testcluster.NewNamespace(t, kubeClient(t))
 }
 
-// startRun gives a test a namespace of its own, clients working in it and a
-// tracker of run runID there.
-func startRun(t *testing.T, ctx context.Context, runID string) (*kube.Clients, *tracker.Tracker) {
+// openFleet opens a fleet of run runID over ts in a namespace of the
+// test's own, as a Go program using pkg/fleet does, with sandboxes small
+// enough for the node and the default configuration changed by tweak; the
+// fleet's objects are torn down when the test ends.
+func openFleet(t *testing.T, ctx context.Context, runID string, ts []tasks.Task, tweak func(*config.Fleet)) (*kube.Clients, *fleet.Fleet) {
 	t.Helper()
 	clients, err := kube.ForConfig(restConfig(), newNamespace(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := tracker.Start(ctx, clients.Config, clients.Namespace, runID)
+	cfg := config.Default()
+	cfg.Template.Resources.Requests = corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	f, err := fleet.Open(ctx, runID, cfg, ts, []fleet.Target{{Config: config.Cluster{Name: "e2e", Weight: 1}, Clients: clients}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return clients, tr
-}
-
-// createPool creates, for run runID, a template of image and a warm pool
-// of replicas of it, and returns the pool without waiting for it.
-func createPool(t *testing.T, ctx context.Context, clients *kube.Clients, runID, image string, spec resources.PodSpec, replicas int32) *extensionsv1beta1.SandboxWarmPool {
-	t.Helper()
-	tmpl, err := resources.Template(clients.Namespace, runID, image, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := resources.WarmPool(tmpl, replicas)
-	for _, obj := range []client.Object{tmpl, pool} {
-		if err := clients.Client.Create(ctx, obj); err != nil {
-			t.Fatal(err)
+	t.Cleanup(func() {
+		defer f.Close()
+		if err := f.Teardown(context.Background()); err != nil {
+			t.Error(err)
 		}
-	}
-	return pool
+	})
+	return clients, f
 }
 
-// claimer claims the run's sandboxes, giving up on one only after a
-// minute of backoff or of being unschedulable.
-func claimer(clients *kube.Clients, tr *tracker.Tracker) *claim.Claimer {
-	return &claim.Claimer{Client: clients.Client, Tracker: tr, Grace: claim.Grace{Backoff: time.Minute, Unschedulable: time.Minute}}
-}
+// replicas is a warm pool size for Fleet.Warm: n of every image.
+func replicas(n int) func(string) int { return func(string) int { return n } }
 
 // requireLocal skips a test that needs what only the local cluster has,
 // saying what.

@@ -21,10 +21,10 @@ import (
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/warm"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 )
 
 // A warm pool of busybox sandboxes on the real node; a claim adopts one;
@@ -33,18 +33,13 @@ import (
 func TestWarmPoolClaimAndExec(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	const runID = "e2e-exec"
-	clients, tr := startRun(t, ctx, runID)
+	task := tasks.Task{ID: "task-1", Image: testimages.Busybox}
+	clients, f := openFleet(t, ctx, "e2e-exec", []tasks.Task{task}, nil)
 	ns := clients.Namespace
-	template, err := resources.Template(ns, runID, testimages.Busybox, resources.PodSpec{})
-	if err != nil {
+	if err := f.Warm(ctx, []string{task.Image}, replicas(2)); err != nil {
 		t.Fatal(err)
 	}
-	pool := resources.WarmPool(template, 2)
-	if err := (&warm.Filler{Client: clients.Client, Tracker: tr}).Fill(ctx, []warm.Pool{{Template: template, Pool: pool}}); err != nil {
-		t.Fatal(err)
-	}
-	h, err := claimer(clients, tr).Acquire(ctx, pool, "task-1", nil)
+	h, err := f.Acquire(ctx, task, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

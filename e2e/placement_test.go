@@ -13,12 +13,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracker"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/warm"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testscheduler"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
@@ -46,10 +44,8 @@ func TestPoolLandsWherePrepulled(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	const runID = "e2e-placement"
-	clients, tr := startRun(t, ctx, runID)
 	n.agent.Start(t, ctx)
-	poolLandsWherePrepulled(t, ctx, n, clients, tr, runID)
+	poolLandsWherePrepulled(t, ctx, n, "e2e-placement")
 }
 
 // addEmptierNodes adds two kwok nodes beside the sandbox node, for the
@@ -78,13 +74,16 @@ func addEmptierNodes(t *testing.T, ctx context.Context) {
 }
 
 // poolLandsWherePrepulled has the sandbox node's agent pull a new image by
-// a PrepullJob and checks that a warm pool of it, scheduled by
-// asrl-scheduler, lands on that node where the stock scheduler would not
-// put it.
-func poolLandsWherePrepulled(t *testing.T, ctx context.Context, n *sandboxNode, clients *kube.Clients, tr *tracker.Tracker, runID string) {
+// a PrepullJob and checks that a warm pool of it, which run runID's fleet
+// has asrl-scheduler schedule, lands on that node where the stock
+// scheduler would not put it.
+func poolLandsWherePrepulled(t *testing.T, ctx context.Context, n *sandboxNode, runID string) {
 	t.Helper()
 	node := n.name
 	img, _ := n.pushNewImage(t, ctx, "placement")
+	clients, f := openFleet(t, ctx, runID, []tasks.Task{{ID: "placed", Image: img}}, func(cfg *config.Fleet) {
+		cfg.Template.ExtraPodSpec = &corev1.PodSpec{SchedulerName: testscheduler.SchedulerName}
+	})
 	job := newJob(clients.Namespace, "warm-the-node", []string{img}, map[string]string{corev1.LabelHostname: node})
 	if err := clients.Client.Create(ctx, job); err != nil {
 		t.Fatal(err)
@@ -116,13 +115,7 @@ func poolLandsWherePrepulled(t *testing.T, ctx context.Context, n *sandboxNode, 
 		t.Fatalf("the stock scheduler put %s on the sandbox node %s already, not on an emptier one: this test shows nothing", probe.Name, node)
 	}
 
-	template, err := resources.Template(clients.Namespace, runID, img, resources.PodSpec{
-		Extra: &corev1.PodSpec{SchedulerName: testscheduler.SchedulerName}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := resources.WarmPool(template, 2)
-	if err := (&warm.Filler{Client: clients.Client, Tracker: tr}).Fill(ctx, []warm.Pool{{Template: template, Pool: pool}}); err != nil {
+	if err := f.Warm(ctx, []string{img}, replicas(2)); err != nil {
 		t.Fatal(err)
 	}
 	pods := &corev1.PodList{}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"regexp"
 	"testing"
 	"time"
@@ -9,7 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 
@@ -30,19 +32,18 @@ func TestPullInProgress(t *testing.T) {
 
 func pullInProgress(t *testing.T, ctx context.Context, n *sandboxNode) {
 	const runID = "e2e-pulls"
-	clients, tr := startRun(t, ctx, runID)
-	ns, node := clients.Namespace, n.name
-	waitForCache(t, ctx, clients, node, func(*v1alpha1.NodeImageCache) bool { return true })
-
+	node := n.name
 	// By the registry's own address, so that the plugin reads the image's
 	// layers from it as it would from any registry.
 	ref, _ := n.pushImage(t, ctx, n.registry+"/sandbox-fleet/slow/pull", 24<<20)
-	pool := createPool(t, ctx, clients, runID, ref, resources.PodSpec{NodeSelector: map[string]string{corev1.LabelHostname: node}}, 1)
-	acquired := make(chan error, 1)
-	go func() {
-		_, err := claimer(clients, tr).Acquire(ctx, pool, "task-1", nil)
-		acquired <- err
-	}()
+	task := tasks.Task{ID: "task-1", Image: ref}
+	clients, f := openFleet(t, ctx, runID, []tasks.Task{task}, func(cfg *config.Fleet) {
+		cfg.Template.NodeSelector = map[string]string{corev1.LabelHostname: node}
+	})
+	ns := clients.Namespace
+	waitForCache(t, ctx, clients, node, func(*v1alpha1.NodeImageCache) bool { return true })
+	warmed := make(chan error, 1)
+	go func() { warmed <- f.Warm(ctx, []string{ref}, replicas(1)) }()
 
 	cache := waitForCache(t, ctx, clients, node, func(c *v1alpha1.NodeImageCache) bool {
 		for _, p := range c.Pulls {
@@ -53,6 +54,13 @@ func pullInProgress(t *testing.T, ctx context.Context, n *sandboxNode) {
 		return false
 	})
 	t.Logf("pulls on %s: %+v", node, cache.Pulls)
+	// A claim made while its sandbox pulls (the pool is the fleet's from
+	// the moment Warm creates it) shows the pull in get claims -o wide.
+	acquired := make(chan error, 1)
+	go func() {
+		_, err := f.Acquire(ctx, task, nil)
+		acquired <- err
+	}()
 	// The whole image is known (busybox's layer and the 24 MiB one), and
 	// how much of it the node has.
 	pulling := regexp.MustCompile(`pulling \d+\.\d/2[45]\.\d MiB \(\d+ MiB/s(, ~\d+s)?\)`)
@@ -62,7 +70,7 @@ func pullInProgress(t *testing.T, ctx context.Context, n *sandboxNode) {
 	seen := map[string]bool{}
 	for len(seen) < 3 && ctx.Err() == nil {
 		// What run's progress line shows.
-		if p := tr.Pulling(); p.Done < p.Size && p.Size > 20<<20 && !seen["progress"] {
+		if p := f.Progress().Pulling; p.Done < p.Size && p.Size > 20<<20 && !seen["progress"] {
 			seen["progress"] = true
 			t.Logf("progress: %s", p)
 		}
@@ -82,7 +90,7 @@ func pullInProgress(t *testing.T, ctx context.Context, n *sandboxNode) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	if err := <-acquired; err != nil {
+	if err := errors.Join(<-warmed, <-acquired); err != nil {
 		t.Fatal(err)
 	}
 	waitForCache(t, ctx, clients, node, func(c *v1alpha1.NodeImageCache) bool {

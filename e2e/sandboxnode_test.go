@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracker"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/nodecache/agent"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
@@ -268,7 +267,7 @@ func (a *installedAgent) Start(t *testing.T, ctx context.Context) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		pods, err := a.pods(ctx)
-		if err != nil || len(pods) != 1 || !tracker.PodReady(&pods[0]) {
+		if err != nil || len(pods) != 1 || !kube.PodReady(&pods[0]) {
 			return false, err
 		}
 		cache := &v1alpha1.NodeImageCache{}

@@ -28,9 +28,9 @@ import (
 
 	fleetv1 "github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1"
 	"github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1/fleetv1connect"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/preflight"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/preflight"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleetclient"
 )
 

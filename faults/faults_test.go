@@ -27,11 +27,11 @@ import (
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/inventory"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testlog"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/results"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"

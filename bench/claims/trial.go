@@ -23,11 +23,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/stats"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracing"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracing"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )

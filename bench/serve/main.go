@@ -55,12 +55,12 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/stats"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/serve"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testpython"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/session"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"

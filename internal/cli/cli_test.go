@@ -27,9 +27,9 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/version"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/preflight"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcri"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/preflight"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 

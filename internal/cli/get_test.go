@@ -9,7 +9,7 @@ import (
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/inventory"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
 )
 
 // roundTrip parses out into v and fails unless v printed as JSON is the

@@ -28,7 +28,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/teardown"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/version"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracing"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracing"
 )
 
 // Exit codes.

@@ -19,9 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/inventory"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/results"
 )
@@ -313,7 +312,7 @@ func TestRunKilledThenReaped(t *testing.T) {
 		t.Errorf("reap --orphans took a run whose heartbeat is still valid: exit %d\n%s%s", code, out, stderr)
 	}
 	leases := clients.Kube.CoordinationV1().Leases(ns)
-	lease, err := leases.Get(context.Background(), heartbeat.Name("killed"), metav1.GetOptions{})
+	lease, err := leases.Get(context.Background(), fleet.HeartbeatLease("killed"), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,10 +20,10 @@ import (
 
 	fleetv1 "github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1"
 	"github.com/sandbox-fleet/sandbox-fleet/api/fleet/v1/fleetv1connect"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracing"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/session"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracing"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
 )

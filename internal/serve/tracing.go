@@ -10,7 +10,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracing"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracing"
 )
 
 // traced gives every call a server span named after its procedure

@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/preflight"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/preflight"
 )
 
 // InstallCRDs creates the CRDs of the cluster's Agent Sandbox line, and

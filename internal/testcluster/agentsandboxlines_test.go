@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/preflight"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/preflight"
 )
 
 // The releases preflight and version call tested are the ones the test

@@ -12,8 +12,8 @@ import (
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/inventory"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracker"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
 
@@ -104,7 +104,7 @@ func (b *RunBuilder) Claim(name, task, pool string, pod int) *RunBuilder {
 		sandbox := fmt.Sprintf("%s-%d", pool, pod)
 		c.Status.SandboxStatus.Name = sandbox
 		for _, p := range b.inv.Pods {
-			if p.Name == sandbox && tracker.PodReady(&p) {
+			if p.Name == sandbox && kube.PodReady(&p) {
 				c.Status.Conditions = []metav1.Condition{{Type: string(sandboxv1beta1.SandboxConditionReady), Status: metav1.ConditionTrue}}
 			}
 		}

@@ -9,9 +9,9 @@ import (
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/inventory"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/internal/claim"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
 )
 
 // Adopted is what Adopt found of the run a driver that died left.

@@ -9,8 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracker"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 )
 
 // Acquire claims a sandbox of t's image from its warm pool and waits until
@@ -136,7 +136,7 @@ func (f *Fleet) freeSandboxes(p *placed, pods []corev1.Pod) int {
 			continue
 		}
 		live[pod.Name] = true
-		if !p.held[pod.Name] && tracker.PodReady(pod) {
+		if !p.held[pod.Name] && kube.PodReady(pod) {
 			free++
 		}
 	}

@@ -49,6 +49,6 @@
 // and filter them.
 //
 // Every wait is served by one shared informer per kind and cluster
-// (internal/fleet/tracker); the engine never polls the API server and
+// (pkg/fleet/internal/tracker); the engine never polls the API server and
 // never opens a watch per object.
 package fleet

@@ -23,12 +23,12 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/placement"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testregistry"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/internal/heartbeat"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/internal/placement"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 )
 

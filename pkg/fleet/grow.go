@@ -6,7 +6,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 )
 

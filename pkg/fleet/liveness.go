@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/internal/heartbeat"
 )
 
 // Heartbeats are a run's heartbeats on its clusters.

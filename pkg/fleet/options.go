@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/internal/heartbeat"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/metrics"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
@@ -61,6 +61,18 @@ func ForSession() Option {
 	return func(o *driving) { o.session = true }
 }
 
+// DefaultHeartbeat is how long a run's heartbeat Lease stays valid
+// unrenewed when WithHeartbeat gives no duration.
+const DefaultHeartbeat = heartbeat.DefaultDuration
+
+// CheckHeartbeat refuses a heartbeat duration a Lease cannot hold (under
+// a second), as Open does.
+func CheckHeartbeat(d time.Duration) error { return heartbeat.Check(d) }
+
+// HeartbeatLease is the name of run runID's heartbeat Lease, in the
+// namespace of each of its clusters.
+func HeartbeatLease(runID string) string { return heartbeat.Name(runID) }
+
 // drivingOf applies opts over the defaults and checks the result.
 func drivingOf(opts []Option) (driving, error) {
 	d := driving{driver: "fleet"}
@@ -68,10 +80,10 @@ func drivingOf(opts []Option) (driving, error) {
 		o(&d)
 	}
 	if d.heartbeat == 0 {
-		d.heartbeat = heartbeat.DefaultDuration
+		d.heartbeat = DefaultHeartbeat
 	}
 	var errs []error
-	if err := heartbeat.Check(d.heartbeat); err != nil {
+	if err := CheckHeartbeat(d.heartbeat); err != nil {
 		errs = append(errs, fmt.Errorf("the heartbeat %w", err))
 	}
 	if d.prepull {

@@ -7,8 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/sizing"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/internal/sizing"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 )
 

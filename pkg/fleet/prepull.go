@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/prepull"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/prepull"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"

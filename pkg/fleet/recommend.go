@@ -9,9 +9,9 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/sizing"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/capacity"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/internal/sizing"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 )
 

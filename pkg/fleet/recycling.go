@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/recycle"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/internal/recycle"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 )
 

@@ -13,10 +13,10 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/tracing"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/report"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tracing"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/verdict"
 )
 

@@ -11,11 +11,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/placement"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/warm"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/internal/claim"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/internal/placement"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/internal/warm"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
 )
 
 // place chooses a cluster for image's pool of replicas and counts them

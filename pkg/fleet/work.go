@@ -16,9 +16,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/recycle"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/exec"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/internal/recycle"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/resources"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/sandbox"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 )

@@ -24,10 +24,9 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/output"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/runid"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/claim"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/controllerwatch"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/inventory"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/preflight"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/controllerwatch"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/preflight"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 )
 
@@ -118,8 +117,8 @@ func Run(w io.Writer, r inventory.Run, inv *inventory.Inventory, events []corev1
 		if pull, ok := inv.PullOf(p); ok {
 			pulling = append(pulling, []string{p.Name, p.Spec.NodeName, output.OrNone(inventory.SandboxImage(p)), pull.String()})
 		}
-		if t := claim.Classify(p); t != nil {
-			troubled = append(troubled, []string{p.Name, t.Reason, output.OrNone(p.Spec.NodeName), oneLine(t.Message)})
+		if reason, message, ok := inventory.Trouble(p); ok {
+			troubled = append(troubled, []string{p.Name, reason, output.OrNone(p.Spec.NodeName), oneLine(message)})
 		}
 	}
 	for _, e := range about(events, inv) {

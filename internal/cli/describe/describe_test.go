@@ -8,10 +8,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/controllerwatch"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/inventory"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/golden"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testobjects"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/controllerwatch"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 )
 

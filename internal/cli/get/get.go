@@ -21,7 +21,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/output"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/runid"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/inventory"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 )
 

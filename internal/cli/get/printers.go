@@ -12,7 +12,7 @@ import (
 	"k8s.io/cli-runtime/pkg/printers"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/output"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/inventory"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
 )
 
 // Formats are the values of -o for list verbs.

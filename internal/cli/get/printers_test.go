@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/inventory"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/golden"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testobjects"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
 )
 
 var now = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)

@@ -16,7 +16,6 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
@@ -281,12 +280,12 @@ func CheckPrepullHighWater(percent int32) error {
 // AddHeartbeat binds --heartbeat, how long the heartbeat Lease of what
 // the verb drives (a run, a session) stays valid unrenewed, to p.
 func AddHeartbeat(fs *pflag.FlagSet, p *time.Duration, driven string) {
-	fs.DurationVar(p, "heartbeat", heartbeat.DefaultDuration, fmt.Sprintf("how long the %[1]s's heartbeat Lease stays valid unrenewed; reap --orphans takes the %[1]s once it has expired (at least 1s)", driven))
+	fs.DurationVar(p, "heartbeat", fleet.DefaultHeartbeat, fmt.Sprintf("how long the %[1]s's heartbeat Lease stays valid unrenewed; reap --orphans takes the %[1]s once it has expired (at least 1s)", driven))
 }
 
 // CheckHeartbeat refuses a --heartbeat a Lease cannot hold.
 func CheckHeartbeat(d time.Duration) error {
-	if err := heartbeat.Check(d); err != nil {
+	if err := fleet.CheckHeartbeat(d); err != nil {
 		return usage.Errorf("--heartbeat %v", err)
 	}
 	return nil

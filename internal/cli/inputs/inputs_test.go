@@ -107,7 +107,7 @@ func TestPrepullHighWater(t *testing.T) {
 // Each flag default the verbs share is written once, here: a grep of the
 // commands finds it nowhere else.
 func TestSharedDefaultsWrittenOnce(t *testing.T) {
-	for _, name := range []string{"heartbeat.DefaultDuration", "nodecache.DefaultHighWaterPercent", `"prepull-high-water", `, `"high-water", `} {
+	for _, name := range []string{"fleet.DefaultHeartbeat", "nodecache.DefaultHighWaterPercent", `"prepull-high-water", `, `"high-water", `} {
 		var found []string
 		err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || strings.HasPrefix(path, filepath.Join("..", "inputs")) {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/output"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/preflight"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/preflight"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 )
 

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/output"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/preflight"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/golden"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/preflight"
 )
 
 func TestPrintTable(t *testing.T) {

@@ -25,7 +25,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/output"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/runid"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/prepull"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/prepull"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/images"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	fleetlabels "github.com/sandbox-fleet/sandbox-fleet/pkg/labels"

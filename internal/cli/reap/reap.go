@@ -22,9 +22,9 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/output"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/runid"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/inventory"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/teardown"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/teardown"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 )
 

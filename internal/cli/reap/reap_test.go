@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/inventory"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/golden"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testobjects"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
 )
 
 func TestPrintRows(t *testing.T) {

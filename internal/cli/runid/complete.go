@@ -6,7 +6,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/inventory"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/inventory"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 )
 

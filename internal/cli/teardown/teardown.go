@@ -14,8 +14,8 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/inputs"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/runid"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/teardown"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/teardown"
 )
 
 type options struct {

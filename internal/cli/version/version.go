@@ -11,7 +11,7 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/output"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/cli/usage"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/preflight"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/preflight"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	buildversion "github.com/sandbox-fleet/sandbox-fleet/pkg/version"
 )

@@ -13,10 +13,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/sessionstate"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/internal/heartbeat"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/internal/sessionstate"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
 

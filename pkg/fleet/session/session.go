@@ -25,10 +25,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/heartbeat"
-	"github.com/sandbox-fleet/sandbox-fleet/internal/fleet/sessionstate"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/internal/heartbeat"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/internal/sessionstate"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/metrics"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
