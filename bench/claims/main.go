@@ -53,6 +53,9 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/sandbox-fleet/sandbox-fleet/internal/otlptree"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 )
@@ -73,6 +76,9 @@ var scenarios = map[string]scenario{
 var allClients = []string{"bare", "engine", "engine-paced", "engine-traced"}
 
 func main() {
+	// As the commands do: controller-runtime, which the engine and the
+	// test cluster use, logs through klog.
+	ctrllog.SetLogger(klog.NewKlogr())
 	trial := flag.String("trial", "", "internal: run one trial of this client in this process")
 	kubeconfig := flag.String("kubeconfig", "", "internal: the cluster of the trial")
 	namespace := flag.String("namespace", "", "internal: the namespace of the trial")

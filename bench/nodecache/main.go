@@ -33,7 +33,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/benchcluster"
@@ -45,6 +47,9 @@ import (
 )
 
 func main() {
+	// As the commands do: controller-runtime, which the engine and the
+	// test cluster use, logs through klog.
+	ctrllog.SetLogger(klog.NewKlogr())
 	images := flag.Int("images", 5000, "images on the node")
 	changes := flag.Int("changes", 50, "image changes to time (half pulls, half removals)")
 	idle := flag.Duration("idle", 30*time.Second, "how long to measure the agent idle")

@@ -39,7 +39,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/benchcluster"
@@ -59,6 +61,9 @@ type params struct {
 }
 
 func main() {
+	// As the commands do: controller-runtime, which the engine and the
+	// test cluster use, logs through klog.
+	ctrllog.SetLogger(klog.NewKlogr())
 	var p params
 	flag.IntVar(&p.nodes, "nodes", 1000, "kwok nodes, each with a NodeImageCache")
 	flag.IntVar(&p.imagesPerNode, "images-per-node", 5000, "images in each node's cache")

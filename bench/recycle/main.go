@@ -32,6 +32,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/stats"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
@@ -58,6 +60,9 @@ var agentCommands = [][]string{
 }
 
 func main() {
+	// As the commands do: controller-runtime, which the engine and the
+	// test cluster use, logs through klog.
+	ctrllog.SetLogger(klog.NewKlogr())
 	rounds := flag.Int("rounds", 3, "rounds; each runs the RL shape fresh and recycled, in alternating order, and the agent loop")
 	var sh shape
 	flag.IntVar(&sh.problems, "problems", 3, "problem images (P)")

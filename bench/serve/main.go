@@ -53,6 +53,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/stats"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/serve"
@@ -103,6 +105,9 @@ type result struct {
 var clients = []string{"python-serve", "go-engine", "python-bare"}
 
 func main() {
+	// As the commands do: controller-runtime, which the engine and the
+	// test cluster use, logs through klog.
+	ctrllog.SetLogger(klog.NewKlogr())
 	child := flag.String("child", "", "internal: run this part in this process")
 	kubeconfig := flag.String("kubeconfig", "", "internal: the cluster")
 	namespace := flag.String("namespace", "", "internal: the namespace")

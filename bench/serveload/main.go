@@ -30,6 +30,9 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/benchcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/proc"
 	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/stats"
@@ -48,6 +51,9 @@ type result struct {
 }
 
 func main() {
+	// As the commands do: controller-runtime, which the engine and the
+	// test cluster use, logs through klog.
+	ctrllog.SetLogger(klog.NewKlogr())
 	clients := flag.Int("clients", 8, "client processes (C)")
 	concurrency := flag.Int("concurrency", 64, "rollouts at once per client (R)")
 	rounds := flag.Int("rounds", 2, "rollouts per slot: each client runs R × rounds tasks")

@@ -53,7 +53,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/benchcluster"
@@ -75,6 +77,9 @@ type params struct {
 }
 
 func main() {
+	// As the commands do: controller-runtime, which the engine and the
+	// test cluster use, logs through klog.
+	ctrllog.SetLogger(klog.NewKlogr())
 	var p params
 	var mib float64
 	flag.IntVar(&p.nodes, "nodes", 50, "kwok nodes")

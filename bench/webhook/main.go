@@ -46,7 +46,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/benchcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/bench/internal/stats"
@@ -58,6 +60,9 @@ import (
 )
 
 func main() {
+	// As the commands do: controller-runtime, which the engine and the
+	// test cluster use, logs through klog.
+	ctrllog.SetLogger(klog.NewKlogr())
 	rounds := flag.Int("rounds", 2, "rounds of each measurement, with and without the webhook alternating")
 	pods := flag.Int("pods", 1000, "Pods per trial")
 	rate := flag.Int("rate", 200, "Pods per second in the latency trials")
