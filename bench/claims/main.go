@@ -154,6 +154,7 @@ func run(rounds int, names, clients []string, nodes int, out string) error {
 				fmt.Fprintf(os.Stderr, "%s round %d %-15s p50 %.3fs p99 %.3fs %.1f claims/s warm %.0f%% %.2f req/task cpu %.1fs rss %.0fMiB wall %.1fs start %.2fs teardown %.2fs process %.1fs\n",
 					sc.Name, r+1, client, m.P50, m.P99, m.ClaimsPerSec, 100*m.WarmShare, m.RequestsPerTask, m.CPUSeconds, m.RSSMiB, m.WallSeconds,
 					m.StartToFirstClaim, m.TeardownSeconds, m.ProcessWallSeconds)
+				fmt.Fprintf(os.Stderr, "  requests/task by kind: %s\n", byKind(m.RequestsByKind))
 				measured[client] = append(measured[client], m)
 			}
 		}

@@ -3,9 +3,11 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -138,8 +140,15 @@ func summarize(sc scenario, client string, ms []measurement) summary {
 		}
 		return (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
 	}
+	kinds := map[string]float64{}
+	for _, m := range ms {
+		for k := range m.RequestsByKind {
+			kinds[k] = med(func(m measurement) float64 { return m.RequestsByKind[k] })
+		}
+	}
 	return summary{Scenario: sc.Name, Client: client, Rounds: len(ms), measurement: measurement{
-		P50: med(func(m measurement) float64 { return m.P50 }), P99: med(func(m measurement) float64 { return m.P99 }),
+		RequestsByKind: kinds,
+		P50:            med(func(m measurement) float64 { return m.P50 }), P99: med(func(m measurement) float64 { return m.P99 }),
 		ClaimsPerSec:               med(func(m measurement) float64 { return m.ClaimsPerSec }),
 		WarmShare:                  med(func(m measurement) float64 { return m.WarmShare }),
 		RequestsPerTask:            med(func(m measurement) float64 { return m.RequestsPerTask }),
@@ -172,4 +181,19 @@ func printTable(w io.Writer, all []summary) {
 			s.ProcessWallSeconds, s.ProcessWallSeconds/b.ProcessWallSeconds)
 	}
 	_ = tw.Flush()
+}
+
+// byKind lists requests per task by kind, the most first, leaving out
+// kinds under one per hundred tasks.
+func byKind(perTask map[string]float64) string {
+	kinds := slices.SortedFunc(maps.Keys(perTask), func(a, b string) int {
+		return cmp.Or(cmp.Compare(perTask[b], perTask[a]), cmp.Compare(a, b))
+	})
+	var parts []string
+	for _, k := range kinds {
+		if perTask[k] >= 0.01 {
+			parts = append(parts, fmt.Sprintf("%s %.2f", k, perTask[k]))
+		}
+	}
+	return strings.Join(parts, ", ")
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"slices"
@@ -40,8 +41,10 @@ type trialResult struct {
 	// sandbox Ready.
 	First, Last time.Time
 	Sandboxes   []string
-	// Requests counts the API requests the client made, watches excepted.
-	Requests int64
+	// Requests counts the API requests the client made, watches excepted;
+	// RequestsByKind the same by verb and resource (kindOf).
+	Requests       int64
+	RequestsByKind map[string]int64 `json:"requestsByKind"`
 	// ProcessStart is when the trial process started; LastTaskEnd when its
 	// last task was done with its sandbox; TornDown when nothing of the
 	// trial was left in its namespace, as the API server said.
@@ -63,8 +66,10 @@ type measurement struct {
 	WarmShare                                              float64
 	RequestsPerTask                                        float64
 	ServerClaimRequestsPerTask                             float64
-	CPUSeconds, RSSMiB                                     float64
-	WallSeconds                                            float64
+	// RequestsByKind is the trial's requests by kindOf, per task.
+	RequestsByKind     map[string]float64 `json:",omitempty"`
+	CPUSeconds, RSSMiB float64
+	WallSeconds        float64
 }
 
 func (r trialResult) measure(sc scenario) measurement {
@@ -75,6 +80,7 @@ func (r trialResult) measure(sc scenario) measurement {
 		P50: stats.Percentile(sorted, 0.50), P99: stats.Percentile(sorted, 0.99),
 		ClaimsPerSec:      float64(len(sorted)) / wall,
 		RequestsPerTask:   float64(r.Requests) / float64(sc.Tasks),
+		RequestsByKind:    perTask(r.RequestsByKind, sc.Tasks),
 		WallSeconds:       wall,
 		StartToFirstClaim: r.First.Sub(r.ProcessStart).Seconds(),
 		TeardownSeconds:   r.TornDown.Sub(r.LastTaskEnd).Seconds(),
@@ -91,17 +97,59 @@ func batch(sc scenario) []tasks.Task {
 	return ts
 }
 
-// counting counts the requests sent through it, watches excepted.
+// counting counts the requests sent through it, watches excepted, in
+// all and by kindOf.
 type counting struct {
 	next http.RoundTripper
 	n    *atomic.Int64
+	mu   *sync.Mutex
+	kind map[string]int64
 }
 
 func (c counting) RoundTrip(r *http.Request) (*http.Response, error) {
 	if r.URL.Query().Get("watch") != "true" {
 		c.n.Add(1)
+		c.mu.Lock()
+		c.kind[kindOf(r.Method, r.URL.Path)]++
+		c.mu.Unlock()
 	}
 	return c.next.RoundTrip(r)
+}
+
+// kindOf names what a request of method on path asks of the API server:
+// the verb and the resource (with its subresource), as "DELETE pods" or
+// "PATCH sandboxwarmpools/status"; a path outside /api and /apis, as it is.
+func kindOf(method, path string) string {
+	seg := strings.Split(strings.Trim(path, "/"), "/")
+	var rest []string
+	switch {
+	case len(seg) >= 2 && seg[0] == "api":
+		rest = seg[2:]
+	case len(seg) >= 3 && seg[0] == "apis":
+		rest = seg[3:]
+	default:
+		return method + " " + path
+	}
+	if len(rest) >= 3 && rest[0] == "namespaces" {
+		rest = rest[2:]
+	}
+	if len(rest) == 0 {
+		return method + " " + path
+	}
+	kind := rest[0]
+	if len(rest) >= 3 {
+		kind += "/" + rest[2]
+	}
+	return method + " " + kind
+}
+
+// perTask divides counts by tasks.
+func perTask(counts map[string]int64, tasks int) map[string]float64 {
+	out := make(map[string]float64, len(counts))
+	for k, n := range counts {
+		out[k] = float64(n) / float64(tasks)
+	}
+	return out
 }
 
 func runTrial(client, kubeconfig, namespace string, sc scenario) error {
@@ -110,7 +158,11 @@ func runTrial(client, kubeconfig, namespace string, sc scenario) error {
 		return err
 	}
 	var requests atomic.Int64
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return counting{next: rt, n: &requests} })
+	var kindsMu sync.Mutex
+	kinds := map[string]int64{}
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return counting{next: rt, n: &requests, mu: &kindsMu, kind: kinds}
+	})
 	clients, err := kube.ForConfig(cfg, namespace)
 	if err != nil {
 		return err
@@ -137,6 +189,9 @@ func runTrial(client, kubeconfig, namespace string, sc scenario) error {
 		return err
 	}
 	res.Requests = requests.Load()
+	kindsMu.Lock()
+	res.RequestsByKind = maps.Clone(kinds)
+	kindsMu.Unlock()
 	res.ProcessStart = processStart
 	if res.TornDown, err = goneAt(ctx, clients, res.TornDown); err != nil {
 		return err
