@@ -11,10 +11,10 @@ import (
 // how much is left to win.
 type bounds struct {
 	// wall: a node's slots start no task before the node has pulled the
-	// image it lacks least of (firstPull), and a slot runs one task at a
-	// time, so the sweep lasts at least until the slots, each from its
-	// node's first pull on, have had time for every task. Pulls after the
-	// first are left out: they may hide behind running tasks.
+	// image it lacks least of, and a slot runs one task at a time, so the
+	// sweep lasts at least until the slots, each from its node's first
+	// pull on, have had time for every task. Pulls after the first are
+	// left out: they may hide behind running tasks.
 	wall time.Duration
 	// pulled: every layer of a task's image that no node holds at the
 	// start is pulled at least once. A layer may well have to be pulled
