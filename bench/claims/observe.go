@@ -143,8 +143,11 @@ func summarize(sc scenario, client string, ms []measurement) summary {
 	kinds := map[string]float64{}
 	for _, m := range ms {
 		for k := range m.RequestsByKind {
-			kinds[k] = med(func(m measurement) float64 { return m.RequestsByKind[k] })
+			kinds[k] = 0
 		}
+	}
+	for k := range kinds {
+		kinds[k] = med(func(m measurement) float64 { return m.RequestsByKind[k] })
 	}
 	return summary{Scenario: sc.Name, Client: client, Rounds: len(ms), measurement: measurement{
 		RequestsByKind: kinds,

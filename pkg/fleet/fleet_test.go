@@ -27,7 +27,6 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testregistry"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
-	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/internal/heartbeat"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/internal/placement"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 )
@@ -501,7 +500,7 @@ func TestStartHeartbeatsDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := f.Clusters()[0]
-	lease, err := c.Clients.Kube.CoordinationV1().Leases(c.Namespace()).Get(ctx, heartbeat.Name(f.RunID()), metav1.GetOptions{})
+	lease, err := c.Clients.Kube.CoordinationV1().Leases(c.Namespace()).Get(ctx, fleet.HeartbeatLease(f.RunID()), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -514,7 +513,7 @@ func TestStartHeartbeatsDefault(t *testing.T) {
 	if err := beats.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Clients.Kube.CoordinationV1().Leases(c.Namespace()).Get(ctx, heartbeat.Name(f.RunID()), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := c.Clients.Kube.CoordinationV1().Leases(c.Namespace()).Get(ctx, fleet.HeartbeatLease(f.RunID()), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the Lease after stop: %v, want it gone", err)
 	}
 }
@@ -533,7 +532,7 @@ func TestStartInterrupted(t *testing.T) {
 		t.Errorf("Start after an interrupt: %v, want the interrupt and ErrNothingCreated", err)
 	}
 	c := f.Clusters()[0]
-	if _, err := c.Clients.Kube.CoordinationV1().Leases(c.Namespace()).Get(ctx, heartbeat.Name(f.RunID()), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := c.Clients.Kube.CoordinationV1().Leases(c.Namespace()).Get(ctx, fleet.HeartbeatLease(f.RunID()), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the run's Lease after an interrupted start: %v, want none", err)
 	}
 }
