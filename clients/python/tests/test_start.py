@@ -97,14 +97,19 @@ def test_a_killed_trainer_takes_its_session_with_it():
     _kill_and_check(TRAINER)
 
 
+# The two rollouts run at once, in threads: one of them says, in one line,
+# which serve and run to watch (two prints could interleave their words).
 COMPAT_TRAINER = """
-import sys, time
+import sys, threading, time
 from sandbox_fleet.rl import ClusterConfig, FleetConfig, SandboxFleet
 fleet = SandboxFleet(FleetConfig(clusters=[ClusterConfig(name="c", namespace=sys.argv[1])], max_concurrent=2), plugin=sys.argv[2])
 fleet.load_tasks([{"id": f"t{i}", "image": "registry.example/swe/killed-rl:1"} for i in range(2)])
+first = threading.Lock()
 def rollout(task, h):
-    native = fleet._session()
-    print(native._serve.proc.pid, native.status().run_id, flush=True)
+    if first.acquire(blocking=False):
+        native = fleet._session()
+        sys.stdout.write(f"{native._serve.proc.pid} {native.status().run_id}\\n")
+        sys.stdout.flush()
     time.sleep(600)
 fleet.run(rollout, strategy="naive")
 """
