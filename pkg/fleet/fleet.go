@@ -91,6 +91,8 @@ type Fleet struct {
 	mu sync.Mutex
 	// warm is the placed pool of each image that is warm now.
 	warm map[string]*placed
+	// pulls is the run's pull plan, once made; nil without one.
+	pulls *plannedPulls
 }
 
 // placed is an image's pool on the cluster placement chose for it.

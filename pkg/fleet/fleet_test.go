@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -302,6 +303,102 @@ func TestImageAffinityFollowsNodeCaches(t *testing.T) {
 			t.Errorf("task %s (%s) ran on %s, want %s, whose node holds most of its image", id, ts[id[1]-'0'].Image, got[id].Cluster, want)
 		}
 	}
+	assertEmpty(t, ctx, f)
+}
+
+// Under pipelined, the run plans its pulls from the nodes' caches: each
+// node's agent is asked for the images the node will run, in order (a
+// PrepullJob selecting it by hostname), each pool prefers its planned
+// node, the tasks run there, and the jobs go with the run.
+func TestPlannedPulls(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	admin, err := cluster.Clients("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer := func(digest string, size int64) v1alpha1.Layer { return v1alpha1.Layer{Digest: digest, Size: size} }
+	base, envA, envB := layer("00000000000000b0", 3<<30), layer("00000000000000ea", 2<<30), layer("00000000000000eb", 2<<30)
+	// kwok-node-0 holds repository A's environment, kwok-node-1 B's.
+	caches := []*v1alpha1.NodeImageCache{
+		{ObjectMeta: metav1.ObjectMeta{Name: "kwok-node-0"}, Layers: []v1alpha1.Layer{base, envA, layer("00000000000000a0", 300<<20), layer("00000000000000a1", 300<<20)},
+			Images: []v1alpha1.CachedImage{{Names: []string{"example.com/swe/a:0"}, Layers: []int32{0, 1, 2}}, {Names: []string{"example.com/swe/a:1"}, Layers: []int32{0, 1, 3}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "kwok-node-1"}, Layers: []v1alpha1.Layer{base, envB, layer("00000000000000b0", 300<<20), layer("00000000000000b1", 300<<20)},
+			Images: []v1alpha1.CachedImage{{Names: []string{"example.com/swe/b:0"}, Layers: []int32{0, 1, 2}}, {Names: []string{"example.com/swe/b:1"}, Layers: []int32{0, 1, 3}}}},
+	}
+	for _, nc := range caches {
+		if err := admin.Client.Create(ctx, nc); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.Client.Delete(context.Background(), nc) })
+	}
+	want := map[string]string{"example.com/swe/a:0": "kwok-node-0", "example.com/swe/a:1": "kwok-node-0",
+		"example.com/swe/b:0": "kwok-node-1", "example.com/swe/b:1": "kwok-node-1"}
+	var ts []tasks.Task
+	for _, img := range []string{"example.com/swe/b:0", "example.com/swe/a:0", "example.com/swe/b:1", "example.com/swe/a:1"} {
+		for range 2 {
+			ts = append(ts, tasks.Task{ID: fmt.Sprintf("t%d", len(ts)), Image: img})
+		}
+	}
+	cfg := testConfig("pipelined")
+	cfg.WindowSize = 2
+	f := open(t, ctx, "planned-pulls", cfg, ts, cluster)
+	c := f.Clusters()[0]
+	var once sync.Once
+	jobs := map[string][]string{}
+	preferred := map[string][]string{}
+	work := func(ctx context.Context, _ tasks.Task, _ *fleet.Sandbox) (fleet.Output, error) {
+		var err error
+		once.Do(func() {
+			list := &v1alpha1.PrepullJobList{}
+			if err = c.Clients.Client.List(ctx, list, client.InNamespace(c.Namespace())); err != nil {
+				return
+			}
+			for _, j := range list.Items {
+				jobs[j.Spec.NodeSelector[corev1.LabelHostname]] = j.Spec.Images
+			}
+			templates := &extensionsv1beta1.SandboxTemplateList{}
+			if err = c.Clients.Client.List(ctx, templates, client.InNamespace(c.Namespace())); err != nil {
+				return
+			}
+			for _, tmpl := range templates.Items {
+				pod := tmpl.Spec.PodTemplate.Spec
+				if a := pod.Affinity; a != nil && a.NodeAffinity != nil {
+					preferred[pod.Containers[0].Image] = a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].Preference.MatchExpressions[0].Values
+				}
+			}
+		})
+		return fleet.Output{}, err
+	}
+	var mu sync.Mutex
+	ran := map[string]string{}
+	if _, err := f.Run(ctx, fleet.RunOptions{Work: work, OnResult: func(r fleet.Result) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !r.OK {
+			t.Errorf("task %s: %s", r.ID, r.Error)
+		}
+		ran[r.ID] = r.Node
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if w := map[string][]string{"kwok-node-0": {"example.com/swe/a:0", "example.com/swe/a:1"}, "kwok-node-1": {"example.com/swe/b:0", "example.com/swe/b:1"}}; !reflect.DeepEqual(jobs, w) {
+		t.Errorf("the nodes' PrepullJobs ask for %v, want %v", jobs, w)
+	}
+	for img, node := range want {
+		if p, ok := preferred[img]; ok && !reflect.DeepEqual(p, []string{node}) {
+			t.Errorf("the pool of %s prefers %v, want %s", img, p, node)
+		}
+	}
+	if len(preferred) == 0 {
+		t.Error("no pool prefers a node")
+	}
+	for _, task := range ts {
+		if ran[task.ID] != want[task.Image] {
+			t.Errorf("task %s (%s) ran on %q, want %s, its planned node", task.ID, task.Image, ran[task.ID], want[task.Image])
+		}
+	}
+	// The run's PrepullJobs are among what it must not leave.
 	assertEmpty(t, ctx, f)
 }
 

@@ -14,16 +14,19 @@ import (
 // images, not tasks; a worker then takes the next task whose image is
 // free, and other workers' tasks pass it by.
 type lanes struct {
-	mu        sync.Mutex
-	cond      *sync.Cond
-	pending   []tasks.Task
-	busy      map[string]bool
+	mu      sync.Mutex
+	cond    *sync.Cond
+	pending []tasks.Task
+	busy    map[string]bool
+	// claiming counts, by image, the tasks handed out whose sandbox is
+	// not yet claimed.
+	claiming  map[string]int
 	exclusive bool
 	stopped   bool
 }
 
 func newLanes(ctx context.Context, ts []tasks.Task, exclusive bool) (*lanes, func() bool) {
-	l := &lanes{pending: ts, busy: map[string]bool{}, exclusive: exclusive}
+	l := &lanes{pending: ts, busy: map[string]bool{}, claiming: map[string]int{}, exclusive: exclusive}
 	l.cond = sync.NewCond(&l.mu)
 	stop := context.AfterFunc(ctx, func() {
 		l.mu.Lock()
@@ -46,6 +49,7 @@ func (l *lanes) next() (tasks.Task, bool) {
 		if i := runnable(l.pending, l.busy); i >= 0 {
 			t := l.pending[i]
 			l.pending = slices.Delete(l.pending, i, i+1)
+			l.claiming[t.Image]++
 			if l.exclusive {
 				l.busy[t.Image] = true
 			}
@@ -59,12 +63,21 @@ func (l *lanes) next() (tasks.Task, bool) {
 func (l *lanes) more(image string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, t := range l.pending {
-		if t.Image == image {
-			return true
-		}
-	}
-	return false
+	return l.morePending(image)
+}
+
+func (l *lanes) morePending(image string) bool {
+	return slices.ContainsFunc(l.pending, func(t tasks.Task) bool { return t.Image == image })
+}
+
+// claimed records that a task of image handed out has its sandbox, or
+// gave up on one, and reports whether it was the pass's last of image to
+// need one: none is still to be handed out or claiming.
+func (l *lanes) claimed(image string) (last bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.claiming[image]--
+	return l.claiming[image] == 0 && !l.morePending(image)
 }
 
 // done frees image for its next task.

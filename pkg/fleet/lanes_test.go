@@ -98,3 +98,31 @@ func TestLanesStop(t *testing.T) {
 		t.Error("a task was handed out after the pass stopped")
 	}
 }
+
+// The last of an image's tasks to have its sandbox is the one after which
+// none is handed out or claiming: its pool's refills have no task left.
+func TestLanesLastClaim(t *testing.T) {
+	l, stop := newLanes(context.Background(), []tasks.Task{{ID: "1", Image: "a"}, {ID: "2", Image: "b"}, {ID: "3", Image: "a"}}, false)
+	defer stop()
+	for range 3 {
+		if _, ok := l.next(); !ok {
+			t.Fatal("a task was not handed out")
+		}
+	}
+	if l.claimed("a") {
+		t.Error("the first of a's two claims was taken for the last")
+	}
+	if !l.claimed("b") {
+		t.Error("b's only claim was not the last")
+	}
+	if !l.claimed("a") {
+		t.Error("a's second claim was not the last")
+	}
+
+	l, stop = newLanes(context.Background(), []tasks.Task{{ID: "1", Image: "a"}, {ID: "2", Image: "a"}}, false)
+	defer stop()
+	l.next()
+	if l.claimed("a") {
+		t.Error("a claim was taken for the last while a task of its image was still to be handed out")
+	}
+}

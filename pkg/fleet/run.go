@@ -110,7 +110,7 @@ func (f *Fleet) Run(ctx context.Context, o RunOptions) (rep report.Report, err e
 	// stops once the run's objects are gone, so a run whose driver was
 	// killed is reaped and a live one not.
 	defer f.settle(ctx, "stopping the run's heartbeat (`reap --orphans` takes the run once its Lease expires)", beats.Stop)
-	if f.driving.prepull {
+	if f.driving.prepull || f.plansPulls() {
 		defer f.settle(ctx, "deleting the run's PrepullJobs", f.Unprepull)
 	}
 	return f.run(ctx, o)
@@ -135,6 +135,10 @@ func (f *Fleet) run(ctx context.Context, o RunOptions) (rep report.Report, err e
 
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	if f.plansPulls() {
+		// Before the breaker starts: the plan may size the pools anew.
+		f.planPulls(runCtx)
+	}
 	stopBreaker := f.startBreaker(runCtx, cancel)
 	if f.driving.prepull {
 		err = f.prepull(runCtx)
@@ -254,6 +258,11 @@ func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func
 	for i, img := range images {
 		names[i] = img.Name
 	}
+	f.mu.Lock()
+	if f.pulls != nil {
+		f.pulls.order(names)
+	}
+	f.mu.Unlock()
 	windows := chunk(names, windowSize(f.cfg, f.plan, len(names)))
 	tasksOf := func(window []string) []tasks.Task {
 		var out []tasks.Task
@@ -450,10 +459,14 @@ func (f *Fleet) process(ctx context.Context, epoch int, ts []tasks.Task, failed 
 				}
 				// A sandbox is kept for the image's next task, in this
 				// pass or, where pools stay warm between epochs, the next.
-				keep := func() bool {
-					return l.more(t.Image) || (epoch < f.cfg.Epochs && keptBetweenEpochs)
+				kept := epoch < f.cfg.Epochs && keptBetweenEpochs
+				keep := func() bool { return l.more(t.Image) || kept }
+				claimed := func() {
+					if l.claimed(t.Image) && !kept && !f.cfg.KeepWarm {
+						f.drain(ctx, t.Image)
+					}
 				}
-				onResult(f.task(ctx, epoch, t, failed, o, keep))
+				onResult(f.task(ctx, epoch, t, failed, o, keep, claimed))
 				l.done(t.Image)
 			}
 		})
@@ -462,11 +475,14 @@ func (f *Fleet) process(ctx context.Context, epoch int, ts []tasks.Task, failed 
 }
 
 // task claims a sandbox for t — or, under recycling, takes over the one
-// the last task of its image left clean — does the work in it and gives it
-// back (GiveBack), keeping it for the next task of the image when keep
-// says there is one. The result is named so that the deferred end time
-// lands in what is returned.
-func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed WarmError, o RunOptions, keep func() bool) (r Result) {
+// the last task of its image left clean — calls claimed once it has one
+// or has given up, does the work in it and gives it back (GiveBack),
+// keeping it for the next task of the image when keep says there is one.
+// The result is named so that the deferred end time lands in what is
+// returned.
+func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed WarmError, o RunOptions, keep func() bool, claimed func()) (r Result) {
+	claimedOnce := sync.OnceFunc(claimed)
+	defer claimedOnce()
 	f.stats.running.Add(1)
 	defer f.stats.running.Add(-1)
 	r = Result{ID: t.ID, Image: t.Image, OriginalImage: t.OriginalImage, Epoch: epoch, Started: time.Now(), Phases: map[string]float64{}}
@@ -491,6 +507,7 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed WarmEr
 	}
 
 	s := f.claimFor(ctx, t, &r)
+	claimedOnce()
 	if s == nil {
 		return r
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
@@ -56,6 +57,9 @@ func (f *Fleet) Warm(ctx context.Context, images []string, replicas func(image s
 			}
 			spec := c.spec
 			spec.OriginalImage = f.originals[img]
+			if f.pulls != nil {
+				spec.PreferredNodes = f.pulls.prefer[img]
+			}
 			tmpl, err := resources.Template(c.Namespace(), f.runID, img, spec)
 			if err != nil {
 				f.mu.Unlock()
@@ -153,6 +157,32 @@ func (f *Fleet) poolCheck(ctx context.Context, c *Cluster) warm.Check {
 			patience[pool] = p
 		}
 		return p.Judge(pods, int(want), time.Now()), nil
+	}
+}
+
+// drain scales image's pool to no sandboxes, once the last of the pass's
+// tasks of the image has its own: a pool refills what each claim takes
+// from it, and a refill no task will claim only holds a node's slot — on
+// a full cluster, the slot a later window's sandbox waits for. A later
+// Warm grows it again. A failure is logged: the run goes on with the
+// refills.
+func (f *Fleet) drain(ctx context.Context, image string) {
+	f.mu.Lock()
+	p, ok := f.warm[image]
+	if !ok || p.replicas == 0 {
+		f.mu.Unlock()
+		return
+	}
+	p.cluster.replicas -= p.replicas
+	f.warmed(p.cluster.Name, -p.replicas)
+	p.replicas = 0
+	p.pool = resources.WarmPool(p.template, 0)
+	pool := p.pool.DeepCopy()
+	c := p.cluster
+	f.mu.Unlock()
+	noReplicas := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":0}}`))
+	if err := client.IgnoreNotFound(c.Clients.Client.Patch(ctx, pool, noReplicas)); err != nil && ctx.Err() == nil {
+		f.log.Error(err, "Scaling a pool whose tasks all have their sandboxes to none failed; its refills stay until the pool goes", "cluster", c.Name, "pool", pool.Name)
 	}
 }
 

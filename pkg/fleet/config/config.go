@@ -52,6 +52,15 @@ type Fleet struct {
 	// hash of the image picks; least-loaded when that is full). Default
 	// image-affinity.
 	Placement string `json:"placement,omitempty"`
+	// PlannedPulls, under sliding and pipelined on one cluster, plans
+	// which nodes run which images from the nodes' image caches
+	// (asrl-prepull-agent): images that share layers go to the same
+	// nodes, each node's agent pulls its images in the order it runs
+	// them, each pool prefers its planned nodes and warms a sandbox per
+	// task (as WarmPerTask). Without agents the run says so once and goes
+	// on without a plan. Serve sessions and --prepull runs plan none.
+	// Default true; false leaves placement to the scheduler.
+	PlannedPulls *bool `json:"plannedPulls,omitempty"`
 	// Strategy is when pools are warm: none (one single-replica pool per
 	// image, on demand), naive (all at once), sliding (a window of images
 	// at a time) or pipelined (the next window warms while one runs).
@@ -334,6 +343,9 @@ func (f *Fleet) applyDefaults() {
 	// Pointers: an explicit zero (false, 0) is a choice, not unset.
 	if f.FailFast == nil {
 		f.FailFast = new(true)
+	}
+	if f.PlannedPulls == nil {
+		f.PlannedPulls = new(true)
 	}
 	if f.WarmCreateBudget == nil {
 		f.WarmCreateBudget = new(1000)

@@ -47,6 +47,10 @@ type PodSpec struct {
 	// Colocate prefers the node that already runs a replica of the pool, so
 	// that only one node pulls the image.
 	Colocate bool
+	// PreferredNodes are the values of the nodes' kubernetes.io/hostname
+	// label a run's pull plan chose for the image: the Pods prefer them,
+	// and go elsewhere when they are full or gone.
+	PreferredNodes []string
 	// PodLabels and PodAnnotations go on the Pods only; ObjectLabels on
 	// every object of the run. The run's own labels always win.
 	PodLabels, PodAnnotations, ObjectLabels map[string]string
@@ -138,6 +142,12 @@ func Template(namespace, runID, image string, spec PodSpec) (*extensionsv1beta1.
 	}
 	if spec.Colocate {
 		pod.Affinity = colocate(name)
+	}
+	if len(spec.PreferredNodes) > 0 {
+		if pod.Affinity == nil {
+			pod.Affinity = &corev1.Affinity{}
+		}
+		pod.Affinity.NodeAffinity = prefer(spec.PreferredNodes)
 	}
 	if spec.AgentServer != nil {
 		withAgentServer(&pod, *spec.AgentServer)
@@ -259,6 +269,19 @@ func colocate(pool string) *corev1.Affinity {
 			},
 		}},
 	}}
+}
+
+// prefer softly prefers the nodes of hostnames: the stock scheduler
+// weighs the preference (NodeAffinity, weight 2) twice as much as a node
+// holding the image (ImageLocality, weight 1), and a full or lost node
+// strands no Pod.
+func prefer(hostnames []string) *corev1.NodeAffinity {
+	return &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+		Weight: 100,
+		Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+			Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: slices.Clone(hostnames),
+		}}},
+	}}}
 }
 
 // mergePodSpec applies extra to base as a strategic merge patch, so that

@@ -1,0 +1,234 @@
+package fleet
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/internal/pullplan"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/informer"
+)
+
+// plannedPulls is what a run's pull plan decided: the nodes (their
+// hostname labels) each image's pool prefers, and the order the images
+// run in, each node's first images first.
+type plannedPulls struct {
+	prefer map[string][]string
+	rank   map[string]int
+}
+
+// plansPulls says whether the run plans its pulls (config.Fleet's
+// PlannedPulls): a run, not a session, of a disk-sized windowed strategy
+// that does not pre-pull everything.
+func (f *Fleet) plansPulls() bool {
+	return *f.cfg.PlannedPulls && f.cfg.Warming().Windows == config.DiskSized && !f.driving.session && !f.driving.prepull
+}
+
+// planPulls plans the run's pulls on its cluster from what the nodes'
+// agents say they hold, has each planned node's agent pull its images in
+// run order (a PrepullJob per node, not waited for: the pools start at
+// once, their Pods waiting for pulls already under way), and records the
+// plan for the passes and the pools. With a plan, each pool warms a
+// sandbox per task of its window, as warmPerTask does: the agents' pulls
+// stand in for warming ahead, and a claim that found no warm sandbox would
+// start one on whatever node has a free slot, which then pulls. Whatever
+// keeps it from planning — several clusters, no agents, no right to read
+// the nodes — is said once and the run goes on as without a plan.
+func (f *Fleet) planPulls(ctx context.Context) {
+	start := time.Now()
+	defer func() { f.phase("plan-pulls", "", time.Since(start)) }()
+	if len(f.clusters) > 1 {
+		f.log.Info("Planned pulls: a run over several clusters is placed without a pull plan", "clusters", len(f.clusters))
+		return
+	}
+	c := f.clusters[0]
+	nodes := &corev1.NodeList{}
+	if err := c.Clients.Client.List(ctx, nodes, client.MatchingLabels(c.spec.NodeSelector)); err != nil {
+		f.log.Error(err, "Planned pulls: reading the nodes failed; the run goes on without a pull plan", "cluster", c.Name)
+		return
+	}
+	caches := map[string]*v1alpha1.NodeImageCache{}
+	index := nodecache.NewIndex()
+	err := informer.EachCache(ctx, c.Clients.Client, func(nic *v1alpha1.NodeImageCache) error {
+		if n, err := nodecache.NewNode(nic); err == nil {
+			caches[nic.Name] = nic.DeepCopy()
+			index.Set(n)
+		}
+		return nil
+	})
+	if err != nil {
+		f.log.Error(err, "Planned pulls: reading the nodes' image caches failed; the run goes on without a pull plan", "cluster", c.Name)
+		return
+	}
+	highWater := cmp.Or(f.driving.highWater, nodecache.DefaultHighWaterPercent)
+	planNodes, hostnames := pullNodes(nodes.Items, caches, f.cfg.Template.Resources.Requests, highWater)
+	if len(planNodes) == 0 {
+		f.log.Info("Planned pulls: no node the run may use runs asrl-prepull-agent; the scheduler places the pools and they pull as they land",
+			"cluster", c.Name, "nodes", len(nodes.Items))
+		return
+	}
+	layers := map[string][]v1alpha1.Layer{}
+	var unlisted []string
+	for _, p := range f.plan.Pools {
+		if l, ok := index.Layers(p.Image); ok {
+			layers[p.Image] = l
+		} else {
+			unlisted = append(unlisted, p.Image)
+		}
+	}
+	maps.Copy(layers, f.readRegistries(ctx, unlisted))
+	plan := pullplan.New(pullImages(f.plan.Pools, layers), planNodes)
+	planned := plannedOf(plan, hostnames)
+	perTask := f.cfg
+	perTask.WarmPerTask = true
+	f.mu.Lock()
+	f.pulls = &planned
+	f.plan = newPlan(perTask, f.tasks, f.cfg.Recycle.Enabled)
+	f.mu.Unlock()
+	jobs := pullJobs(plan, hostnames, c.Namespace(), f.runID, highWater)
+	f.log.Info("Planned pulls", "cluster", c.Name, "nodes", len(jobs), "images", len(planned.rank),
+		"unplanned", len(plan.Unplanned), "pullGiB", fmt.Sprintf("%.1f", float64(plan.PullBytes())/(1<<30)))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for _, job := range jobs {
+		g.Go(func() error { return c.Clients.Client.Create(gctx, job) })
+	}
+	if err := g.Wait(); err != nil {
+		f.log.Error(err, "Planned pulls: creating the nodes' PrepullJobs failed (creating them needs an admin's grant: docs/admin.md); the pools still prefer their planned nodes and pull as they land", "cluster", c.Name)
+	}
+}
+
+// pullNodes are the nodes the plan may use — schedulable, with a
+// hostname label to select them by and an agent's cache — each with as
+// many slots as its allocatable resources hold Pods of request, and the
+// bytes it may pull before its image filesystem is highWater percent
+// full; and each one's hostname label.
+func pullNodes(nodes []corev1.Node, caches map[string]*v1alpha1.NodeImageCache, request corev1.ResourceList, highWater int32) ([]pullplan.Node, map[string]string) {
+	var out []pullplan.Node
+	hostnames := map[string]string{}
+	for _, n := range nodes {
+		cache, ok := caches[n.Name]
+		hostname := n.Labels[corev1.LabelHostname]
+		if !ok || hostname == "" || n.Spec.Unschedulable {
+			continue
+		}
+		held := make(map[string]bool, len(cache.Layers))
+		for _, l := range cache.Layers {
+			held[l.Digest] = true
+		}
+		budget := int64(-1)
+		if fs := cache.ImageFilesystem; fs.CapacityBytes > 0 {
+			budget = max(0, fs.CapacityBytes/100*int64(highWater)-fs.UsedBytes)
+		}
+		hostnames[n.Name] = hostname
+		out = append(out, pullplan.Node{Name: n.Name, Slots: slots(n.Status.Allocatable, request), Budget: budget, Held: held})
+	}
+	return out, hostnames
+}
+
+// slots is how many Pods requesting request fit in allocatable, by each
+// resource requested and by the node's Pod count.
+func slots(allocatable, request corev1.ResourceList) int {
+	n := allocatable.Pods().Value()
+	for name, want := range request {
+		have, ok := allocatable[name]
+		if want.IsZero() || !ok {
+			continue
+		}
+		n = min(n, have.MilliValue()/want.MilliValue())
+	}
+	return int(max(n, 0))
+}
+
+// unknownImageSize stands for an image whose layers neither a node nor
+// its registry told: it shares nothing, so the plan spreads such images
+// by the tasks alone.
+const unknownImageSize = 1 << 30
+
+// pullImages are the run's pools as the plan sees them.
+func pullImages(pools []PoolPlan, layers map[string][]v1alpha1.Layer) []pullplan.Image {
+	out := make([]pullplan.Image, len(pools))
+	for i, p := range pools {
+		l := layers[p.Image]
+		if len(l) == 0 {
+			l = []v1alpha1.Layer{{Digest: "unknown " + p.Image, Size: unknownImageSize}}
+		}
+		out[i] = pullplan.Image{Ref: p.Image, Layers: l, Tasks: p.Tasks}
+	}
+	return out
+}
+
+// plannedOf is what the passes and the pools use of plan: each image's
+// preferred nodes, and the run order of the images — every node's first
+// images, then every node's second, and so on — so that each window of
+// the strategy gives every node work, the work it holds or pulls first.
+func plannedOf(plan pullplan.Plan, hostnames map[string]string) plannedPulls {
+	p := plannedPulls{prefer: map[string][]string{}, rank: map[string]int{}}
+	images := make([][]string, len(plan.Nodes))
+	longest := 0
+	for i, n := range plan.Nodes {
+		images[i] = n.Images()
+		longest = max(longest, len(images[i]))
+		for _, ref := range images[i] {
+			p.prefer[ref] = append(p.prefer[ref], hostnames[n.Node])
+		}
+	}
+	for j := range longest {
+		for i := range images {
+			if j < len(images[i]) {
+				if _, ok := p.rank[images[i][j]]; !ok {
+					p.rank[images[i][j]] = len(p.rank)
+				}
+			}
+		}
+	}
+	return p
+}
+
+// order sorts images, a window's or a pass's, into the plan's run order;
+// images it did not plan keep their order, after the planned ones.
+func (p plannedPulls) order(images []string) {
+	rank := func(img string) int {
+		if r, ok := p.rank[img]; ok {
+			return r
+		}
+		return len(p.rank)
+	}
+	slices.SortStableFunc(images, func(a, b string) int { return cmp.Compare(rank(a), rank(b)) })
+}
+
+// maxJobImages is the most images a PrepullJob lists (its CRD's bound).
+const maxJobImages = 2000
+
+// pullJobs are the PrepullJobs of plan: one per node that has images to
+// run, selecting it by its hostname label, listing them in the order it
+// runs them. One image at a time, so that the first is there soonest;
+// the images a node holds already cost the agent a look, no pull.
+func pullJobs(plan pullplan.Plan, hostnames map[string]string, namespace, runID string, highWater int32) []*v1alpha1.PrepullJob {
+	var jobs []*v1alpha1.PrepullJob
+	for _, n := range plan.Nodes {
+		images := n.Images()
+		if len(images) == 0 {
+			continue
+		}
+		jobs = append(jobs, &v1alpha1.PrepullJob{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: runID + "-pulls-", Labels: labels.ForRun(runID)},
+			Spec: v1alpha1.PrepullJobSpec{Images: images[:min(len(images), maxJobImages)],
+				NodeSelector:       map[string]string{corev1.LabelHostname: hostnames[n.Node]},
+				PerNodeParallelism: 1, DiskHighWaterPercent: highWater},
+		})
+	}
+	return jobs
+}
