@@ -1,34 +1,41 @@
 // Command sweep simulates a pull-bound evaluation sweep on the local test
-// cluster and measures what node-cache-aware placement saves: the sweep's
-// wall time and the bytes its nodes pull, as ratios to the stock
-// kube-scheduler's, in one run.
+// cluster, run by the fleet engine, and measures what node-cache-aware
+// placement and planned pulls save: the sweep's wall time and the bytes
+// its nodes pull, as ratios to the engine with the stock kube-scheduler
+// and no plan, in one run.
 //
-// The sweep runs -rollouts Pods of each of -repos × -instances
+// The sweep runs -rollouts tasks of each of -repos × -instances
 // SWE-bench-shaped images (a shared base, an environment per repository,
-// each instance's own layer; images in task order, a task's rollouts
-// together), at most as many at a time as the -nodes kwok nodes have
-// -cpus slots. Each node starts with -warm images from an earlier sweep.
-// This program plays each node's kubelet and node agent: when a Pod is
-// bound it queues the layers the node lacks on the node's link at
-// -bandwidth, kwok makes the Pod Ready when they are all there
-// (testcluster.WithPullDelays), and then the node's NodeImageCache and its
-// status.images (which the stock scheduler's ImageLocality reads) list the
-// image. A Pod runs for -task once Ready and is then deleted.
+// each instance's own layer; tasks in shuffled order, a task's rollouts
+// together) through pkg/fleet — Open and Run, the pipelined strategy, as
+// many tasks at once as the -nodes kwok nodes have -cpus slots, each task
+// holding its sandbox for -task. Each node starts with -warm images from
+// an earlier sweep. A registry on loopback serves the images' manifests
+// (what the engine reads of images no node holds); this program plays
+// each node's kubelet and node agent: when a sandbox Pod is bound it
+// queues the layers the node lacks on the node's link at -bandwidth, kwok
+// makes the Pod Ready when they are all there (testcluster.WithPullDelays),
+// and then the node's NodeImageCache and its status.images (which the
+// stock scheduler's ImageLocality reads) list the image; a PrepullJob has
+// each node it selects queue its images' layers on the link, in order.
 //
 // Placements, each over its own copy of the images (other names and
 // digests, the same sizes, draws and order), so that one's pulls warm
 // nothing for the next:
 //
-//   - the stock kube-scheduler;
+//   - the stock kube-scheduler, no pull plan (plannedPulls: false): what a
+//     user of the reference gets;
 //
 //   - the stock kube-scheduler with the webhook's node-cache affinity
-//     (a SandboxPolicy with nodeCache);
+//     (a SandboxPolicy with nodeCache), no pull plan;
 //
-//   - asrl-scheduler in its shipped configuration (NodeCacheLocality).
+//   - asrl-scheduler in its shipped configuration (NodeCacheLocality), no
+//     pull plan;
+//
+//   - the stock kube-scheduler with planned pulls (plannedPulls: true).
 //
 // It prints each placement's wall time and bytes pulled as ratios to the
-// stock scheduler's, and to the lower bounds no placement can beat
-// (sweepBounds).
+// first's, and to the lower bounds no placement can beat (sweepBounds).
 //
 //	go run ./bench/sweep [-nodes 50] [-cpus 4] [-rollouts 4] [-bandwidth 256] [-task 10s]
 package main
@@ -44,6 +51,7 @@ import (
 	"os/signal"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -51,13 +59,18 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/klog/v2"
+	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
+	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -67,14 +80,18 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testscheduler"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testwebhook"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
-	policy "github.com/sandbox-fleet/sandbox-fleet/pkg/webhook"
 )
 
 // params shape the cluster and the sweep.
 type params struct {
 	nodes, cpus, repos, instances, rollouts, warm int
+	// placements are the ones to run; the ratios are to the first.
+	placements []placement
 	// bandwidth is each node's pull bandwidth in bytes a second.
 	bandwidth float64
 	task      time.Duration
@@ -94,11 +111,17 @@ func main() {
 	flag.IntVar(&p.warm, "warm", 4, "images each node holds at the start")
 	flag.Float64Var(&mib, "bandwidth", 256, "each node's pull bandwidth, MiB/s")
 	flag.DurationVar(&p.task, "task", 10*time.Second, "how long a Pod runs once Ready")
+	only := flag.String("placements", "", "the placements to run, comma-separated (default all); the ratios are to the first")
 	flag.Parse()
 	p.bandwidth = mib * (1 << 20)
+	var err error
+	if p.placements, err = choose(*only); err != nil {
+		fmt.Fprintln(os.Stderr, "bench/sweep: -placements:", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, p); err != nil {
+	if err = run(ctx, p); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/sweep:", err)
 		os.Exit(1)
 	}
@@ -109,12 +132,32 @@ type placement struct {
 	name, about, scheduler string
 	// webhook adds the webhook's node-cache affinity to the Pods.
 	webhook bool
+	// planned has the engine plan the pulls (config.Fleet.PlannedPulls).
+	planned bool
+}
+
+// choose picks the placements named in list, in its order; all when it
+// is empty.
+func choose(list string) ([]placement, error) {
+	if list == "" {
+		return placements, nil
+	}
+	var out []placement
+	for name := range strings.SplitSeq(list, ",") {
+		i := slices.IndexFunc(placements, func(pl placement) bool { return pl.name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("no placement %q: choose among stock, webhook, asrl and planned", name)
+		}
+		out = append(out, placements[i])
+	}
+	return out, nil
 }
 
 var placements = []placement{
-	{"stock", "kube-scheduler", corev1.DefaultSchedulerName, false},
-	{"webhook", "kube-scheduler + webhook affinity", corev1.DefaultSchedulerName, true},
-	{"asrl", "asrl-scheduler", testscheduler.SchedulerName, false},
+	{name: "stock", about: "kube-scheduler", scheduler: corev1.DefaultSchedulerName},
+	{name: "webhook", about: "kube-scheduler + webhook affinity", scheduler: corev1.DefaultSchedulerName, webhook: true},
+	{name: "asrl", about: "asrl-scheduler", scheduler: testscheduler.SchedulerName},
+	{name: "planned", about: "kube-scheduler + planned pulls", scheduler: corev1.DefaultSchedulerName, planned: true},
 }
 
 func run(ctx context.Context, p params) error {
@@ -136,7 +179,23 @@ func run(ctx context.Context, p params) error {
 	}
 	defer b.Stop()
 	cluster, clients := b.Cluster, b.Clients
-	sim := &simulator{clients: clients, bandwidth: p.bandwidth, nodes: map[string]*node{}}
+	// The images' registry serves their manifests, for the engine's pull
+	// plan to read the layers of images no node holds.
+	registry, err := swebench.StartManifests()
+	if err != nil {
+		return err
+	}
+	defer registry.Stop()
+	for _, pl := range p.placements {
+		for repo := range p.repos {
+			for instance := range p.instances {
+				if err := registry.Add(swebench.In(registry.Host, pl.name, repo, instance)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	sim := &simulator{clients: clients, bandwidth: p.bandwidth, nodes: map[string]*node{}, registry: registry.Host}
 	if err := sim.warm(ctx, p); err != nil {
 		return err
 	}
@@ -156,7 +215,7 @@ func run(ctx context.Context, p params) error {
 		var tasks []swebench.Image
 		for _, o := range order {
 			for range p.rollouts {
-				tasks = append(tasks, swebench.Of(family, o[0], o[1]))
+				tasks = append(tasks, swebench.In(sim.registry, family, o[0], o[1]))
 			}
 		}
 		return tasks
@@ -166,17 +225,17 @@ func run(ctx context.Context, p params) error {
 	for _, n := range sim.nodes {
 		var own []swebench.Image
 		for _, img := range n.held {
-			if img.Family == placements[0].name {
+			if img.Family == p.placements[0].name {
 				own = append(own, img)
 			}
 		}
 		held = append(held, own)
 	}
-	least := sweepBounds(tasksOf(placements[0].name), held, p.cpus, p.task, p.bandwidth)
+	least := sweepBounds(tasksOf(p.placements[0].name), held, p.cpus, p.task, p.bandwidth)
 	results := map[string]result{}
-	for _, pl := range placements {
+	for _, pl := range p.placements {
 		tasks := tasksOf(pl.name)
-		r, err := sweep(ctx, cluster, sim, webhookBin, pl, tasks, p)
+		r, err := sweep(ctx, b, sim, webhookBin, pl, tasks, p)
 		if err != nil {
 			return fmt.Errorf("%s: %w", pl.about, err)
 		}
@@ -193,6 +252,8 @@ type simulator struct {
 	clients   *kube.Clients
 	bandwidth float64
 	nodes     map[string]*node
+	// registry is the images' registry host.
+	registry string
 }
 
 // node is a kwok node's images.
@@ -218,8 +279,8 @@ func (s *simulator) warm(ctx context.Context, p params) error {
 		n := &node{}
 		for range p.warm {
 			repo, instance := rng.IntN(p.repos), rng.IntN(p.instances)
-			for _, pl := range placements {
-				n.held = append(n.held, swebench.Of(pl.name, repo, instance))
+			for _, pl := range p.placements {
+				n.held = append(n.held, swebench.In(s.registry, pl.name, repo, instance))
 			}
 		}
 		var layers []v1alpha1.Layer
@@ -285,11 +346,10 @@ func (s *simulator) writeStatus(ctx context.Context, nodeName string, held []swe
 type result struct {
 	tasks int
 	wall  time.Duration
-	// pulled is the bytes the nodes pulled; cached the tasks that pulled
-	// nothing.
-	pulled int64
-	cached int
-	// waits are the tasks' times from bound to Ready.
+	pulls pulls
+	// waits are the tasks' waits for their sandbox (the engine's claim
+	// phase): a pull the task waits for is in it, one a warm pool made
+	// beforehand is not.
 	waits []time.Duration
 }
 
@@ -298,125 +358,292 @@ func (r result) waitMean() time.Duration {
 	for _, w := range r.waits {
 		sum += w
 	}
-	return sum / time.Duration(len(r.waits))
+	return sum / time.Duration(max(1, len(r.waits)))
 }
 
 func (r result) waitP95() time.Duration {
+	if len(r.waits) == 0 {
+		return 0
+	}
 	w := slices.Sorted(slices.Values(r.waits))
 	return w[len(w)*95/100]
 }
 
 func (r result) String() string {
-	return fmt.Sprintf("%v wall, %.1f GiB pulled, %d of %d tasks pulled nothing, waits for pulls %v mean, %v p95",
-		r.wall.Round(100*time.Millisecond), float64(r.pulled)/(1<<30), r.cached, r.tasks,
+	off := ""
+	if r.pulls.offPlan > 0 {
+		off = fmt.Sprintf(" (%d sandboxes off their planned nodes pulled %.1f GiB)", r.pulls.offPlan, float64(r.pulls.offPlanBytes)/(1<<30))
+	}
+	return fmt.Sprintf("%v wall, %.1f GiB pulled%s, %d of %d sandboxes pulled nothing, tasks waited for a sandbox %v mean, %v p95",
+		r.wall.Round(100*time.Millisecond), float64(r.pulls.bytes)/(1<<30), off, r.pulls.cached, r.pulls.sandboxes,
 		r.waitMean().Round(10*time.Millisecond), r.waitP95().Round(10*time.Millisecond))
 }
 
-// sweep runs tasks under pl in a namespace of its own, at most as many at
-// a time as the nodes have slots, and returns what it measured.
-func sweep(ctx context.Context, cluster *testcluster.Cluster, sim *simulator, webhookBin string, pl placement, tasks []swebench.Image, p params) (_ result, err error) {
+// pulls are what the nodes pulled: the bytes, for the sweep's sandboxes
+// and PrepullJobs; the sandboxes, and those that pulled nothing.
+type pulls struct {
+	bytes     int64
+	sandboxes int
+	cached    int
+	// offPlan counts the sandboxes bound to a node their Pod does not
+	// prefer, when it prefers some (a pull plan's); offPlanBytes is what
+	// they pulled.
+	offPlan      int
+	offPlanBytes int64
+}
+
+// sweep runs tasks through the fleet engine under pl in a namespace of
+// its own — the pipelined strategy, as many tasks at once as the nodes
+// have slots, each holding its sandbox for p.task — while the simulator
+// pulls for each sandbox Pod bound to a node, and returns what it
+// measured. Every task must succeed and nothing of the run be left.
+func sweep(ctx context.Context, b *benchcluster.Bench, sim *simulator, webhookBin string, pl placement, images []swebench.Image, p params) (r result, err error) {
 	ns := "sweep-" + pl.name
 	c := sim.clients.Client
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		return result{}, err
 	}
 	if pl.webhook {
-		stop, err := nodeCacheAffinity(ctx, cluster, c, ns, webhookBin, sim, pl.name)
+		stop, err := nodeCacheAffinity(ctx, b.Cluster, c, ns, webhookBin, sim, pl.name)
 		if err != nil {
 			return result{}, err
 		}
 		defer func() { err = errors.Join(err, stop()) }()
 	}
-	// The API server ends a watch now and then; the retry watcher resumes
-	// it where it ended.
-	pods := sim.clients.Kube.CoreV1().Pods(ns)
-	list, err := pods.List(ctx, metav1.ListOptions{})
+	clients, err := kube.ForConfig(b.Cluster.RESTConfig(), ns)
 	if err != nil {
 		return result{}, err
 	}
-	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return pods.Watch(ctx, o) },
+	// Without the nodes played no sandbox gets Ready: their failure ends
+	// the run.
+	ctx, cancel := context.WithCancelCause(ctx)
+	var counted pulls
+	played := make(chan error, 1)
+	go func() {
+		err := sim.playNodes(ctx, ns, images, &counted)
+		cancel(fmt.Errorf("playing the nodes: %w", err))
+		played <- err
+	}()
+	defer func() {
+		cancel(nil)
+		if perr := <-played; !errors.Is(perr, context.Canceled) {
+			err = errors.Join(err, perr)
+		}
+		r.pulls = counted
+	}()
+
+	cfg := config.Default()
+	cfg.Strategy = "pipelined"
+	cfg.MaxConcurrent = p.nodes * p.cpus
+	cfg.ReadyTimeout.Duration = 30 * time.Minute
+	cfg.Template.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("64Mi")}
+	cfg.Template.ExtraPodSpec = &corev1.PodSpec{SchedulerName: pl.scheduler}
+	cfg.PlannedPulls = &pl.planned
+	var ts []tasks.Task
+	for i, img := range images {
+		ts = append(ts, tasks.Task{ID: "task-" + strconv.Itoa(i), Image: img.Name})
+	}
+	targets := []fleet.Target{{Config: config.Cluster{Name: "sweep", Weight: 1}, Clients: clients}}
+	f, err := fleet.Open(ctx, "sweep-"+pl.name, cfg, ts, targets)
+	if err != nil {
+		return r, err
+	}
+	defer f.Close()
+	var failed []string
+	hold := func(ctx context.Context, _ tasks.Task, _ *fleet.Sandbox) (fleet.Output, error) {
+		select {
+		case <-time.After(p.task):
+			return fleet.Output{}, nil
+		case <-ctx.Done():
+			return fleet.Output{}, ctx.Err()
+		}
+	}
+	start := time.Now()
+	_, err = f.Run(ctx, fleet.RunOptions{Work: hold, OnResult: func(res fleet.Result) {
+		if !res.OK {
+			failed = append(failed, res.ID+": "+res.Error)
+			return
+		}
+		r.waits = append(r.waits, time.Duration(res.Phases["claim"]*float64(time.Second)))
+	}})
+	r.wall, r.tasks = time.Since(start), len(ts)
+	if err != nil {
+		return r, err
+	}
+	if len(failed) > 0 {
+		return r, fmt.Errorf("%d of %d tasks failed, first %s", len(failed), len(ts), failed[0])
+	}
+	return r, nothingLeft(ctx, c, ns)
+}
+
+// playNodes plays the kubelets and agents of the nodes for ns until ctx
+// ends: a Pod bound to a node pulls what the node lacks of its image, and
+// kwok makes it Ready when that is there; a PrepullJob has each node it
+// selects pull its images, in order. A node lists an image once it is
+// all there. It counts the pulls in counted.
+func (s *simulator) playNodes(ctx context.Context, ns string, images []swebench.Image, counted *pulls) error {
+	pods := s.clients.Kube.CoreV1().Pods(ns)
+	podEvents, err := retryWatch(ctx, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return pods.List(ctx, o) },
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return pods.Watch(ctx, o) })
+	if err != nil {
+		return err
+	}
+	defer podEvents.Stop()
+	c := s.clients.Client
+	jobEvents, err := retryWatch(ctx, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		list := &v1alpha1.PrepullJobList{}
+		return list, c.List(ctx, list, client.InNamespace(ns), &client.ListOptions{Raw: &o})
+	}, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		return c.Watch(ctx, &v1alpha1.PrepullJobList{}, client.InNamespace(ns), &client.ListOptions{Raw: &o})
 	})
 	if err != nil {
-		return result{}, err
+		return err
 	}
-	defer w.Stop()
-
+	defer jobEvents.Stop()
 	g, ctx := errgroup.WithContext(ctx)
-	// after runs f after d, in g, unless the sweep fails first.
-	after := func(d time.Duration, f func() error) {
+	byName := map[string]swebench.Image{}
+	for _, img := range images {
+		byName[img.Name] = img
+	}
+	// pull has nodeName pull img from now on, and list it when it is
+	// there; it returns when that is.
+	pull := func(now time.Time, nodeName string, img swebench.Image) time.Time {
+		at, pulled := s.pull(now, nodeName, img)
+		counted.bytes += pulled
 		g.Go(func() error {
 			select {
-			case <-time.After(d):
-				return f()
+			case <-time.After(at.Sub(now)):
+				return s.pulled(ctx, nodeName, img)
 			case <-ctx.Done():
 				return nil
 			}
 		})
+		return at
 	}
-	next := 0
-	images := map[string]swebench.Image{}
-	createNext := func() {
-		i := next
-		next++
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "task-" + strconv.Itoa(i)}, Spec: corev1.PodSpec{
-			SchedulerName: pl.scheduler,
-			Containers: []corev1.Container{{Name: "task", Image: tasks[i].Name,
-				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}},
-		}}
-		if pl.webhook {
-			pod.Labels = map[string]string{policy.SandboxPodLabel: pod.Name}
-		}
-		images[pod.Name] = tasks[i]
-		g.Go(func() error { return c.Create(ctx, pod) })
-	}
-	r := result{tasks: len(tasks)}
-	start := time.Now()
-	for next < min(p.nodes*p.cpus, len(tasks)) {
-		createNext()
-	}
-	bound, ready := map[string]time.Time{}, map[string]bool{}
-	done := 0
-	timeout := time.After(30 * time.Minute)
-	for done < len(tasks) {
+	bound, jobs := map[string]bool{}, map[string]bool{}
+	for {
 		select {
-		case ev, ok := <-w.ResultChan():
+		case ev, ok := <-podEvents.ResultChan():
 			if !ok {
-				return r, errors.New("the Pod watch ended")
+				return errors.Join(errors.New("the Pod watch ended"), g.Wait())
 			}
 			pod, isPod := ev.Object.(*corev1.Pod)
 			switch {
 			case !isPod:
-				return r, fmt.Errorf("the Pod watch: %v", apierrors.FromObject(ev.Object))
-			case ev.Type == watch.Deleted:
-				done++
-				if next < len(tasks) {
-					createNext()
+				return errors.Join(fmt.Errorf("the Pod watch: %v", apierrors.FromObject(ev.Object)), g.Wait())
+			case ev.Type == watch.Deleted || pod.Spec.NodeName == "" || bound[pod.Name]:
+				continue
+			}
+			bound[pod.Name] = true
+			img, ok := byName[pod.Spec.Containers[0].Image]
+			if !ok {
+				return errors.Join(fmt.Errorf("pod %s runs %s, not an image of the sweep", pod.Name, pod.Spec.Containers[0].Image), g.Wait())
+			}
+			before := counted.bytes
+			at := pull(time.Now(), pod.Spec.NodeName, img)
+			counted.sandboxes++
+			if counted.bytes == before {
+				counted.cached++
+			}
+			if prefers := preferredNodes(pod); len(prefers) > 0 && !slices.Contains(prefers, pod.Spec.NodeName) {
+				counted.offPlan++
+				counted.offPlanBytes += counted.bytes - before
+			}
+			g.Go(func() error { return readyAt(ctx, c, pod, at) })
+		case ev, ok := <-jobEvents.ResultChan():
+			if !ok {
+				return errors.Join(errors.New("the PrepullJob watch ended"), g.Wait())
+			}
+			job, isJob := ev.Object.(*v1alpha1.PrepullJob)
+			switch {
+			case !isJob:
+				return errors.Join(fmt.Errorf("the PrepullJob watch: %v", apierrors.FromObject(ev.Object)), g.Wait())
+			case ev.Type != watch.Added || jobs[job.Name]:
+				continue
+			}
+			jobs[job.Name] = true
+			now := time.Now()
+			for name := range s.nodes {
+				if !labels.SelectorFromSet(job.Spec.NodeSelector).Matches(labels.Set{corev1.LabelHostname: name}) {
+					continue
 				}
-			case pod.Spec.NodeName != "" && bound[pod.Name].IsZero():
-				now := time.Now()
-				bound[pod.Name] = now
-				img := images[pod.Name]
-				at, pulled := sim.pull(now, pod.Spec.NodeName, img)
-				r.pulled += pulled
-				if pulled == 0 {
-					r.cached++
+				for _, ref := range job.Spec.Images {
+					img, ok := byName[ref]
+					if !ok {
+						return errors.Join(fmt.Errorf("PrepullJob %s pulls %s, not an image of the sweep", job.Name, ref), g.Wait())
+					}
+					pull(now, name, img)
 				}
-				g.Go(func() error { return readyAt(ctx, c, pod, at) })
-				after(at.Sub(now), func() error { return sim.pulled(ctx, pod.Spec.NodeName, img) })
-			case isReady(pod) && !ready[pod.Name]:
-				ready[pod.Name] = true
-				r.waits = append(r.waits, time.Since(bound[pod.Name]))
-				after(p.task, func() error { return c.Delete(ctx, pod, client.GracePeriodSeconds(0)) })
 			}
 		case <-ctx.Done():
-			return r, g.Wait()
-		case <-timeout:
-			return r, fmt.Errorf("%d of %d tasks done after 30 minutes", done, len(tasks))
+			// A pull's failure ended ctx: it is the error.
+			if err := g.Wait(); err != nil {
+				return err
+			}
+			return ctx.Err()
 		}
 	}
-	r.wall = time.Since(start)
-	return r, g.Wait()
+}
+
+// preferredNodes are the hostnames pod's node affinity prefers (kwok
+// nodes' hostnames are their names).
+func preferredNodes(pod *corev1.Pod) []string {
+	var out []string
+	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+		for _, term := range a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+			for _, e := range term.Preference.MatchExpressions {
+				if e.Key == corev1.LabelHostname && e.Operator == corev1.NodeSelectorOpIn {
+					out = append(out, e.Values...)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// retryWatch lists and watches with list and watch: the API server ends a
+// watch now and then, and the retry watcher resumes it where it ended.
+func retryWatch(ctx context.Context, list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchFunc func(context.Context, metav1.ListOptions) (watch.Interface, error)) (*watchtools.RetryWatcher, error) {
+	obj, err := list(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	rv, err := apimeta.NewAccessor().ResourceVersion(obj)
+	if err != nil {
+		return nil, err
+	}
+	return watchtools.NewRetryWatcherWithContext(ctx, rv, &cache.ListWatch{WatchFuncWithContext: watchFunc})
+}
+
+// nothingLeft waits up to a minute for nothing of the run to be left in
+// ns — no claim, pool, template, Sandbox, Pod or PrepullJob — as the garbage
+// collector and kwok finish what the engine's teardown deleted.
+func nothingLeft(ctx context.Context, c client.Client, ns string) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var left []string
+		for _, list := range []client.ObjectList{&extensionsv1beta1.SandboxClaimList{}, &extensionsv1beta1.SandboxWarmPoolList{},
+			&extensionsv1beta1.SandboxTemplateList{}, &sandboxv1beta1.SandboxList{}, &corev1.PodList{}, &v1alpha1.PrepullJobList{}} {
+			if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
+				return err
+			}
+			if n := apimeta.LenList(list); n > 0 {
+				left = append(left, fmt.Sprintf("%d %T", n, list))
+			}
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the run left %v in %s a minute after it ended", left, ns)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // nodeCacheAffinity runs the webhook for ns with a SandboxPolicy asking for
@@ -445,11 +672,12 @@ func nodeCacheAffinity(ctx context.Context, cluster *testcluster.Cluster, c clie
 	return stop, nil
 }
 
-// readyAt has kwok make pod Ready at t.
+// readyAt has kwok make pod Ready at t. A Pod gone meanwhile (a pool's
+// refill scaled away, a window let go) needs nothing.
 func readyAt(ctx context.Context, c client.Client, pod *corev1.Pod, t time.Time) error {
 	patch := map[string]any{"metadata": map[string]any{"annotations": map[string]string{
 		testcluster.ReadyAtAnnotation: t.UTC().Format(time.RFC3339Nano)}}}
-	return c.Patch(ctx, pod, mergePatch(patch))
+	return client.IgnoreNotFound(c.Patch(ctx, pod, mergePatch(patch)))
 }
 
 func isReady(pod *corev1.Pod) bool {
@@ -471,17 +699,17 @@ func mergePatch(v any) client.Patch {
 // report prints each placement's sweep, as ratios to the stock
 // kube-scheduler's and to the bounds no placement can beat.
 func report(p params, least bounds, results map[string]result) {
-	stock := results[placements[0].name]
+	stock := results[p.placements[0].name]
 	tasks := p.repos * p.instances * p.rollouts
 	fmt.Printf("pull-bound sweep: %d tasks (%d images × %d rollouts) on %d kwok nodes × %d slots, %d warm images a node, %.0f MiB/s a node, %v a task\n",
 		tasks, p.repos*p.instances, p.rollouts, p.nodes, p.cpus, p.warm, p.bandwidth/(1<<20), p.task)
 	fmt.Printf("lower bounds: %.1fs wall (the tasks over the slots, each node's from its first pull on), %.0f GiB pulled (each layer no node holds, once)\n",
 		least.wall.Seconds(), float64(least.pulled)/(1<<30))
 	fmt.Printf("  %-34s %8s %8s %8s %10s %8s %10s %16s %14s\n", "placement", "wall", "× stock", "× bound", "pulled", "× stock", "no pull", "pull wait mean", "p95")
-	for _, pl := range placements {
+	for _, pl := range p.placements {
 		r := results[pl.name]
 		fmt.Printf("  %-34s %7.1fs %8.2f %8.2f %6.0f GiB %8.2f %9.0f%% %15.2fs %13.2fs\n", pl.about, r.wall.Seconds(), r.wall.Seconds()/stock.wall.Seconds(),
-			r.wall.Seconds()/least.wall.Seconds(), float64(r.pulled)/(1<<30), float64(r.pulled)/float64(stock.pulled), 100*float64(r.cached)/float64(r.tasks),
+			r.wall.Seconds()/least.wall.Seconds(), float64(r.pulls.bytes)/(1<<30), float64(r.pulls.bytes)/float64(stock.pulls.bytes), 100*float64(r.pulls.cached)/float64(r.pulls.sandboxes),
 			r.waitMean().Seconds(), r.waitP95().Seconds())
 	}
 }

@@ -26,10 +26,13 @@ type Image struct {
 
 // Of is the image of instance of repo in family; families share no
 // layers, so a benchmark can give each of its trials images of their own.
-func Of(family string, repo, instance int) Image {
+func Of(family string, repo, instance int) Image { return In("docker.io", family, repo, instance) }
+
+// In is Of with the image in registry, a host[:port].
+func In(registry, family string, repo, instance int) Image {
 	return Image{
 		Family: family,
-		Name:   fmt.Sprintf("docker.io/%s/repo-%d:instance-%d", family, repo, instance),
+		Name:   fmt.Sprintf("%s/%s/repo-%d:instance-%d", registry, family, repo, instance),
 		Layers: []v1alpha1.Layer{
 			{Digest: digest(family), Size: BaseSize},
 			{Digest: digest(fmt.Sprintf("%s/%d", family, repo)), Size: EnvironmentSize},
