@@ -342,6 +342,7 @@ func TestPlannedPulls(t *testing.T) {
 	}
 	cfg := testConfig("pipelined")
 	cfg.WindowSize = 2
+	cfg.PlannedPulls = new(true)
 	f := open(t, ctx, "planned-pulls", cfg, ts, cluster)
 	c := f.Clusters()[0]
 	var once sync.Once
