@@ -39,23 +39,16 @@ func (f *Fleet) readNodeCaches(ctx context.Context) {
 			indexes[i] = nil
 		}
 	}
-	layers := map[string][]v1alpha1.Layer{}
-	var unlisted []string
-	for _, p := range f.plan.Pools {
-		if _, seen := layers[p.Image]; seen {
-			continue
-		}
-		layers[p.Image] = nil
+	layers := f.poolLayers(ctx, func(ref string) []v1alpha1.Layer {
 		for _, x := range indexes {
-			if x != nil && len(layers[p.Image]) == 0 {
-				layers[p.Image] = x.PodLayers([]string{p.Image}, nil)
+			if x != nil {
+				if l := x.PodLayers([]string{ref}, nil); len(l) > 0 {
+					return l
+				}
 			}
 		}
-		if len(layers[p.Image]) == 0 {
-			unlisted = append(unlisted, p.Image)
-		}
-	}
-	maps.Copy(layers, f.readRegistries(ctx, unlisted))
+		return nil
+	})
 	for _, p := range f.plan.Pools {
 		if len(layers[p.Image]) == 0 {
 			continue
@@ -70,6 +63,23 @@ func (f *Fleet) readNodeCaches(ctx context.Context) {
 			c.lacking[p.Image] = slices.Min(indexes[i].MissingOn(layers[p.Image], nodes[i]))
 		}
 	}
+}
+
+// poolLayers are the layers of the plan's pools' images: what listed
+// gives, and for the images it gives none of, what their registries tell
+// (readRegistries).
+func (f *Fleet) poolLayers(ctx context.Context, listed func(ref string) []v1alpha1.Layer) map[string][]v1alpha1.Layer {
+	layers := map[string][]v1alpha1.Layer{}
+	var unlisted []string
+	for _, p := range f.plan.Pools {
+		if l := listed(p.Image); len(l) > 0 {
+			layers[p.Image] = l
+		} else {
+			unlisted = append(unlisted, p.Image)
+		}
+	}
+	maps.Copy(layers, f.readRegistries(ctx, unlisted))
+	return layers
 }
 
 // readRegistries reads the layers of images no node lists from their

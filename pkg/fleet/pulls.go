@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -79,16 +78,10 @@ func (f *Fleet) planPulls(ctx context.Context) {
 			"cluster", c.Name, "nodes", len(nodes.Items))
 		return
 	}
-	layers := map[string][]v1alpha1.Layer{}
-	var unlisted []string
-	for _, p := range f.plan.Pools {
-		if l, ok := index.Layers(p.Image); ok {
-			layers[p.Image] = l
-		} else {
-			unlisted = append(unlisted, p.Image)
-		}
-	}
-	maps.Copy(layers, f.readRegistries(ctx, unlisted))
+	layers := f.poolLayers(ctx, func(ref string) []v1alpha1.Layer {
+		l, _ := index.Layers(ref)
+		return l
+	})
 	plan := pullplan.New(pullImages(f.plan.Pools, layers), planNodes)
 	planned := plannedOf(plan, hostnames)
 	perTask := f.cfg
