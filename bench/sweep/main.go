@@ -370,12 +370,8 @@ func (r result) waitP95() time.Duration {
 }
 
 func (r result) String() string {
-	off := ""
-	if r.pulls.offPlan > 0 {
-		off = fmt.Sprintf(" (%d sandboxes off their planned nodes pulled %.1f GiB)", r.pulls.offPlan, float64(r.pulls.offPlanBytes)/(1<<30))
-	}
-	return fmt.Sprintf("%v wall, %.1f GiB pulled%s, %d of %d sandboxes pulled nothing, tasks waited for a sandbox %v mean, %v p95",
-		r.wall.Round(100*time.Millisecond), float64(r.pulls.bytes)/(1<<30), off, r.pulls.cached, r.pulls.sandboxes,
+	return fmt.Sprintf("%v wall, %.1f GiB pulled, %d of %d sandboxes pulled nothing, tasks waited for a sandbox %v mean, %v p95",
+		r.wall.Round(100*time.Millisecond), float64(r.pulls.bytes)/(1<<30), r.pulls.cached, r.pulls.sandboxes,
 		r.waitMean().Round(10*time.Millisecond), r.waitP95().Round(10*time.Millisecond))
 }
 
@@ -385,11 +381,6 @@ type pulls struct {
 	bytes     int64
 	sandboxes int
 	cached    int
-	// offPlan counts the sandboxes bound to a node their Pod does not
-	// prefer, when it prefers some (a pull plan's); offPlanBytes is what
-	// they pulled.
-	offPlan      int
-	offPlanBytes int64
 }
 
 // sweep runs tasks through the fleet engine under pl in a namespace of
@@ -545,10 +536,6 @@ func (s *simulator) playNodes(ctx context.Context, ns string, images []swebench.
 			if counted.bytes == before {
 				counted.cached++
 			}
-			if prefers := preferredNodes(pod); len(prefers) > 0 && !slices.Contains(prefers, pod.Spec.NodeName) {
-				counted.offPlan++
-				counted.offPlanBytes += counted.bytes - before
-			}
 			g.Go(func() error { return readyAt(ctx, c, pod, at) })
 		case ev, ok := <-jobEvents.ResultChan():
 			if !ok {
@@ -583,22 +570,6 @@ func (s *simulator) playNodes(ctx context.Context, ns string, images []swebench.
 			return ctx.Err()
 		}
 	}
-}
-
-// preferredNodes are the hostnames pod's node affinity prefers (kwok
-// nodes' hostnames are their names).
-func preferredNodes(pod *corev1.Pod) []string {
-	var out []string
-	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
-		for _, term := range a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
-			for _, e := range term.Preference.MatchExpressions {
-				if e.Key == corev1.LabelHostname && e.Operator == corev1.NodeSelectorOpIn {
-					out = append(out, e.Values...)
-				}
-			}
-		}
-	}
-	return out
 }
 
 // retryWatch lists and watches with list and watch: the API server ends a

@@ -54,7 +54,7 @@ func (f *Fleet) Acquire(ctx context.Context, t tasks.Task, annotations map[strin
 		return nil, err
 	}
 	h.Cluster = p.cluster.Name
-	if f.paced() {
+	if p.paced() {
 		f.mu.Lock()
 		p.held[h.Pod] = true
 		f.mu.Unlock()
@@ -81,7 +81,7 @@ const paceLimit = time.Minute
 // the tracker's cache rather than from the pool's status, which lags
 // adoptions. The returned func settles the claim once it has been made.
 func (f *Fleet) pace(ctx context.Context, p *placed, pool string) (settled func()) {
-	if !f.paced() {
+	if !p.paced() {
 		return func() {}
 	}
 	wait := true

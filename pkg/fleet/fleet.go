@@ -111,6 +111,10 @@ type placed struct {
 	gate chan struct{}
 }
 
+// paced reports whether claims on the pool wait for a warm sandbox (see
+// Fleet.pace): under warm claim pacing, for pools that keep some.
+func (p *placed) paced() bool { return p.gate != nil }
+
 // Open sizes the run and starts following its objects on every target,
 // driven as opts say. Nothing is created until Run (or Start). Close
 // releases what Open started.

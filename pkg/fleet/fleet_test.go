@@ -308,8 +308,9 @@ func TestImageAffinityFollowsNodeCaches(t *testing.T) {
 
 // Under pipelined, the run plans its pulls from the nodes' caches: each
 // node's agent is asked for the images the node will run, in order (a
-// PrepullJob selecting it by hostname), each pool prefers its planned
-// node, the tasks run there, and the jobs go with the run.
+// PrepullJob selecting it by hostname), each pool's sandboxes must run on
+// its planned node and the pool keeps none warm, the tasks run there, and
+// the jobs go with the run.
 func TestPlannedPulls(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -347,7 +348,8 @@ func TestPlannedPulls(t *testing.T) {
 	c := f.Clusters()[0]
 	var once sync.Once
 	jobs := map[string][]string{}
-	preferred := map[string][]string{}
+	planned := map[string][]string{}
+	warm := map[string]int32{}
 	work := func(ctx context.Context, _ tasks.Task, _ *fleet.Sandbox) (fleet.Output, error) {
 		var err error
 		once.Do(func() {
@@ -364,9 +366,16 @@ func TestPlannedPulls(t *testing.T) {
 			}
 			for _, tmpl := range templates.Items {
 				pod := tmpl.Spec.PodTemplate.Spec
-				if a := pod.Affinity; a != nil && a.NodeAffinity != nil {
-					preferred[pod.Containers[0].Image] = a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].Preference.MatchExpressions[0].Values
+				if a := pod.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+					planned[pod.Containers[0].Image] = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0].Values
 				}
+			}
+			pools := &extensionsv1beta1.SandboxWarmPoolList{}
+			if err = c.Clients.Client.List(ctx, pools, client.InNamespace(c.Namespace())); err != nil {
+				return
+			}
+			for _, p := range pools.Items {
+				warm[p.Name] = *p.Spec.Replicas
 			}
 		})
 		return fleet.Output{}, err
@@ -387,12 +396,17 @@ func TestPlannedPulls(t *testing.T) {
 		t.Errorf("the nodes' PrepullJobs ask for %v, want %v", jobs, w)
 	}
 	for img, node := range want {
-		if p, ok := preferred[img]; ok && !reflect.DeepEqual(p, []string{node}) {
-			t.Errorf("the pool of %s prefers %v, want %s", img, p, node)
+		if p, ok := planned[img]; ok && !reflect.DeepEqual(p, []string{node}) {
+			t.Errorf("the sandboxes of %s must run on %v, want %s", img, p, node)
 		}
 	}
-	if len(preferred) == 0 {
-		t.Error("no pool prefers a node")
+	if len(planned) == 0 {
+		t.Error("no pool's sandboxes must run on a planned node")
+	}
+	for name, replicas := range warm {
+		if replicas != 0 {
+			t.Errorf("pool %s keeps %d sandboxes warm, want none: the agents' pulls warm the planned nodes", name, replicas)
+		}
 	}
 	for _, task := range ts {
 		if ran[task.ID] != want[task.Image] {
@@ -400,6 +414,80 @@ func TestPlannedPulls(t *testing.T) {
 		}
 	}
 	// The run's PrepullJobs are among what it must not leave.
+	assertEmpty(t, ctx, f)
+}
+
+// A planned node deleted mid-run: the tasks it had not done — those it
+// ran, cut short — go to the other planned node, whose sandboxes' template
+// then allows them there, and every task ends well; nothing is left.
+func TestPlannedNodeGone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	admin, err := cluster.Clients("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := testcluster.FakeNodes("planned-gone", 1, testcluster.DefaultCapacity(), nil)
+	gone := node[0].Name
+	if err := cluster.AddNodes(ctx, node...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Kube.CoreV1().Nodes().Delete(context.Background(), gone, metav1.DeleteOptions{}) })
+	layer := func(digest string, size int64) v1alpha1.Layer { return v1alpha1.Layer{Digest: digest, Size: size} }
+	// kwok-node-0 holds a:0, the node that goes x:0 and x:1.
+	caches := []*v1alpha1.NodeImageCache{
+		{ObjectMeta: metav1.ObjectMeta{Name: "kwok-node-0"}, Layers: []v1alpha1.Layer{layer("00000000000000a0", 1<<30)},
+			Images: []v1alpha1.CachedImage{{Names: []string{"example.com/swe/a:0"}, Layers: []int32{0}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: gone}, Layers: []v1alpha1.Layer{layer("00000000000000e0", 2<<30), layer("00000000000000f0", 300<<20), layer("00000000000000f1", 300<<20)},
+			Images: []v1alpha1.CachedImage{{Names: []string{"example.com/swe/x:0"}, Layers: []int32{0, 1}}, {Names: []string{"example.com/swe/x:1"}, Layers: []int32{0, 2}}}},
+	}
+	for _, nc := range caches {
+		if err := admin.Client.Create(ctx, nc); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.Client.Delete(context.Background(), nc) })
+	}
+	var ts []tasks.Task
+	for _, img := range []string{"example.com/swe/a:0", "example.com/swe/x:0", "example.com/swe/a:0", "example.com/swe/x:1", "example.com/swe/a:0", "example.com/swe/x:0"} {
+		ts = append(ts, tasks.Task{ID: fmt.Sprintf("t%d", len(ts)), Image: img})
+	}
+	cfg := testConfig("pipelined")
+	cfg.PlannedPulls = new(true)
+	f := open(t, ctx, "planned-node-gone", cfg, ts, cluster)
+	var deleted sync.Once
+	work := func(ctx context.Context, _ tasks.Task, s *fleet.Sandbox) (fleet.Output, error) {
+		if s.Node != gone {
+			return fleet.Output{}, nil
+		}
+		var err error
+		deleted.Do(func() { err = admin.Kube.CoreV1().Nodes().Delete(ctx, gone, metav1.DeleteOptions{}) })
+		if err != nil {
+			return fleet.Output{}, err
+		}
+		// A task on the node runs until the run cuts it short.
+		<-ctx.Done()
+		return fleet.Output{}, ctx.Err()
+	}
+	var mu sync.Mutex
+	ran := map[string]string{}
+	if _, err := f.Run(ctx, fleet.RunOptions{Work: work, OnResult: func(r fleet.Result) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !r.OK {
+			t.Errorf("task %s: %s", r.ID, r.Error)
+		}
+		ran[r.ID] = r.Node
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range ts {
+		if ran[task.ID] != "kwok-node-0" {
+			t.Errorf("task %s (%s) ended on %q, want kwok-node-0, the planned node left", task.ID, task.Image, ran[task.ID])
+		}
+	}
+	if _, err := admin.Kube.CoreV1().Nodes().Get(ctx, gone, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("node %s is still there (%v): no task of it ran", gone, err)
+	}
 	assertEmpty(t, ctx, f)
 }
 

@@ -23,6 +23,8 @@ type lanes struct {
 	claiming  map[string]int
 	exclusive bool
 	stopped   bool
+	// open lanes wait for tasks added while none is pending, until closed.
+	open bool
 }
 
 func newLanes(ctx context.Context, ts []tasks.Task, exclusive bool) (*lanes, func() bool) {
@@ -43,7 +45,7 @@ func (l *lanes) next() (tasks.Task, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for {
-		if l.stopped || len(l.pending) == 0 {
+		if l.stopped || len(l.pending) == 0 && !l.open {
 			return tasks.Task{}, false
 		}
 		if i := runnable(l.pending, l.busy); i >= 0 {
@@ -78,6 +80,31 @@ func (l *lanes) claimed(image string) (last bool) {
 	defer l.mu.Unlock()
 	l.claiming[image]--
 	return l.claiming[image] == 0 && !l.morePending(image)
+}
+
+// add hands out ts after the tasks pending.
+func (l *lanes) add(ts []tasks.Task) {
+	l.mu.Lock()
+	l.pending = append(l.pending, ts...)
+	l.mu.Unlock()
+	l.cond.Broadcast()
+}
+
+// take takes back the tasks not handed out.
+func (l *lanes) take() []tasks.Task {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ts := l.pending
+	l.pending = nil
+	return ts
+}
+
+// close has next return false once no task is pending.
+func (l *lanes) close() {
+	l.mu.Lock()
+	l.open = false
+	l.mu.Unlock()
+	l.cond.Broadcast()
 }
 
 // done frees image for its next task.

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -124,5 +125,49 @@ func TestLanesLastClaim(t *testing.T) {
 	l.next()
 	if l.claimed("a") {
 		t.Error("a claim was taken for the last while a task of its image was still to be handed out")
+	}
+}
+
+// Open lanes wait for tasks added while none is pending, hand back the
+// tasks not handed out, and end once closed with none pending.
+func TestLanesOpen(t *testing.T) {
+	l, stop := newLanes(context.Background(), []tasks.Task{{ID: "1", Image: "a"}}, false)
+	defer stop()
+	l.open = true
+	if task, ok := l.next(); !ok || task.ID != "1" {
+		t.Fatalf("first task %v %v, want 1", task, ok)
+	}
+	got := make(chan string)
+	go func() {
+		for {
+			task, ok := l.next()
+			if !ok {
+				close(got)
+				return
+			}
+			got <- task.ID
+		}
+	}()
+	l.add([]tasks.Task{{ID: "2", Image: "b"}})
+	if id := <-got; id != "2" {
+		t.Errorf("added task %s handed out, want 2", id)
+	}
+	l.mu.Lock()
+	l.pending = append(l.pending, tasks.Task{ID: "3", Image: "c"}, tasks.Task{ID: "4", Image: "c"})
+	l.mu.Unlock()
+	// The waiting worker may take 3 before take does: what take hands
+	// back and what the worker gets are the two tasks, once each.
+	taken := l.take()
+	l.close()
+	var out []string
+	for id := range got {
+		out = append(out, id)
+	}
+	for _, task := range taken {
+		out = append(out, task.ID)
+	}
+	slices.Sort(out)
+	if !slices.Equal(out, []string{"3", "4"}) {
+		t.Errorf("handed out and taken back %v, want 3 and 4 once each", out)
 	}
 }

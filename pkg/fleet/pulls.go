@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -15,17 +14,28 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/internal/pullplan"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/nodecache/informer"
 )
 
-// plannedPulls is what a run's pull plan decided: the nodes (their
-// hostname labels) each image's pool prefers, and the order the images
-// run in, each node's first images first.
+// plannedPulls is what a run's pull plan decided: the nodes, each with
+// its own queue of work, and the nodes (their hostname labels) each image
+// runs on.
 type plannedPulls struct {
-	prefer map[string][]string
-	rank   map[string]int
+	nodes []plannedNode
+	on    map[string][]string
+	// order is the order the images' pools are made in: every node's
+	// first image, then every node's second, and so on.
+	order []string
+}
+
+// plannedNode is a node of the plan and what it runs, in order.
+type plannedNode struct {
+	hostname string
+	slots    int
+	shares   []pullplan.Share
 }
 
 // plansPulls says whether the run plans its pulls (config.Fleet's
@@ -37,14 +47,12 @@ func (f *Fleet) plansPulls() bool {
 
 // planPulls plans the run's pulls on its cluster from what the nodes'
 // agents say they hold, has each planned node's agent pull its images in
-// run order (a PrepullJob per node, not waited for: the pools start at
-// once, their Pods waiting for pulls already under way), and records the
-// plan for the passes and the pools. With a plan, each pool warms a
-// sandbox per task of its window, as warmPerTask does: the agents' pulls
-// stand in for warming ahead, and a claim that found no warm sandbox would
-// start one on whatever node has a free slot, which then pulls. Whatever
-// keeps it from planning — several clusters, no agents, no right to read
-// the nodes — is said once and the run goes on as without a plan.
+// the order the node runs them (a PrepullJob per node, not waited for:
+// the first tasks start at once, their Pods waiting for pulls already
+// under way), and records the plan for the passes (runQueues) and the
+// pools. Whatever keeps it from planning — several clusters, no agents,
+// no right to read the nodes — is said once and the run goes on as
+// without a plan.
 func (f *Fleet) planPulls(ctx context.Context) {
 	start := time.Now()
 	defer func() { f.phase("plan-pulls", "", time.Since(start)) }()
@@ -83,15 +91,12 @@ func (f *Fleet) planPulls(ctx context.Context) {
 		return l
 	})
 	plan := pullplan.New(pullImages(f.plan.Pools, layers), planNodes)
-	planned := plannedOf(plan, hostnames)
-	perTask := f.cfg
-	perTask.WarmPerTask = true
+	planned := plannedOf(plan, planNodes, hostnames)
 	f.mu.Lock()
 	f.pulls = &planned
-	f.plan = newPlan(perTask, f.tasks, f.cfg.Recycle.Enabled)
 	f.mu.Unlock()
 	jobs := pullJobs(plan, hostnames, c.Namespace(), f.runID, highWater)
-	f.log.Info("Planned pulls", "cluster", c.Name, "nodes", len(jobs), "images", len(planned.rank),
+	f.log.Info("Planned pulls", "cluster", c.Name, "nodes", len(jobs), "images", len(planned.order),
 		"unplanned", len(plan.Unplanned), "pullGiB", fmt.Sprintf("%.1f", float64(plan.PullBytes())/(1<<30)))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)
@@ -99,7 +104,7 @@ func (f *Fleet) planPulls(ctx context.Context) {
 		g.Go(func() error { return c.Clients.Client.Create(gctx, job) })
 	}
 	if err := g.Wait(); err != nil {
-		f.log.Error(err, "Planned pulls: creating the nodes' PrepullJobs failed (creating them needs an admin's grant: docs/admin.md); the pools still prefer their planned nodes and pull as they land", "cluster", c.Name)
+		f.log.Error(err, "Planned pulls: creating the nodes' PrepullJobs failed (creating them needs an admin's grant: docs/admin.md); the sandboxes still start on their planned nodes and pull there as they start", "cluster", c.Name)
 	}
 }
 
@@ -163,43 +168,63 @@ func pullImages(pools []PoolPlan, layers map[string][]v1alpha1.Layer) []pullplan
 	return out
 }
 
-// plannedOf is what the passes and the pools use of plan: each image's
-// preferred nodes, and the run order of the images — every node's first
-// images, then every node's second, and so on — so that each window of
-// the strategy gives every node work, the work it holds or pulls first.
-func plannedOf(plan pullplan.Plan, hostnames map[string]string) plannedPulls {
-	p := plannedPulls{prefer: map[string][]string{}, rank: map[string]int{}}
+// plannedOf is what the passes and the pools use of plan, made for
+// nodes (in plan's order) with their hostname labels.
+func plannedOf(plan pullplan.Plan, nodes []pullplan.Node, hostnames map[string]string) plannedPulls {
+	p := plannedPulls{on: map[string][]string{}}
 	images := make([][]string, len(plan.Nodes))
 	longest := 0
 	for i, n := range plan.Nodes {
+		if len(n.Shares) == 0 {
+			continue
+		}
+		hostname := hostnames[n.Node]
+		p.nodes = append(p.nodes, plannedNode{hostname: hostname, slots: nodes[i].Slots, shares: n.Shares})
 		images[i] = n.Images()
 		longest = max(longest, len(images[i]))
 		for _, ref := range images[i] {
-			p.prefer[ref] = append(p.prefer[ref], hostnames[n.Node])
+			p.on[ref] = append(p.on[ref], hostname)
 		}
 	}
+	made := map[string]bool{}
 	for j := range longest {
 		for i := range images {
-			if j < len(images[i]) {
-				if _, ok := p.rank[images[i][j]]; !ok {
-					p.rank[images[i][j]] = len(p.rank)
-				}
+			if j < len(images[i]) && !made[images[i][j]] {
+				made[images[i][j]] = true
+				p.order = append(p.order, images[i][j])
 			}
 		}
 	}
 	return p
 }
 
-// order sorts images, a window's or a pass's, into the plan's run order;
-// images it did not plan keep their order, after the planned ones.
-func (p plannedPulls) order(images []string) {
-	rank := func(img string) int {
-		if r, ok := p.rank[img]; ok {
-			return r
-		}
-		return len(p.rank)
+// queues deals a pass's tasks out to the planned nodes: each node's
+// shares take, in turn, as many of their image's tasks as they plan, in
+// ts's order. The tasks no share takes — of images the plan left out, or
+// more than it planned — are left, in ts's order.
+func (p plannedPulls) queues(ts []tasks.Task) (queues [][]tasks.Task, left []tasks.Task) {
+	byImage := map[string][]tasks.Task{}
+	for _, t := range ts {
+		byImage[t.Image] = append(byImage[t.Image], t)
 	}
-	slices.SortStableFunc(images, func(a, b string) int { return cmp.Compare(rank(a), rank(b)) })
+	taken := map[string]int{}
+	queues = make([][]tasks.Task, len(p.nodes))
+	for i, n := range p.nodes {
+		for _, s := range n.shares {
+			of := byImage[s.Ref][taken[s.Ref]:]
+			take := min(s.Tasks, len(of))
+			queues[i] = append(queues[i], of[:take]...)
+			taken[s.Ref] += take
+		}
+	}
+	seen := map[string]int{}
+	for _, t := range ts {
+		if seen[t.Image] >= taken[t.Image] {
+			left = append(left, t)
+		}
+		seen[t.Image]++
+	}
+	return queues, left
 }
 
 // maxJobImages is the most images a PrepullJob lists (its CRD's bound).

@@ -2,6 +2,8 @@ package fleet
 
 import (
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/internal/pullplan"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
 
@@ -76,22 +79,52 @@ func TestPullNodes(t *testing.T) {
 	}
 }
 
-// The run order gives every node its first image before any node its
-// second, so each window of the strategy has work for every node.
-func TestPlannedOrder(t *testing.T) {
+// The plan as the passes use it: each node with its slots and shares
+// (nodes with none left out), the nodes each image runs on, and the
+// pools made every node's first image first.
+func TestPlannedOf(t *testing.T) {
 	plan := pullplan.Plan{Nodes: []pullplan.NodePlan{
 		{Node: "a", Shares: []pullplan.Share{{Ref: "a1", Tasks: 2}, {Ref: "a2", Tasks: 2}, {Ref: "both", Tasks: 1}}},
-		{Node: "b", Shares: []pullplan.Share{{Ref: "both", Tasks: 3}, {Ref: "b2", Tasks: 1}}},
 		{Node: "idle"},
+		{Node: "b", Shares: []pullplan.Share{{Ref: "both", Tasks: 3}, {Ref: "b2", Tasks: 1}}},
 	}, Unplanned: []pullplan.Share{{Ref: "left", Tasks: 1}}}
-	p := plannedOf(plan, map[string]string{"a": "host-a", "b": "host-b", "idle": "host-idle"})
-	if want := map[string][]string{"a1": {"host-a"}, "a2": {"host-a"}, "both": {"host-a", "host-b"}, "b2": {"host-b"}}; !reflect.DeepEqual(p.prefer, want) {
-		t.Errorf("preferred nodes %v, want %v", p.prefer, want)
+	nodes := []pullplan.Node{{Name: "a", Slots: 2}, {Name: "idle", Slots: 4}, {Name: "b", Slots: 3}}
+	p := plannedOf(plan, nodes, map[string]string{"a": "host-a", "b": "host-b", "idle": "host-idle"})
+	want := plannedPulls{
+		nodes: []plannedNode{{hostname: "host-a", slots: 2, shares: plan.Nodes[0].Shares}, {hostname: "host-b", slots: 3, shares: plan.Nodes[2].Shares}},
+		on:    map[string][]string{"a1": {"host-a"}, "a2": {"host-a"}, "both": {"host-a", "host-b"}, "b2": {"host-b"}},
+		order: []string{"a1", "both", "a2", "b2"},
 	}
-	images := []string{"left", "b2", "a2", "both", "other", "a1"}
-	p.order(images)
-	if want := []string{"a1", "both", "a2", "b2", "left", "other"}; !reflect.DeepEqual(images, want) {
-		t.Errorf("order %v, want %v", images, want)
+	if !reflect.DeepEqual(p, want) {
+		t.Errorf("plannedOf:\n got %+v\nwant %+v", p, want)
+	}
+}
+
+// Each node's queue takes its shares' tasks in the pass's order; what no
+// share takes is left, in order.
+func TestQueues(t *testing.T) {
+	p := plannedPulls{nodes: []plannedNode{
+		{shares: []pullplan.Share{{Ref: "x", Tasks: 2}, {Ref: "y", Tasks: 1}}},
+		{shares: []pullplan.Share{{Ref: "x", Tasks: 2}, {Ref: "z", Tasks: 3}}},
+	}}
+	var ts []tasks.Task
+	for i, img := range []string{"y", "x", "w", "x", "y", "x", "z", "x", "x", "y"} {
+		ts = append(ts, tasks.Task{ID: strconv.Itoa(i), Image: img})
+	}
+	queues, left := p.queues(ts)
+	ids := func(ts []tasks.Task) string {
+		var out []string
+		for _, t := range ts {
+			out = append(out, t.Image+t.ID)
+		}
+		return strings.Join(out, " ")
+	}
+	got := []string{ids(queues[0]), ids(queues[1]), ids(left)}
+	// z has one task of the three planned (a resumed run did the rest);
+	// x has one more than planned, y two, w none planned.
+	want := []string{"x1 x3 y0", "x5 x7 z6", "w2 y4 x8 y9"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("queues and left %q, want %q", got, want)
 	}
 }
 

@@ -244,6 +244,16 @@ func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func
 		}
 		todo = append(todo, t)
 	}
+	if f.pulls != nil {
+		queues, left := f.pulls.queues(todo)
+		orphans, err := f.runQueues(ctx, epoch, queues, o, onResult)
+		if err != nil {
+			return err
+		}
+		// What the plan left out, or no planned node was left for, runs
+		// in the strategy's windows.
+		todo = append(left, orphans...)
+	}
 	images := imagesOf(todo)
 	byImage := map[string][]tasks.Task{}
 	for _, t := range todo {
@@ -258,11 +268,6 @@ func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func
 	for i, img := range images {
 		names[i] = img.Name
 	}
-	f.mu.Lock()
-	if f.pulls != nil {
-		f.pulls.order(names)
-	}
-	f.mu.Unlock()
 	windows := chunk(names, windowSize(f.cfg, f.plan, len(names)))
 	tasksOf := func(window []string) []tasks.Task {
 		var out []tasks.Task

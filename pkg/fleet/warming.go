@@ -10,6 +10,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
@@ -55,18 +56,14 @@ func (f *Fleet) Warm(ctx context.Context, images []string, replicas func(image s
 				f.mu.Unlock()
 				return err
 			}
-			spec := c.spec
-			spec.OriginalImage = f.originals[img]
-			if f.pulls != nil {
-				spec.PreferredNodes = f.pulls.prefer[img]
-			}
-			tmpl, err := resources.Template(c.Namespace(), f.runID, img, spec)
+			tmpl, err := f.templateOf(c, img)
 			if err != nil {
 				f.mu.Unlock()
 				return err
 			}
 			p = &placed{cluster: c, template: tmpl}
-			if f.paced() {
+			// A planned image's pool holds no sandbox to wait for.
+			if f.paced() && len(f.plannedNodes(img)) == 0 {
 				p.held, p.gate = map[string]bool{}, make(chan struct{}, 1)
 			}
 			f.warm[img] = p
@@ -127,6 +124,24 @@ func (f *Fleet) Warm(ctx context.Context, images []string, replicas func(image s
 		return failed
 	}
 	return nil
+}
+
+// templateOf is the SandboxTemplate of image's pool on c. Callers hold
+// f.mu.
+func (f *Fleet) templateOf(c *Cluster, image string) (*extensionsv1beta1.SandboxTemplate, error) {
+	spec := c.spec
+	spec.OriginalImage = f.originals[image]
+	spec.Nodes = f.plannedNodes(image)
+	return resources.Template(c.Namespace(), f.runID, image, spec)
+}
+
+// plannedNodes are the hostname labels of the nodes the pull plan runs
+// image on; none without a plan. Callers hold f.mu.
+func (f *Fleet) plannedNodes(image string) []string {
+	if f.pulls == nil {
+		return nil
+	}
+	return f.pulls.on[image]
 }
 
 // graces is how long sandboxes may be in trouble that can clear up before

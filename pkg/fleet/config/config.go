@@ -56,11 +56,13 @@ type Fleet struct {
 	// which nodes run which images from the nodes' image caches
 	// (asrl-prepull-agent): images that share layers go to the same
 	// nodes, each node's agent pulls its images in the order it runs
-	// them, each pool prefers its planned nodes and warms a sandbox per
-	// task (as WarmPerTask). Without agents the run says so once and goes
-	// on without a plan. Serve sessions and --prepull runs plan none.
-	// Default false: on the benchmark's sweep they pull 0.70 of the bytes
-	// but take 1.10 of the time (docs/performance.md).
+	// them, and each node runs its own queue of tasks, as many at once as
+	// it has slots, each sandbox started cold on its planned node; a node
+	// that goes has its tasks dealt to the others. Without agents the run
+	// says so once and goes on without a plan. Serve sessions and
+	// --prepull runs plan none. Default false until measured on real
+	// nodes; on the benchmark's simulated sweep they take about half the
+	// time and pull a thirtieth of the bytes (docs/performance.md).
 	PlannedPulls *bool `json:"plannedPulls,omitempty"`
 	// Strategy is when pools are warm: none (one single-replica pool per
 	// image, on demand), naive (all at once), sliding (a window of images

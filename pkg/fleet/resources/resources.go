@@ -47,10 +47,12 @@ type PodSpec struct {
 	// Colocate prefers the node that already runs a replica of the pool, so
 	// that only one node pulls the image.
 	Colocate bool
-	// PreferredNodes are the values of the nodes' kubernetes.io/hostname
-	// label a run's pull plan chose for the image: the Pods prefer them,
-	// and go elsewhere when they are full or gone.
-	PreferredNodes []string
+	// Nodes are the values of the nodes' kubernetes.io/hostname label a
+	// run's pull plan chose for the image: the Pods run on one of them
+	// only, where the agents pulled the image ahead of its tasks. (A
+	// preference did not hold: on a cluster whose every slot is taken, a
+	// pending Pod goes to whichever node frees one first, and pulls.)
+	Nodes []string
 	// PodLabels and PodAnnotations go on the Pods only; ObjectLabels on
 	// every object of the run. The run's own labels always win.
 	PodLabels, PodAnnotations, ObjectLabels map[string]string
@@ -143,11 +145,11 @@ func Template(namespace, runID, image string, spec PodSpec) (*extensionsv1beta1.
 	if spec.Colocate {
 		pod.Affinity = colocate(name)
 	}
-	if len(spec.PreferredNodes) > 0 {
+	if len(spec.Nodes) > 0 {
 		if pod.Affinity == nil {
 			pod.Affinity = &corev1.Affinity{}
 		}
-		pod.Affinity.NodeAffinity = prefer(spec.PreferredNodes)
+		pod.Affinity.NodeAffinity = onNodes(spec.Nodes)
 	}
 	if spec.AgentServer != nil {
 		withAgentServer(&pod, *spec.AgentServer)
@@ -271,17 +273,13 @@ func colocate(pool string) *corev1.Affinity {
 	}}
 }
 
-// prefer softly prefers the nodes of hostnames: the stock scheduler
-// weighs the preference (NodeAffinity, weight 2) twice as much as a node
-// holding the image (ImageLocality, weight 1), and a full or lost node
-// strands no Pod.
-func prefer(hostnames []string) *corev1.NodeAffinity {
-	return &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
-		Weight: 100,
-		Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+// onNodes requires one of the nodes of hostnames.
+func onNodes(hostnames []string) *corev1.NodeAffinity {
+	return &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
 			Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: slices.Clone(hostnames),
-		}}},
-	}}}
+		}}}},
+	}}
 }
 
 // mergePodSpec applies extra to base as a strategic merge patch, so that

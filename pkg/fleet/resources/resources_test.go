@@ -82,7 +82,7 @@ func TestTemplatePodSpec(t *testing.T) {
 		ImagePullPolicy:  corev1.PullNever,
 		Tolerations:      []corev1.Toleration{{Key: "sandbox", Operator: corev1.TolerationOpExists}},
 		Colocate:         true,
-		PreferredNodes:   []string{"node-1", "node-4"},
+		Nodes:            []string{"node-1", "node-4"},
 		PodLabels:        map[string]string{"team": "rl", labels.RunID: "spoofed"},
 		PodAnnotations:   map[string]string{"note": "x"},
 		ObjectLabels:     map[string]string{"cost-center": "42"},
@@ -108,9 +108,9 @@ func TestTemplatePodSpec(t *testing.T) {
 		t.Errorf("extraPodSpec priority class lost: %q", pod.Spec.PriorityClassName)
 	case pod.Spec.Affinity == nil || pod.Spec.Affinity.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.LabelSelector.MatchLabels[labels.Pool] != tmpl.Name:
 		t.Errorf("colocate: affinity %+v does not prefer the pool's own nodes", pod.Spec.Affinity)
-	case !reflect.DeepEqual(pod.Spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].Preference.MatchExpressions,
-		[]corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: spec.PreferredNodes}}):
-		t.Errorf("preferred nodes: node affinity %+v does not prefer %v", pod.Spec.Affinity.NodeAffinity, spec.PreferredNodes)
+	case !reflect.DeepEqual(pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms,
+		[]corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: spec.Nodes}}}}):
+		t.Errorf("planned nodes: node affinity %+v does not require one of %v", pod.Spec.Affinity.NodeAffinity, spec.Nodes)
 	case pod.ObjectMeta.Labels[labels.RunID] != "run-7" || pod.ObjectMeta.Labels["team"] != "rl" || pod.ObjectMeta.Labels["cost-center"] != "42" || pod.ObjectMeta.Labels[labels.Pool] != tmpl.Name:
 		t.Errorf("pod labels %v: want the run's over the user's, plus pool and object labels", pod.ObjectMeta.Labels)
 	case pod.ObjectMeta.Annotations[labels.OriginalImage] != spec.OriginalImage || pod.ObjectMeta.Annotations["note"] != "x":
