@@ -30,6 +30,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/internal/placement"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/kube"
 )
 
 var cluster *testcluster.Cluster
@@ -280,12 +281,7 @@ func TestImageAffinityFollowsNodeCaches(t *testing.T) {
 	sibling := caches[1-hashed]
 	sibling.Layers = append(sibling.Layers, layers2[:2]...)
 	sibling.Images = append(sibling.Images, v1alpha1.CachedImage{Names: []string{"example.com/swe/img-2-sibling:v1"}, Layers: []int32{2, 3}})
-	for _, nc := range caches {
-		if err := admin.Client.Create(ctx, nc); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = admin.Client.Delete(context.Background(), nc) })
-	}
+	createCaches(t, ctx, admin, caches)
 	cfg := testConfig("naive")
 	cfg.Placement = "image-affinity"
 	cfg.Clusters = []config.Cluster{
@@ -327,12 +323,7 @@ func TestPlannedPulls(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "kwok-node-1"}, Layers: []v1alpha1.Layer{base, envB, layer("00000000000000b0", 300<<20), layer("00000000000000b1", 300<<20)},
 			Images: []v1alpha1.CachedImage{{Names: []string{"example.com/swe/b:0"}, Layers: []int32{0, 1, 2}}, {Names: []string{"example.com/swe/b:1"}, Layers: []int32{0, 1, 3}}}},
 	}
-	for _, nc := range caches {
-		if err := admin.Client.Create(ctx, nc); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = admin.Client.Delete(context.Background(), nc) })
-	}
+	createCaches(t, ctx, admin, caches)
 	want := map[string]string{"example.com/swe/a:0": "kwok-node-0", "example.com/swe/a:1": "kwok-node-0",
 		"example.com/swe/b:0": "kwok-node-1", "example.com/swe/b:1": "kwok-node-1"}
 	var ts []tasks.Task
@@ -380,18 +371,7 @@ func TestPlannedPulls(t *testing.T) {
 		})
 		return fleet.Output{}, err
 	}
-	var mu sync.Mutex
-	ran := map[string]string{}
-	if _, err := f.Run(ctx, fleet.RunOptions{Work: work, OnResult: func(r fleet.Result) {
-		mu.Lock()
-		defer mu.Unlock()
-		if !r.OK {
-			t.Errorf("task %s: %s", r.ID, r.Error)
-		}
-		ran[r.ID] = r.Node
-	}}); err != nil {
-		t.Fatal(err)
-	}
+	ran := runOK(t, ctx, f, work)
 	if w := map[string][]string{"kwok-node-0": {"example.com/swe/a:0", "example.com/swe/a:1"}, "kwok-node-1": {"example.com/swe/b:0", "example.com/swe/b:1"}}; !reflect.DeepEqual(jobs, w) {
 		t.Errorf("the nodes' PrepullJobs ask for %v, want %v", jobs, w)
 	}
@@ -441,12 +421,7 @@ func TestPlannedNodeGone(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: gone}, Layers: []v1alpha1.Layer{layer("00000000000000e0", 2<<30), layer("00000000000000f0", 300<<20), layer("00000000000000f1", 300<<20)},
 			Images: []v1alpha1.CachedImage{{Names: []string{"example.com/swe/x:0"}, Layers: []int32{0, 1}}, {Names: []string{"example.com/swe/x:1"}, Layers: []int32{0, 2}}}},
 	}
-	for _, nc := range caches {
-		if err := admin.Client.Create(ctx, nc); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = admin.Client.Delete(context.Background(), nc) })
-	}
+	createCaches(t, ctx, admin, caches)
 	var ts []tasks.Task
 	for _, img := range []string{"example.com/swe/a:0", "example.com/swe/x:0", "example.com/swe/a:0", "example.com/swe/x:1", "example.com/swe/a:0", "example.com/swe/x:0"} {
 		ts = append(ts, tasks.Task{ID: fmt.Sprintf("t%d", len(ts)), Image: img})
@@ -468,6 +443,22 @@ func TestPlannedNodeGone(t *testing.T) {
 		<-ctx.Done()
 		return fleet.Output{}, ctx.Err()
 	}
+	ran := runOK(t, ctx, f, work)
+	for _, task := range ts {
+		if ran[task.ID] != "kwok-node-0" {
+			t.Errorf("task %s (%s) ended on %q, want kwok-node-0, the planned node left", task.ID, task.Image, ran[task.ID])
+		}
+	}
+	if _, err := admin.Kube.CoreV1().Nodes().Get(ctx, gone, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("node %s is still there (%v): no task of it ran", gone, err)
+	}
+	assertEmpty(t, ctx, f)
+}
+
+// runOK runs f with work, fails t for every task that did not end well,
+// and returns the node each task ran on.
+func runOK(t *testing.T, ctx context.Context, f *fleet.Fleet, work fleet.Work) map[string]string {
+	t.Helper()
 	var mu sync.Mutex
 	ran := map[string]string{}
 	if _, err := f.Run(ctx, fleet.RunOptions{Work: work, OnResult: func(r fleet.Result) {
@@ -480,15 +471,18 @@ func TestPlannedNodeGone(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	for _, task := range ts {
-		if ran[task.ID] != "kwok-node-0" {
-			t.Errorf("task %s (%s) ended on %q, want kwok-node-0, the planned node left", task.ID, task.Image, ran[task.ID])
+	return ran
+}
+
+// createCaches creates NodeImageCaches as an agent would, for the test.
+func createCaches(t *testing.T, ctx context.Context, admin *kube.Clients, caches []*v1alpha1.NodeImageCache) {
+	t.Helper()
+	for _, nc := range caches {
+		if err := admin.Client.Create(ctx, nc); err != nil {
+			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = admin.Client.Delete(context.Background(), nc) })
 	}
-	if _, err := admin.Kube.CoreV1().Nodes().Get(ctx, gone, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("node %s is still there (%v): no task of it ran", gone, err)
-	}
-	assertEmpty(t, ctx, f)
 }
 
 // The breaker tears a run down when its sandboxes keep exceeding what the
