@@ -37,7 +37,10 @@
 // It prints each placement's wall time and bytes pulled as ratios to the
 // first's, and to the lower bounds no placement can beat (sweepBounds).
 //
-//	go run ./bench/sweep [-nodes 50] [-cpus 4] [-rollouts 4] [-bandwidth 256] [-task 10s]
+// With -remove-node D (and one placement) node-0 is deleted D into the
+// sweep, its kubelet and agent with it.
+//
+//	go run ./bench/sweep [-nodes 50] [-cpus 4] [-rollouts 4] [-bandwidth 256] [-task 10s] [-placements stock,planned] [-remove-node 30s]
 package main
 
 import (
@@ -95,6 +98,9 @@ type params struct {
 	// bandwidth is each node's pull bandwidth in bytes a second.
 	bandwidth float64
 	task      time.Duration
+	// removeNode, when set, is how long into the sweep node-0 is deleted,
+	// its kubelet and agent with it.
+	removeNode time.Duration
 }
 
 func main() {
@@ -112,11 +118,16 @@ func main() {
 	flag.Float64Var(&mib, "bandwidth", 256, "each node's pull bandwidth, MiB/s")
 	flag.DurationVar(&p.task, "task", 10*time.Second, "how long a Pod runs once Ready")
 	only := flag.String("placements", "", "the placements to run, comma-separated (default all); the ratios are to the first")
+	flag.DurationVar(&p.removeNode, "remove-node", 0, "delete node-0 this long into the sweep (with one placement: the next would have a node less)")
 	flag.Parse()
 	p.bandwidth = mib * (1 << 20)
 	var err error
 	if p.placements, err = choose(*only); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/sweep: -placements:", err)
+		os.Exit(2)
+	}
+	if p.removeNode > 0 && len(p.placements) != 1 {
+		fmt.Fprintln(os.Stderr, "bench/sweep: -remove-node takes one placement (-placements planned, say): the ones after it would run on a node less")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -450,6 +461,15 @@ func sweep(ctx context.Context, b *benchcluster.Bench, sim *simulator, webhookBi
 		}
 	}
 	start := time.Now()
+	if p.removeNode > 0 {
+		removed := time.AfterFunc(p.removeNode, func() {
+			fmt.Fprintf(os.Stderr, "deleting node-0 %v into the sweep\n", p.removeNode)
+			if err := sim.clients.Kube.CoreV1().Nodes().Delete(ctx, "node-0", metav1.DeleteOptions{}); err != nil {
+				cancel(fmt.Errorf("deleting node-0: %w", err))
+			}
+		})
+		defer removed.Stop()
+	}
 	_, err = f.Run(ctx, fleet.RunOptions{Work: hold, OnResult: func(res fleet.Result) {
 		if !res.OK {
 			failed = append(failed, res.ID+": "+res.Error)
