@@ -455,6 +455,31 @@ func TestPlannedNodeGone(t *testing.T) {
 	assertEmpty(t, ctx, f)
 }
 
+// With planned pulls asked for and no agent on any node, the run says so
+// once and runs its windows as without a plan.
+func TestPlannedPullsWithoutAgents(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ctx, logged := captureLog(ctx)
+	cfg := testConfig("pipelined")
+	cfg.PlannedPulls = new(true)
+	f := open(t, ctx, "planned-no-agents", cfg, skewed(), cluster)
+	runOK(t, ctx, f, func(context.Context, tasks.Task, *fleet.Sandbox) (fleet.Output, error) { return fleet.Output{}, nil })
+	said := 0
+	for _, line := range logged() {
+		if strings.Contains(line, "Planned pulls") {
+			said++
+			if !strings.Contains(line, "no node the run may use runs asrl-prepull-agent") {
+				t.Errorf("the run said %s, want that no node runs the agent", line)
+			}
+		}
+	}
+	if said != 1 {
+		t.Errorf("the run spoke of planned pulls %d times, want once", said)
+	}
+	assertEmpty(t, ctx, f)
+}
+
 // runOK runs f with work, fails t for every task that did not end well,
 // and returns the node each task ran on.
 func runOK(t *testing.T, ctx context.Context, f *fleet.Fleet, work fleet.Work) map[string]string {

@@ -66,11 +66,11 @@ func (f *Fleet) planPulls(ctx context.Context) {
 		f.log.Error(err, "Planned pulls: reading the nodes failed; the run goes on without a pull plan", "cluster", c.Name)
 		return
 	}
-	caches := map[string]*v1alpha1.NodeImageCache{}
+	caches := map[string]nodeHolds{}
 	index := nodecache.NewIndex()
 	err := informer.EachCache(ctx, c.Clients.Client, func(nic *v1alpha1.NodeImageCache) error {
 		if n, err := nodecache.NewNode(nic); err == nil {
-			caches[nic.Name] = nic.DeepCopy()
+			caches[nic.Name] = holdsOf(nic)
 			index.Set(n)
 		}
 		return nil
@@ -108,12 +108,28 @@ func (f *Fleet) planPulls(ctx context.Context) {
 	}
 }
 
+// nodeHolds is what the plan reads of a node's NodeImageCache — the
+// digests of the layers it holds, its image filesystem — so that a plan
+// over thousands of nodes does not keep their caches (up to a MiB each).
+type nodeHolds struct {
+	held map[string]bool
+	fs   v1alpha1.ImageFilesystem
+}
+
+func holdsOf(nic *v1alpha1.NodeImageCache) nodeHolds {
+	held := make(map[string]bool, len(nic.Layers))
+	for _, l := range nic.Layers {
+		held[l.Digest] = true
+	}
+	return nodeHolds{held: held, fs: nic.ImageFilesystem}
+}
+
 // pullNodes are the nodes the plan may use — schedulable, with a
 // hostname label to select them by and an agent's cache — each with as
 // many slots as its allocatable resources hold Pods of request, and the
 // bytes it may pull before its image filesystem is highWater percent
 // full; and each one's hostname label.
-func pullNodes(nodes []corev1.Node, caches map[string]*v1alpha1.NodeImageCache, request corev1.ResourceList, highWater int32) ([]pullplan.Node, map[string]string) {
+func pullNodes(nodes []corev1.Node, caches map[string]nodeHolds, request corev1.ResourceList, highWater int32) ([]pullplan.Node, map[string]string) {
 	var out []pullplan.Node
 	hostnames := map[string]string{}
 	for _, n := range nodes {
@@ -122,16 +138,12 @@ func pullNodes(nodes []corev1.Node, caches map[string]*v1alpha1.NodeImageCache, 
 		if !ok || hostname == "" || n.Spec.Unschedulable {
 			continue
 		}
-		held := make(map[string]bool, len(cache.Layers))
-		for _, l := range cache.Layers {
-			held[l.Digest] = true
-		}
 		budget := int64(-1)
-		if fs := cache.ImageFilesystem; fs.CapacityBytes > 0 {
+		if fs := cache.fs; fs.CapacityBytes > 0 {
 			budget = max(0, fs.CapacityBytes/100*int64(highWater)-fs.UsedBytes)
 		}
 		hostnames[n.Name] = hostname
-		out = append(out, pullplan.Node{Name: n.Name, Slots: slots(n.Status.Allocatable, request), Budget: budget, Held: held})
+		out = append(out, pullplan.Node{Name: n.Name, Slots: slots(n.Status.Allocatable, request), Budget: budget, Held: cache.held})
 	}
 	return out, hostnames
 }

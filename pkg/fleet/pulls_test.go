@@ -56,16 +56,16 @@ func TestPullNodes(t *testing.T) {
 		}
 		return n
 	}
-	cache := func(capacity, used int64, digests ...string) *v1alpha1.NodeImageCache {
+	cache := func(capacity, used int64, digests ...string) nodeHolds {
 		c := &v1alpha1.NodeImageCache{ImageFilesystem: v1alpha1.ImageFilesystem{CapacityBytes: capacity, UsedBytes: used}}
 		for _, d := range digests {
 			c.Layers = append(c.Layers, v1alpha1.Layer{Digest: d, Size: 1})
 		}
-		return c
+		return holdsOf(c)
 	}
 	nodes := []corev1.Node{node("a", "host-a", false), node("b", "host-b", false), node("c", "host-c", false),
 		node("d", "", false), node("e", "host-e", true)}
-	caches := map[string]*v1alpha1.NodeImageCache{"a": cache(1000, 300, "x", "y"), "b": cache(0, 0), "d": cache(1000, 0), "e": cache(1000, 0)}
+	caches := map[string]nodeHolds{"a": cache(1000, 300, "x", "y"), "b": cache(0, 0), "d": cache(1000, 0), "e": cache(1000, 0)}
 	got, hostnames := pullNodes(nodes, caches, resourceList("1", "1Gi", ""), 80)
 	want := []pullplan.Node{
 		{Name: "a", Slots: 4, Budget: 800 - 300, Held: map[string]bool{"x": true, "y": true}},
