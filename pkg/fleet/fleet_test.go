@@ -399,15 +399,23 @@ func TestPlannedPulls(t *testing.T) {
 
 // A planned node deleted mid-run: the tasks it had not done — those it
 // ran, cut short — go to the other planned node, whose sandboxes' template
-// then allows them there, and every task ends well; nothing is left.
+// then allows them there, and every task ends well; nothing is left. A
+// planned node cordoned mid-run runs its tasks to the end, and the one
+// it had not started goes to the other node.
 func TestPlannedNodeGone(t *testing.T) {
+	for _, how := range []string{"deleted", "cordoned"} {
+		t.Run(how, func(t *testing.T) { plannedNodeGone(t, how) })
+	}
+}
+
+func plannedNodeGone(t *testing.T, how string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	admin, err := cluster.Clients("")
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := testcluster.FakeNodes("planned-gone", 1, testcluster.DefaultCapacity(), nil)
+	node := testcluster.FakeNodes("planned-"+how, 1, testcluster.DefaultCapacity(), nil)
 	gone := node[0].Name
 	if err := cluster.AddNodes(ctx, node...); err != nil {
 		t.Fatal(err)
@@ -428,29 +436,50 @@ func TestPlannedNodeGone(t *testing.T) {
 	}
 	cfg := testConfig("pipelined")
 	cfg.PlannedPulls = new(true)
-	f := open(t, ctx, "planned-node-gone", cfg, ts, cluster)
-	var deleted sync.Once
+	// Two slots a node: each runs two of its three tasks at once, and has
+	// one still to start when the other goes.
+	cfg.Template.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16")}
+	f := open(t, ctx, "planned-"+how, cfg, ts, cluster)
+	var once sync.Once
 	work := func(ctx context.Context, _ tasks.Task, s *fleet.Sandbox) (fleet.Output, error) {
 		if s.Node != gone {
 			return fleet.Output{}, nil
 		}
 		var err error
-		deleted.Do(func() { err = admin.Kube.CoreV1().Nodes().Delete(ctx, gone, metav1.DeleteOptions{}) })
+		once.Do(func() {
+			if how == "deleted" {
+				err = admin.Kube.CoreV1().Nodes().Delete(ctx, gone, metav1.DeleteOptions{})
+				return
+			}
+			err = admin.Client.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: gone}},
+				client.RawPatch(types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`)))
+		})
 		if err != nil {
 			return fleet.Output{}, err
 		}
-		// A task on the node runs until the run cuts it short.
-		<-ctx.Done()
-		return fleet.Output{}, ctx.Err()
-	}
-	ran := runOK(t, ctx, f, work)
-	for _, task := range ts {
-		if ran[task.ID] != "kwok-node-0" {
-			t.Errorf("task %s (%s) ended on %q, want kwok-node-0, the planned node left", task.ID, task.Image, ran[task.ID])
+		// A task on the node runs past the run's next look at the nodes,
+		// or until the run cuts it short.
+		select {
+		case <-time.After(10 * time.Second):
+			return fleet.Output{}, nil
+		case <-ctx.Done():
+			return fleet.Output{}, ctx.Err()
 		}
 	}
-	if _, err := admin.Kube.CoreV1().Nodes().Get(ctx, gone, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("node %s is still there (%v): no task of it ran", gone, err)
+	ran := runOK(t, ctx, f, work)
+	moved := 0
+	for _, task := range ts {
+		switch node := ran[task.ID]; {
+		case node == "kwok-node-0":
+			if strings.Contains(task.Image, "/x:") {
+				moved++
+			}
+		case node != gone || how == "deleted":
+			t.Errorf("task %s (%s) ended on %q, want kwok-node-0, the planned node left", task.ID, task.Image, node)
+		}
+	}
+	if want := map[string]int{"deleted": 3, "cordoned": 1}[how]; moved != want {
+		t.Errorf("%d tasks of the node %s moved to kwok-node-0, want %d", moved, how, want)
 	}
 	assertEmpty(t, ctx, f)
 }

@@ -34,10 +34,11 @@ import (
 //
 // A node that goes (deleted, not Ready, cordoned) takes no more tasks:
 // those it had not started go to the other planned nodes (see replan),
-// and so do those it was running, cut short — on a cordoned node too:
-// a sandbox not yet scheduled there never would be. The tasks no node is
-// left for are returned, for the strategy's windows to run without a
-// plan.
+// and so do those still waiting for their sandbox, cut short: a sandbox
+// not yet scheduled there never would be. A node deleted or not Ready has
+// the tasks it runs cut short too; a cordoned one runs them to the end.
+// The tasks no node is left for are returned, for the strategy's windows
+// to run without a plan.
 func (f *Fleet) runQueues(ctx context.Context, epoch int, queues [][]tasks.Task, o RunOptions, onResult func(Result)) ([]tasks.Task, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -48,12 +49,22 @@ func (f *Fleet) runQueues(ctx context.Context, epoch int, queues [][]tasks.Task,
 		defer stop()
 		// Tasks of a node that went may come.
 		l.open = true
-		q.nodes[i] = &nodeQueue{plannedNode: f.pulls.nodes[i], ctx: nctx, gone: gone, lanes: l, load: len(ts)}
+		q.nodes[i] = &nodeQueue{plannedNode: f.pulls.nodes[i], ctx: nctx, gone: gone, lanes: l, load: len(ts),
+			claiming: map[string]context.CancelCauseFunc{}}
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := f.makeQueuedPools(ctx, q.pools); err != nil {
 			cancel(err)
+		}
+	})
+	wg.Go(func() {
+		select {
+		case <-q.pools.all:
+			for _, n := range q.nodes {
+				n.lanes.close()
+			}
+		case <-ctx.Done():
 		}
 	})
 	wg.Go(func() { f.watchPlannedNodes(ctx, q) })
@@ -68,7 +79,7 @@ func (f *Fleet) runQueues(ctx context.Context, epoch int, queues [][]tasks.Task,
 // queued is the state of runQueues.
 type queued struct {
 	pools *queuedPools
-	// mu guards the nodes' dropped and load, and orphans.
+	// mu guards the nodes' dropped, load and claiming, and orphans.
 	mu    sync.Mutex
 	nodes []*nodeQueue
 	// orphans are the tasks no planned node was left for.
@@ -84,6 +95,8 @@ type nodeQueue struct {
 	// load is the tasks of the queue not yet done.
 	load    int
 	dropped bool
+	// claiming cuts short, by task ID, the tasks waiting for a sandbox.
+	claiming map[string]context.CancelCauseFunc
 }
 
 // runQueue runs n's queue with as many workers as n has slots, each task
@@ -109,11 +122,19 @@ func (f *Fleet) runQueue(ctx context.Context, epoch int, n *nodeQueue, q *queued
 					f.requeue(ctx, q, n, t)
 					continue
 				}
+				tctx, claimed, end, ok := q.claiming(n, t.ID)
+				if !ok {
+					<-running
+					f.requeue(ctx, q, n, t)
+					continue
+				}
 				keep := func() bool { return n.lanes.more(t.Image) }
-				r := f.task(n.ctx, epoch, t, failed, o, keep, func() {})
+				r := f.task(tctx, epoch, t, failed, o, keep, claimed)
+				cutShort := tctx.Err() != nil
+				end()
 				<-running
 				n.lanes.done(t.Image)
-				if !r.OK && n.ctx.Err() != nil {
+				if !r.OK && cutShort {
 					f.requeue(ctx, q, n, t)
 					continue
 				}
@@ -123,6 +144,30 @@ func (f *Fleet) runQueue(ctx context.Context, epoch int, n *nodeQueue, q *queued
 		})
 	}
 	wg.Wait()
+}
+
+// claiming records that n's task id waits for its sandbox, and returns
+// the task's context, which n's going cuts short until claimed is called,
+// and end, which frees it once the task is over; false when n is gone
+// already.
+func (q *queued) claiming(n *nodeQueue, id string) (_ context.Context, claimed, end func(), ok bool) {
+	ctx, cut := context.WithCancelCause(n.ctx)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if n.dropped {
+		cut(nil)
+		return nil, nil, nil, false
+	}
+	n.claiming[id] = cut
+	claimed = sync.OnceFunc(func() {
+		q.mu.Lock()
+		delete(n.claiming, id)
+		q.mu.Unlock()
+	})
+	return ctx, claimed, func() {
+		claimed()
+		cut(nil)
+	}, true
 }
 
 // requeue gives t, which n's going kept from running, to another node —
@@ -139,21 +184,14 @@ func (f *Fleet) requeue(ctx context.Context, q *queued, n *nodeQueue, t tasks.Ta
 }
 
 // queuedDone records a task of image done on n: the last of the image
-// removes its pool, unless a later epoch runs it; the last of all ends
-// the queues.
+// removes its pool, unless a later epoch runs it.
 func (f *Fleet) queuedDone(ctx context.Context, epoch int, q *queued, n *nodeQueue, image string) {
 	q.mu.Lock()
 	n.load--
 	q.mu.Unlock()
-	last, all := q.pools.done(image)
-	if last && epoch == f.cfg.Epochs {
+	if q.pools.done(image) && epoch == f.cfg.Epochs {
 		if err := f.unwarmWindow(ctx, []string{image}); err != nil && ctx.Err() == nil {
 			f.log.Error(err, "Removing the pool of an image whose tasks are done failed; teardown removes it", "image", image)
-		}
-	}
-	if all {
-		for _, n := range q.nodes {
-			n.lanes.close()
 		}
 	}
 }
@@ -196,11 +234,7 @@ func (f *Fleet) replan(ctx context.Context, q *queued, ts []tasks.Task) {
 		}
 	}
 	q.orphans = append(q.orphans, orphans...)
-	if q.pools.forget(orphans) {
-		for _, n := range q.nodes {
-			n.lanes.close()
-		}
-	}
+	q.pools.forget(orphans)
 }
 
 // target is the node still there to take a task of an image planned on
@@ -278,20 +312,23 @@ func (f *Fleet) watchPlannedNodes(ctx context.Context, q *queued) {
 		}
 		for _, n := range q.nodes {
 			why, ok := there[n.hostname]
-			if !ok {
-				why = "deleted"
-			}
-			if why != "" {
-				f.dropNode(ctx, q, n, why)
+			switch {
+			case !ok:
+				f.dropNode(ctx, q, n, "deleted", true)
+			case why != "":
+				f.dropNode(ctx, q, n, why, why != cordoned)
 			}
 		}
 	}
 }
 
+// cordoned is why a node that runs what it has takes no more sandboxes.
+const cordoned = "cordoned"
+
 // nodeGone says why a node takes no more sandboxes, or "" when it does.
 func nodeGone(n corev1.Node) string {
 	if n.Spec.Unschedulable {
-		return "cordoned"
+		return cordoned
 	}
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
@@ -305,8 +342,10 @@ func nodeGone(n corev1.Node) string {
 var errNodeGone = errors.New("its planned node went")
 
 // dropNode stops n's queue and deals the tasks it had not started to the
-// other nodes, and cuts short those it runs, which follow as they end.
-func (f *Fleet) dropNode(ctx context.Context, q *queued, n *nodeQueue, why string) {
+// other nodes, and cuts short those waiting for a sandbox — and, when n
+// is lost, those it runs — which follow as they end.
+func (f *Fleet) dropNode(ctx context.Context, q *queued, n *nodeQueue, why string, lost bool) {
+	cause := fmt.Errorf("%w: node %s %s", errNodeGone, n.hostname, why)
 	q.mu.Lock()
 	if n.dropped {
 		q.mu.Unlock()
@@ -315,11 +354,16 @@ func (f *Fleet) dropNode(ctx context.Context, q *queued, n *nodeQueue, why strin
 	n.dropped = true
 	pending := n.lanes.take()
 	n.load -= len(pending)
-	running := n.load
+	running, claiming := n.load, len(n.claiming)
+	for _, cut := range n.claiming {
+		cut(cause)
+	}
 	q.mu.Unlock()
 	f.log.Info("Planned pulls: a planned node went; the tasks it has not done go to the other planned nodes", "node", n.hostname, "why", why,
-		"pending", len(pending), "running", running)
-	n.gone(fmt.Errorf("%w: node %s %s", errNodeGone, n.hostname, why))
+		"pending", len(pending), "running", running, "claiming", claiming, "cutShort", lost)
+	if lost {
+		n.gone(cause)
+	}
 	n.lanes.close()
 	f.replan(ctx, q, pending)
 }
@@ -414,32 +458,30 @@ func (p *queuedPools) runs(image string) bool {
 }
 
 // done records a task of image done and reports whether it was the
-// image's last, and the last of all.
-func (p *queuedPools) done(image string) (last, all bool) {
+// image's last.
+func (p *queuedPools) done(image string) (last bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.left[image]--
-	return p.left[image] == 0, p.count(1)
+	p.count(1)
+	return p.left[image] == 0
 }
 
-// forget records that ts leave the queues, and reports whether no task
-// is left in them.
-func (p *queuedPools) forget(ts []tasks.Task) bool {
+// forget records that ts leave the queues.
+func (p *queuedPools) forget(ts []tasks.Task) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, t := range ts {
 		p.left[t.Image]--
 	}
-	return p.count(len(ts))
+	p.count(len(ts))
 }
 
 // count takes n off the total and closes all once it is none. Callers
 // hold mu.
-func (p *queuedPools) count(n int) bool {
+func (p *queuedPools) count(n int) {
 	p.total -= n
-	if p.total == 0 {
+	if p.total == 0 && n > 0 {
 		close(p.all)
-		return true
 	}
-	return false
 }
