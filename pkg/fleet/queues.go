@@ -226,11 +226,11 @@ func (f *Fleet) replan(ctx context.Context, q *queued, ts []tasks.Task) {
 	if len(orphans) == 0 {
 		return
 	}
-	for _, t := range orphans {
+	for _, img := range imagesOf(orphans) {
 		// Their pools, under the strategy's windows, go where the
 		// scheduler puts them.
-		if err := f.planOn(ctx, t.Image, nil); err != nil {
-			f.log.Error(err, "Planned pulls: lifting the node affinity of an image no planned node is left for failed", "image", t.Image)
+		if err := f.planOn(ctx, img.Name, nil); err != nil {
+			f.log.Error(err, "Planned pulls: lifting the node affinity of an image no planned node is left for failed", "image", img.Name)
 		}
 	}
 	q.orphans = append(q.orphans, orphans...)
