@@ -1,8 +1,14 @@
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
+
+// PrepullHeartbeat is the longest an agent leaves its node's entry of a
+// PrepullJob unwritten while the node is Pulling it.
+const PrepullHeartbeat = 20 * time.Second
 
 // PrepullJob pulls images onto the nodes it selects before sandboxes need
 // them. Each selected node's asrl-prepull-agent pulls them through the
@@ -105,7 +111,10 @@ type NodePrepullStatus struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=10
 	Failures []ImagePullFailure `json:"failures,omitempty"`
-	// UpdateTime is when the agent last wrote this.
+	// UpdateTime is when the agent last wrote this. While the node is
+	// Pulling its agent writes at least every 20 seconds
+	// (PrepullHeartbeat), changed or not, so that an entry Pulling that
+	// stands still much longer tells its agent stopped, not a long pull.
 	UpdateTime metav1.Time `json:"updateTime"`
 }
 

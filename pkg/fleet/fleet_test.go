@@ -403,11 +403,16 @@ func TestPlannedPulls(t *testing.T) {
 // planned node cordoned mid-run runs its tasks to the end, and the one
 // it had not started goes to the other node.
 func TestPlannedNodeGone(t *testing.T) {
-	for _, how := range []string{"deleted", "cordoned"} {
+	for _, how := range []string{"deleted", "cordoned", "agent-stopped"} {
 		t.Run(how, func(t *testing.T) { plannedNodeGone(t, how) })
 	}
 }
 
+// plannedNodeGone runs six tasks on two planned nodes, two slots each,
+// and has one go as how says while it runs its first two: deleted, its
+// three tasks move; cordoned, the one it has not started; its agent
+// stopped, the one of an image it has not pulled, which the other node's
+// agent is then asked to pull.
 func plannedNodeGone(t *testing.T, how string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -436,31 +441,86 @@ func plannedNodeGone(t *testing.T, how string) {
 	}
 	cfg := testConfig("pipelined")
 	cfg.PlannedPulls = new(true)
+	cfg.AgentSilence.Duration = 5 * time.Second
 	// Two slots a node: each runs two of its three tasks at once, and has
 	// one still to start when the other goes.
 	cfg.Template.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16")}
 	f := open(t, ctx, "planned-"+how, cfg, ts, cluster)
+	ns := f.Clusters()[0].Namespace()
 	var once sync.Once
-	work := func(ctx context.Context, _ tasks.Task, s *fleet.Sandbox) (fleet.Output, error) {
+	// Stopping the agent: a stand-in for asrl-prepull-agent (which needs
+	// a container runtime kwok nodes lack) says, in the node's job, that
+	// the node pulled its first image and is pulling the next, and then
+	// writes no more.
+	var mu sync.Mutex
+	var unpulled string
+	var onMovedTo []string
+	movedRan := make(chan struct{})
+	ranMoved := sync.OnceFunc(func() { close(movedRan) })
+	jobsOf := func(ctx context.Context, hostname string) ([]v1alpha1.PrepullJob, error) {
+		jobs := &v1alpha1.PrepullJobList{}
+		if err := admin.Client.List(ctx, jobs, client.InNamespace(ns)); err != nil {
+			return nil, err
+		}
+		return slices.DeleteFunc(jobs.Items, func(j v1alpha1.PrepullJob) bool { return j.Spec.NodeSelector[corev1.LabelHostname] != hostname }), nil
+	}
+	goes := func(ctx context.Context) error {
+		switch how {
+		case "deleted":
+			return admin.Kube.CoreV1().Nodes().Delete(ctx, gone, metav1.DeleteOptions{})
+		case "cordoned":
+			return admin.Client.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: gone}},
+				client.RawPatch(types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`)))
+		}
+		jobs, err := jobsOf(ctx, gone)
+		if err != nil || len(jobs) != 1 || len(jobs[0].Spec.Images) != 2 {
+			return fmt.Errorf("the node's PrepullJobs: %v %v, want one of its two images", jobs, err)
+		}
+		job := jobs[0]
+		mu.Lock()
+		unpulled = job.Spec.Images[1]
+		mu.Unlock()
+		job.Status.Nodes = []v1alpha1.NodePrepullStatus{{Node: gone, Phase: v1alpha1.PrepullPulling, Present: 1, Pending: 1, UpdateTime: metav1.Now()}}
+		return admin.Client.Status().Update(ctx, &job)
+	}
+	work := func(ctx context.Context, task tasks.Task, s *fleet.Sandbox) (fleet.Output, error) {
 		if s.Node != gone {
+			mu.Lock()
+			moved := how == "agent-stopped" && task.Image == unpulled
+			mu.Unlock()
+			if moved {
+				jobs, err := jobsOf(ctx, "kwok-node-0")
+				if err != nil {
+					return fleet.Output{}, err
+				}
+				mu.Lock()
+				for _, j := range jobs {
+					onMovedTo = append(onMovedTo, j.Spec.Images...)
+				}
+				mu.Unlock()
+				if jobs, err = jobsOf(ctx, gone); err != nil || len(jobs) > 0 {
+					return fleet.Output{}, fmt.Errorf("the stopped agent's node still has PrepullJobs %v (%v)", jobs, err)
+				}
+				ranMoved()
+			}
 			return fleet.Output{}, nil
 		}
 		var err error
-		once.Do(func() {
-			if how == "deleted" {
-				err = admin.Kube.CoreV1().Nodes().Delete(ctx, gone, metav1.DeleteOptions{})
-				return
-			}
-			err = admin.Client.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: gone}},
-				client.RawPatch(types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`)))
-		})
+		once.Do(func() { err = goes(ctx) })
 		if err != nil {
 			return fleet.Output{}, err
 		}
 		// A task on the node runs past the run's next look at the nodes,
-		// or until the run cuts it short.
+		// or until the run cuts it short; with its agent stopped, until
+		// the task moved away ran.
+		wait := time.After(10 * time.Second)
+		if how == "agent-stopped" {
+			wait = time.After(2 * time.Minute)
+		}
 		select {
-		case <-time.After(10 * time.Second):
+		case <-wait:
+			return fleet.Output{}, nil
+		case <-movedRan:
 			return fleet.Output{}, nil
 		case <-ctx.Done():
 			return fleet.Output{}, ctx.Err()
@@ -478,8 +538,11 @@ func plannedNodeGone(t *testing.T, how string) {
 			t.Errorf("task %s (%s) ended on %q, want kwok-node-0, the planned node left", task.ID, task.Image, node)
 		}
 	}
-	if want := map[string]int{"deleted": 3, "cordoned": 1}[how]; moved != want {
+	if want := map[string]int{"deleted": 3, "cordoned": 1, "agent-stopped": 1}[how]; moved != want {
 		t.Errorf("%d tasks of the node %s moved to kwok-node-0, want %d", moved, how, want)
+	}
+	if how == "agent-stopped" && !slices.Contains(onMovedTo, unpulled) {
+		t.Errorf("kwok-node-0's PrepullJobs pull %v, want the moved task's image %s among them", onMovedTo, unpulled)
 	}
 	assertEmpty(t, ctx, f)
 }

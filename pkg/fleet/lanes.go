@@ -90,13 +90,20 @@ func (l *lanes) add(ts []tasks.Task) {
 	l.cond.Broadcast()
 }
 
-// take takes back the tasks not handed out.
-func (l *lanes) take() []tasks.Task {
+// take takes back the tasks not handed out that which picks, in order.
+func (l *lanes) take(which func(tasks.Task) bool) []tasks.Task {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	ts := l.pending
-	l.pending = nil
-	return ts
+	var taken, kept []tasks.Task
+	for _, t := range l.pending {
+		if which(t) {
+			taken = append(taken, t)
+		} else {
+			kept = append(kept, t)
+		}
+	}
+	l.pending = kept
+	return taken
 }
 
 // close has next return false once no task is pending.

@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -157,7 +158,7 @@ func TestLanesOpen(t *testing.T) {
 	l.mu.Unlock()
 	// The waiting worker may take 3 before take does: what take hands
 	// back and what the worker gets are the two tasks, once each.
-	taken := l.take()
+	taken := l.take(func(tasks.Task) bool { return true })
 	l.close()
 	var out []string
 	for id := range got {
@@ -169,5 +170,33 @@ func TestLanesOpen(t *testing.T) {
 	slices.Sort(out)
 	if !slices.Equal(out, []string{"3", "4"}) {
 		t.Errorf("handed out and taken back %v, want 3 and 4 once each", out)
+	}
+}
+
+// take takes back the pending tasks it picks, in order, and leaves the
+// rest to be handed out in theirs.
+func TestLanesTake(t *testing.T) {
+	var ts []tasks.Task
+	for i, img := range []string{"a", "b", "a", "c"} {
+		ts = append(ts, tasks.Task{ID: img + strconv.Itoa(i), Image: img})
+	}
+	l, stop := newLanes(context.Background(), ts, false)
+	defer stop()
+	ids := func(ts []tasks.Task) (out []string) {
+		for _, t := range ts {
+			out = append(out, t.ID)
+		}
+		return out
+	}
+	taken := l.take(func(t tasks.Task) bool { return t.Image == "a" })
+	var left []tasks.Task
+	for task, ok := l.next(); ok; task, ok = l.next() {
+		left = append(left, task)
+	}
+	if got, want := ids(taken), []string{"a0", "a2"}; !slices.Equal(got, want) {
+		t.Errorf("taken %v, want %v", got, want)
+	}
+	if got, want := ids(left), []string{"b1", "c3"}; !slices.Equal(got, want) {
+		t.Errorf("handed out after take %v, want %v", got, want)
 	}
 }

@@ -29,13 +29,17 @@ type plannedPulls struct {
 	// order is the order the images' pools are made in: every node's
 	// first image, then every node's second, and so on.
 	order []string
+	// namespace and highWater are those of the nodes' PrepullJobs.
+	namespace string
+	highWater int32
 }
 
-// plannedNode is a node of the plan and what it runs, in order.
+// plannedNode is a node of the plan (its name and hostname label) and
+// what it runs, in order.
 type plannedNode struct {
-	hostname string
-	slots    int
-	shares   []pullplan.Share
+	name, hostname string
+	slots          int
+	shares         []pullplan.Share
 }
 
 // plansPulls says whether the run plans its pulls (config.Fleet's
@@ -92,10 +96,11 @@ func (f *Fleet) planPulls(ctx context.Context) {
 	})
 	plan := pullplan.New(pullImages(f.plan.Pools, layers), planNodes)
 	planned := plannedOf(plan, planNodes, hostnames)
+	planned.namespace, planned.highWater = c.Namespace(), highWater
 	f.mu.Lock()
 	f.pulls = &planned
 	f.mu.Unlock()
-	jobs := pullJobs(plan, hostnames, c.Namespace(), f.runID, highWater)
+	jobs := pullJobs(plan, hostnames, f.runID, planned)
 	f.log.Info("Planned pulls", "cluster", c.Name, "nodes", len(jobs), "images", len(planned.order),
 		"unplanned", len(plan.Unplanned), "pullGiB", fmt.Sprintf("%.1f", float64(plan.PullBytes())/(1<<30)))
 	g, gctx := errgroup.WithContext(ctx)
@@ -191,7 +196,7 @@ func plannedOf(plan pullplan.Plan, nodes []pullplan.Node, hostnames map[string]s
 			continue
 		}
 		hostname := hostnames[n.Node]
-		p.nodes = append(p.nodes, plannedNode{hostname: hostname, slots: nodes[i].Slots, shares: n.Shares})
+		p.nodes = append(p.nodes, plannedNode{name: n.Node, hostname: hostname, slots: nodes[i].Slots, shares: n.Shares})
 		images[i] = n.Images()
 		longest = max(longest, len(images[i]))
 		for _, ref := range images[i] {
@@ -243,22 +248,26 @@ func (p plannedPulls) queues(ts []tasks.Task) (queues [][]tasks.Task, left []tas
 const maxJobImages = 2000
 
 // pullJobs are the PrepullJobs of plan: one per node that has images to
-// run, selecting it by its hostname label, listing them in the order it
-// runs them. One image at a time, so that the first is there soonest;
-// the images a node holds already cost the agent a look, no pull.
-func pullJobs(plan pullplan.Plan, hostnames map[string]string, namespace, runID string, highWater int32) []*v1alpha1.PrepullJob {
+// run, listing them in the order it runs them.
+func pullJobs(plan pullplan.Plan, hostnames map[string]string, runID string, p plannedPulls) []*v1alpha1.PrepullJob {
 	var jobs []*v1alpha1.PrepullJob
 	for _, n := range plan.Nodes {
-		images := n.Images()
-		if len(images) == 0 {
-			continue
+		if images := n.Images(); len(images) > 0 {
+			jobs = append(jobs, p.pullJob(runID, hostnames[n.Node], images))
 		}
-		jobs = append(jobs, &v1alpha1.PrepullJob{
-			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: runID + "-pulls-", Labels: labels.ForRun(runID)},
-			Spec: v1alpha1.PrepullJobSpec{Images: images[:min(len(images), maxJobImages)],
-				NodeSelector:       map[string]string{corev1.LabelHostname: hostnames[n.Node]},
-				PerNodeParallelism: 1, DiskHighWaterPercent: highWater},
-		})
 	}
 	return jobs
+}
+
+// pullJob is the run's PrepullJob that has the node of hostname pull
+// images, in their order: one at a time, so that the first is there
+// soonest, and so that the first of them its agent says are done are
+// those done (agentReports); those it holds already cost a look, no pull.
+func (p plannedPulls) pullJob(runID, hostname string, images []string) *v1alpha1.PrepullJob {
+	return &v1alpha1.PrepullJob{
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.namespace, GenerateName: runID + "-pulls-", Labels: labels.ForRun(runID)},
+		Spec: v1alpha1.PrepullJobSpec{Images: images[:min(len(images), maxJobImages)],
+			NodeSelector:       map[string]string{corev1.LabelHostname: hostname},
+			PerNodeParallelism: 1, DiskHighWaterPercent: p.highWater},
+	}
 }

@@ -91,7 +91,7 @@ func TestPlannedOf(t *testing.T) {
 	nodes := []pullplan.Node{{Name: "a", Slots: 2}, {Name: "idle", Slots: 4}, {Name: "b", Slots: 3}}
 	p := plannedOf(plan, nodes, map[string]string{"a": "host-a", "b": "host-b", "idle": "host-idle"})
 	want := plannedPulls{
-		nodes: []plannedNode{{hostname: "host-a", slots: 2, shares: plan.Nodes[0].Shares}, {hostname: "host-b", slots: 3, shares: plan.Nodes[2].Shares}},
+		nodes: []plannedNode{{name: "a", hostname: "host-a", slots: 2, shares: plan.Nodes[0].Shares}, {name: "b", hostname: "host-b", slots: 3, shares: plan.Nodes[2].Shares}},
 		on:    map[string][]string{"a1": {"host-a"}, "a2": {"host-a"}, "both": {"host-a", "host-b"}, "b2": {"host-b"}},
 		order: []string{"a1", "both", "a2", "b2"},
 	}
@@ -133,7 +133,7 @@ func TestPullJobs(t *testing.T) {
 		{Node: "a", Shares: []pullplan.Share{{Ref: "i1", Tasks: 2}, {Ref: "i2", Tasks: 2}, {Ref: "i1", Tasks: 1}}},
 		{Node: "idle"},
 	}}
-	jobs := pullJobs(plan, map[string]string{"a": "host-a", "idle": "host-idle"}, "ns", "run-1", 70)
+	jobs := pullJobs(plan, map[string]string{"a": "host-a", "idle": "host-idle"}, "run-1", plannedPulls{namespace: "ns", highWater: 70})
 	if len(jobs) != 1 {
 		t.Fatalf("%d jobs, want one: a node with nothing to run pulls nothing", len(jobs))
 	}

@@ -95,6 +95,9 @@ type nodeQueue struct {
 	// load is the tasks of the queue not yet done.
 	load    int
 	dropped bool
+	// agentStopped is set once the node's agent stopped pulling: the node
+	// runs the tasks of the images it holds, and takes no others.
+	agentStopped bool
 	// claiming cuts short, by task ID, the tasks waiting for a sandbox.
 	claiming map[string]context.CancelCauseFunc
 }
@@ -198,12 +201,19 @@ func (f *Fleet) queuedDone(ctx context.Context, epoch int, q *queued, n *nodeQue
 
 // replan deals ts out to the planned nodes still there: each to the
 // least loaded of those that run its image, or else of all of them, whose
-// hostname its pool's template then allows. What no node is left for is
-// an orphan.
+// hostname its pool's template then allows, and whose agent then pulls
+// it. What no node is left for is an orphan.
 func (f *Fleet) replan(ctx context.Context, q *queued, ts []tasks.Task) {
+	f.pullMoved(ctx, f.deal(ctx, q, ts))
+}
+
+// deal deals ts out as replan says, and returns the images each node
+// (by hostname) takes that it did not run.
+func (f *Fleet) deal(ctx context.Context, q *queued, ts []tasks.Task) map[string][]string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var orphans []tasks.Task
+	moved := map[string][]string{}
 	for _, t := range ts {
 		f.mu.Lock()
 		on := slices.Clone(f.plannedNodes(t.Image))
@@ -219,12 +229,13 @@ func (f *Fleet) replan(ctx context.Context, q *queued, ts []tasks.Task) {
 				orphans = append(orphans, t)
 				continue
 			}
+			moved[to.hostname] = append(moved[to.hostname], t.Image)
 		}
 		to.load++
 		to.lanes.add([]tasks.Task{t})
 	}
 	if len(orphans) == 0 {
-		return
+		return moved
 	}
 	for _, img := range imagesOf(orphans) {
 		// Their pools, under the strategy's windows, go where the
@@ -235,16 +246,33 @@ func (f *Fleet) replan(ctx context.Context, q *queued, ts []tasks.Task) {
 	}
 	q.orphans = append(q.orphans, orphans...)
 	q.pools.forget(orphans)
+	return moved
 }
 
-// target is the node still there to take a task of an image planned on
-// the nodes of hostnames on: the least loaded of those that run it, or
-// else of all. Callers hold q.mu.
+// pullMoved has the agent of each node (by hostname) of moved pull the
+// images it took, in the order it took them, with a PrepullJob of the
+// run; one that fails to be created leaves the node's kubelet to pull
+// them as their sandboxes start.
+func (f *Fleet) pullMoved(ctx context.Context, moved map[string][]string) {
+	c := f.clusters[0]
+	for hostname, images := range moved {
+		f.mu.Lock()
+		job := f.pulls.pullJob(f.runID, hostname, images)
+		f.mu.Unlock()
+		if err := c.Clients.Client.Create(ctx, job); err != nil && ctx.Err() == nil {
+			f.log.Error(err, "Planned pulls: having a node's agent pull the images of the tasks it took failed; its kubelet pulls them as their sandboxes start", "node", hostname, "images", len(images))
+		}
+	}
+}
+
+// target is the node still there, its agent too, to take a task of an
+// image planned on the nodes of hostnames on: the least loaded of those
+// that run it, or else of all. Callers hold q.mu.
 func (q *queued) target(on []string) *nodeQueue {
 	var to *nodeQueue
 	for _, n := range q.nodes {
 		switch {
-		case n.dropped:
+		case n.dropped, n.agentStopped:
 		case to == nil, runsOn(on, n) && !runsOn(on, to):
 			to = n
 		case runsOn(on, n) == runsOn(on, to) && n.load < to.load:
@@ -283,11 +311,13 @@ func (f *Fleet) planOn(ctx context.Context, image string, hostnames []string) er
 const replanEvery = 5 * time.Second
 
 // watchPlannedNodes looks at the planned nodes every replanEvery until
-// ctx ends or every task is done, and drops those gone.
+// ctx ends or every task is done, and drops those gone; and at their
+// agents, taking from those whose agent stopped what it has not pulled.
 func (f *Fleet) watchPlannedNodes(ctx context.Context, q *queued) {
 	c := f.clusters[0]
 	tick := time.NewTicker(replanEvery)
 	defer tick.Stop()
+	agents := newAgentWatch(f.cfg.AgentSilence.Duration)
 	failing := false
 	for {
 		select {
@@ -319,6 +349,7 @@ func (f *Fleet) watchPlannedNodes(ctx context.Context, q *queued) {
 				f.dropNode(ctx, q, n, why, why != cordoned)
 			}
 		}
+		f.watchAgents(ctx, q, agents)
 	}
 }
 
@@ -352,7 +383,7 @@ func (f *Fleet) dropNode(ctx context.Context, q *queued, n *nodeQueue, why strin
 		return
 	}
 	n.dropped = true
-	pending := n.lanes.take()
+	pending := n.lanes.take(func(tasks.Task) bool { return true })
 	n.load -= len(pending)
 	running, claiming := n.load, len(n.claiming)
 	for _, cut := range n.claiming {

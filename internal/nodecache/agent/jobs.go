@@ -291,7 +291,9 @@ func (j *jobs) prepull(ctx context.Context, run *jobRun) {
 	}
 	defer close(work)
 
+	var reported time.Time
 	report := func() {
+		reported = time.Now()
 		if err := a.Client.applyNodeStatus(ctx, job, p.Status(a.Node, time.Now())); err != nil && ctx.Err() == nil {
 			log.Error(err, "Writing the node's progress")
 		}
@@ -337,8 +339,8 @@ func (j *jobs) prepull(ctx context.Context, run *jobRun) {
 					}
 				}
 			}
-		case <-ticker.C:
-			if dirty {
+		case now := <-ticker.C:
+			if reportDue(dirty, reported, now) {
 				report()
 				dirty = false
 			}
@@ -347,6 +349,14 @@ func (j *jobs) prepull(ctx context.Context, run *jobRun) {
 	report()
 	s := p.Status(a.Node, time.Now())
 	log.Info("Done", "phase", s.Phase, "pulled", s.Pulled, "present", s.Present, "failed", s.Failed, "pending", s.Pending)
+}
+
+// reportDue says whether a node's progress on a job, last written at
+// reported, is to be written at now: when it changed, and, as a heartbeat
+// that tells a long pull from a stopped agent, when PrepullHeartbeat has
+// passed since.
+func reportDue(changed bool, reported, now time.Time) bool {
+	return changed || now.Sub(reported) >= v1alpha1.PrepullHeartbeat
 }
 
 // pullResult is what became of one image.

@@ -64,6 +64,12 @@ type Fleet struct {
 	// nodes; on the benchmark's simulated sweep they take about half the
 	// time and pull a thirtieth of the bytes (docs/performance.md).
 	PlannedPulls *bool `json:"plannedPulls,omitempty"`
+	// AgentSilence is, under plannedPulls, how long a planned node's
+	// agent may leave its pulls unreported (it reports at least every
+	// 20 s while it pulls) before the run takes it for stopped: the tasks
+	// of the images the node has not pulled go to other planned nodes,
+	// which pull them, and the node runs the rest. Default 1m.
+	AgentSilence metav1.Duration `json:"agentSilence,omitempty"`
 	// Strategy is when pools are warm: none (one single-replica pool per
 	// image, on demand), naive (all at once), sliding (a window of images
 	// at a time) or pipelined (the next window warms while one runs).
@@ -340,6 +346,7 @@ func (f *Fleet) applyDefaults() {
 	f.ClaimPacing = cmp.Or(f.ClaimPacing, "none")
 	f.ClaimGrace.Duration = cmp.Or(f.ClaimGrace.Duration, 2*time.Minute)
 	f.UnschedulableGrace.Duration = cmp.Or(f.UnschedulableGrace.Duration, 10*time.Minute)
+	f.AgentSilence.Duration = cmp.Or(f.AgentSilence.Duration, time.Minute)
 	f.ControllerGrace.Duration = cmp.Or(f.ControllerGrace.Duration, 2*time.Minute)
 	f.MaxWarmPoolSize = cmp.Or(f.MaxWarmPoolSize, 8)
 	f.ReadyTimeout.Duration = cmp.Or(f.ReadyTimeout.Duration, 15*time.Minute)

@@ -113,7 +113,7 @@ func (f *Fleet) validateNumbers(fail func(path, format string, args ...any)) {
 	}{
 		{"readyTimeout", f.ReadyTimeout.Duration}, {"breakerInterval", f.BreakerInterval.Duration},
 		{"claimGrace", f.ClaimGrace.Duration}, {"unschedulableGrace", f.UnschedulableGrace.Duration},
-		{"controllerGrace", f.ControllerGrace.Duration},
+		{"controllerGrace", f.ControllerGrace.Duration}, {"agentSilence", f.AgentSilence.Duration},
 		{"recycle.resetTimeout", f.Recycle.ResetTimeout.Duration},
 	} {
 		if d.value <= 0 {
