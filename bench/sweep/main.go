@@ -17,7 +17,8 @@
 // makes the Pod Ready when they are all there (testcluster.WithPullDelays),
 // and then the node's NodeImageCache and its status.images (which the
 // stock scheduler's ImageLocality reads) list the image; a PrepullJob has
-// each node it selects queue its images' layers on the link, in order.
+// each node it selects queue its images' layers on the link, in order,
+// and write its progress in the job's status as the agent does.
 //
 // Placements, each over its own copy of the images (other names and
 // digests, the same sizes, draws and order), so that one's pulls warm
@@ -38,9 +39,12 @@
 // first's, and to the lower bounds no placement can beat (sweepBounds).
 //
 // With -remove-node D (and one placement) node-0 is deleted D into the
-// sweep, its kubelet and agent with it.
+// sweep, its kubelet and agent with it; with -stop-agent D node-0's agent
+// stops D into the sweep (its PrepullJobs' pulls not begun are dropped,
+// it writes no more progress), and -agent-silence sets how long the
+// engine waits to take it for stopped (config.Fleet.AgentSilence).
 //
-//	go run ./bench/sweep [-nodes 50] [-cpus 4] [-rollouts 4] [-bandwidth 256] [-task 10s] [-placements stock,planned] [-remove-node 30s]
+//	go run ./bench/sweep [-nodes 50] [-cpus 4] [-rollouts 4] [-bandwidth 256] [-task 10s] [-placements stock,planned] [-remove-node 30s] [-stop-agent 5s -agent-silence 15s]
 package main
 
 import (
@@ -99,8 +103,11 @@ type params struct {
 	bandwidth float64
 	task      time.Duration
 	// removeNode, when set, is how long into the sweep node-0 is deleted,
-	// its kubelet and agent with it.
-	removeNode time.Duration
+	// its kubelet and agent with it; stopAgent, node-0's agent stopped.
+	removeNode, stopAgent time.Duration
+	// agentSilence is the engine's config.Fleet.AgentSilence (0: its
+	// default).
+	agentSilence time.Duration
 }
 
 func main() {
@@ -119,6 +126,8 @@ func main() {
 	flag.DurationVar(&p.task, "task", 10*time.Second, "how long a Pod runs once Ready")
 	only := flag.String("placements", "", "the placements to run, comma-separated (default all); the ratios are to the first")
 	flag.DurationVar(&p.removeNode, "remove-node", 0, "delete node-0 this long into the sweep (with one placement: the next would have a node less)")
+	flag.DurationVar(&p.stopAgent, "stop-agent", 0, "stop node-0's agent this long into the sweep (with one placement)")
+	flag.DurationVar(&p.agentSilence, "agent-silence", 0, "how long the engine waits for a silent agent before taking it for stopped (default the engine's)")
 	flag.Parse()
 	p.bandwidth = mib * (1 << 20)
 	var err error
@@ -126,8 +135,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench/sweep: -placements:", err)
 		os.Exit(2)
 	}
-	if p.removeNode > 0 && len(p.placements) != 1 {
-		fmt.Fprintln(os.Stderr, "bench/sweep: -remove-node takes one placement (-placements planned, say): the ones after it would run on a node less")
+	if (p.removeNode > 0 || p.stopAgent > 0) && len(p.placements) != 1 {
+		fmt.Fprintln(os.Stderr, "bench/sweep: -remove-node and -stop-agent take one placement (-placements planned, say): the ones after it would run on a node less, or without its agent")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -269,14 +278,17 @@ type simulator struct {
 
 // node is a kwok node's images.
 type node struct {
-	// store is only used from the sweep's event loop.
+	// mu guards the store and agentStopped, and orders the writes of what
+	// the node holds.
+	mu    sync.Mutex
 	store *store
-	// mu orders the writes of what the node holds.
-	mu sync.Mutex
 	// held is what its NodeImageCache, at resourceVersion, and its status
 	// list.
 	held            []swebench.Image
 	resourceVersion string
+	// agentStopped is set once its agent stopped: it pulls and writes no
+	// more; the kubelet goes on.
+	agentStopped bool
 }
 
 // warm gives each node p.warm images of each placement's copy, the same
@@ -312,22 +324,49 @@ func (s *simulator) warm(ctx context.Context, p params) error {
 	return g.Wait()
 }
 
-// pull starts pulling img on nodeName at now and returns when the image is
-// all there and the bytes pulled.
-func (s *simulator) pull(now time.Time, nodeName string, img swebench.Image) (time.Time, int64) {
-	return s.nodes[nodeName].store.pull(now, img.Layers, s.bandwidth)
+// pull starts pulling img on nodeName at now — for a Pod, by the kubelet,
+// or for a PrepullJob, by the agent — and returns when the image is all
+// there and the bytes pulled.
+func (s *simulator) pull(now time.Time, nodeName string, img swebench.Image, forPod bool) (time.Time, int64) {
+	n := s.nodes[nodeName]
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.store.pull(now, img.Layers, s.bandwidth, forPod)
+}
+
+// stopAgent stops nodeName's agent at now: the pulls of its jobs not begun
+// are dropped, and their bytes returned.
+func (s *simulator) stopAgent(now time.Time, nodeName string) int64 {
+	n := s.nodes[nodeName]
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.agentStopped = true
+	return n.store.cancel(now, s.bandwidth)
+}
+
+// agentRuns reports whether nodeName's agent runs.
+func (s *simulator) agentRuns(nodeName string) bool {
+	n := s.nodes[nodeName]
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return !n.agentStopped
 }
 
 // pulled lists img as held by nodeName, as its agent and kubelet would once
-// the pull is done.
+// the pull is done: the kubelet in the node's status, the agent, unless
+// stopped, in its NodeImageCache. A pull the agent's stop dropped lists
+// nothing.
 func (s *simulator) pulled(ctx context.Context, nodeName string, img swebench.Image) error {
 	n := s.nodes[nodeName]
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if slices.ContainsFunc(n.held, func(h swebench.Image) bool { return h.Name == img.Name }) {
+	if slices.ContainsFunc(n.held, func(h swebench.Image) bool { return h.Name == img.Name }) || !n.store.has(img.Layers, time.Now()) {
 		return nil
 	}
 	n.held = append(n.held, img)
+	if n.agentStopped {
+		return s.writeStatus(ctx, nodeName, n.held)
+	}
 	cache := swebench.NodeCache(nodeName, n.held)
 	// The simulator is the object's only writer.
 	cache.ResourceVersion = n.resourceVersion
@@ -421,8 +460,9 @@ func sweep(ctx context.Context, b *benchcluster.Bench, sim *simulator, webhookBi
 	ctx, cancel := context.WithCancelCause(ctx)
 	var counted pulls
 	played := make(chan error, 1)
+	stops := make(chan string, 1)
 	go func() {
-		err := sim.playNodes(ctx, ns, images, &counted)
+		err := sim.playNodes(ctx, ns, images, &counted, stops)
 		cancel(fmt.Errorf("playing the nodes: %w", err))
 		played <- err
 	}()
@@ -441,6 +481,7 @@ func sweep(ctx context.Context, b *benchcluster.Bench, sim *simulator, webhookBi
 	cfg.Template.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("64Mi")}
 	cfg.Template.ExtraPodSpec = &corev1.PodSpec{SchedulerName: pl.scheduler}
 	cfg.PlannedPulls = &pl.planned
+	cfg.AgentSilence.Duration = p.agentSilence
 	var ts []tasks.Task
 	for i, img := range images {
 		ts = append(ts, tasks.Task{ID: "task-" + strconv.Itoa(i), Image: img.Name})
@@ -470,6 +511,13 @@ func sweep(ctx context.Context, b *benchcluster.Bench, sim *simulator, webhookBi
 		})
 		defer removed.Stop()
 	}
+	if p.stopAgent > 0 {
+		stopped := time.AfterFunc(p.stopAgent, func() {
+			fmt.Fprintf(os.Stderr, "stopping node-0's agent %v into the sweep\n", p.stopAgent)
+			stops <- "node-0"
+		})
+		defer stopped.Stop()
+	}
 	_, err = f.Run(ctx, fleet.RunOptions{Work: hold, OnResult: func(res fleet.Result) {
 		if !res.OK {
 			failed = append(failed, res.ID+": "+res.Error)
@@ -492,7 +540,7 @@ func sweep(ctx context.Context, b *benchcluster.Bench, sim *simulator, webhookBi
 // kwok makes it Ready when that is there; a PrepullJob has each node it
 // selects pull its images, in order. A node lists an image once it is
 // all there. It counts the pulls in counted.
-func (s *simulator) playNodes(ctx context.Context, ns string, images []swebench.Image, counted *pulls) error {
+func (s *simulator) playNodes(ctx context.Context, ns string, images []swebench.Image, counted *pulls, stops <-chan string) error {
 	pods := s.clients.Kube.CoreV1().Pods(ns)
 	podEvents, err := retryWatch(ctx, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return pods.List(ctx, o) },
 		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return pods.Watch(ctx, o) })
@@ -516,10 +564,11 @@ func (s *simulator) playNodes(ctx context.Context, ns string, images []swebench.
 	for _, img := range images {
 		byName[img.Name] = img
 	}
-	// pull has nodeName pull img from now on, and list it when it is
-	// there; it returns when that is.
-	pull := func(now time.Time, nodeName string, img swebench.Image) time.Time {
-		at, pulled := s.pull(now, nodeName, img)
+	// pull has nodeName pull img from now on, for a Pod or a job, and list
+	// it when it is there; it returns when that is, and whether the node
+	// held it.
+	pull := func(now time.Time, nodeName string, img swebench.Image, forPod bool) (time.Time, bool) {
+		at, pulled := s.pull(now, nodeName, img, forPod)
 		counted.bytes += pulled
 		g.Go(func() error {
 			select {
@@ -529,7 +578,7 @@ func (s *simulator) playNodes(ctx context.Context, ns string, images []swebench.
 				return nil
 			}
 		})
-		return at
+		return at, pulled == 0 && !at.After(now)
 	}
 	bound, jobs := map[string]bool{}, map[string]bool{}
 	for {
@@ -551,7 +600,7 @@ func (s *simulator) playNodes(ctx context.Context, ns string, images []swebench.
 				return errors.Join(fmt.Errorf("pod %s runs %s, not an image of the sweep", pod.Name, pod.Spec.Containers[0].Image), g.Wait())
 			}
 			before := counted.bytes
-			at := pull(time.Now(), pod.Spec.NodeName, img)
+			at, _ := pull(time.Now(), pod.Spec.NodeName, img, true)
 			counted.sandboxes++
 			if counted.bytes == before {
 				counted.cached++
@@ -571,23 +620,73 @@ func (s *simulator) playNodes(ctx context.Context, ns string, images []swebench.
 			jobs[job.Name] = true
 			now := time.Now()
 			for name := range s.nodes {
-				if !labels.SelectorFromSet(job.Spec.NodeSelector).Matches(labels.Set{corev1.LabelHostname: name}) {
+				if !labels.SelectorFromSet(job.Spec.NodeSelector).Matches(labels.Set{corev1.LabelHostname: name}) || !s.agentRuns(name) {
 					continue
 				}
-				for _, ref := range job.Spec.Images {
+				arrivals := make([]time.Time, len(job.Spec.Images))
+				present := 0
+				for i, ref := range job.Spec.Images {
 					img, ok := byName[ref]
 					if !ok {
 						return errors.Join(fmt.Errorf("PrepullJob %s pulls %s, not an image of the sweep", job.Name, ref), g.Wait())
 					}
-					pull(now, name, img)
+					var held bool
+					if arrivals[i], held = pull(now, name, img, false); held {
+						present++
+					}
 				}
+				g.Go(func() error { return s.report(ctx, job, name, arrivals, present) })
 			}
+		case name := <-stops:
+			counted.bytes -= s.stopAgent(time.Now(), name)
 		case <-ctx.Done():
 			// A pull's failure ended ctx: it is the error.
 			if err := g.Wait(); err != nil {
 				return err
 			}
 			return ctx.Err()
+		}
+	}
+}
+
+// report writes nodeName's progress on job as its agent does: at once,
+// then as its images are there (at most every 2 s) and at least every
+// v1alpha1.PrepullHeartbeat while it pulls, until they all are or the
+// agent stopped. arrivals are when each image is there, present how many
+// the node held. The job pulls one image at a time: done is the first
+// images that are there.
+func (s *simulator) report(ctx context.Context, job *v1alpha1.PrepullJob, nodeName string, arrivals []time.Time, present int) error {
+	for {
+		now := time.Now()
+		done := slices.IndexFunc(arrivals, func(at time.Time) bool { return at.After(now) })
+		if done < 0 {
+			done = len(arrivals)
+		}
+		phase := v1alpha1.PrepullSucceeded
+		if done < len(arrivals) {
+			phase = v1alpha1.PrepullPulling
+		}
+		if !s.agentRuns(nodeName) {
+			return nil
+		}
+		entry := v1alpha1.NodePrepullStatus{Node: nodeName, Phase: phase, Pulled: int32(max(done-present, 0)), Present: int32(min(present, done)),
+			Pending: int32(len(arrivals) - done), UpdateTime: metav1.NewTime(now)}
+		patch := map[string]any{"status": map[string]any{"nodes": []v1alpha1.NodePrepullStatus{entry}}}
+		if err := s.clients.Client.Status().Patch(ctx, job, mergePatch(patch)); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			// The run deletes its jobs as it ends.
+			return client.IgnoreNotFound(err)
+		}
+		if phase == v1alpha1.PrepullSucceeded {
+			return nil
+		}
+		wait := min(max(arrivals[done].Sub(now), 2*time.Second), v1alpha1.PrepullHeartbeat)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil
 		}
 	}
 }
