@@ -140,7 +140,7 @@ bench-scheduler: testbin ## benchmark asrl-scheduler on 1,000 kwok nodes: Pods/s
 	go run ./bench/scheduler
 
 .PHONY: bench-sweep
-bench-sweep: testbin ## a simulated pull-bound sweep through the engine on 50 kwok nodes: wall time and bytes pulled, cache-aware placement and planned pulls against the stock scheduler (~15 min)
+bench-sweep: testbin ## a simulated pull-bound sweep through the engine on 50 kwok nodes: wall time and bytes pulled, --prepull, cache-aware placement and planned pulls against the stock scheduler (~25 min)
 	go run ./bench/sweep
 
 .PHONY: bench-nodecache

@@ -22,10 +22,15 @@
 //
 // Placements, each over its own copy of the images (other names and
 // digests, the same sizes, draws and order), so that one's pulls warm
-// nothing for the next:
+// nothing for the next, and each with a disk of -disk a node for its copy
+// (the NodeImageCaches say what its copy takes of it):
 //
 //   - the stock kube-scheduler, no pull plan (plannedPulls: false): what a
 //     user of the reference gets;
+//
+//   - the stock kube-scheduler with --prepull (fleet.WithPrepull): every
+//     node's agent pulls every image of the sweep, up to its disk's
+//     high-water mark (80% of -disk), before the first task;
 //
 //   - the stock kube-scheduler with the webhook's node-cache affinity
 //     (a SandboxPolicy with nodeCache), no pull plan;
@@ -48,6 +53,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -108,6 +114,8 @@ type params struct {
 	// agentSilence is the engine's config.Fleet.AgentSilence (0: its
 	// default).
 	agentSilence time.Duration
+	// disk is each node's image filesystem, in bytes, for each placement.
+	disk int64
 }
 
 func main() {
@@ -123,6 +131,7 @@ func main() {
 	flag.IntVar(&p.rollouts, "rollouts", 4, "Pods per image")
 	flag.IntVar(&p.warm, "warm", 4, "images each node holds at the start")
 	flag.Float64Var(&mib, "bandwidth", 256, "each node's pull bandwidth, MiB/s")
+	disk := flag.Int64("disk", 100, "each node's image filesystem for each placement, GiB")
 	flag.DurationVar(&p.task, "task", 10*time.Second, "how long a Pod runs once Ready")
 	only := flag.String("placements", "", "the placements to run, comma-separated (default all); the ratios are to the first")
 	flag.DurationVar(&p.removeNode, "remove-node", 0, "delete node-0 this long into the sweep (with one placement: the next would have a node less)")
@@ -130,6 +139,7 @@ func main() {
 	flag.DurationVar(&p.agentSilence, "agent-silence", 0, "how long the engine waits for a silent agent before taking it for stopped (default the engine's)")
 	flag.Parse()
 	p.bandwidth = mib * (1 << 20)
+	p.disk = *disk << 30
 	var err error
 	if p.placements, err = choose(*only); err != nil {
 		fmt.Fprintln(os.Stderr, "bench/sweep: -placements:", err)
@@ -154,6 +164,8 @@ type placement struct {
 	webhook bool
 	// planned has the engine plan the pulls (config.Fleet.PlannedPulls).
 	planned bool
+	// prepull has the engine pre-pull every image (fleet.WithPrepull).
+	prepull bool
 }
 
 // choose picks the placements named in list, in its order; all when it
@@ -166,7 +178,7 @@ func choose(list string) ([]placement, error) {
 	for name := range strings.SplitSeq(list, ",") {
 		i := slices.IndexFunc(placements, func(pl placement) bool { return pl.name == name })
 		if i < 0 {
-			return nil, fmt.Errorf("no placement %q: choose among stock, webhook, asrl and planned", name)
+			return nil, fmt.Errorf("no placement %q: choose among stock, prepull, webhook, asrl and planned", name)
 		}
 		out = append(out, placements[i])
 	}
@@ -175,6 +187,7 @@ func choose(list string) ([]placement, error) {
 
 var placements = []placement{
 	{name: "stock", about: "kube-scheduler", scheduler: corev1.DefaultSchedulerName},
+	{name: "prepull", about: "kube-scheduler + --prepull", scheduler: corev1.DefaultSchedulerName, prepull: true},
 	{name: "webhook", about: "kube-scheduler + webhook affinity", scheduler: corev1.DefaultSchedulerName, webhook: true},
 	{name: "asrl", about: "asrl-scheduler", scheduler: testscheduler.SchedulerName},
 	{name: "planned", about: "kube-scheduler + planned pulls", scheduler: corev1.DefaultSchedulerName, planned: true},
@@ -215,7 +228,7 @@ func run(ctx context.Context, p params) error {
 			}
 		}
 	}
-	sim := &simulator{clients: clients, bandwidth: p.bandwidth, nodes: map[string]*node{}, registry: registry.Host}
+	sim := &simulator{clients: clients, bandwidth: p.bandwidth, disk: p.disk, nodes: map[string]*node{}, registry: registry.Host, family: p.placements[0].name}
 	if err := sim.warm(ctx, p); err != nil {
 		return err
 	}
@@ -271,7 +284,12 @@ func run(ctx context.Context, p params) error {
 type simulator struct {
 	clients   *kube.Clients
 	bandwidth float64
-	nodes     map[string]*node
+	// disk is a node's image filesystem for each placement's copy.
+	disk  int64
+	nodes map[string]*node
+	// family is the placement whose sweep runs, whose copy's share of
+	// the disk the NodeImageCaches tell; set between sweeps only.
+	family string
 	// registry is the images' registry host.
 	registry string
 }
@@ -286,6 +304,8 @@ type node struct {
 	// list.
 	held            []swebench.Image
 	resourceVersion string
+	// used is, by family, the bytes of its layers on the node or coming.
+	used map[string]int64
 	// agentStopped is set once its agent stopped: it pulls and writes no
 	// more; the kubelet goes on.
 	agentStopped bool
@@ -299,7 +319,7 @@ func (s *simulator) warm(ctx context.Context, p params) error {
 	g.SetLimit(16)
 	for i := range p.nodes {
 		name := fmt.Sprintf("node-%d", i)
-		n := &node{}
+		n := &node{used: map[string]int64{}}
 		for range p.warm {
 			repo, instance := rng.IntN(p.repos), rng.IntN(p.instances)
 			for _, pl := range p.placements {
@@ -311,9 +331,12 @@ func (s *simulator) warm(ctx context.Context, p params) error {
 			layers = append(layers, img.Layers...)
 		}
 		n.store = newStore(layers)
+		for _, l := range n.store.layers() {
+			n.used[familyOf(n.held, l)] += l.Size
+		}
 		s.nodes[name] = n
 		g.Go(func() error {
-			cache := swebench.NodeCache(name, n.held)
+			cache := s.cache(name, n)
 			if err := s.clients.Client.Create(ctx, cache); err != nil {
 				return err
 			}
@@ -324,6 +347,49 @@ func (s *simulator) warm(ctx context.Context, p params) error {
 	return g.Wait()
 }
 
+// familyOf is the family of the image of held that has layer l.
+func familyOf(held []swebench.Image, l v1alpha1.Layer) string {
+	for _, img := range held {
+		if slices.Contains(img.Layers, l) {
+			return img.Family
+		}
+	}
+	return ""
+}
+
+// cache is n's NodeImageCache: what it holds, and its image filesystem as
+// the sweep's placement has it. Callers hold n.mu, or own n.
+func (s *simulator) cache(nodeName string, n *node) *v1alpha1.NodeImageCache {
+	c := swebench.NodeCache(nodeName, n.held)
+	used := n.used[s.family]
+	c.ImageFilesystem = v1alpha1.ImageFilesystem{UsedBytes: used, CapacityBytes: s.disk, AvailableBytes: max(s.disk-used, 0)}
+	return c
+}
+
+// runs has the NodeImageCaches tell family's share of the nodes' disks,
+// for its sweep.
+func (s *simulator) runs(ctx context.Context, family string) error {
+	s.family = family
+	for name, n := range s.nodes {
+		if err := s.updateCache(ctx, name, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// updateCache writes n's NodeImageCache; callers hold n.mu, or own n.
+func (s *simulator) updateCache(ctx context.Context, nodeName string, n *node) error {
+	cache := s.cache(nodeName, n)
+	// The simulator is the object's only writer.
+	cache.ResourceVersion = n.resourceVersion
+	if err := s.clients.Client.Update(ctx, cache); err != nil {
+		return err
+	}
+	n.resourceVersion = cache.ResourceVersion
+	return nil
+}
+
 // pull starts pulling img on nodeName at now — for a Pod, by the kubelet,
 // or for a PrepullJob, by the agent — and returns when the image is all
 // there and the bytes pulled.
@@ -331,7 +397,19 @@ func (s *simulator) pull(now time.Time, nodeName string, img swebench.Image, for
 	n := s.nodes[nodeName]
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.store.pull(now, img.Layers, s.bandwidth, forPod)
+	at, pulled := n.store.pull(now, img.Layers, s.bandwidth, forPod)
+	n.used[img.Family] += pulled
+	return at, pulled
+}
+
+// fits reports whether nodeName's agent starts a pull of img under a
+// disk high-water mark of highWater percent: not once its placement's
+// share of the disk is that full.
+func (s *simulator) fits(nodeName string, img swebench.Image, highWater int32) bool {
+	n := s.nodes[nodeName]
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.used[img.Family] < s.disk/100*int64(highWater)
 }
 
 // stopAgent stops nodeName's agent at now: the pulls of its jobs not begun
@@ -341,7 +419,9 @@ func (s *simulator) stopAgent(now time.Time, nodeName string) int64 {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.agentStopped = true
-	return n.store.cancel(now, s.bandwidth)
+	dropped := n.store.cancel(now, s.bandwidth)
+	n.used[s.family] -= dropped
+	return dropped
 }
 
 // agentRuns reports whether nodeName's agent runs.
@@ -367,13 +447,9 @@ func (s *simulator) pulled(ctx context.Context, nodeName string, img swebench.Im
 	if n.agentStopped {
 		return s.writeStatus(ctx, nodeName, n.held)
 	}
-	cache := swebench.NodeCache(nodeName, n.held)
-	// The simulator is the object's only writer.
-	cache.ResourceVersion = n.resourceVersion
-	if err := s.clients.Client.Update(ctx, cache); err != nil {
+	if err := s.updateCache(ctx, nodeName, n); err != nil {
 		return err
 	}
-	n.resourceVersion = cache.ResourceVersion
 	return s.writeStatus(ctx, nodeName, n.held)
 }
 
@@ -441,6 +517,9 @@ type pulls struct {
 func sweep(ctx context.Context, b *benchcluster.Bench, sim *simulator, webhookBin string, pl placement, images []swebench.Image, p params) (r result, err error) {
 	ns := "sweep-" + pl.name
 	c := sim.clients.Client
+	if err := sim.runs(ctx, pl.name); err != nil {
+		return result{}, err
+	}
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		return result{}, err
 	}
@@ -487,7 +566,11 @@ func sweep(ctx context.Context, b *benchcluster.Bench, sim *simulator, webhookBi
 		ts = append(ts, tasks.Task{ID: "task-" + strconv.Itoa(i), Image: img.Name})
 	}
 	targets := []fleet.Target{{Config: config.Cluster{Name: "sweep", Weight: 1}, Clients: clients}}
-	f, err := fleet.Open(ctx, "sweep-"+pl.name, cfg, ts, targets)
+	var opts []fleet.Option
+	if pl.prepull {
+		opts = append(opts, fleet.WithPrepull(nodecache.DefaultHighWaterPercent))
+	}
+	f, err := fleet.Open(ctx, "sweep-"+pl.name, cfg, ts, targets, opts...)
 	if err != nil {
 		return r, err
 	}
@@ -623,19 +706,25 @@ func (s *simulator) playNodes(ctx context.Context, ns string, images []swebench.
 				if !labels.SelectorFromSet(job.Spec.NodeSelector).Matches(labels.Set{corev1.LabelHostname: name}) || !s.agentRuns(name) {
 					continue
 				}
-				arrivals := make([]time.Time, len(job.Spec.Images))
+				var arrivals []time.Time
 				present := 0
-				for i, ref := range job.Spec.Images {
+				highWater := cmp.Or(job.Spec.DiskHighWaterPercent, nodecache.DefaultHighWaterPercent)
+				for _, ref := range job.Spec.Images {
 					img, ok := byName[ref]
 					if !ok {
 						return errors.Join(fmt.Errorf("PrepullJob %s pulls %s, not an image of the sweep", job.Name, ref), g.Wait())
 					}
-					var held bool
-					if arrivals[i], held = pull(now, name, img, false); held {
+					if !s.fits(name, img, highWater) {
+						break
+					}
+					at, held := pull(now, name, img, false)
+					arrivals = append(arrivals, at)
+					if held {
 						present++
 					}
 				}
-				g.Go(func() error { return s.report(ctx, job, name, arrivals, present) })
+				// Each report writes the server's answer into its job.
+				g.Go(func() error { return s.report(ctx, job.DeepCopy(), name, arrivals, present) })
 			}
 		case name := <-stops:
 			counted.bytes -= s.stopAgent(time.Now(), name)
@@ -652,9 +741,12 @@ func (s *simulator) playNodes(ctx context.Context, ns string, images []swebench.
 // report writes nodeName's progress on job as its agent does: at once,
 // then as its images are there (at most every 2 s) and at least every
 // v1alpha1.PrepullHeartbeat while it pulls, until they all are or the
-// agent stopped. arrivals are when each image is there, present how many
-// the node held. The job pulls one image at a time: done is the first
-// images that are there.
+// agent stopped; by server-side apply under a field manager of the
+// node's, so that the nodes a job selects write their entries side by
+// side. arrivals are when each image pulled is there (the first of the
+// job's images: the disk's high-water mark stopped the rest), present how
+// many the node held. The job pulls one image at a time: done is the
+// first images that are there.
 func (s *simulator) report(ctx context.Context, job *v1alpha1.PrepullJob, nodeName string, arrivals []time.Time, present int) error {
 	for {
 		now := time.Now()
@@ -662,27 +754,43 @@ func (s *simulator) report(ctx context.Context, job *v1alpha1.PrepullJob, nodeNa
 		if done < 0 {
 			done = len(arrivals)
 		}
-		phase := v1alpha1.PrepullSucceeded
-		if done < len(arrivals) {
-			phase = v1alpha1.PrepullPulling
+		entry := v1alpha1.NodePrepullStatus{Node: nodeName, Phase: v1alpha1.PrepullPulling, Pulled: int32(max(done-present, 0)), Present: int32(min(present, done)),
+			Pending: int32(len(job.Spec.Images) - done), UpdateTime: metav1.NewTime(now)}
+		switch {
+		case done < len(arrivals):
+		case len(arrivals) < len(job.Spec.Images):
+			entry.Phase, entry.Message = v1alpha1.PrepullStopped, "the image filesystem reached the disk high-water mark"
+		default:
+			entry.Phase = v1alpha1.PrepullSucceeded
 		}
 		if !s.agentRuns(nodeName) {
 			return nil
 		}
-		entry := v1alpha1.NodePrepullStatus{Node: nodeName, Phase: phase, Pulled: int32(max(done-present, 0)), Present: int32(min(present, done)),
-			Pending: int32(len(arrivals) - done), UpdateTime: metav1.NewTime(now)}
-		patch := map[string]any{"status": map[string]any{"nodes": []v1alpha1.NodePrepullStatus{entry}}}
-		if err := s.clients.Client.Status().Patch(ctx, job, mergePatch(patch)); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			// The run deletes its jobs as it ends.
-			return client.IgnoreNotFound(err)
+		patch, err := json.Marshal(map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "PrepullJob",
+			"metadata": map[string]string{"name": job.Name, "namespace": job.Namespace},
+			"status":   map[string]any{"nodes": []v1alpha1.NodePrepullStatus{entry}}})
+		if err != nil {
+			return err
 		}
-		if phase == v1alpha1.PrepullSucceeded {
+		err = s.clients.Client.Status().Patch(ctx, job, client.RawPatch(types.ApplyPatchType, patch),
+			client.FieldOwner("sweep-agent-"+nodeName), client.ForceOwnership)
+		switch {
+		case ctx.Err() != nil, apierrors.IsNotFound(err):
+			// The run deletes its jobs as it ends.
+			return nil
+		case err != nil:
+			// As the agent does, write again at the next turn: a busy API
+			// server times some writes out.
+		case entry.Phase != v1alpha1.PrepullPulling:
 			return nil
 		}
-		wait := min(max(arrivals[done].Sub(now), 2*time.Second), v1alpha1.PrepullHeartbeat)
+		wait := v1alpha1.PrepullHeartbeat
+		switch {
+		case err != nil:
+			wait = 2 * time.Second
+		case done < len(arrivals):
+			wait = min(max(arrivals[done].Sub(now), 2*time.Second), wait)
+		}
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():

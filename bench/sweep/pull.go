@@ -13,8 +13,8 @@ type store struct {
 	// arrival is when each layer the node holds or is pulling is there
 	// (the zero time for a layer it held from the start).
 	arrival map[string]time.Time
-	// size is the size of each layer pulled; forPod says which a Pod
-	// waits for (the kubelet pulls them), not only a PrepullJob.
+	// size is the size of each layer; forPod says which a Pod waits for
+	// (the kubelet pulls them), not only a PrepullJob.
 	size   map[string]int64
 	forPod map[string]bool
 }
@@ -23,8 +23,18 @@ func newStore(held []v1alpha1.Layer) *store {
 	s := &store{arrival: map[string]time.Time{}, size: map[string]int64{}, forPod: map[string]bool{}}
 	for _, l := range held {
 		s.arrival[l.Digest] = time.Time{}
+		s.size[l.Digest] = l.Size
 	}
 	return s
+}
+
+// layers are the layers the node holds or is pulling, each once.
+func (s *store) layers() []v1alpha1.Layer {
+	out := make([]v1alpha1.Layer, 0, len(s.arrival))
+	for digest := range s.arrival {
+		out = append(out, v1alpha1.Layer{Digest: digest, Size: s.size[digest]})
+	}
+	return out
 }
 
 // pull queues the layers the node neither holds nor is pulling, one after
@@ -64,10 +74,10 @@ func (s *store) pull(now time.Time, layers []v1alpha1.Layer, bandwidth float64, 
 func (s *store) cancel(now time.Time, bandwidth float64) (dropped int64) {
 	s.idle = now
 	for digest, at := range s.arrival {
-		size, pulled := s.size[digest]
+		size := s.size[digest]
 		begins := at.Add(-time.Duration(float64(size) / bandwidth * float64(time.Second)))
 		switch {
-		case pulled && !s.forPod[digest] && begins.After(now):
+		case !s.forPod[digest] && begins.After(now):
 			delete(s.arrival, digest)
 			dropped += size
 		case at.After(s.idle):

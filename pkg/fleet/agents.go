@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
+	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/labels"
 )
@@ -67,8 +69,10 @@ type agentSeen struct {
 	at   time.Time
 }
 
+// newAgentWatch watches for agents silent for silence; none (a config
+// not from config.Default or Load) is the default, not an instant.
 func newAgentWatch(silence time.Duration) *agentWatch {
-	return &agentWatch{silence: silence, seen: map[string]agentSeen{}}
+	return &agentWatch{silence: cmp.Or(silence, config.DefaultAgentSilence), seen: map[string]agentSeen{}}
 }
 
 // stopped records node's report r (ok false: none) seen at now and reports

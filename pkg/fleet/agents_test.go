@@ -82,7 +82,9 @@ func TestAgentWatch(t *testing.T) {
 		{"pulling again", []look{{0, pulling("1"), true, false}, {30 * time.Second, agentReport{sign: "2"}, true, false},
 			{70 * time.Second, pulling("3"), true, false}, {120 * time.Second, pulling("3"), true, false}}},
 	} {
-		w := newAgentWatch(time.Minute)
+		// No silence is the default minute: a config not from
+		// config.Default must not take every pulling agent for stopped.
+		w := newAgentWatch(0)
 		for i, l := range tc.looks {
 			if got := w.stopped("n", l.r, l.ok, t0.Add(l.at)); got != l.stopped {
 				t.Errorf("%s: look %d at %v: stopped %v, want %v", tc.name, i, l.at, got, l.stopped)

@@ -330,6 +330,9 @@ type Disk struct {
 	Nodes int `json:"nodes,omitempty"`
 }
 
+// DefaultAgentSilence is AgentSilence's default.
+const DefaultAgentSilence = time.Minute
+
 // Default returns the configuration with every default filled in.
 func Default() Fleet {
 	f := Fleet{APIVersion: APIVersion, Kind: Kind}
@@ -346,7 +349,7 @@ func (f *Fleet) applyDefaults() {
 	f.ClaimPacing = cmp.Or(f.ClaimPacing, "none")
 	f.ClaimGrace.Duration = cmp.Or(f.ClaimGrace.Duration, 2*time.Minute)
 	f.UnschedulableGrace.Duration = cmp.Or(f.UnschedulableGrace.Duration, 10*time.Minute)
-	f.AgentSilence.Duration = cmp.Or(f.AgentSilence.Duration, time.Minute)
+	f.AgentSilence.Duration = cmp.Or(f.AgentSilence.Duration, DefaultAgentSilence)
 	f.ControllerGrace.Duration = cmp.Or(f.ControllerGrace.Duration, 2*time.Minute)
 	f.MaxWarmPoolSize = cmp.Or(f.MaxWarmPoolSize, 8)
 	f.ReadyTimeout.Duration = cmp.Or(f.ReadyTimeout.Duration, 15*time.Minute)
