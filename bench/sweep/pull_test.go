@@ -7,9 +7,12 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 )
 
+// t0 is the tests' start; at is s seconds after it.
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+
 func TestStorePull(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	base := v1alpha1.Layer{Digest: "b", Size: 300}
 	env := v1alpha1.Layer{Digest: "e", Size: 200}
 	one := v1alpha1.Layer{Digest: "1", Size: 10}
@@ -62,8 +65,6 @@ func TestStorePull(t *testing.T) {
 // An agent that stops drops the layers only its job queued that had not
 // begun; the one being fetched, and those a Pod waits for, still come.
 func TestStoreCancel(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	a := v1alpha1.Layer{Digest: "a", Size: 100}
 	b := v1alpha1.Layer{Digest: "b", Size: 100}
 	c := v1alpha1.Layer{Digest: "c", Size: 100}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
@@ -23,8 +24,6 @@ type agentReport struct {
 	pulling bool
 	// held are the images the node pulled or had.
 	held map[string]bool
-	// jobs are the names of the jobs that select the node.
-	jobs []string
 }
 
 // agentReports are the reports of the nodes (by name) that wrote in jobs.
@@ -40,7 +39,6 @@ func agentReports(jobs []v1alpha1.PrepullJob) map[string]agentReport {
 			}
 			r.sign += job.Name + "@" + e.UpdateTime.UTC().String() + " "
 			r.pulling = r.pulling || e.Phase == v1alpha1.PrepullPulling && e.Pending > 0
-			r.jobs = append(r.jobs, job.Name)
 			done := int(e.Pulled + e.Present + e.Failed)
 			for _, img := range job.Spec.Images[:min(max(done, 0), len(job.Spec.Images))] {
 				if !slices.ContainsFunc(e.Failures, func(f v1alpha1.ImagePullFailure) bool { return f.Image == img }) {
@@ -108,16 +106,17 @@ func (f *Fleet) watchAgents(ctx context.Context, q *queued, w *agentWatch) {
 		q.mu.Unlock()
 		r, ok := reports[n.name]
 		if !out && w.stopped(n.name, r, ok, now) {
-			f.agentStopped(ctx, q, n, r)
+			f.agentStopped(ctx, q, n, r, jobs.Items)
 		}
 	}
 }
 
 // agentStopped takes from n, whose agent stopped, the tasks not started
 // of the images its agent did not pull, which go to the other planned
-// nodes (replan) and no more to n; n runs the rest. Its jobs are deleted:
-// an agent that comes back pulls nothing n no longer runs.
-func (f *Fleet) agentStopped(ctx context.Context, q *queued, n *nodeQueue, r agentReport) {
+// nodes (replan) and no more to n; n runs the rest. Its jobs, of the
+// run's jobs, are deleted (those it never wrote in too): an agent that
+// comes back pulls nothing n no longer runs.
+func (f *Fleet) agentStopped(ctx context.Context, q *queued, n *nodeQueue, r agentReport, jobs []v1alpha1.PrepullJob) {
 	q.mu.Lock()
 	n.agentStopped = true
 	moved := n.lanes.take(func(t tasks.Task) bool { return !r.held[t.Image] })
@@ -126,11 +125,12 @@ func (f *Fleet) agentStopped(ctx context.Context, q *queued, n *nodeQueue, r age
 	f.log.Info("Planned pulls: a planned node's agent stopped reporting its pulls; the tasks of the images it has not pulled go to the other planned nodes",
 		"node", n.hostname, "silence", f.cfg.AgentSilence.Duration, "moved", len(moved), "held", len(r.held))
 	c := f.clusters[0]
-	for _, name := range r.jobs {
-		job := &v1alpha1.PrepullJob{}
-		job.Namespace, job.Name = c.Namespace(), name
-		if err := client.IgnoreNotFound(c.Clients.Client.Delete(ctx, job)); err != nil && ctx.Err() == nil {
-			f.log.Error(err, "Planned pulls: deleting the PrepullJob of a node whose agent stopped failed; the run's end deletes it", "job", name)
+	for _, job := range jobs {
+		if job.Spec.NodeSelector[corev1.LabelHostname] != n.hostname {
+			continue
+		}
+		if err := client.IgnoreNotFound(c.Clients.Client.Delete(ctx, &job)); err != nil && ctx.Err() == nil {
+			f.log.Error(err, "Planned pulls: deleting the PrepullJob of a node whose agent stopped failed; the run's end deletes it", "job", job.Name)
 		}
 	}
 	for _, img := range imagesOf(moved) {
