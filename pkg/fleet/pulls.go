@@ -145,7 +145,7 @@ func pullNodes(nodes []corev1.Node, caches map[string]nodeHolds, request corev1.
 		}
 		budget := int64(-1)
 		if fs := cache.fs; fs.CapacityBytes > 0 {
-			budget = max(0, fs.CapacityBytes/100*int64(highWater)-fs.UsedBytes)
+			budget = max(0, nodecache.Room(fs, highWater))
 		}
 		hostnames[n.Name] = hostname
 		out = append(out, pullplan.Node{Name: n.Name, Slots: slots(n.Status.Allocatable, request), Budget: budget, Held: cache.held})

@@ -56,8 +56,10 @@ func TestPullNodes(t *testing.T) {
 		}
 		return n
 	}
+	// used is all that fills the filesystem, of which the images are a
+	// tenth: the plan's budget is what the agent will pull.
 	cache := func(capacity, used int64, digests ...string) nodeHolds {
-		c := &v1alpha1.NodeImageCache{ImageFilesystem: v1alpha1.ImageFilesystem{CapacityBytes: capacity, UsedBytes: used}}
+		c := &v1alpha1.NodeImageCache{ImageFilesystem: v1alpha1.ImageFilesystem{CapacityBytes: capacity, AvailableBytes: capacity - used, UsedBytes: used / 10}}
 		for _, d := range digests {
 			c.Layers = append(c.Layers, v1alpha1.Layer{Digest: d, Size: 1})
 		}

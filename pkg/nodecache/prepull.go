@@ -61,20 +61,30 @@ func Admit(fs v1alpha1.ImageFilesystem, highWaterPercent int32, r Reservations) 
 	if fs.CapacityBytes <= 0 {
 		return Admission{Stop, "the disk budget cannot be checked: the agent cannot see the image filesystem's size (give the agent --image-fs-path, a directory on the filesystem the runtime keeps images on); no pulls"}
 	}
-	used := fs.CapacityBytes - fs.AvailableBytes
-	mark := fs.CapacityBytes * int64(highWaterPercent) / 100
-	committed := used + int64(r.InFlight)*r.Estimate
+	room := Room(fs, highWaterPercent)
+	committed := int64(r.InFlight) * r.Estimate
 	switch {
-	case committed >= mark && r.InFlight > 0:
+	case committed >= room && r.InFlight > 0:
 		return Admission{Wait, ""}
-	case committed >= mark:
+	case committed >= room:
+		used := fs.CapacityBytes - fs.AvailableBytes
 		percent := float64(used) * 100 / float64(fs.CapacityBytes)
 		return Admission{Stop, fmt.Sprintf("the image filesystem is %.0f%% full (%s of %s), at or past the high-water mark of %d%% (the job's, within the agent's --max-high-water); no more pulls",
 			percent, quantity(used), quantity(fs.CapacityBytes), highWaterPercent)}
-	case r.InFlight > 0 && (r.Estimate == 0 || committed+r.Estimate > mark):
+	case r.InFlight > 0 && (r.Estimate == 0 || committed+r.Estimate > room):
 		return Admission{Wait, ""}
 	}
 	return Admission{Start, ""}
+}
+
+// Room is how many bytes may still be pulled onto the image filesystem fs
+// before it is highWaterPercent full, counting all that fills it, not
+// only images (a node's logs and containers' writes share it); negative
+// past the mark. It is what an agent admits pulls by, so a plan of
+// pulls sized by it asks no more of a node than its agent will pull.
+func Room(fs v1alpha1.ImageFilesystem, highWaterPercent int32) int64 {
+	mark := fs.CapacityBytes * int64(highWaterPercent) / 100
+	return mark - (fs.CapacityBytes - fs.AvailableBytes)
 }
 
 func quantity(bytes int64) string {
