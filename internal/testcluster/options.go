@@ -22,6 +22,8 @@ type options struct {
 	cpus                []int
 	pullDelays          bool
 	restartExits        bool
+	// registryLink is the rate of the registry's shared link; 0: its default.
+	registryLink int
 }
 
 func defaultOptions() options {
@@ -97,6 +99,15 @@ func Detached() Option {
 // image pulls, exec, logs and disk usage are what they would be anywhere.
 func WithRealNode() Option {
 	return func(o *options) { o.realNode = true }
+}
+
+// WithRegistryLink has the real node's registry serve the blobs of
+// repositories with a path element named link (ADDR/a/link/b) over one
+// link of bytesPerSecond that all their pulls share, as a node's pulls
+// share its network, so that a benchmark's pulls take the time they would
+// over a network.
+func WithRegistryLink(bytesPerSecond int) Option {
+	return func(o *options) { o.registryLink = bytesPerSecond }
 }
 
 // WithNetworkPolicies has the real node enforce NetworkPolicies, as a

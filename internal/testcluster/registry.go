@@ -15,7 +15,11 @@ func (c *Cluster) startRegistry(ctx context.Context) error {
 		return err
 	}
 	c.node.Registry = addr
-	p, err := c.run("registry", registryArgs(addr, filepath.Join(c.node.Dir, "registry")))
+	args := registryArgs(addr, filepath.Join(c.node.Dir, "registry"))
+	if c.opts.registryLink > 0 {
+		args = append(args, "--link-bytes-per-second="+strconv.Itoa(c.opts.registryLink))
+	}
+	p, err := c.run("registry", args)
 	if err != nil {
 		return err
 	}

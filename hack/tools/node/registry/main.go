@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -20,6 +21,7 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:5000", "loopback address to listen on")
 	dir := flag.String("blobs", "", "directory for blobs")
 	slowRate := flag.Int("slow-bytes-per-second", 4<<20, "rate at which the blobs of repositories with a path element named slow are served, so that tests can watch a pull in progress")
+	linkRate := flag.Int("link-bytes-per-second", 16<<20, "rate of the link that the blobs of repositories with a path element named link share, as the pulls of a node share its network")
 	flag.Parse()
 	if *dir == "" {
 		log.Fatal("--blobs is required")
@@ -33,41 +35,66 @@ func main() {
 	handler := registry.New(registry.WithBlobHandler(registry.NewDiskBlobHandler(*dir)))
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
-	mux.Handle("/", slowed(handler, *slowRate))
+	mux.Handle("/", slowed(handler, *slowRate, &link{rate: *linkRate}))
 	srv := &http.Server{Addr: *addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	log.Printf("registry listening on %s, blobs in %s", *addr, *dir)
 	log.Fatal(srv.ListenAndServe())
 }
 
 // slowed serves the blobs of repositories with a path element named slow
-// (/v2/a/slow/b/blobs/...) at rate bytes a second, and the rest as next
-// does.
-func slowed(next http.Handler, rate int) http.Handler {
+// (/v2/a/slow/b/blobs/...) at rate bytes a second each, those with a path
+// element named link over the one shared link, and the rest as next does.
+func slowed(next http.Handler, rate int, shared *link) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/slow/") && strings.Contains(r.URL.Path, "/blobs/") {
-			w = &throttled{ResponseWriter: w, rate: rate, start: time.Now()}
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
+			switch {
+			case strings.Contains(r.URL.Path, "/slow/"):
+				w = &throttled{ResponseWriter: w, chunk: max(rate/10, 1), due: (&link{rate: rate}).take}
+			case strings.Contains(r.URL.Path, "/link/"):
+				w = &throttled{ResponseWriter: w, chunk: max(shared.rate/10, 1), due: shared.take}
+			}
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// throttled writes no faster than rate bytes a second since start, in
-// chunks of a tenth of a second's worth.
+// link is a connection of rate bytes a second that writers take turns on:
+// each chunk is sent when the link has sent every chunk taken before it.
+type link struct {
+	rate int
+	mu   sync.Mutex
+	free time.Time // when the link has sent all it was given
+}
+
+// take reserves the link for n bytes and says when they are sent.
+func (l *link) take(n int) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.free = later(l.free, time.Now()).Add(time.Duration(float64(n) / float64(l.rate) * float64(time.Second)))
+	return l.free
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// throttled writes in chunks, each once its link says it is sent.
 type throttled struct {
 	http.ResponseWriter
-	rate    int
-	start   time.Time
-	written int
+	chunk int
+	due   func(n int) time.Time
 }
 
 func (t *throttled) Write(p []byte) (int, error) {
-	chunk := max(t.rate/10, 1)
 	n := 0
 	for len(p) > 0 {
-		c := min(chunk, len(p))
+		c := min(t.chunk, len(p))
+		time.Sleep(time.Until(t.due(c)))
 		m, err := t.ResponseWriter.Write(p[:c])
 		n += m
-		t.written += m
 		if err != nil {
 			return n, err
 		}
@@ -75,8 +102,6 @@ func (t *throttled) Write(p []byte) (int, error) {
 			f.Flush()
 		}
 		p = p[c:]
-		due := t.start.Add(time.Duration(float64(t.written) / float64(t.rate) * float64(time.Second)))
-		time.Sleep(time.Until(due))
 	}
 	return n, nil
 }
