@@ -82,8 +82,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/klog/v2"
-	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
-	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -615,7 +613,7 @@ func sweep(ctx context.Context, b *benchcluster.Bench, sim *simulator, webhookBi
 	if len(failed) > 0 {
 		return r, fmt.Errorf("%d of %d tasks failed, first %s", len(failed), len(ts), failed[0])
 	}
-	return r, nothingLeft(ctx, c, ns)
+	return r, benchcluster.NothingLeft(ctx, c, ns)
 }
 
 // playNodes plays the kubelets and agents of the nodes for ns until ctx
@@ -812,36 +810,6 @@ func retryWatch(ctx context.Context, list func(context.Context, metav1.ListOptio
 		return nil, err
 	}
 	return watchtools.NewRetryWatcherWithContext(ctx, rv, &cache.ListWatch{WatchFuncWithContext: watchFunc})
-}
-
-// nothingLeft waits up to a minute for nothing of the run to be left in
-// ns — no claim, pool, template, Sandbox, Pod or PrepullJob — as the garbage
-// collector and kwok finish what the engine's teardown deleted.
-func nothingLeft(ctx context.Context, c client.Client, ns string) error {
-	deadline := time.Now().Add(time.Minute)
-	for {
-		var left []string
-		for _, list := range []client.ObjectList{&extensionsv1beta1.SandboxClaimList{}, &extensionsv1beta1.SandboxWarmPoolList{},
-			&extensionsv1beta1.SandboxTemplateList{}, &sandboxv1beta1.SandboxList{}, &corev1.PodList{}, &v1alpha1.PrepullJobList{}} {
-			if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
-				return err
-			}
-			if n := apimeta.LenList(list); n > 0 {
-				left = append(left, fmt.Sprintf("%d %T", n, list))
-			}
-		}
-		if len(left) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the run left %v in %s a minute after it ended", left, ns)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Second):
-		}
-	}
 }
 
 // nodeCacheAffinity runs the webhook for ns with a SandboxPolicy asking for
