@@ -143,6 +143,10 @@ bench-scheduler: testbin ## benchmark asrl-scheduler on 1,000 kwok nodes: Pods/s
 bench-sweep: testbin ## a simulated pull-bound sweep through the engine on 50 kwok nodes: wall time and bytes pulled, --prepull, cache-aware placement and planned pulls against the stock scheduler (~25 min)
 	go run ./bench/sweep
 
+.PHONY: bench-sweepnode
+bench-sweepnode: testbin node-deps ## a pull-bound sweep through the engine on the real node, its agent built and run as shipped: wall time with planned pulls against without (~10 min)
+	go run ./bench/sweepnode
+
 .PHONY: bench-nodecache
 bench-nodecache: testbin ## benchmark asrl-prepull-agent with 5,000 images on its node: object size, RSS, CPU per change (~2 min)
 	go run ./bench/nodecache
