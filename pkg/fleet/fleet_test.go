@@ -13,10 +13,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	sandboxv1beta1 "sigs.k8s.io/agent-sandbox/api/v1beta1"
 	extensionsv1beta1 "sigs.k8s.io/agent-sandbox/extensions/api/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -570,6 +572,108 @@ func TestPlannedPullsWithoutAgents(t *testing.T) {
 		t.Errorf("the run spoke of planned pulls %d times, want once", said)
 	}
 	assertEmpty(t, ctx, f)
+}
+
+// A user who may read the nodes and their caches, as planning needs, but
+// not create or read PrepullJobs — the shipped RBAC grants them to no
+// namespace's user (docs/admin.md) — runs a planned sweep: the refusal is
+// logged once, each image's tasks still run on its planned node, every
+// task ends well, the run ends with no error of its own about PrepullJobs,
+// and the user's check finds nothing left.
+func TestPlannedPullsRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ctx, logged := captureLog(ctx)
+	admin, err := cluster.Clients("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer := func(digest string) v1alpha1.Layer { return v1alpha1.Layer{Digest: digest, Size: 1 << 30} }
+	createCaches(t, ctx, admin, []*v1alpha1.NodeImageCache{
+		{ObjectMeta: metav1.ObjectMeta{Name: "kwok-node-0"}, Layers: []v1alpha1.Layer{layer("00000000000000a0")},
+			Images: []v1alpha1.CachedImage{{Names: []string{"example.com/swe/a:0"}, Layers: []int32{0}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "kwok-node-1"}, Layers: []v1alpha1.Layer{layer("00000000000000b0")},
+			Images: []v1alpha1.CachedImage{{Names: []string{"example.com/swe/b:0"}, Layers: []int32{0}}}},
+	})
+	want := map[string]string{"example.com/swe/a:0": "kwok-node-0", "example.com/swe/b:0": "kwok-node-1"}
+	var ts []tasks.Task
+	for _, img := range []string{"example.com/swe/b:0", "example.com/swe/a:0"} {
+		for range 2 {
+			ts = append(ts, tasks.Task{ID: fmt.Sprintf("t%d", len(ts)), Image: img})
+		}
+	}
+	ns := cluster.NewNamespace(t)
+	user := planningUser(t, ctx, admin, ns)
+	cfg := testConfig("pipelined")
+	cfg.PlannedPulls = new(true)
+	f, err := fleet.Open(ctx, "planned-refused", cfg, ts, []fleet.Target{{Config: config.Cluster{Name: "c0", Weight: 1}, Clients: user}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ran := runOK(t, ctx, f, func(context.Context, tasks.Task, *fleet.Sandbox) (fleet.Output, error) { return fleet.Output{}, nil })
+	for _, task := range ts {
+		if ran[task.ID] != want[task.Image] {
+			t.Errorf("task %s (%s) ran on %q, want %s, its planned node", task.ID, task.Image, ran[task.ID], want[task.Image])
+		}
+	}
+	refused := 0
+	for _, line := range logged() {
+		switch {
+		case strings.Contains(line, "creating the nodes' PrepullJobs failed"):
+			refused++
+		case strings.Contains(line, "PrepullJob") && strings.Contains(line, "error"):
+			t.Errorf("the run logged %s", line)
+		}
+	}
+	if refused != 1 {
+		t.Errorf("the run logged the refused PrepullJobs %d times, want once", refused)
+	}
+	jobs := &v1alpha1.PrepullJobList{}
+	if err := admin.Client.List(ctx, jobs, client.InNamespace(ns)); err != nil || len(jobs.Items) > 0 {
+		t.Errorf("PrepullJobs in %s: %d (%v), want none: the user may not create them", ns, len(jobs.Items), err)
+	}
+	assertEmpty(t, ctx, f)
+}
+
+// planningUser is the clients, in ns, of a user who may run the engine
+// there and read the nodes and their NodeImageCaches, and nothing of
+// PrepullJobs.
+func planningUser(t *testing.T, ctx context.Context, admin *kube.Clients, ns string) *kube.Clients {
+	t.Helper()
+	name := "planner-" + ns
+	rules := []rbacv1.PolicyRule{
+		{APIGroups: []string{extensionsv1beta1.GroupVersion.Group}, Resources: []string{"sandboxtemplates", "sandboxwarmpools", "sandboxclaims"}, Verbs: []string{"create", "get", "list", "watch", "patch", "delete"}},
+		{APIGroups: []string{sandboxv1beta1.GroupVersion.Group}, Resources: []string{"sandboxes"}, Verbs: []string{"get", "list", "watch", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "delete"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create", "get", "list", "update", "delete"}},
+	}
+	reads := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{v1alpha1.GroupVersion.Group}, Resources: []string{"nodeimagecaches"}, Verbs: []string{"get", "list", "watch"}},
+	}
+	subjects := []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: name}}
+	objs := []client.Object{
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Rules: rules},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Subjects: subjects,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name}},
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: reads},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name}, Subjects: subjects,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name}},
+	}
+	for _, obj := range objs {
+		if err := admin.Client.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.Client.Delete(context.Background(), obj) })
+	}
+	cfg := cluster.RESTConfig()
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: name, Groups: []string{"system:authenticated"}}
+	clients, err := kube.ForConfig(cfg, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clients
 }
 
 // runOK runs f with work, fails t for every task that did not end well,
