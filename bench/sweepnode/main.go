@@ -1,7 +1,8 @@
 // Command sweepnode runs a pull-bound evaluation sweep through the fleet
 // engine on the local cluster's real node — containerd, runc and a kubelet
-// on this machine, asrl-prepull-agent built and run as shipped against its
-// containerd — with and without planned pulls (config.Fleet's
+// on this machine, the built asrl-prepull-agent running against its
+// containerd with the cluster admin's credentials (this measures pulls,
+// not the agent's rights) — with and without planned pulls (config.Fleet's
 // PlannedPulls), in alternating order, in one run.
 //
 // The sweep is SWE-bench-shaped: -repos repositories, each an environment
