@@ -93,6 +93,10 @@ type Fleet struct {
 	warm map[string]*placed
 	// pulls is the run's pull plan, once made; nil without one.
 	pulls *plannedPulls
+	// warmAheadWaits holds each window's warm-ahead back until the window
+	// it runs beside has claimed all it will (see crowded); set before the
+	// run's first pass.
+	warmAheadWaits bool
 }
 
 // placed is an image's pool on the cluster placement chose for it.

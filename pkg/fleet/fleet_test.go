@@ -574,6 +574,87 @@ func TestPlannedPullsWithoutAgents(t *testing.T) {
 	assertEmpty(t, ctx, f)
 }
 
+// On a node that holds no more sandboxes than the run has tasks in flight,
+// a pipelined window's warm-ahead waits until the window's tasks all have
+// sandboxes, so that it takes no slot their cold claims wait for: no task
+// waits for another to end (a claim is a sandbox's start, not a task's
+// length), every task ends well, and the run says why, once.
+func TestWarmAheadOnAFullNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	admin, err := cluster.Clients("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A tainted node of 4 CPUs, for this run's sandboxes alone.
+	taint := corev1.Taint{Key: "sandbox-fleet.test/full", Value: "true", Effect: corev1.TaintEffectNoSchedule}
+	node := testcluster.Node{Name: "full-0", Labels: map[string]string{taint.Key: taint.Value}, Taints: []corev1.Taint{taint},
+		Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("32Gi"),
+			corev1.ResourcePods: resource.MustParse("110")}}
+	if err := cluster.AddNodes(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = admin.Kube.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{})
+	})
+	// 6 images × 2 tasks at 4 at once: windows of 2 images, a warm
+	// sandbox each; each window claims its other 2 cold. The peak is the
+	// 4 tasks and two windows' 2 warm: 8 sandboxes, on a node of 4.
+	var ts []tasks.Task
+	for i := range 6 {
+		for range 2 {
+			ts = append(ts, tasks.Task{ID: fmt.Sprintf("t%d", len(ts)), Image: fmt.Sprintf("example.com/swe/full-%d:v1", i)})
+		}
+	}
+	cfg := testConfig("pipelined")
+	cfg.MaxConcurrent = 4
+	cfg.Template.NodeSelector = node.Labels
+	cfg.Template.Tolerations = []corev1.Toleration{{Key: taint.Key, Operator: corev1.TolerationOpEqual, Value: taint.Value, Effect: taint.Effect}}
+	cfg.Template.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+	ctx, logged := captureLog(ctx)
+	f := open(t, ctx, "full-node", cfg, ts, cluster)
+	if peak := f.Plan().Peak.Pods; peak != 8 {
+		t.Fatalf("the plan's peak is %d sandboxes, want 8", peak)
+	}
+	const hold = 6 * time.Second
+	var mu sync.Mutex
+	_, err = f.Run(ctx, fleet.RunOptions{
+		Work: func(ctx context.Context, _ tasks.Task, _ *fleet.Sandbox) (fleet.Output, error) {
+			select {
+			case <-time.After(hold):
+				return fleet.Output{}, nil
+			case <-ctx.Done():
+				return fleet.Output{}, ctx.Err()
+			}
+		},
+		OnResult: func(r fleet.Result) {
+			mu.Lock()
+			defer mu.Unlock()
+			if !r.OK {
+				t.Errorf("task %s: %s", r.ID, r.Error)
+			}
+			if claim := time.Duration(r.Phases["claim"] * float64(time.Second)); claim >= hold/2 {
+				t.Errorf("task %s waited %v for its sandbox: a slot the next window's warm sandboxes took", r.ID, claim.Round(time.Millisecond))
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	said := 0
+	for _, line := range logged() {
+		if strings.Contains(line, "fewer sandboxes than the run's peak") {
+			said++
+			if !strings.Contains(line, `"peak"=8`) || !strings.Contains(line, `"nodesHold"=4`) {
+				t.Errorf("the run said %s, want a peak of 8 on nodes that hold 4", line)
+			}
+		}
+	}
+	if said != 1 {
+		t.Errorf("the run said %d times that its nodes hold fewer sandboxes than its peak, want once", said)
+	}
+	assertEmpty(t, ctx, f)
+}
+
 // A user who may read the nodes and their caches, as planning needs, but
 // not create or read PrepullJobs — the shipped RBAC grants them to no
 // namespace's user (docs/admin.md) — runs a planned sweep: the refusal is

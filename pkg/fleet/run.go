@@ -139,6 +139,9 @@ func (f *Fleet) run(ctx context.Context, o RunOptions) (rep report.Report, err e
 		// Before the breaker starts: the plan may size the pools anew.
 		f.planPulls(runCtx)
 	}
+	if f.cfg.Warming().Ahead {
+		f.warmAheadWaits = f.crowded(runCtx)
+	}
 	stopBreaker := f.startBreaker(runCtx, cancel)
 	if f.driving.prepull {
 		err = f.prepull(runCtx)
@@ -278,8 +281,8 @@ func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func
 	}
 	strategy := f.cfg.Warming()
 	letGo := strategy.LetsGo(len(windows))
-	process := func(ctx context.Context, window []string, failed WarmError) {
-		f.process(ctx, epoch, tasksOf(window), failed, !letGo, o, onResult)
+	process := func(ctx context.Context, window []string, failed WarmError, allClaimed func()) {
+		f.process(ctx, epoch, tasksOf(window), failed, !letGo, o, onResult, allClaimed)
 	}
 
 	if strategy.Ahead {
@@ -308,7 +311,7 @@ func (f *Fleet) pass(ctx context.Context, epoch int, o RunOptions, onResult func
 			if err != nil {
 				return err
 			}
-			process(ctx, window, failed)
+			process(ctx, window, failed, nil)
 			if letGo {
 				return f.unwarmWindow(ctx, window)
 			}
@@ -330,11 +333,14 @@ func (f *Fleet) window(ctx context.Context, epoch, n int, images []string, work 
 }
 
 // pipelinedStep runs window while the next of rest warms, unwarms window,
-// and returns what the next window's warming gave up. It always waits for
-// that warming to end — cancelled when the step fails — so that no pool
-// is still being created when teardown runs.
+// and returns what the next window's warming gave up. Where the nodes
+// cannot hold the run's peak (warmAheadWaits), the next window starts
+// warming only once every task of this one holds a sandbox: until then
+// its warm sandboxes would take the slots this window's claims wait for.
+// It always waits for that warming to end — cancelled when the step
+// fails — so that no pool is still being created when teardown runs.
 func (f *Fleet) pipelinedStep(ctx context.Context, window []string, rest [][]string, failed WarmError, letGo bool,
-	replicas func(string) int, process func(context.Context, []string, WarmError)) (WarmError, error) {
+	replicas func(string) int, process func(context.Context, []string, WarmError, func())) (WarmError, error) {
 	type prefetched struct {
 		failed WarmError
 		err    error
@@ -342,16 +348,26 @@ func (f *Fleet) pipelinedStep(ctx context.Context, window []string, rest [][]str
 	var next chan prefetched
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	claimed := make(chan struct{})
+	allClaimed := sync.OnceFunc(func() { close(claimed) })
 	if len(rest) > 0 {
 		next = make(chan prefetched, 1)
 		go func() {
+			if f.warmAheadWaits {
+				select {
+				case <-claimed:
+				case <-pctx.Done():
+				}
+			}
 			start := time.Now()
 			failed, err := f.warmWindow(pctx, rest[0], replicas)
 			f.phase("prefetch", "", time.Since(start))
 			next <- prefetched{failed, err}
 		}()
 	}
-	process(ctx, window, failed)
+	process(ctx, window, failed, allClaimed)
+	// A window whose tasks did not all claim (the run ended) claims no more.
+	allClaimed()
 	// Unwarm this window before waiting for the next, so that no more
 	// than two windows are ever warm.
 	var err error
@@ -446,10 +462,31 @@ func (f *Fleet) warmWindow(ctx context.Context, images []string, replicas func(s
 // task of an image at a time (see lanes), a sandbox kept for the next
 // epoch's tasks too when the pools are keptBetweenEpochs. Tasks whose
 // pool failed fail at once. Tasks not started when ctx ends get no
-// result, so that a resumed run does them.
-func (f *Fleet) process(ctx context.Context, epoch int, ts []tasks.Task, failed WarmError, keptBetweenEpochs bool, o RunOptions, onResult func(Result)) {
+// result, so that a resumed run does them. allClaimed, when set, is
+// called once every task of ts has a sandbox or has given up (under
+// recycling, each image's first).
+func (f *Fleet) process(ctx context.Context, epoch int, ts []tasks.Task, failed WarmError, keptBetweenEpochs bool, o RunOptions,
+	onResult func(Result), allClaimed func()) {
 	l, stop := newLanes(ctx, ts, f.Recycling())
 	defer stop()
+	// Under recycling an image's later tasks take the sandbox its first
+	// one leaves: ts has claimed all it will once each image has one.
+	var claimsMu sync.Mutex
+	unclaimed, firstOf := len(ts), map[string]bool{}
+	if f.Recycling() {
+		unclaimed = len(imagesOf(ts))
+	}
+	countClaim := func(image string) {
+		claimsMu.Lock()
+		defer claimsMu.Unlock()
+		if f.Recycling() && firstOf[image] {
+			return
+		}
+		firstOf[image] = true
+		if unclaimed--; unclaimed == 0 && allClaimed != nil {
+			allClaimed()
+		}
+	}
 	workers := min(concurrency(f.cfg), len(ts))
 	if f.Recycling() {
 		workers = min(workers, len(imagesOf(ts)))
@@ -470,6 +507,7 @@ func (f *Fleet) process(ctx context.Context, epoch int, ts []tasks.Task, failed 
 					if l.claimed(t.Image) && !kept && !f.cfg.KeepWarm {
 						f.drain(ctx, t.Image)
 					}
+					countClaim(t.Image)
 				}
 				onResult(f.task(ctx, epoch, t, failed, o, keep, claimed))
 				l.done(t.Image)

@@ -30,34 +30,20 @@ var PoolLabels = []string{
 // (no node agent installed, or no right to list them) the images' layers
 // are unknown, and the returned note says why.
 func Read(ctx context.Context, c client.Client, cluster string, selector map[string]string, images []Image) (Probe, string, error) {
-	p := Probe{Cluster: cluster}
-	nodes := &corev1.NodeList{}
-	if err := c.List(ctx, nodes, client.MatchingLabels(selector)); err != nil {
-		return p, "", fmt.Errorf("cluster %s: listing its nodes: %w", cluster, err)
+	p, err := ReadNodes(ctx, c, cluster, selector)
+	if err != nil {
+		return p, "", err
 	}
 	at := map[string]int{}
-	for _, n := range nodes.Items {
-		if n.Spec.Unschedulable {
-			continue
-		}
-		alloc := n.Status.Allocatable
-		node := Node{Name: n.Name, CPUMilli: alloc.Cpu().MilliValue(), MemoryBytes: alloc.Memory().Value(),
-			Pods: alloc.Pods().Value(), EphemeralBytes: alloc.StorageEphemeral().Value()}
-		for _, l := range PoolLabels {
-			if v := n.Labels[l]; v != "" {
-				node.Pool = v
-				break
-			}
-		}
-		at[n.Name] = len(p.Nodes)
-		p.Nodes = append(p.Nodes, node)
+	for i, n := range p.Nodes {
+		at[n.Name] = i
 	}
 	index := nodecache.NewIndex()
 	selected := map[int]*nodecache.Node{}
 	note := ""
 	// Every node's cache tells the layers of the images it holds; the
 	// selected nodes' tell what they hold of them.
-	err := informer.EachCache(ctx, c, func(nic *v1alpha1.NodeImageCache) error {
+	err = informer.EachCache(ctx, c, func(nic *v1alpha1.NodeImageCache) error {
 		n, err := nodecache.NewNode(nic)
 		if err != nil {
 			return nil
@@ -91,4 +77,30 @@ func Read(ctx context.Context, c client.Client, cluster string, selector map[str
 		}
 	}
 	return p, note, nil
+}
+
+// ReadNodes reads what the schedulable nodes selector picks on cluster
+// offer, and nothing of their caches.
+func ReadNodes(ctx context.Context, c client.Client, cluster string, selector map[string]string) (Probe, error) {
+	p := Probe{Cluster: cluster}
+	nodes := &corev1.NodeList{}
+	if err := c.List(ctx, nodes, client.MatchingLabels(selector)); err != nil {
+		return p, fmt.Errorf("cluster %s: listing its nodes: %w", cluster, err)
+	}
+	for _, n := range nodes.Items {
+		if n.Spec.Unschedulable {
+			continue
+		}
+		alloc := n.Status.Allocatable
+		node := Node{Name: n.Name, CPUMilli: alloc.Cpu().MilliValue(), MemoryBytes: alloc.Memory().Value(),
+			Pods: alloc.Pods().Value(), EphemeralBytes: alloc.StorageEphemeral().Value()}
+		for _, l := range PoolLabels {
+			if v := n.Labels[l]; v != "" {
+				node.Pool = v
+				break
+			}
+		}
+		p.Nodes = append(p.Nodes, node)
+	}
+	return p, nil
 }

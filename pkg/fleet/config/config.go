@@ -72,8 +72,9 @@ type Fleet struct {
 	AgentSilence metav1.Duration `json:"agentSilence,omitempty"`
 	// Strategy is when pools are warm: none (one single-replica pool per
 	// image, on demand), naive (all at once), sliding (a window of images
-	// at a time) or pipelined (the next window warms while one runs).
-	// Default naive.
+	// at a time) or pipelined (the next window warms while one runs; on
+	// nodes that hold fewer sandboxes than the plan's peak, once the
+	// running window's tasks all have sandboxes). Default naive.
 	Strategy string `json:"strategy,omitempty"`
 	// MaxConcurrent is the concurrency budget: it sizes pools and bounds
 	// tasks in flight. Default: Concurrency when that is given, else 1
