@@ -144,7 +144,7 @@ bench-sweep: testbin ## a simulated pull-bound sweep through the engine on 50 kw
 	go run ./bench/sweep
 
 .PHONY: bench-sweepnode
-bench-sweepnode: testbin node-deps ## a pull-bound sweep through the engine on the real node, its agent built and run as shipped: wall time with planned pulls against without (~10 min)
+bench-sweepnode: testbin node-deps ## a pull-bound sweep through the engine on the real node, the components installed from the shipped manifests: wall time with planned pulls against without (~10 min)
 	go run ./bench/sweepnode
 
 .PHONY: bench-nodecache

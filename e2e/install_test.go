@@ -172,7 +172,7 @@ func installOnTheRealNode(t *testing.T, ctx context.Context, kubectl string) {
 	if local == nil {
 		return
 	}
-	in, err := testinstall.OnRealNode(ctx, local, kubectl, t.TempDir())
+	in, err := testinstall.OnRealNode(ctx, local, kubectl, t.TempDir(), "")
 	t.Cleanup(func() {
 		if in != nil {
 			if err := in.Uninstall(context.Background()); err != nil {

@@ -1,8 +1,9 @@
 // Command sweepnode runs a pull-bound evaluation sweep through the fleet
 // engine on the local cluster's real node — containerd, runc and a kubelet
-// on this machine, the built asrl-prepull-agent running against its
-// containerd with the cluster admin's credentials (this measures pulls,
-// not the agent's rights) — with and without planned pulls (config.Fleet's
+// on this machine, with the components installed from the shipped
+// manifests as docs/admin.md has an admin do (testinstall.OnRealNode:
+// asrl-prepull-agent as its DaemonSet, with its ServiceAccount, against
+// the node's containerd) — with and without planned pulls (config.Fleet's
 // PlannedPulls), in alternating order, in one run.
 //
 // The sweep is SWE-bench-shaped: -repos repositories, each an environment
@@ -30,6 +31,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	mathrand "math/rand"
@@ -60,6 +62,7 @@ import (
 	"github.com/sandbox-fleet/sandbox-fleet/internal/nodecache/agent"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testcluster"
 	"github.com/sandbox-fleet/sandbox-fleet/internal/testimages"
+	"github.com/sandbox-fleet/sandbox-fleet/internal/testinstall"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/tasks"
@@ -106,14 +109,10 @@ func placementName(planned bool) string {
 	return "unplanned"
 }
 
-func run(ctx context.Context, p params) error {
-	var agentBin string
+func run(ctx context.Context, p params) (err error) {
 	b, err := benchcluster.Start(ctx, "sweepnode", benchcluster.Options{
-		Build: func(dir string) (err error) {
-			agentBin, err = testcluster.BuildCommand(dir, "asrl-prepull-agent")
-			return err
-		},
-		Cluster: []testcluster.Option{testcluster.WithRealNode(), testcluster.WithNodes(), testcluster.WithRegistryLink(p.bandwidthMiB << 20)},
+		Cluster: []testcluster.Option{testcluster.WithRealNode(), testcluster.WithNetworkPolicies(), testcluster.WithNodes(),
+			testcluster.WithRegistryLink(p.bandwidthMiB << 20)},
 	})
 	if err != nil {
 		return err
@@ -121,21 +120,29 @@ func run(ctx context.Context, p params) error {
 	defer b.Stop()
 	cluster, c := b.Cluster, b.Clients.Client
 	nodeName, registry := cluster.RealNodeName(), cluster.RegistryAddr()
-	agent, err := cluster.StartProcess("asrl-prepull-agent", agentBin, []string{"--node-name=" + nodeName,
-		"--runtime-endpoint=unix://" + cluster.CRISocket(), "--kubeconfig=" + cluster.Kubeconfig(),
-		"--allowed-registries=" + registry, "--state-dir=" + filepath.Join(b.Dir, "agent")}, nil)
+	bin, err := testcluster.BinDir()
 	if err != nil {
 		return err
 	}
-	defer agent.Stop()
-
-	node := &corev1.Node{}
-	if err := c.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
+	overlay := filepath.Join(b.Dir, "install")
+	if err := os.MkdirAll(overlay, 0o755); err != nil {
 		return err
 	}
-	request := node.Status.Allocatable.Cpu().MilliValue() / int64(p.slots)
+	installed, err := testinstall.OnRealNode(ctx, cluster, filepath.Join(bin, "kubectl"), overlay, registry)
+	if installed != nil {
+		defer func() { err = errors.Join(err, installed.Uninstall(context.Background())) }()
+	}
+	if err != nil {
+		return fmt.Errorf("installing the components: %w", err)
+	}
+
+	free, err := freeCPU(ctx, c, nodeName)
+	if err != nil {
+		return err
+	}
+	request := free / int64(p.slots)
 	if request < 10 {
-		return fmt.Errorf("-slots %d: the node's %s CPUs hold no more than %d sandboxes of 10m", p.slots, node.Status.Allocatable.Cpu(), node.Status.Allocatable.Cpu().MilliValue()/10)
+		return fmt.Errorf("-slots %d: the node's %dm of CPU its Pods leave hold no more than %d sandboxes of 10m", p.slots, free, free/10)
 	}
 	// The first sandbox pulls the pause image and the busybox base, which
 	// every node of a sweep holds, before anything is measured.
@@ -176,6 +183,29 @@ func run(ctx context.Context, p params) error {
 	}
 	report(least, results)
 	return nil
+}
+
+// freeCPU is the node's allocatable CPU, in millicores, less what the
+// Pods on it (the installed components') request.
+func freeCPU(ctx context.Context, c client.Client, nodeName string) (int64, error) {
+	node := &corev1.Node{}
+	if err := c.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
+		return 0, err
+	}
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods); err != nil {
+		return 0, err
+	}
+	free := node.Status.Allocatable.Cpu().MilliValue()
+	for _, pod := range pods.Items {
+		if pod.Spec.NodeName != nodeName || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		for _, ctr := range pod.Spec.Containers {
+			free -= ctr.Resources.Requests.Cpu().MilliValue()
+		}
+	}
+	return free, nil
 }
 
 // checkRoom fails unless the node's agent says its image filesystem has

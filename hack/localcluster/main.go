@@ -110,7 +110,7 @@ func run(verb, dir, agentSandbox string, nodes int, realNode, install bool) erro
 			if err := os.MkdirAll(overlay, 0o755); err != nil {
 				return err
 			}
-			if _, err := testinstall.OnRealNode(context.Background(), c, filepath.Join(bin, "kubectl"), overlay); err != nil {
+			if _, err := testinstall.OnRealNode(context.Background(), c, filepath.Join(bin, "kubectl"), overlay, ""); err != nil {
 				return fmt.Errorf("installing the components (the cluster is still up): %w", err)
 			}
 			fmt.Printf("The components are installed from %s. Run the e2e suite against them:\n  SANDBOX_FLEET_E2E_KUBECONFIG=%s SANDBOX_FLEET_E2E_REGISTRY=%s go test -timeout 30m ./e2e/\n\n",

@@ -244,9 +244,10 @@ const SandboxNodeLabel = "sandbox-fleet.io/sandbox-node"
 // the node's registry, and the agent pointed at the node's runtime socket,
 // containerd root (at its own path, where the runtime says its images
 // are) and a state directory in the cluster's, not at the usual host
-// paths.
+// paths; PrepullJobs may pull from allowedRegistries (Options'
+// AllowedRegistries: "" is the default).
 // The overlay is written in dir.
-func OnRealNode(ctx context.Context, c *testcluster.Cluster, kubectl, dir string) (*Installation, error) {
+func OnRealNode(ctx context.Context, c *testcluster.Cluster, kubectl, dir, allowedRegistries string) (*Installation, error) {
 	clients, err := c.Clients("")
 	if err != nil {
 		return nil, err
@@ -280,7 +281,7 @@ spec:
 	_, _, ca := c.WebhookClient()
 	in, err := Install(ctx, Options{
 		Kubectl: kubectl, Kubeconfig: c.Kubeconfig(), Registry: c.RegistryAddr() + "/sandbox-fleet",
-		WebhookClientCA: ca, WebhookClientName: testcluster.WebhookClientName,
+		WebhookClientCA: ca, WebhookClientName: testcluster.WebhookClientName, AllowedRegistries: allowedRegistries,
 		Patches: []Patch{{Kind: "DaemonSet", Name: "asrl-prepull-agent", Patch: agentPatch}},
 		Dir:     dir,
 	})
