@@ -15,8 +15,7 @@ import (
 // nodes cannot be read, or none is there yet (an autoscaled cluster's
 // nodes come for the Pods that wait).
 func (f *Fleet) crowded(ctx context.Context) bool {
-	requests := f.cfg.Template.Resources.Requests
-	sb := capacity.Sandbox{CPUMilli: requests.Cpu().MilliValue(), MemoryBytes: requests.Memory().Value()}
+	sb := capacity.SandboxOf(f.cfg.Template.Resources.Requests)
 	fit := 0
 	for _, c := range f.clusters {
 		probe, err := capacity.ReadNodes(ctx, c.Clients.Client, c.Name, c.spec.NodeSelector)

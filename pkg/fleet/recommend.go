@@ -70,7 +70,7 @@ func Recommend(cfg config.Fleet, ts []tasks.Task, probe capacity.Probe, m capaci
 	}
 	totals := probe.Totals()
 	requests := cfg.Template.Resources.Requests
-	sb := capacity.Sandbox{CPUMilli: requests.Cpu().MilliValue(), MemoryBytes: requests.Memory().Value()}
+	sb := capacity.SandboxOf(requests)
 	limits := capacity.NewLimits(totals, sb)
 	fit, limitedBy := limits.Fit()
 	r := Recommendation{Cluster: probe.Cluster, Totals: totals, Pools: probe.Pools(), Limits: limits, Model: m, Sandbox: sb}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -463,30 +464,15 @@ func (f *Fleet) warmWindow(ctx context.Context, images []string, replicas func(s
 // epoch's tasks too when the pools are keptBetweenEpochs. Tasks whose
 // pool failed fail at once. Tasks not started when ctx ends get no
 // result, so that a resumed run does them. allClaimed, when set, is
-// called once every task of ts has a sandbox or has given up (under
-// recycling, each image's first).
+// called once every task of ts has a sandbox or has given up.
 func (f *Fleet) process(ctx context.Context, epoch int, ts []tasks.Task, failed WarmError, keptBetweenEpochs bool, o RunOptions,
 	onResult func(Result), allClaimed func()) {
 	l, stop := newLanes(ctx, ts, f.Recycling())
 	defer stop()
-	// Under recycling an image's later tasks take the sandbox its first
-	// one leaves: ts has claimed all it will once each image has one.
-	var claimsMu sync.Mutex
-	unclaimed, firstOf := len(ts), map[string]bool{}
-	if f.Recycling() {
-		unclaimed = len(imagesOf(ts))
-	}
-	countClaim := func(image string) {
-		claimsMu.Lock()
-		defer claimsMu.Unlock()
-		if f.Recycling() && firstOf[image] {
-			return
-		}
-		firstOf[image] = true
-		if unclaimed--; unclaimed == 0 && allClaimed != nil {
-			allClaimed()
-		}
-	}
+	// The lanes say when an image's last task has claimed; ts has when
+	// every image's has.
+	var imagesLeft atomic.Int64
+	imagesLeft.Store(int64(len(imagesOf(ts))))
 	workers := min(concurrency(f.cfg), len(ts))
 	if f.Recycling() {
 		workers = min(workers, len(imagesOf(ts)))
@@ -504,10 +490,15 @@ func (f *Fleet) process(ctx context.Context, epoch int, ts []tasks.Task, failed 
 				kept := epoch < f.cfg.Epochs && keptBetweenEpochs
 				keep := func() bool { return l.more(t.Image) || kept }
 				claimed := func() {
-					if l.claimed(t.Image) && !kept && !f.cfg.KeepWarm {
+					if !l.claimed(t.Image) {
+						return
+					}
+					if !kept && !f.cfg.KeepWarm {
 						f.drain(ctx, t.Image)
 					}
-					countClaim(t.Image)
+					if imagesLeft.Add(-1) == 0 && allClaimed != nil {
+						allClaimed()
+					}
 				}
 				onResult(f.task(ctx, epoch, t, failed, o, keep, claimed))
 				l.done(t.Image)

@@ -27,6 +27,8 @@ import (
 	"strconv"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
 	"github.com/sandbox-fleet/sandbox-fleet/pkg/fleet/config"
 )
@@ -192,6 +194,11 @@ type Model struct {
 type Sandbox struct {
 	CPUMilli    int64 `json:"cpuMilli"`
 	MemoryBytes int64 `json:"memoryBytes"`
+}
+
+// SandboxOf is the sandbox that requests are a template's requests of.
+func SandboxOf(requests corev1.ResourceList) Sandbox {
+	return Sandbox{CPUMilli: requests.Cpu().MilliValue(), MemoryBytes: requests.Memory().Value()}
 }
 
 // Limits are how many sandboxes the nodes hold at once by each resource.
