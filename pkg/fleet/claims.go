@@ -18,6 +18,12 @@ import (
 // annotations go on the claim: a session records there whom the sandbox
 // is for, to find it again when resumed.
 func (f *Fleet) Acquire(ctx context.Context, t tasks.Task, annotations map[string]string) (*Sandbox, error) {
+	return f.acquire(ctx, t, annotations, nil)
+}
+
+// acquire is Acquire, calling bound, when set, once the claim names its
+// sandbox (see claim.Claimer.Acquire).
+func (f *Fleet) acquire(ctx context.Context, t tasks.Task, annotations map[string]string, bound func()) (*Sandbox, error) {
 	f.mu.Lock()
 	p, ok := f.warm[t.Image]
 	var pool *extensionsv1beta1.SandboxWarmPool
@@ -39,7 +45,7 @@ func (f *Fleet) Acquire(ctx context.Context, t tasks.Task, annotations map[strin
 	defer unguard()
 	start := time.Now()
 	settled := f.pace(ctx, p, pool.Name)
-	h, err := p.cluster.claimer.Acquire(ctx, pool, t.ID, annotations)
+	h, err := p.cluster.claimer.Acquire(ctx, pool, t.ID, annotations, bound)
 	settled()
 	f.claimed(p.cluster.Name, err == nil, err == nil && h.Warm, time.Since(start))
 	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(err, cause) {

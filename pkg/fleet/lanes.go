@@ -18,8 +18,10 @@ type lanes struct {
 	cond    *sync.Cond
 	pending []tasks.Task
 	busy    map[string]bool
-	// claiming counts, by image, the tasks handed out whose sandbox is
-	// not yet claimed.
+	// binding and claiming count, by image, the tasks handed out whose
+	// claim does not yet name its sandbox, and whose sandbox is not yet
+	// Ready.
+	binding   map[string]int
 	claiming  map[string]int
 	exclusive bool
 	stopped   bool
@@ -28,7 +30,7 @@ type lanes struct {
 }
 
 func newLanes(ctx context.Context, ts []tasks.Task, exclusive bool) (*lanes, func() bool) {
-	l := &lanes{pending: ts, busy: map[string]bool{}, claiming: map[string]int{}, exclusive: exclusive}
+	l := &lanes{pending: ts, busy: map[string]bool{}, binding: map[string]int{}, claiming: map[string]int{}, exclusive: exclusive}
 	l.cond = sync.NewCond(&l.mu)
 	stop := context.AfterFunc(ctx, func() {
 		l.mu.Lock()
@@ -51,6 +53,7 @@ func (l *lanes) next() (tasks.Task, bool) {
 		if i := runnable(l.pending, l.busy); i >= 0 {
 			t := l.pending[i]
 			l.pending = slices.Delete(l.pending, i, i+1)
+			l.binding[t.Image]++
 			l.claiming[t.Image]++
 			if l.exclusive {
 				l.busy[t.Image] = true
@@ -72,14 +75,25 @@ func (l *lanes) morePending(image string) bool {
 	return slices.ContainsFunc(l.pending, func(t tasks.Task) bool { return t.Image == image })
 }
 
-// claimed records that a task of image handed out has its sandbox, or
-// gave up on one, and reports whether it was the pass's last of image to
-// need one: none is still to be handed out or claiming.
+// bound records that a task of image handed out has a claim naming its
+// sandbox, Ready or not, or gave up on one, and reports whether it was the
+// pass's last of image to bind: none is still to be handed out or binding.
+func (l *lanes) bound(image string) (last bool) {
+	return l.settle(l.binding, image)
+}
+
+// claimed records that a task of image handed out has its sandbox Ready,
+// or gave up on one, and reports whether it was the pass's last of image
+// to need one: none is still to be handed out or claiming.
 func (l *lanes) claimed(image string) (last bool) {
+	return l.settle(l.claiming, image)
+}
+
+func (l *lanes) settle(counts map[string]int, image string) (last bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.claiming[image]--
-	return l.claiming[image] == 0 && !l.morePending(image)
+	counts[image]--
+	return counts[image] == 0 && !l.morePending(image)
 }
 
 // add hands out ts after the tasks pending.

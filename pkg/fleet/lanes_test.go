@@ -129,6 +129,27 @@ func TestLanesLastClaim(t *testing.T) {
 	}
 }
 
+// An image's last claim to name its sandbox and its last to have it Ready
+// are told apart: a claim bound to a sandbox still starting is not Ready.
+func TestLanesLastBoundBeforeLastClaimed(t *testing.T) {
+	l, stop := newLanes(context.Background(), []tasks.Task{{ID: "1", Image: "a"}, {ID: "2", Image: "a"}}, false)
+	defer stop()
+	l.next()
+	l.next()
+	if l.bound("a") {
+		t.Error("the first of a's two claims to be bound was taken for the last")
+	}
+	if l.claimed("a") {
+		t.Error("the first of a's two claims to be Ready was taken for the last")
+	}
+	if !l.bound("a") {
+		t.Error("a's second claim to be bound was not the last, though the other was not yet Ready")
+	}
+	if !l.claimed("a") {
+		t.Error("a's second claim to be Ready was not the last")
+	}
+}
+
 // Open lanes wait for tasks added while none is pending, hand back the
 // tasks not handed out, and end once closed with none pending.
 func TestLanesOpen(t *testing.T) {

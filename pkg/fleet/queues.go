@@ -132,7 +132,7 @@ func (f *Fleet) runQueue(ctx context.Context, epoch int, n *nodeQueue, q *queued
 					continue
 				}
 				keep := func() bool { return n.lanes.more(t.Image) }
-				r := f.task(tctx, epoch, t, failed, o, keep, claimed)
+				r := f.task(tctx, epoch, t, failed, o, keep, nil, claimed)
 				cutShort := tctx.Err() != nil
 				end()
 				<-running

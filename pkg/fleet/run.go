@@ -489,18 +489,19 @@ func (f *Fleet) process(ctx context.Context, epoch int, ts []tasks.Task, failed 
 				// pass or, where pools stay warm between epochs, the next.
 				kept := epoch < f.cfg.Epochs && keptBetweenEpochs
 				keep := func() bool { return l.more(t.Image) || kept }
-				claimed := func() {
-					if !l.claimed(t.Image) {
-						return
-					}
-					if !kept && !f.cfg.KeepWarm {
+				// Once the image's last claim has its sandbox, Ready or
+				// not, what its pool holds or refills no task will take.
+				bound := func() {
+					if l.bound(t.Image) && !kept && !f.cfg.KeepWarm {
 						f.drain(ctx, t.Image)
 					}
-					if imagesLeft.Add(-1) == 0 && allClaimed != nil {
+				}
+				claimed := func() {
+					if l.claimed(t.Image) && imagesLeft.Add(-1) == 0 && allClaimed != nil {
 						allClaimed()
 					}
 				}
-				onResult(f.task(ctx, epoch, t, failed, o, keep, claimed))
+				onResult(f.task(ctx, epoch, t, failed, o, keep, bound, claimed))
 				l.done(t.Image)
 			}
 		})
@@ -509,14 +510,20 @@ func (f *Fleet) process(ctx context.Context, epoch int, ts []tasks.Task, failed 
 }
 
 // task claims a sandbox for t — or, under recycling, takes over the one
-// the last task of its image left clean — calls claimed once it has one
-// or has given up, does the work in it and gives it back (GiveBack),
+// the last task of its image left clean — calls bound (when set) once its
+// claim names its sandbox and claimed once that sandbox is Ready, each
+// also when it has given up, does the work in it and gives it back (GiveBack),
 // keeping it for the next task of the image when keep says there is one.
 // The result is named so that the deferred end time lands in what is
 // returned.
-func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed WarmError, o RunOptions, keep func() bool, claimed func()) (r Result) {
+func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed WarmError, o RunOptions, keep func() bool, bound, claimed func()) (r Result) {
 	claimedOnce := sync.OnceFunc(claimed)
 	defer claimedOnce()
+	boundOnce := sync.OnceFunc(func() {})
+	if bound != nil {
+		boundOnce = sync.OnceFunc(bound)
+	}
+	defer boundOnce()
 	f.stats.running.Add(1)
 	defer f.stats.running.Add(-1)
 	r = Result{ID: t.ID, Image: t.Image, OriginalImage: t.OriginalImage, Epoch: epoch, Started: time.Now(), Phases: map[string]float64{}}
@@ -540,7 +547,8 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed WarmEr
 		return r
 	}
 
-	s := f.claimFor(ctx, t, &r)
+	s := f.claimFor(ctx, t, &r, boundOnce)
+	boundOnce()
 	claimedOnce()
 	if s == nil {
 		return r
@@ -553,15 +561,16 @@ func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed WarmEr
 	return r
 }
 
-// claimFor takes a clean sandbox kept for t's image, or claims one, and
-// records it in r; on failure it records that and returns nil.
-func (f *Fleet) claimFor(ctx context.Context, t tasks.Task, r *Result) *Sandbox {
+// claimFor takes a clean sandbox kept for t's image, or claims one (see
+// acquire for bound), and records it in r; on failure it records that and
+// returns nil.
+func (f *Fleet) claimFor(ctx context.Context, t tasks.Task, r *Result, bound func()) *Sandbox {
 	start := time.Now()
 	ctx, span := tracing.Tracer().Start(ctx, "claim")
 	s := f.TakeClean(t)
 	if s == nil {
 		var err error
-		if s, err = f.Acquire(ctx, t, nil); err != nil {
+		if s, err = f.acquire(ctx, t, nil, bound); err != nil {
 			r.Phases["claim"] = time.Since(start).Seconds()
 			r.Error = err.Error()
 			r.Verdict, r.Reason = verdict.Infra, verdict.Reason(err)

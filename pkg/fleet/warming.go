@@ -176,11 +176,11 @@ func (f *Fleet) poolCheck(ctx context.Context, c *Cluster) warm.Check {
 }
 
 // drain scales image's pool to no sandboxes, once the last of the pass's
-// tasks of the image has its own: a pool refills what each claim takes
-// from it, and a refill no task will claim only holds a node's slot — on
-// a full cluster, the slot a later window's sandbox waits for. A later
-// Warm grows it again. A failure is logged: the run goes on with the
-// refills.
+// tasks of the image has a claim naming its own, Ready or not: a pool
+// refills what each claim takes from it, and a refill no task will claim
+// only holds a node's slot — on a full cluster, the slot the image's last
+// cold sandbox, or a later window's, waits for. A later Warm grows it
+// again. A failure is logged: the run goes on with the refills.
 func (f *Fleet) drain(ctx context.Context, image string) {
 	f.mu.Lock()
 	p, ok := f.warm[image]

@@ -70,7 +70,7 @@ func run(t *testing.T, ctx context.Context, clients *kube.Clients, runID string)
 		t.Fatal(err)
 	}
 	claimer := &claim.Claimer{Client: clients.Client, Tracker: tr, Grace: claim.Grace{Backoff: time.Minute, Unschedulable: time.Minute}}
-	h, err := claimer.Acquire(ctx, pools[0].Pool, "task-1", nil)
+	h, err := claimer.Acquire(ctx, pools[0].Pool, "task-1", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

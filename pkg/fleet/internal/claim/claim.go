@@ -33,9 +33,10 @@ type Claimer struct {
 // When the claimed Pod cannot start — at once for terminal trouble, after
 // Grace for the rest — or ctx ends, the claim is deleted and an error
 // returned; a *verdict.StartError says why the Pod failed, a *verdict.VanishedError that
-// someone else deleted the claim. annotations go on the claim. Callers
-// bound ctx.
-func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWarmPool, taskID string, annotations map[string]string) (*sandbox.Handle, error) {
+// someone else deleted the claim. annotations go on the claim. bound, when
+// set, is called once the claim names its sandbox, Ready or not: from then
+// on no sandbox of the pool can be the claim's. Callers bound ctx.
+func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWarmPool, taskID string, annotations map[string]string, bound func()) (*sandbox.Handle, error) {
 	claim := resources.Claim(pool, taskID, annotations)
 	asked := time.Now()
 	if err := c.create(ctx, pool, claim); err != nil {
@@ -55,6 +56,10 @@ func (c *Claimer) Acquire(ctx context.Context, pool *extensionsv1beta1.SandboxWa
 		seen = seen || found
 		var timer <-chan time.Time
 		if found {
+			if bound != nil && st.Claim.Status.SandboxStatus.Name != "" {
+				bound()
+				bound = nil
+			}
 			if st.Ready() {
 				h := HandleOf(st)
 				h.Warm = c.warmHit(st.Pod.Name, asked)

@@ -62,7 +62,7 @@ func TestAcquireAndRelease(t *testing.T) {
 	if err := (&warm.Filler{Client: clients.Client, Tracker: claimer.Tracker}).Fill(ctx, []warm.Pool{{Template: tmpl, Pool: pool}}); err != nil {
 		t.Fatal(err)
 	}
-	h, err := claimer.Acquire(ctx, pool, "task-1", nil)
+	h, err := claimer.Acquire(ctx, pool, "task-1", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,9 @@ func unschedulablePool(t *testing.T, ctx context.Context, clients *kube.Clients,
 }
 
 // A Pod that cannot be scheduled may become schedulable, so the claim waits
-// out the grace period, then gives up and deletes itself.
+// out the grace period, then gives up and deletes itself. That the claim
+// is bound to its sandbox is told once, as soon as it is, while the Pod
+// still waits.
 func TestUnschedulableFailsAfterGrace(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -172,13 +174,17 @@ func TestUnschedulableFailsAfterGrace(t *testing.T) {
 	pool := unschedulablePool(t, ctx, clients, "unschedulable")
 
 	start := time.Now()
-	_, err := claimer.Acquire(ctx, pool, "task-1", nil)
+	var boundAt []time.Duration
+	_, err := claimer.Acquire(ctx, pool, "task-1", nil, func() { boundAt = append(boundAt, time.Since(start)) })
 	var claimErr *verdict.StartError
 	if !errors.As(err, &claimErr) || claimErr.Reason != "Unschedulable" || claimErr.Terminal {
 		t.Fatalf("Acquire = %v; want an Unschedulable claim error", err)
 	}
 	if took := time.Since(start); took < claimer.Grace.Unschedulable {
 		t.Errorf("gave up after %s, before the %s grace", took, claimer.Grace.Unschedulable)
+	}
+	if len(boundAt) != 1 || boundAt[0] >= claimer.Grace.Unschedulable {
+		t.Errorf("the claim was told bound at %v, want once, before the %s grace", boundAt, claimer.Grace.Unschedulable)
 	}
 	claims := &extensionsv1beta1.SandboxClaimList{}
 	if err := clients.Client.List(ctx, claims, client.InNamespace(clients.Namespace)); err != nil {
@@ -213,7 +219,7 @@ func TestClaimDeletedByAnotherClient(t *testing.T) {
 		}
 	}()
 	start := time.Now()
-	_, err := claimer.Acquire(ctx, pool, "task-1", nil)
+	_, err := claimer.Acquire(ctx, pool, "task-1", nil, nil)
 	var vanished *verdict.VanishedError
 	if !errors.As(err, &vanished) {
 		t.Fatalf("Acquire = %v; want a VanishedError", err)
@@ -268,7 +274,7 @@ func TestClaimCreateRetriedAfterALostAnswer(t *testing.T) {
 	if err := (&warm.Filler{Client: clients.Client, Tracker: claimer.Tracker}).Fill(ctx, []warm.Pool{{Template: tmpl, Pool: pool}}); err != nil {
 		t.Fatal(err)
 	}
-	h, err := claimer.Acquire(ctx, pool, "task-1", nil)
+	h, err := claimer.Acquire(ctx, pool, "task-1", nil, nil)
 	if err != nil {
 		t.Fatalf("Acquire with the first two answers lost = %v; want the claim it made", err)
 	}
