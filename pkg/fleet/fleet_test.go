@@ -574,8 +574,8 @@ func TestPlannedPullsWithoutAgents(t *testing.T) {
 	assertEmpty(t, ctx, f)
 }
 
-// On a node that holds no more sandboxes than the run has tasks in flight,
-// a pipelined window's warm-ahead waits until the window's tasks all have
+// On a node that holds no more sandboxes than the run has tasks in flight
+// (counting what a Pod already there takes), a pipelined window's warm-ahead waits until the window's tasks all have
 // sandboxes, so that it takes no slot their cold claims wait for: no task
 // waits for another to end (a claim is a sandbox's start, not a task's
 // length), every task ends well, and the run says why, once.
@@ -586,16 +586,28 @@ func TestWarmAheadOnAFullNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A tainted node of 4 CPUs, for this run's sandboxes alone.
+	// A tainted node of 8 CPUs, for this run's sandboxes alone but for a
+	// Pod of 4 CPUs already there (another run's, say): it holds 4.
 	taint := corev1.Taint{Key: "sandbox-fleet.test/full", Value: "true", Effect: corev1.TaintEffectNoSchedule}
+	toleration := corev1.Toleration{Key: taint.Key, Operator: corev1.TolerationOpEqual, Value: taint.Value, Effect: taint.Effect}
 	node := testcluster.Node{Name: "full-0", Labels: map[string]string{taint.Key: taint.Value}, Taints: []corev1.Taint{taint},
-		Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("32Gi"),
+		Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi"),
 			corev1.ResourcePods: resource.MustParse("110")}}
 	if err := cluster.AddNodes(ctx, node); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = admin.Kube.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{})
+	})
+	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "full-0-other", Namespace: metav1.NamespaceDefault},
+		Spec: corev1.PodSpec{NodeName: node.Name, Tolerations: []corev1.Toleration{toleration}, Containers: []corev1.Container{{
+			Name: "other", Image: "example.com/other:v1", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")}}}}}}
+	if _, err := admin.Kube.CoreV1().Pods(other.Namespace).Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = admin.Kube.CoreV1().Pods(other.Namespace).Delete(context.Background(), other.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64(0))})
 	})
 	// 6 images × 2 tasks at 4 at once: windows of 2 images, a warm
 	// sandbox each; each window claims its other 2 cold. The peak is the
@@ -609,7 +621,7 @@ func TestWarmAheadOnAFullNode(t *testing.T) {
 	cfg := testConfig("pipelined")
 	cfg.MaxConcurrent = 4
 	cfg.Template.NodeSelector = node.Labels
-	cfg.Template.Tolerations = []corev1.Toleration{{Key: taint.Key, Operator: corev1.TolerationOpEqual, Value: taint.Value, Effect: taint.Effect}}
+	cfg.Template.Tolerations = []corev1.Toleration{toleration}
 	cfg.Template.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
 	ctx, logged := captureLog(ctx)
 	f := open(t, ctx, "full-node", cfg, ts, cluster)

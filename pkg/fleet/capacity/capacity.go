@@ -4,7 +4,7 @@
 // they already hold of the task images), and then, by a stated model of
 // a run's wall time, chooses the strategy, concurrency and warm-pool
 // settings that finish soonest and names what bounds them. Everything but
-// Read is a pure function of plain data.
+// the Read functions is a pure function of plain data.
 //
 // The model: a run's wall time is its pulls, its tasks and its claims.
 // Images share layers (a SWE-bench sweep's images share a base and an

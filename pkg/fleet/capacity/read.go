@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/fields"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sandbox-fleet/sandbox-fleet/api/v1alpha1"
@@ -103,4 +104,16 @@ func ReadNodes(ctx context.Context, c client.Client, cluster string, selector ma
 		p.Nodes = append(p.Nodes, node)
 	}
 	return p, nil
+}
+
+// ReadTaken reads, by node name, what the Pods not ended on cluster's
+// nodes request of them.
+func ReadTaken(ctx context.Context, c client.Client, cluster string) (map[string]Taken, error) {
+	pods := &corev1.PodList{}
+	notEnded := fields.AndSelectors(fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
+		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)))
+	if err := c.List(ctx, pods, client.MatchingFieldsSelector{Selector: notEnded}); err != nil {
+		return nil, fmt.Errorf("cluster %s: listing the Pods on its nodes: %w", cluster, err)
+	}
+	return TakenOf(pods.Items), nil
 }
