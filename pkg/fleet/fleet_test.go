@@ -575,8 +575,9 @@ func TestPlannedPullsWithoutAgents(t *testing.T) {
 }
 
 // On a node that holds no more sandboxes than the run has tasks in flight
-// (counting what a Pod already there takes), a pipelined window's warm-ahead waits until the window's tasks all have
-// sandboxes, so that it takes no slot their cold claims wait for: no task
+// (counting what a Pod already there takes), a pipelined window's
+// warm-ahead waits until the window's tasks all have sandboxes, so that
+// it takes no slot their cold claims wait for: no task
 // waits for another to end (a claim is a sandbox's start, not a task's
 // length), every task ends well, and the run says why, once.
 func TestWarmAheadOnAFullNode(t *testing.T) {

@@ -132,7 +132,8 @@ func (f *Fleet) runQueue(ctx context.Context, epoch int, n *nodeQueue, q *queued
 					continue
 				}
 				keep := func() bool { return n.lanes.more(t.Image) }
-				r := f.task(tctx, epoch, t, failed, o, keep, nil, claimed)
+				// The pools hold none: no refill waits to be drained.
+				r := f.task(tctx, epoch, t, failed, o, keep, func() {}, claimed)
 				cutShort := tctx.Err() != nil
 				end()
 				<-running

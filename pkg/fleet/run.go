@@ -510,7 +510,7 @@ func (f *Fleet) process(ctx context.Context, epoch int, ts []tasks.Task, failed 
 }
 
 // task claims a sandbox for t — or, under recycling, takes over the one
-// the last task of its image left clean — calls bound (when set) once its
+// the last task of its image left clean — calls bound once its
 // claim names its sandbox and claimed once that sandbox is Ready, each
 // also when it has given up, does the work in it and gives it back (GiveBack),
 // keeping it for the next task of the image when keep says there is one.
@@ -519,10 +519,7 @@ func (f *Fleet) process(ctx context.Context, epoch int, ts []tasks.Task, failed 
 func (f *Fleet) task(ctx context.Context, epoch int, t tasks.Task, failed WarmError, o RunOptions, keep func() bool, bound, claimed func()) (r Result) {
 	claimedOnce := sync.OnceFunc(claimed)
 	defer claimedOnce()
-	boundOnce := sync.OnceFunc(func() {})
-	if bound != nil {
-		boundOnce = sync.OnceFunc(bound)
-	}
+	boundOnce := sync.OnceFunc(bound)
 	defer boundOnce()
 	f.stats.running.Add(1)
 	defer f.stats.running.Add(-1)
